@@ -1,0 +1,93 @@
+// Module: the base of every layer, with PyTorch's conventions.
+//
+// A module owns parameters (leaf tensors with requires_grad), buffers (running statistics)
+// and child modules, each registered under a name; nested names are dotted like PyTorch's
+// state_dict keys ("0.weight", "3.running_var"). Registered tensors are handles to the same
+// TensorImpl as the subclass's members, so load_state_dict() and to() change data in place
+// and every handle sees it.
+//
+// Forward takes a list of tensors (a "tuple" in torchgpipe's terms) and returns a list; the
+// common single-tensor case overrides forward(const Tensor&) and inherits the list version.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace pipewright::nn {
+
+using Tensors = std::vector<Tensor>;
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  Module(Module&&) = default;
+  Module& operator=(Module&&) = default;
+
+  /// Single-tensor forward. The default throws std::logic_error naming the module: override
+  /// this or forward(const Tensors&).
+  virtual Tensor forward(const Tensor& input);
+  /// List forward. The default requires exactly one input (else std::invalid_argument naming
+  /// the count) and calls forward(const Tensor&).
+  virtual Tensors forward(const Tensors& inputs);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+  Tensors operator()(const Tensors& inputs) { return forward(inputs); }
+
+  /// "Linear(in_features=784, out_features=1024, bias=true)".
+  virtual std::string str() const = 0;
+
+  /// Parameters/buffers of this module and its children, recursively, in registration order,
+  /// with dotted names.
+  NamedTensors named_parameters() const;
+  NamedTensors named_buffers() const;
+  Tensors parameters() const;
+  /// Parameters then buffers, PyTorch's state_dict order and keys.
+  NamedTensors state_dict() const;
+  /// Copies every tensor of `state` into the matching parameter/buffer (in place, converting
+  /// device). Throws std::invalid_argument listing missing and unexpected keys, or naming a
+  /// key whose shape or dtype differs (expected vs got).
+  void load_state_dict(const NamedTensors& state);
+
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const {
+    return children_;
+  }
+
+  /// Training mode (BatchNorm batch statistics, Dropout active) for this module and children.
+  virtual void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  /// Moves every parameter and buffer to `device` in place (the same TensorImpls).
+  void to(Device device);
+  /// Sets every parameter's .grad to undefined (PyTorch's set_to_none=True).
+  void zero_grad();
+
+ protected:
+  /// Registers `t` as a parameter (sets requires_grad) and returns it.
+  Tensor register_parameter(const std::string& name, Tensor t);
+  Tensor register_buffer(const std::string& name, Tensor t);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    children_.emplace_back(name, module);
+    return module;
+  }
+
+ private:
+  void collect(const std::string& prefix, bool parameters, NamedTensors& out) const;
+
+  NamedTensors parameters_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+std::ostream& operator<<(std::ostream& os, const Module& m);
+
+}  // namespace pipewright::nn

@@ -1,0 +1,72 @@
+// Generator: Philox4x32-10 (Salmon et al., "Parallel Random Numbers: As Easy as 1, 2, 3",
+// SC'11), counter-based, with state (seed, offset).
+//
+// Stream layout (identical on every device, so CPU and CUDA produce the same bits):
+//   key     = (lo32(seed), hi32(seed))
+//   counter = (lo32(c), hi32(c), 0, 0) for block c = offset/4 + k, k = 0, 1, ...
+//   each block yields 4 uint32 values; element i of a fill uses value (offset + i).
+//   uniform float32: (u >> 8) * 2^-24 in [0, 1); float64: ((u0 << 21) ^ ... see generator.cc.
+//   normal: Box-Muller on pairs of uniforms (2 values per 2 elements).
+// A fill of n elements advances the offset by a whole number of 4-value blocks covering it, so
+// replaying from a saved (seed, offset) reproduces the same numbers exactly: that is how
+// recompute reproduces dropout masks.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace pipewright {
+
+/// One Philox4x32-10 block: 10 rounds over `counter` with `key`. Matches the Random123
+/// known-answer vectors.
+std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0, uint64_t offset = 0) : seed_(seed), offset_(offset) {}
+
+  uint64_t seed() const { return seed_; }
+  /// Position in the stream, in 32-bit values; always a multiple of 4.
+  uint64_t offset() const { return offset_; }
+  void set_state(uint64_t seed, uint64_t offset) { seed_ = seed; offset_ = offset; }
+
+  /// Reserves `n` values of the stream and returns the offset where they start (advances
+  /// offset by n rounded up to a multiple of 4). Used by kernels and Dropout.
+  uint64_t reserve(uint64_t n);
+
+  /// Fills `t` (float32/float64, any device) with U[lo, hi) / N(mean, std); advances the offset.
+  void uniform_(Tensor& t, double lo = 0.0, double hi = 1.0);
+  void normal_(Tensor& t, double mean = 0.0, double std = 1.0);
+
+  /// A uniformly random permutation of [0, n) (int64, CPU), Fisher-Yates driven by this stream.
+  Tensor randperm(int64_t n);
+
+ private:
+  uint64_t seed_;
+  uint64_t offset_;
+};
+
+/// The process-wide default generator (seeded 0); not thread-safe: give each thread its own
+/// Generator when several threads draw numbers.
+Generator& default_generator();
+
+/// The calling thread's current generator: the one installed by the innermost live
+/// GeneratorGuard on this thread, else default_generator(). Random modules (Dropout) draw
+/// from it, so a pipeline worker can give each cell a replayable stream.
+Generator& current_generator();
+
+/// Installs `generator` as this thread's current generator for the guard's lifetime.
+class GeneratorGuard {
+ public:
+  explicit GeneratorGuard(Generator& generator);
+  ~GeneratorGuard();
+  GeneratorGuard(const GeneratorGuard&) = delete;
+  GeneratorGuard& operator=(const GeneratorGuard&) = delete;
+
+ private:
+  Generator* previous_;
+};
+
+}  // namespace pipewright
