@@ -1,0 +1,59 @@
+// Schedule: what each pipeline worker does, in order, as pure data.
+//
+// A cell is (micro-batch j, stage s). A schedule lists, for each worker, the actions it runs
+// in order. Stages are *virtual* stages: with interleaving, worker w owns stages w, w+p,
+// w+2p, ... (v model chunks per worker); otherwise stage s is worker s.
+//
+//   F  forward of micro-batch j on stage s (keeps what its backward needs, or only its input
+//      when the cell is checkpointed)
+//   R  recompute of a checkpointed cell's forward into a fresh tape, just before its backward
+//   B  full backward (input gradient and weight gradient)
+//   I  input-gradient half of the backward (zero-bubble "B")
+//   W  weight-gradient half, deferred (zero-bubble "W")
+//
+// Dependencies (what the validator and simulator enforce; the runtime's channels implement
+// the cross-worker ones):
+//   F(s, j)      after F(s-1, j)                                 (activation from the left)
+//   R(s, j)      after F(s, j)
+//   B/I(s, j)    after F(s, j), R(s, j) if present, and B/I(s+1, j)  (gradient from the right)
+//   W(s, j)      after I(s, j)
+// The last stage's B/I starts from the loss of its own F (train_step) or from the gradient
+// the user's loss.backward() hands over (Pipe::forward).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pipewright::pipeline {
+
+enum class ActionKind : uint8_t { kForward, kRecompute, kBackward, kBackwardInput, kBackwardWeight };
+
+/// One letter: F, R, B, I, W.
+char action_letter(ActionKind kind);
+
+struct Action {
+  int stage = 0;
+  ActionKind kind = ActionKind::kForward;
+  int microbatch = 0;
+
+  friend bool operator==(const Action& a, const Action& b) {
+    return a.stage == b.stage && a.kind == b.kind && a.microbatch == b.microbatch;
+  }
+  /// "F3@1" = forward of micro-batch 3 on stage 1.
+  std::string str() const;
+};
+
+struct Schedule {
+  std::string name;            // "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "custom"
+  int num_workers = 0;         // p
+  int num_stages = 0;          // p * v (virtual stages)
+  int num_microbatches = 0;    // m
+  std::vector<int> stage_worker;               // worker of each stage, size num_stages
+  std::vector<std::vector<Action>> actions;    // per worker, in execution order
+
+  /// Stages owned by `worker`, ascending.
+  std::vector<int> stages_of(int worker) const;
+};
+
+}  // namespace pipewright::pipeline
