@@ -35,6 +35,7 @@ class WeightGradQueue {
     std::shared_ptr<Node> node;
     std::vector<Tensor> grad_outputs;
     std::vector<bool> wanted;  // the parameter inputs
+    bool release = true;       // release the node's saved tensors after (false: retain_graph)
   };
   void push(Item item) { items_.push_back(std::move(item)); }
 
@@ -50,8 +51,9 @@ struct BackwardOptions {
   bool retain_graph = false;
 };
 
-/// Backpropagates from `outputs` with `grad_outputs` (one per output, same shape; an
-/// undefined entry means ones for a one-element output, else throws).
+/// Backpropagates from `outputs` with `grad_outputs` (one per output, same shape, dtype and
+/// device; an undefined entry, or an empty list, means ones for a one-element output, else
+/// throws).
 /// Returns the gradients of `inputs` (leaves that require grad; undefined where no gradient
 /// reached them) without touching their .grad; accumulates into .grad of every other leaf.
 /// Throws std::invalid_argument on mismatched sizes/shapes (naming them), std::logic_error

@@ -66,11 +66,12 @@ class Node {
   const std::vector<Edge>& next_edges() const { return next_edges_; }
   uint64_t sequence_nr() const { return sequence_nr_; }
   bool released() const { return released_; }
+  /// Throws the "second time" std::logic_error naming this node (and retain_graph) when
+  /// released(). Public so that the engine can check a whole graph before running any of it.
+  void check_not_released() const;
 
  protected:
   void mark_released() { released_ = true; }
-  /// Throws the "second time" std::logic_error naming this node when released().
-  void check_not_released() const;
 
  private:
   friend class NodeRecorder;

@@ -1,0 +1,54 @@
+// dropout: forward and backward are the same kernel call (tensor/kernels.h `dropout`), once on
+// x and once on the gradient, with the same (seed, offset).
+#include "autograd/dropout.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "autograd/function_node.h"
+#include "tensor/kernels.h"
+
+namespace pipewright::autograd {
+namespace {
+
+/// x ⊙ mask(seed, offset, p).
+Tensor apply_mask(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+  Tensor xc = x.contiguous();
+  Tensor out = Tensor::empty(x.shape(), options_of(x));
+  Tensor mask = Tensor::empty(x.shape(), options_of(x));
+  PW_KERNEL(x.device(), dropout)(seed, offset, p, xc, out, mask);
+  return out;
+}
+
+class DropoutBackward final : public FunctionNode {
+ public:
+  DropoutBackward(double p, uint64_t seed, uint64_t offset) : p_(p), seed_(seed), offset_(offset) {}
+  const char* name() const override { return "DropoutBackward"; }
+
+ protected:
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads, const std::vector<bool>&) override {
+    return {apply_mask(grads[0], p_, seed_, offset_)};
+  }
+
+ private:
+  double p_;
+  uint64_t seed_, offset_;
+};
+
+}  // namespace
+
+uint64_t dropout_stream_length(const Tensor& x) {
+  const auto n = static_cast<uint64_t>(x.numel());
+  return x.dtype() == DType::kFloat64 ? 2 * n : n;
+}
+
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+  if (!(p >= 0.0 && p < 1.0)) {
+    throw std::invalid_argument("dropout: p must be in [0, 1), got " + std::to_string(p));
+  }
+  Tensor y = apply_mask(x, p, seed, offset);
+  record_op({x}, {&y}, [&] { return std::make_shared<DropoutBackward>(p, seed, offset); });
+  return y;
+}
+
+}  // namespace pipewright::autograd

@@ -1,0 +1,24 @@
+// Differentiable inverted dropout with a replayable mask.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace pipewright::autograd {
+
+/// Inverted dropout (torch.nn.functional.dropout(training=True)): y = x ⊙ mask with
+/// mask_i = [u_i >= p] / (1 - p), u the Philox uniform stream of `seed` starting at `offset`
+/// (tensor/generator.h). The same (seed, offset) gives the same mask on every device and at
+/// every call, which is how a recomputed forward reproduces its first forward exactly.
+/// Gradient: dx = g ⊙ mask. The mask is regenerated from (seed, offset) in backward instead
+/// of being saved, so the node holds no tensor at all.
+/// Throws std::invalid_argument unless 0 <= p < 1.
+Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset);
+
+/// How many values of the Philox stream one dropout of `x` consumes (what a caller must
+/// Generator::reserve() for it): numel, twice that for float64 (two 32-bit values per double
+/// uniform, a conservative bound).
+uint64_t dropout_stream_length(const Tensor& x);
+
+}  // namespace pipewright::autograd

@@ -1,0 +1,93 @@
+// matmul and linear as differentiable ops.
+#include "autograd/linear.h"
+
+#include <stdexcept>
+
+#include "autograd/function_node.h"
+#include "autograd/shape_ops.h"
+#include "tensor/ops.h"
+
+namespace pipewright::autograd {
+namespace {
+
+class MatmulBackward final : public FunctionNode {
+ public:
+  MatmulBackward(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b)
+      : FunctionNode({a, b}), trans_a_(trans_a), trans_b_(trans_b) {}
+  const char* name() const override { return "MatmulBackward"; }
+
+ protected:
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads,
+                               const std::vector<bool>& wanted) override {
+    const Tensor &g = grads[0], &a = saved(0), &b = saved(1);
+    Tensor ga, gb;
+    // d op(a) = G·op(b)ᵀ; when op(a) = aᵀ, da = (G·op(b)ᵀ)ᵀ = op(b)·Gᵀ.
+    if (wanted[0]) ga = trans_a_ ? ops::matmul(b, g, trans_b_, true) : ops::matmul(g, b, false, !trans_b_);
+    // d op(b) = op(a)ᵀ·G; when op(b) = bᵀ, db = (op(a)ᵀ·G)ᵀ = Gᵀ·op(a).
+    if (wanted[1]) gb = trans_b_ ? ops::matmul(g, a, true, trans_a_) : ops::matmul(a, g, !trans_a_, false);
+    return {ga, gb};
+  }
+
+ private:
+  bool trans_a_, trans_b_;
+};
+
+class LinearBackward final : public FunctionNode {
+ public:
+  LinearBackward(const Tensor& x, const Tensor& weight, bool has_bias)
+      : FunctionNode({x, weight}), has_bias_(has_bias) {}
+  const char* name() const override { return "LinearBackward"; }
+
+ protected:
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads,
+                               const std::vector<bool>& wanted) override {
+    const Tensor &g = grads[0], &x = saved(0), &w = saved(1);
+    std::vector<Tensor> out(has_bias_ ? 3 : 2);
+    if (wanted[0]) out[0] = ops::matmul(g, w);              // B: dX = dY·W      [N, in]
+    if (wanted[1]) out[1] = ops::matmul(g, x, true, false);  // W: dW = dYᵀ·X     [out, in]
+    if (has_bias_ && wanted[2]) out[2] = ops::sum(g, 0);     // W: db = Σ_rows dY [out]
+    return out;
+  }
+
+ private:
+  bool has_bias_;
+};
+
+void check_linear_args(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (weight.dim() != 2 || x.dim() < 1 || x.size(-1) != weight.size(1) ||
+      (bias.defined() && (bias.dim() != 1 || bias.size(0) != weight.size(0)))) {
+    throw std::invalid_argument(
+        "linear: input has shape " + x.shape().str() + ", weight " + weight.shape().str() +
+        ", bias " + (bias.defined() ? bias.shape().str() : std::string("none")) +
+        "; expected input [*, in], weight [out, in], bias [out]");
+  }
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  Tensor y = ops::matmul(a, b, trans_a, trans_b);
+  record_op({a, b}, {&y},
+            [&] { return std::make_shared<MatmulBackward>(a, b, trans_a, trans_b); });
+  return y;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear_args(x, weight, bias);
+  if (x.dim() != 2) {
+    // [*, in] -> [N, in] -> [N, out] -> [*, out], each step recorded.
+    std::vector<int64_t> out_dims = x.shape().dims();
+    out_dims.back() = weight.size(0);
+    return reshape(linear(reshape(x, Shape{-1, weight.size(1)}), weight, bias),
+                   Shape(out_dims));
+  }
+  Tensor y = ops::matmul(x, weight, false, true);
+  if (bias.defined()) y = ops::add(y, bias);
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  record_op(inputs, {&y},
+            [&] { return std::make_shared<LinearBackward>(x, weight, bias.defined()); });
+  return y;
+}
+
+}  // namespace pipewright::autograd
