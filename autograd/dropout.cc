@@ -38,8 +38,7 @@ class DropoutBackward final : public FunctionNode {
 }  // namespace
 
 uint64_t dropout_stream_length(const Tensor& x) {
-  const auto n = static_cast<uint64_t>(x.numel());
-  return x.dtype() == DType::kFloat64 ? 2 * n : n;
+  return static_cast<uint64_t>(x.numel());
 }
 
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset) {

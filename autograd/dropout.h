@@ -17,8 +17,7 @@ namespace pipewright::autograd {
 Tensor dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset);
 
 /// How many values of the Philox stream one dropout of `x` consumes (what a caller must
-/// Generator::reserve() for it): numel, twice that for float64 (two 32-bit values per double
-/// uniform, a conservative bound).
+/// Generator::reserve() for it): one 32-bit value per element, any dtype.
 uint64_t dropout_stream_length(const Tensor& x);
 
 }  // namespace pipewright::autograd

@@ -48,7 +48,9 @@ class Module {
   NamedTensors named_parameters() const;
   NamedTensors named_buffers() const;
   Tensors parameters() const;
-  /// Parameters then buffers, PyTorch's state_dict order and keys.
+  /// PyTorch's state_dict order and keys: each module's parameters, then its buffers, then
+  /// its children's entries, depth first ("0.weight", "0.bias", "1.weight", ...,
+  /// "1.running_mean", "1.running_var", "1.num_batches_tracked").
   NamedTensors state_dict() const;
   /// Copies every tensor of `state` into the matching parameter/buffer (in place, converting
   /// device). Throws std::invalid_argument listing missing and unexpected keys, or naming a
@@ -64,23 +66,32 @@ class Module {
   void eval() { train(false); }
   bool is_training() const { return training_; }
 
-  /// Moves every parameter and buffer to `device` in place (the same TensorImpls).
+  /// Moves every parameter and buffer (and parameter .grad) to `device` in place: each
+  /// TensorImpl keeps its identity and gets a copy of its data on `device` (its old storage
+  /// is released when no other view holds it). Not thread-safe against concurrent use.
   void to(Device device);
   /// Sets every parameter's .grad to undefined (PyTorch's set_to_none=True).
   void zero_grad();
 
  protected:
-  /// Registers `t` as a parameter (sets requires_grad) and returns it.
+  /// Registers `t` (a defined leaf) as a parameter (sets requires_grad) and returns it.
+  /// Throws std::invalid_argument for an undefined or non-leaf tensor or a name in use.
   Tensor register_parameter(const std::string& name, Tensor t);
   Tensor register_buffer(const std::string& name, Tensor t);
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    check_new_name(name);
     children_.emplace_back(name, module);
     return module;
   }
+  /// Sets this module's own training flag only (not its children's).
+  void set_training_flag(bool on) { training_ = on; }
 
  private:
-  void collect(const std::string& prefix, bool parameters, NamedTensors& out) const;
+  enum class Kind { kParameters, kBuffers, kState };
+  void collect(const std::string& prefix, Kind kind, NamedTensors& out) const;
+  /// Throws std::invalid_argument when `name` is empty, dotted or already registered.
+  void check_new_name(const std::string& name) const;
 
   NamedTensors parameters_;
   NamedTensors buffers_;

@@ -4,6 +4,8 @@
 //
 // Children are named "0", "1", ... Modules passed by value are moved into shared ownership;
 // slice() shares the same module instances (a pipeline partition is a slice).
+// A single Sequential argument moves that Sequential (it does not nest it); nest with
+// push_back(Sequential{...}) or pass a std::shared_ptr<Sequential>.
 #pragma once
 
 #include <memory>
@@ -14,16 +16,27 @@
 
 namespace pipewright::nn {
 
+/// What Sequential's constructor and push_back accept: a Module subclass by value, or a
+/// std::shared_ptr to one.
+template <class M>
+concept SequentialElement = std::is_base_of_v<Module, std::decay_t<M>> ||
+                            std::is_convertible_v<std::decay_t<M>, std::shared_ptr<Module>>;
+
 class Sequential : public Module {
  public:
   Sequential() = default;
-  /// Takes modules by value (moved) or as std::shared_ptr<M>.
+  Sequential(Sequential&&) = default;
+  Sequential& operator=(Sequential&&) = default;
+  /// Takes modules by value (moved) or as std::shared_ptr<M>. Constrained so that it never
+  /// competes with the move constructor (one Sequential argument).
   template <class... Ms>
+    requires(sizeof...(Ms) > 0 && (SequentialElement<Ms> && ...) &&
+             !(sizeof...(Ms) == 1 && (std::is_same_v<std::decay_t<Ms>, Sequential> && ...)))
   explicit Sequential(Ms&&... modules) {
     (push_back(std::forward<Ms>(modules)), ...);
   }
 
-  template <class M>
+  template <SequentialElement M>
   void push_back(M&& module) {
     using D = std::decay_t<M>;
     if constexpr (std::is_convertible_v<D, std::shared_ptr<Module>>) {
@@ -33,6 +46,8 @@ class Sequential : public Module {
       push_back_shared(std::make_shared<D>(std::forward<M>(module)));
     }
   }
+  /// Appends `module` (shared, not copied) as child "<size()>". Throws std::invalid_argument
+  /// for a null pointer.
   void push_back_shared(std::shared_ptr<Module> module);
 
   size_t size() const { return modules_.size(); }
@@ -46,8 +61,10 @@ class Sequential : public Module {
   auto begin() const { return modules_.begin(); }
   auto end() const { return modules_.end(); }
 
+  /// Each module's list forward in turn (a module may take and return several tensors).
   Tensor forward(const Tensor& input) override;
   Tensors forward(const Tensors& inputs) override;
+  /// PyTorch's layout: "Sequential(\n  (0): Linear(...)\n  (1): ReLU()\n)".
   std::string str() const override;
 
  private:

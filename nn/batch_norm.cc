@@ -1,0 +1,118 @@
+// BatchNorm1d (see batch_norm.h, Note [Deferred BatchNorm]).
+#include "nn/batch_norm.h"
+
+#include <sstream>
+#include <stdexcept>
+
+#include "autograd/batch_norm.h"
+#include "autograd/grad_mode.h"
+#include "tensor/ops.h"
+
+namespace pipewright::nn {
+
+BatchNorm1d::BatchNorm1d(int64_t num_features, double eps, std::optional<double> momentum,
+                         bool affine, bool track_running_stats, TensorOptions options)
+    : num_features_(num_features), eps_(eps), momentum_(momentum) {
+  if (num_features <= 0 || !(eps > 0.0) ||
+      (momentum && !(*momentum >= 0.0 && *momentum <= 1.0))) {
+    std::ostringstream os;
+    os << "BatchNorm1d: need num_features > 0, eps > 0 and momentum in [0, 1], got "
+       << "num_features=" << num_features << ", eps=" << eps << ", momentum="
+       << (momentum ? std::to_string(*momentum) : std::string("None"));
+    throw std::invalid_argument(os.str());
+  }
+  const Shape c{num_features};
+  if (affine) {
+    weight_ = register_parameter("weight", Tensor::ones(c, options));
+    bias_ = register_parameter("bias", Tensor::zeros(c, options));
+  }
+  if (track_running_stats) {
+    running_mean_ = register_buffer("running_mean", Tensor::zeros(c, options));
+    running_var_ = register_buffer("running_var", Tensor::ones(c, options));
+    num_batches_tracked_ = register_buffer(
+        "num_batches_tracked", Tensor::zeros(Shape{}, {DType::kInt64, options.device}));
+  }
+}
+
+Tensor BatchNorm1d::forward(const Tensor& x) {
+  if ((x.dim() != 2 && x.dim() != 3) || x.size(1) != num_features_) {
+    const std::string c = std::to_string(num_features_);
+    throw std::invalid_argument("BatchNorm1d(num_features=" + c + "): input has shape " +
+                                x.shape().str() + ", expected [N, " + c + "] or [N, " + c +
+                                ", L]");
+  }
+  const bool tracking = running_mean_.defined();
+  if (!is_training() && tracking) {
+    return autograd::batch_norm_eval(x, weight_, bias_, running_mean_, running_var_, eps_);
+  }
+  autograd::BatchNormStats stats;
+  Tensor y = autograd::batch_norm_train(x, weight_, bias_, eps_, &stats);
+  if (!is_training() || !tracking || autograd::is_recomputing()) return y;
+
+  // Per-channel float64 mean and biased variance (1/invstd² - eps) of this batch.
+  autograd::NoGradGuard no_grad;
+  const int64_t count = x.numel() / num_features_;
+  Tensor mean = stats.mean.to(DType::kFloat64);
+  Tensor invstd = stats.invstd.to(DType::kFloat64);
+  Tensor biased_var = ops::sub(ops::rdiv(ops::square(invstd), 1.0), eps_);
+  if (!deferred_) {
+    update_running_stats(mean, biased_var, count);
+    return y;
+  }
+  // Accumulate Σx = mean·M and Σx² = (var + mean²)·M for commit_deferred().
+  Tensor sum = ops::mul(mean, static_cast<double>(count));
+  Tensor sum_sq = ops::mul(ops::add(biased_var, ops::square(mean)), static_cast<double>(count));
+  if (acc_count_ == 0) {
+    acc_sum_ = sum;
+    acc_sum_sq_ = sum_sq;
+  } else {
+    ops::add_(acc_sum_, sum.to(acc_sum_.device()));
+    ops::add_(acc_sum_sq_, sum_sq.to(acc_sum_sq_.device()));
+  }
+  acc_count_ += count;
+  return y;
+}
+
+void BatchNorm1d::commit_deferred() {
+  if (acc_count_ == 0) return;
+  autograd::NoGradGuard no_grad;
+  const double m = static_cast<double>(acc_count_);
+  Tensor mean = ops::div(acc_sum_, m);
+  Tensor biased_var = ops::sub(ops::div(acc_sum_sq_, m), ops::square(mean));
+  const int64_t count = acc_count_;
+  acc_sum_ = acc_sum_sq_ = Tensor();
+  acc_count_ = 0;
+  update_running_stats(mean, biased_var, count);
+}
+
+void BatchNorm1d::update_running_stats(const Tensor& mean, const Tensor& biased_var,
+                                       int64_t count) {
+  const auto tracked = static_cast<int64_t>(num_batches_tracked_.item()) + 1;
+  num_batches_tracked_.copy_from(
+      Tensor::scalar(static_cast<double>(tracked), {DType::kInt64, num_batches_tracked_.device()}));
+  const double f = momentum_ ? *momentum_ : 1.0 / static_cast<double>(tracked);
+  const double unbias = count > 1 ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
+  const Device device = running_mean_.device();
+  const DType dtype = running_mean_.dtype();
+  Tensor new_mean = mean.to(device).to(dtype);
+  Tensor new_var = ops::mul(biased_var, unbias).to(device).to(dtype);
+  ops::mul_(running_mean_, 1.0 - f);
+  ops::add_(running_mean_, new_mean, f);
+  ops::mul_(running_var_, 1.0 - f);
+  ops::add_(running_var_, new_var, f);
+}
+
+std::string BatchNorm1d::str() const {
+  std::ostringstream os;
+  os << "BatchNorm1d(" << num_features_ << ", eps=" << eps_ << ", momentum=";
+  if (momentum_) {
+    os << *momentum_;
+  } else {
+    os << "None";
+  }
+  os << ", affine=" << (weight_.defined() ? "true" : "false")
+     << ", track_running_stats=" << (running_mean_.defined() ? "true" : "false") << ")";
+  return os.str();
+}
+
+}  // namespace pipewright::nn
