@@ -4,9 +4,14 @@
 // Stream layout (identical on every device, so CPU and CUDA produce the same bits):
 //   key     = (lo32(seed), hi32(seed))
 //   counter = (lo32(c), hi32(c), 0, 0) for block c = offset/4 + k, k = 0, 1, ...
-//   each block yields 4 uint32 values; element i of a fill uses value (offset + i).
-//   uniform float32: (u >> 8) * 2^-24 in [0, 1); float64: ((u0 << 21) ^ ... see generator.cc.
-//   normal: Box-Muller on pairs of uniforms (2 values per 2 elements).
+//   each block yields 4 uint32 values; element i of a fill uses value u = (offset + i),
+//   whatever the dtype (so a fill of n elements needs reserve(n)).
+//   uniform float32: (u >> 8) * 2^-24 in [0, 1); float64: u * 2^-32 in [0, 1) (32 random bits).
+//   uniform(lo, hi) = fma(hi - lo, U, lo) in double, then rounded to the dtype.
+//   normal: Box-Muller on pairs (2 values per 2 elements): elements 2j and 2j+1 use values
+//   offset+2j (radius) and offset+2j+1 (angle); an odd last element keeps the cosine half.
+//   dropout: element i is kept when its uniform of the tensor's dtype is >= p.
+// The per-element math lives in tensor/philox.h, shared with the CUDA kernels.
 // A fill of n elements advances the offset by a whole number of 4-value blocks covering it, so
 // replaying from a saved (seed, offset) reproduces the same numbers exactly: that is how
 // recompute reproduces dropout masks.

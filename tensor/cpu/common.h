@@ -1,0 +1,85 @@
+// Helpers shared by the CPU kernels: dtype dispatch, Eigen views of tensors, parallel loops.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "tensor/tensor.h"
+#include "tensor/threads.h"
+
+namespace pipewright::cpu {
+
+// ---- dtype dispatch: calls f(T{}) with T the C++ type of the dtype ----
+
+/// For kernels defined on float32 and float64 only.
+template <class F>
+decltype(auto) dispatch_floating(DType dtype, const char* kernel, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: return f(float{});
+    case DType::kFloat64: return f(double{});
+    default:
+      throw std::invalid_argument(std::string(kernel) + ": expected float32 or float64, got " +
+                                  dtype_name(dtype));
+  }
+}
+
+/// For kernels defined on every dtype.
+template <class F>
+decltype(auto) dispatch_all(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: return f(float{});
+    case DType::kFloat64: return f(double{});
+    case DType::kInt64: return f(int64_t{});
+  }
+  throw std::logic_error("dispatch_all: unknown dtype");
+}
+
+// ---- Eigen views (no copies) ----
+
+template <class T>
+using Vec = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T>
+using ConstVec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+/// Row-major, as tensors are laid out.
+template <class T>
+using RowMajorArray = Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using Mat = Eigen::Map<RowMajorArray<T>>;
+template <class T>
+using ConstMat = Eigen::Map<const RowMajorArray<T>>;
+
+/// All elements of a contiguous tensor as a 1-D array (read-only / writable).
+template <class T>
+ConstVec<T> in(const Tensor& t) {
+  return ConstVec<T>(t.data<T>(), t.numel());
+}
+template <class T>
+Vec<T> out(const Tensor& t) {
+  return Vec<T>(t.data<T>(), t.numel());
+}
+
+// ---- parallel loops ----
+
+/// Work (in elements) below which a loop stays on the calling thread: starting an OpenMP team
+/// costs a few microseconds, about the time to stream this many floats.
+constexpr int64_t kParallelThreshold = 1 << 15;
+
+/// Calls f(begin, end) on consecutive ranges that together cover [0, n). When the total work
+/// n * cost_per_item exceeds kParallelThreshold the ranges run on the calling thread's
+/// intra-op threads (tensor/threads.h), one range per thread. f must not throw: an exception
+/// cannot leave an OpenMP region, so kernels validate their inputs before the loop.
+template <class F>
+void parallel_for(int64_t n, int64_t cost_per_item, const F& f) {
+  if (n <= 0) return;
+  const bool large = n * std::max<int64_t>(cost_per_item, 1) > kParallelThreshold;
+  const int64_t parts = large ? std::min<int64_t>(n, intra_op_threads()) : 1;
+#ifdef _OPENMP
+#pragma omp parallel for if (parts > 1) schedule(static)
+#endif
+  for (int64_t p = 0; p < parts; ++p) f(n * p / parts, n * (p + 1) / parts);
+}
+
+}  // namespace pipewright::cpu
