@@ -24,42 +24,27 @@ uint64_t Generator::reserve(uint64_t n) {
 
 namespace {
 
-void check_floating(const char* what, const Tensor& t) {
-  if (!is_floating(t.dtype())) {
+void check_fillable(const char* what, const Tensor& t) {
+  if (!is_floating(t.dtype()) || !t.is_contiguous()) {
     throw std::invalid_argument(std::string("Generator::") + what +
-                                ": expected a float32 or float64 tensor, got " +
+                                ": expected a contiguous float32 or float64 tensor, got " +
+                                (t.is_contiguous() ? "" : "non-contiguous ") +
                                 dtype_name(t.dtype()) + " " + t.shape().str());
   }
-}
-
-/// Runs `fill(contiguous_target)` on t, through a contiguous temporary when t is not.
-template <class Fill>
-void fill_contiguous(Tensor& t, Fill&& fill) {
-  if (t.is_contiguous()) {
-    fill(t);
-    return;
-  }
-  Tensor tmp = Tensor::empty(t.shape(), {t.dtype(), t.device()});
-  fill(tmp);
-  t.copy_from(tmp);
 }
 
 }  // namespace
 
 void Generator::uniform_(Tensor& t, double lo, double hi) {
-  check_floating("uniform_", t);
+  check_fillable("uniform_", t);
   const uint64_t start = reserve(static_cast<uint64_t>(t.numel()));
-  fill_contiguous(t, [&](Tensor& out) {
-    PW_KERNEL(out.device(), philox_uniform)(seed_, start, lo, hi, out);
-  });
+  PW_KERNEL(t.device(), philox_uniform)(seed_, start, lo, hi, t);
 }
 
 void Generator::normal_(Tensor& t, double mean, double std) {
-  check_floating("normal_", t);
+  check_fillable("normal_", t);
   const uint64_t start = reserve(static_cast<uint64_t>(t.numel()));
-  fill_contiguous(t, [&](Tensor& out) {
-    PW_KERNEL(out.device(), philox_normal)(seed_, start, mean, std, out);
-  });
+  PW_KERNEL(t.device(), philox_normal)(seed_, start, mean, std, t);
 }
 
 // Fisher-Yates from the last position down: position i swaps with j uniform in [0, i], j from

@@ -41,7 +41,8 @@ class Generator {
   /// offset by n rounded up to a multiple of 4). Used by kernels and Dropout.
   uint64_t reserve(uint64_t n);
 
-  /// Fills `t` (float32/float64, any device) with U[lo, hi) / N(mean, std); advances the offset.
+  /// Fills `t` (contiguous float32/float64, any device) with U[lo, hi) / N(mean, std); advances
+  /// the offset. Throws std::invalid_argument naming dtype and shape for any other tensor.
   void uniform_(Tensor& t, double lo = 0.0, double hi = 1.0);
   void normal_(Tensor& t, double mean = 0.0, double std = 1.0);
 

@@ -122,7 +122,8 @@ class Tensor {
   Tensor to(Device device) const;
   /// A copy converted to `dtype` (this tensor itself when already of that dtype).
   Tensor to(DType dtype) const;
-  /// Copies `src` (same shape; any device, dtype must match) into this tensor's memory.
+  /// Copies `src` (same shape; any device and strides, dtype must match) into this tensor's
+  /// memory, which must be contiguous (every view made here is). Throws std::invalid_argument.
   void copy_from(const Tensor& src);
 
   /// The single element of a one-element tensor, as double. Throws std::invalid_argument

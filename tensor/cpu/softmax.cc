@@ -29,7 +29,7 @@ void softmax_typed(const Tensor& x, bool log, Tensor& y) {
       const T m = xr.maxCoeff();  // subtracting the max keeps exp() from overflowing
       if (log) {
         const T log_sum = std::log((xr - m).exp().sum());
-        yr = xr - (m + log_sum);
+        yr = (xr - m) - log_sum;  // x - m first: exact-ish for large x, unlike x - (m + log_sum)
       } else {
         yr = (xr - m).exp();
         yr /= yr.sum();

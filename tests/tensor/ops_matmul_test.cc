@@ -1,0 +1,108 @@
+// matmul / gemm_ against a naive triple loop, all four transpose cases, float32 and float64.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "tensor/ops.h"
+#include "tests/tensor/test_util.h"
+
+using namespace pipewright;
+using namespace pipewright::testing;
+
+namespace {
+
+/// (i, j) of op(x) for a row-major [rows, cols] x.
+double at(const std::vector<double>& x, int64_t cols, bool trans, int64_t i, int64_t j) {
+  return trans ? x[j * cols + i] : x[i * cols + j];
+}
+
+/// alpha * op(a) op(b) + beta * c, naive, in double.
+std::vector<double> naive_gemm(const std::vector<double>& a, const Shape& as, bool ta,
+                               const std::vector<double>& b, const Shape& bs, bool tb,
+                               double alpha, double beta, const std::vector<double>& c) {
+  const int64_t m = ta ? as[1] : as[0], k = ta ? as[0] : as[1], n = tb ? bs[0] : bs[1];
+  std::vector<double> out(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0.0;
+      for (int64_t p = 0; p < k; ++p) acc += at(a, as[1], ta, i, p) * at(b, bs[1], tb, p, j);
+      out[i * n + j] = alpha * acc + (beta == 0.0 ? 0.0 : beta * c[i * n + j]);
+    }
+  }
+  return out;
+}
+
+Shape stored(int64_t rows, int64_t cols, bool trans) {
+  return trans ? Shape{cols, rows} : Shape{rows, cols};
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("matmul: all transpose cases match the triple loop", "[matmul]", float,
+                   double) {
+  struct Dims {
+    int64_t m, k, n;
+  };
+  for (Dims d : {Dims{3, 4, 5}, Dims{17, 33, 9}, Dims{64, 128, 96}, Dims{1, 7, 1}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        INFO("m=" << d.m << " k=" << d.k << " n=" << d.n << " ta=" << ta << " tb=" << tb);
+        const Shape as = stored(d.m, d.k, ta), bs = stored(d.k, d.n, tb);
+        const auto av = random_values(as.numel(), 21), bv = random_values(bs.numel(), 22);
+        const Tensor c = ops::matmul(tensor_of<TestType>(av, as), tensor_of<TestType>(bv, bs),
+                                     ta, tb);
+        REQUIRE(c.shape() == Shape{d.m, d.n});
+        const auto expected = naive_gemm(rounded<TestType>(av), as, ta, rounded<TestType>(bv), bs,
+                                         tb, 1.0, 0.0, {});
+        // Error grows with k for float32 accumulation.
+        REQUIRE(max_rel_err(c.template to_vector<double>(), expected) <
+                tolerance<TestType>() * std::sqrt(static_cast<double>(d.k)));
+      }
+    }
+  }
+}
+
+TEMPLATE_TEST_CASE("gemm_ accumulates alpha * op(a) op(b) + beta * c", "[matmul]", float,
+                   double) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const Shape as = stored(6, 5, ta), bs = stored(5, 4, tb);
+      const auto av = random_values(30, 23), bv = random_values(20, 24), cv = random_values(24, 25);
+      const Tensor a = tensor_of<TestType>(av, as), b = tensor_of<TestType>(bv, bs);
+      for (double beta : {0.0, 1.0, -0.5}) {
+        INFO("ta=" << ta << " tb=" << tb << " beta=" << beta);
+        Tensor c = tensor_of<TestType>(cv, {6, 4});
+        ops::gemm_(c, a, b, ta, tb, 2.0, beta);
+        const auto expected = naive_gemm(rounded<TestType>(av), as, ta, rounded<TestType>(bv), bs,
+                                         tb, 2.0, beta, rounded<TestType>(cv));
+        REQUIRE(max_rel_err(c.template to_vector<double>(), expected) < tolerance<TestType>());
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm_ with beta = 0 ignores NaN in c") {
+  Tensor c = Tensor::full({2, 2}, NAN);
+  ops::gemm_(c, Tensor::ones({2, 3}), Tensor::ones({3, 2}), false, false);
+  REQUIRE(c.to_vector<float>() == std::vector<float>(4, 3.0f));
+}
+
+TEST_CASE("matmul accepts non-contiguous operands") {
+  const Tensor a = Tensor::from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3});
+  // transposed_view(a) is aᵀ as a strided view: aᵀ·a == matmul(a, a, true, false).
+  REQUIRE(ops::equal(ops::matmul(transposed_view(a), a), ops::matmul(a, a, true, false)));
+}
+
+TEST_CASE("matmul errors name both shapes and the flags") {
+  const Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4, 5});
+  REQUIRE_THROWS_AS(ops::matmul(a, b), std::invalid_argument);
+  REQUIRE_THROWS_WITH(ops::matmul(a, b), Catch::Contains("[2, 3]") && Catch::Contains("[4, 5]") &&
+                                             Catch::Contains("trans_a=false") &&
+                                             Catch::Contains("trans_b=false"));
+  REQUIRE_THROWS_WITH(ops::matmul(a, b, true, true), Catch::Contains("trans_a=true"));
+  REQUIRE_THROWS_WITH(ops::matmul(Tensor::zeros({2}), b), Catch::Contains("2-D"));
+  REQUIRE_THROWS_WITH(ops::matmul(a, Tensor::zeros({3, 2}, {DType::kFloat64})),
+                      Catch::Contains("float32") && Catch::Contains("float64"));
+  Tensor c = Tensor::zeros({3, 3});
+  REQUIRE_THROWS_WITH(ops::gemm_(c, a, Tensor::zeros({3, 2}), false, false),
+                      Catch::Contains("[3, 3]") && Catch::Contains("[2, 2]"));
+}
