@@ -1,0 +1,80 @@
+// Adam and AdamW, exactly torch.optim.Adam / torch.optim.AdamW (amsgrad and maximize not
+// supported): https://pytorch.org/docs/stable/generated/torch.optim.Adam.html and
+// https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html
+//
+// Per parameter p with gradient g, learning rate γ, betas β1 β2, ε, weight decay λ, and
+// t = this parameter's step count after incrementing it (t = 1 on its first step):
+//
+//   Adam (L2):         g ← g + λ p
+//   AdamW (decoupled): p ← p (1 − γ λ)
+//   m ← β1 m + (1 − β1) g                 (m, v start at zero)
+//   v ← β2 v + (1 − β2) g²
+//   p ← p − γ · (m / (1 − β1ᵗ)) / (√(v / (1 − β2ᵗ)) + ε)
+//
+// Per-parameter state: "state.<i>.step" (int64), "state.<i>.exp_avg" (m) and
+// "state.<i>.exp_avg_sq" (v). Computed by the fused kernel Kernels::adam_step of the
+// parameter's device.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "nn/optimizer.h"
+
+namespace pipewright::nn {
+
+struct AdamOptions {
+  double lr = 1e-3;                                  // γ, >= 0
+  std::pair<double, double> betas = {0.9, 0.999};    // β1, β2, each in [0, 1)
+  double eps = 1e-8;                                 // ε, >= 0
+  double weight_decay = 0.0;                         // λ, >= 0
+  bool decoupled = false;                            // true: AdamW's decoupled weight decay
+};
+
+/// AdamW's options: Adam's with decoupled weight decay and λ = 1e-2 by default.
+struct AdamWOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+};
+
+class Adam : public Optimizer {
+ public:
+  /// Throws std::invalid_argument naming the value for lr < 0, a beta outside [0, 1), eps < 0
+  /// or weight_decay < 0 (NaN included); and everything Optimizer's constructor throws.
+  Adam(std::vector<Tensor> params, AdamOptions options);
+
+  void step() override;
+  double lr() const override { return options_.lr; }
+  void set_lr(double lr) override;
+  const char* name() const override { return options_.decoupled ? "AdamW" : "Adam"; }
+  const AdamOptions& options() const { return options_; }
+
+ protected:
+  std::vector<std::string> state_names() const override;
+  NamedTensors param_state(size_t i) const override;
+  std::vector<std::pair<std::string, double>> hyperparameters() const override;
+  void validate_hyperparameters(const std::map<std::string, double>& values) const override;
+  void commit_state(std::vector<std::map<std::string, Tensor>> per_param,
+                    const std::map<std::string, double>& hyperparameters) override;
+
+ private:
+  struct State {
+    int64_t step = 0;   // 0: never stepped (no state)
+    Tensor exp_avg;     // m
+    Tensor exp_avg_sq;  // v
+  };
+  AdamOptions options_;
+  std::vector<State> state_;
+};
+
+/// Adam with decoupled weight decay (Loshchilov & Hutter, "Decoupled Weight Decay
+/// Regularization"); the same as Adam with AdamOptions::decoupled = true.
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, AdamWOptions options);
+};
+
+}  // namespace pipewright::nn

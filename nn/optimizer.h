@@ -1,0 +1,124 @@
+// Optimizer: the base of SGD, Adam and AdamW (torch.optim.Optimizer, one parameter group).
+//
+// An optimizer holds handles to the parameters it updates (the same TensorImpls as the
+// model's, so an update is visible through every handle) and, per parameter, its state
+// (momentum buffer, Adam moments, step count). step() reads each parameter's .grad and updates
+// the parameter in place with the fused kernel of the parameter's device (Kernels::sgd_step /
+// Kernels::adam_step), so parameters of different pipeline stages may live on different
+// devices; each state tensor lives on its parameter's device.
+//
+//   nn::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
+//   for (...) { opt.zero_grad(); loss(model(x), y).backward(); opt.step(); }
+//
+// Checkpointing: state_dict() / load_state_dict() use flat, PyTorch-like keys, so a training
+// run saved to safetensors resumes bit for bit (see nn/serialize.h):
+//
+//   state.<i>.<name>        per-parameter state of parameter i (its index in the constructor's
+//                           list), e.g. "state.0.momentum_buffer", "state.3.exp_avg",
+//                           "state.3.exp_avg_sq", "state.3.step". A parameter that has never
+//                           been stepped (its grad was always undefined) has no entries.
+//                           By convention (PyTorch's), an entry named "step" is a count;
+//                           every other entry has its parameter's shape and dtype.
+//   param_groups.0.<name>   the hyperparameters as float64 scalars ("param_groups.0.lr"; a
+//                           flag like nesterov is 0 or 1). Loading restores them, as PyTorch
+//                           does, so a learning-rate schedule resumes where it stopped.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace pipewright::nn {
+
+// The same alias as nn/module.h declares (redeclaring an alias of the same type is legal C++),
+// so the optimizers do not depend on Module.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Optimizer {
+ public:
+  /// `params`: the tensors to update (e.g. Module::parameters()), float32 or float64,
+  /// contiguous, each at most once. Throws std::invalid_argument for an empty list, an
+  /// undefined, integer or non-contiguous tensor, or the same tensor twice (naming its index).
+  explicit Optimizer(std::vector<Tensor> params);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  /// One update of every parameter whose .grad is defined (the others are skipped and keep
+  /// their state, as in PyTorch). Throws std::invalid_argument when a grad's shape, dtype or
+  /// device differs from its parameter's (naming the parameter index and both values).
+  virtual void step() = 0;
+
+  /// Sets every parameter's .grad to undefined (PyTorch's zero_grad(set_to_none=True)).
+  void zero_grad();
+
+  const std::vector<Tensor>& params() const { return params_; }
+
+  /// The learning rate (what a schedule changes between steps). set_lr throws
+  /// std::invalid_argument for lr < 0 or NaN.
+  virtual double lr() const = 0;
+  virtual void set_lr(double lr) = 0;
+
+  /// "SGD", "Adam", "AdamW": used in error messages.
+  virtual const char* name() const = 0;
+
+  /// A snapshot of the state (copies: later steps do not change it), keys as described at the
+  /// top of this file. Per-parameter tensors stay on their parameter's device; "step" is a
+  /// rank-0 int64 tensor on the CPU; hyperparameters are rank-0 float64 tensors on the CPU.
+  NamedTensors state_dict() const;
+
+  /// Restores a state_dict() (from this optimizer class, over parameters of the same shapes
+  /// and dtypes, any device: tensors are copied to each parameter's device). Throws
+  /// std::invalid_argument naming the key for: an unknown or malformed key, a parameter
+  /// index out of range, a missing hyperparameter, an incomplete per-parameter state (say
+  /// exp_avg without exp_avg_sq), a shape/dtype that differs from the parameter's, a step < 1,
+  /// or invalid hyperparameters. On error the optimizer is left unchanged.
+  void load_state_dict(const NamedTensors& state);
+
+ protected:
+  // ---- what a concrete optimizer supplies ----
+
+  /// Names of the per-parameter state entries ("momentum_buffer"; "step", "exp_avg", ...).
+  /// A parameter either has all of them or none.
+  virtual std::vector<std::string> state_names() const = 0;
+  /// Parameter i's state as (name, tensor) in state_names() order, or empty when it has none.
+  /// The tensors may be the live ones: state_dict() copies them.
+  virtual NamedTensors param_state(size_t i) const = 0;
+  /// Hyperparameters as (name, value).
+  virtual std::vector<std::pair<std::string, double>> hyperparameters() const = 0;
+
+  /// Throws std::invalid_argument (naming the values) when loaded hyperparameters are invalid.
+  /// `values` holds every name of hyperparameters().
+  virtual void validate_hyperparameters(const std::map<std::string, double>& values) const = 0;
+  /// Replaces the whole state with one that load_state_dict() has validated: per_param[i] is
+  /// empty or holds every state name; an entry named "step" is a rank-0 int64 CPU tensor >= 1,
+  /// every other entry a fresh tensor of parameter i's shape and dtype on its device.
+  virtual void commit_state(std::vector<std::map<std::string, Tensor>> per_param,
+                            const std::map<std::string, double>& hyperparameters) = 0;
+
+  // ---- helpers for subclasses ----
+
+  /// Parameter i's grad, contiguous, checked to match the parameter's shape, dtype and device;
+  /// undefined when the parameter has no grad.
+  Tensor checked_grad(size_t i) const;
+  /// The rank-0 int64 CPU tensor holding `step` (for param_state()).
+  static Tensor step_tensor(int64_t step);
+  /// `t` on parameter i's device (no copy when already there): state follows a parameter that
+  /// Module::to() moved.
+  Tensor on_param_device(size_t i, const Tensor& t) const;
+
+ private:
+  /// A fresh copy of `t` on parameter i's device, after checking it has the parameter's shape
+  /// and dtype (the key is named in the error).
+  Tensor state_like_param(size_t i, const std::string& key, const Tensor& t) const;
+  /// The value of a loaded step count: a one-element int64 tensor holding a value >= 1.
+  static int64_t step_value(const std::string& key, const Tensor& t);
+
+  std::vector<Tensor> params_;
+};
+
+}  // namespace pipewright::nn
