@@ -1,0 +1,152 @@
+// CudaBackend: every DeviceBackend call is one CUDA runtime call on the right device.
+//
+// Copies are asynchronous on the given stream, with one exception made for safety: a copy to
+// the host synchronizes the stream before returning, so the caller may read the bytes at once
+// (Tensor::to(Device::cpu()) then item()). For pageable host memory, which is what the CPU
+// allocator hands out, the runtime does this anyway.
+//
+//   dst \ src   CPU                      CUDA i
+//   CPU         (not here: CPU backend)  cudaMemcpyAsync D2H + stream sync
+//   CUDA j      cudaMemcpyAsync H2D      i == j: cudaMemcpyAsync D2D; else cudaMemcpyPeerAsync
+#include "cuda_kernels/backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+#include <stdexcept>
+
+#include "cuda_kernels/check.h"
+#include "cuda_kernels/device_guard.h"
+
+namespace pipewright::cuda {
+namespace {
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+cudaEvent_t as_event(void* e) { return static_cast<cudaEvent_t>(e); }
+
+/// The device a copy runs under: the stream's own device, else the GPU side of the copy.
+int copy_device(Device dst, Device src, void* stream) {
+  if (stream != nullptr) {
+    int device = 0;
+    PW_CUDA_CHECK(cudaStreamGetDevice(as_stream(stream), &device));
+    return device;
+  }
+  return dst.is_cuda() ? dst.index : src.index;
+}
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  int device_count() override { return cuda_device_count(); }
+
+  void* create_stream(int device_index) override {
+    DeviceGuard guard(device_index);
+    cudaStream_t stream = nullptr;
+    PW_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamDefault));  // Note [Blocking streams]
+    return stream;
+  }
+
+  // Called from destructors: never throws. At process exit the runtime may already be
+  // unloading (cudaErrorCudartUnloading); the handle is then simply dropped.
+  void destroy_stream(int device_index, void* stream) override {
+    if (stream == nullptr) return;
+    int previous = 0;
+    if (cudaGetDevice(&previous) == cudaSuccess && previous != device_index) {
+      (void)cudaSetDevice(device_index);
+      (void)cudaStreamDestroy(as_stream(stream));
+      (void)cudaSetDevice(previous);
+    } else {
+      (void)cudaStreamDestroy(as_stream(stream));
+    }
+    (void)cudaGetLastError();
+  }
+
+  void synchronize_stream(int device_index, void* stream) override {
+    DeviceGuard guard(device_index);
+    PW_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream)));
+  }
+
+  void* create_event(int device_index) override {
+    DeviceGuard guard(device_index);
+    cudaEvent_t event = nullptr;
+    PW_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDefault));  // timing enabled
+    return event;
+  }
+
+  void destroy_event(int /*device_index*/, void* event) override {
+    if (event == nullptr) return;
+    (void)cudaEventDestroy(as_event(event));  // never throws (see destroy_stream)
+    (void)cudaGetLastError();
+  }
+
+  void record_event(int device_index, void* event, void* stream) override {
+    DeviceGuard guard(device_index);
+    PW_CUDA_CHECK(cudaEventRecord(as_event(event), as_stream(stream)));
+  }
+
+  void stream_wait_event(int device_index, void* stream, void* event) override {
+    DeviceGuard guard(device_index);
+    PW_CUDA_CHECK(cudaStreamWaitEvent(as_stream(stream), as_event(event), 0));
+  }
+
+  void synchronize_event(int device_index, void* event) override {
+    DeviceGuard guard(device_index);
+    PW_CUDA_CHECK(cudaEventSynchronize(as_event(event)));
+  }
+
+  float event_elapsed_ms(int device_index, void* start, void* end) override {
+    DeviceGuard guard(device_index);
+    float ms = 0.0f;
+    PW_CUDA_CHECK(cudaEventElapsedTime(&ms, as_event(start), as_event(end)));
+    return ms;
+  }
+
+  void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
+            void* stream) override {
+    if (bytes == 0) return;
+    if (dst_device.is_cpu() && src_device.is_cpu()) {
+      throw std::invalid_argument("CUDA backend asked to copy " + src_device.str() + " -> " +
+                                  dst_device.str() + " (a CPU-to-CPU copy)");
+    }
+    DeviceGuard guard(copy_device(dst_device, src_device, stream));
+    cudaStream_t s = as_stream(stream);
+    if (dst_device.is_cuda() && src_device.is_cuda()) {
+      if (dst_device.index == src_device.index) {
+        PW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+      } else {
+        PW_CUDA_CHECK(
+            cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, bytes, s));
+      }
+    } else if (dst_device.is_cuda()) {
+      PW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+    } else {
+      PW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+      PW_CUDA_CHECK(cudaStreamSynchronize(s));  // the host may read dst on return
+    }
+  }
+};
+
+}  // namespace
+
+DeviceBackend& cuda_backend() {
+  static CudaBackend* backend = new CudaBackend();  // never destroyed: outlives static tensors
+  return *backend;
+}
+
+int cuda_device_count() {
+  static std::once_flag once;
+  static int count = 0;
+  std::call_once(once, [] {
+    int n = 0;
+    const cudaError_t status = cudaGetDeviceCount(&n);
+    if (status == cudaErrorInsufficientDriver || status == cudaErrorNoDevice) {
+      (void)cudaGetLastError();
+      n = 0;  // no GPU here: a CPU-only machine, or a CI container without the driver
+    } else {
+      check(status, "cudaGetDeviceCount(&n)", __FILE__, __LINE__);  // throws; retried next call
+    }
+    count = n;
+  });
+  return count;
+}
+
+}  // namespace pipewright::cuda

@@ -1,0 +1,29 @@
+// cuBLAS handles and the precision policy of the CUDA GEMM.
+//
+// A cuBLAS handle holds a stream and a workspace and must not be used by two threads at once.
+// blas_handle() gives each (thread, device) its own handle, taken from a process-wide pool and
+// returned to it when the thread exits (pipeline workers come and go; handles are costly to
+// create and are never destroyed, which also keeps process exit free of cuBLAS teardown).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+namespace pipewright::cuda {
+
+/// The calling thread's cuBLAS handle for CUDA device `device_index`, bound to `stream`.
+/// Call with that device current (DeviceGuard). Throws CudaError if cuBLAS cannot start.
+cublasHandle_t blas_handle(int device_index, cudaStream_t stream);
+
+/// TF32 for float32 GEMMs (process-wide, default false).
+///
+/// false (default): cuBLAS's CUBLAS_DEFAULT_MATH, full float32 products and sums, so results
+///   match the CPU to float32 rounding (about 1e-6 relative per accumulated term).
+/// true: CUBLAS_TF32_TENSOR_OP_MATH, tensor cores with inputs rounded to 10 mantissa bits:
+///   several times faster on Hopper, but only about 1e-3 relative accuracy. Opt in only where
+///   that is acceptable (training large layers), never for tests against the CPU.
+/// float64 GEMMs are unaffected. Takes effect at the next gemm on each thread.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+}  // namespace pipewright::cuda

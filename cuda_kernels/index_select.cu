@@ -1,0 +1,60 @@
+// index_select along dim 0: out[i, ...] = src[index[i], ...].
+//
+// Shape legend: src [rows, R...] (R = elements per row), index [K] int64, out [K, R...];
+// one thread per output element (K * R). Elements move as raw 4- or 8-byte words, so any
+// dtype works. An index outside [0, rows) is recorded through IndexCheck and thrown as
+// std::out_of_range after the kernel (so this function waits for its stream); the rows it
+// would have written are left untouched.
+#include "cuda_kernels/index_check.h"
+#include "cuda_kernels/kernel_table.h"
+#include "cuda_kernels/launch.cuh"
+
+namespace pipewright::cuda {
+namespace {
+
+template <class Word>
+__global__ void index_select_kernel(const Word* src, const int64_t* index, Word* out, int64_t k,
+                                    int64_t row, int64_t rows, unsigned long long* bad) {
+  PW_GRID_STRIDE_LOOP(e, k * row) {
+    const int64_t i = e / row, r = e % row;
+    const int64_t from = index[i];
+    if (from < 0 || from >= rows) {
+      if (r == 0) atomicMin(bad, static_cast<unsigned long long>(i));
+      continue;
+    }
+    if (out != nullptr) out[e] = src[from * row + r];  // nullptr: rows are empty
+  }
+}
+
+}  // namespace
+
+void index_select(const Tensor& src, const Tensor& index, Tensor& out) {
+  const int64_t rows = src.size(0), k = index.numel();
+  const int64_t row = rows == 0 ? 0 : src.numel() / rows;
+  if (k == 0) return;
+  LaunchContext ctx(out);
+  IndexCheck check(out.device(), ctx.stream);
+  // With empty rows (row == 0) nothing is copied, but the indices are still checked.
+  const int64_t elements = row == 0 ? k : k * row;
+  const int64_t row_for_kernel = row == 0 ? 1 : row;
+  if (element_size(src.dtype()) == 4) {
+    index_select_kernel<uint32_t><<<grid_for(elements), kBlock, 0, ctx.stream>>>(
+        static_cast<const uint32_t*>(src.raw_data()), index.data<int64_t>(),
+        row == 0 ? nullptr : static_cast<uint32_t*>(out.raw_data()), k, row_for_kernel, rows,
+        check.slot());
+  } else {
+    index_select_kernel<uint64_t><<<grid_for(elements), kBlock, 0, ctx.stream>>>(
+        static_cast<const uint64_t*>(src.raw_data()), index.data<int64_t>(),
+        row == 0 ? nullptr : static_cast<uint64_t*>(out.raw_data()), k, row_for_kernel, rows,
+        check.slot());
+  }
+  PW_CUDA_CHECK_LAUNCH();
+  if (const int64_t i = check.first_bad(); i >= 0) {
+    const int64_t bad = check.read(index.data<int64_t>(), i);
+    throw std::out_of_range("index_select: index " + std::to_string(bad) + " at position " +
+                            std::to_string(i) + " is outside [0, " + std::to_string(rows) +
+                            ") for src of shape " + src.shape().str());
+  }
+}
+
+}  // namespace pipewright::cuda

@@ -1,0 +1,147 @@
+// Device-side helpers shared by the kernel files: launch sizes, grid-stride loops, block-wide
+// reductions and dtype dispatch. Included by .cu files only (nvcc).
+//
+// Conventions of every kernel in cuda_kernels/:
+//  - one thread per element in a grid-stride loop (for i = global id; i < n; i += grid size),
+//    indices in int64 so tensors over 2^31 elements work;
+//  - launched on the calling thread's current stream of the output's device (LaunchContext),
+//    with the launch checked at once (PW_CUDA_CHECK_LAUNCH);
+//  - arithmetic in the tensor's own dtype unless a comment says otherwise.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "cuda_kernels/check.h"
+#include "cuda_kernels/device_guard.h"
+#include "tensor/tensor.h"
+
+namespace pipewright::cuda {
+
+constexpr int kBlock = 256;          // threads per block of elementwise kernels
+constexpr int64_t kMaxGrid = 65536;  // blocks; the grid-stride loop covers the rest
+
+/// Blocks for n elements at kBlock threads each (at least 1, at most kMaxGrid).
+inline unsigned grid_for(int64_t n) {
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxGrid ? kMaxGrid : blocks));
+}
+
+/// Blocks for one-block-per-row kernels (at least 1, at most kMaxGrid; they loop over the rest).
+inline unsigned row_grid(int64_t rows) {
+  return static_cast<unsigned>(rows < 1 ? 1 : (rows > kMaxGrid ? kMaxGrid : rows));
+}
+
+/// The device and stream a kernel runs on: the output tensor's device, made current for the
+/// scope, and that device's current stream.
+struct LaunchContext {
+  explicit LaunchContext(const Tensor& out)
+      : guard(out.device()), stream(current_stream(out.device())) {}
+  DeviceGuard guard;
+  cudaStream_t stream;
+};
+
+/// Grid-stride loop over [0, n): `for (int64_t i : GridStride(n))`-style, as a macro so the
+/// loop body stays ordinary code.
+#define PW_GRID_STRIDE_LOOP(i, n)                                                  \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;     \
+       i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// ---- dtype dispatch (host side) ----
+
+/// Calls f(T{}) with T = float or double for a floating dtype; throws std::invalid_argument
+/// naming `op` and the dtype otherwise.
+template <class F>
+void dispatch_floating(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: f(float{}); return;
+    case DType::kFloat64: f(double{}); return;
+    default:
+      throw std::invalid_argument(std::string("cuda ") + op + ": unsupported dtype " +
+                                  dtype_name(dtype) + " (float32 or float64 expected)");
+  }
+}
+
+/// Like dispatch_floating, and T = int64_t for int64.
+template <class F>
+void dispatch_all(DType dtype, const char* op, F&& f) {
+  if (dtype == DType::kInt64) {
+    f(int64_t{});
+    return;
+  }
+  dispatch_floating(dtype, op, static_cast<F&&>(f));
+}
+
+// ---- block-wide reductions (device side) ----
+// Each thread brings one value; every thread gets the block's result. `shared` must hold
+// blockDim.x / 32 values. blockDim.x must be a multiple of 32 (warp size).
+
+template <class T>
+__device__ inline T warp_sum(T v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <class T>
+__device__ inline T warp_max(T v) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const T other = __shfl_down_sync(0xffffffffu, v, offset);
+    v = other > v || other != other ? other : v;  // NaN wins, like torch.max
+  }
+  return v;
+}
+
+/// Sum over the block (tree order: not the same rounding as a sequential CPU loop).
+template <class T>
+__device__ T block_sum(T v, T* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_sum(v);
+  __syncthreads();  // `shared` may still be read by a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < warps ? shared[threadIdx.x] : T(0);
+  if (warp == 0) v = warp_sum(v);
+  if (threadIdx.x == 0) shared[0] = v;
+  __syncthreads();
+  return shared[0];
+}
+
+/// Max over the block (NaN propagates). Threads without data bring -infinity (or the lowest
+/// value for integers).
+template <class T>
+__device__ T block_max(T v, T* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < warps ? shared[threadIdx.x] : shared[0];
+  if (warp == 0) v = warp_max(v);
+  if (threadIdx.x == 0) shared[0] = v;
+  __syncthreads();
+  return shared[0];
+}
+
+/// The smallest value of T: -inf for floating types, the minimum for integers.
+template <class T>
+__host__ __device__ constexpr T lowest() {
+  if constexpr (std::is_floating_point_v<T>) {
+    return -std::numeric_limits<T>::infinity();
+  } else {
+    return std::numeric_limits<T>::lowest();
+  }
+}
+
+/// Threads per block for a row of `cols` elements: a power of two from 32 to 512.
+inline int row_block(int64_t cols) {
+  int threads = 32;
+  while (threads < cols && threads < 512) threads *= 2;
+  return threads;
+}
+
+}  // namespace pipewright::cuda
