@@ -1,0 +1,140 @@
+// The CUDA caching allocator: size classes, exact counters (allocated, peak, reserved),
+// reuse on the same stream, stream-aware reuse across streams (Note [Stream-aware reuse] in
+// cuda_kernels/caching_allocator.h), empty_cache, and the out-of-memory error.
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "cuda_kernels/caching_allocator.h"
+#include "cuda_kernels/check.h"
+#include "tensor/stream.h"
+#include "tests/cuda/gpu_test.h"
+
+namespace pipewright::testing {
+namespace {
+
+using cuda::CachingAllocator;
+
+TEST_CASE("size classes: 512 B steps up to 1 MiB, then 2 MiB steps", "[cuda][allocator]") {
+  // Pure arithmetic: runs without a GPU.
+  CHECK(CachingAllocator::round_size(1) == 512);
+  CHECK(CachingAllocator::round_size(512) == 512);
+  CHECK(CachingAllocator::round_size(513) == 1024);
+  CHECK(CachingAllocator::round_size(1 << 20) == 1 << 20);
+  CHECK(CachingAllocator::round_size((1 << 20) + 1) == 2 << 20);
+  CHECK(CachingAllocator::round_size(5 << 20) == 6 << 20);
+}
+
+/// The registered allocator of cuda:0, as the caching allocator it is.
+CachingAllocator& cuda0_allocator() {
+  auto* a = dynamic_cast<CachingAllocator*>(&allocator_for(gpu()));
+  REQUIRE(a != nullptr);
+  return *a;
+}
+
+TEST_CASE("counters are exact; a freed block is reused on its stream at once",
+          "[cuda][allocator]") {
+  if (!gpu_available_or_skip()) return;
+  CachingAllocator& a = cuda0_allocator();
+  a.empty_cache();
+  const int64_t base = a.allocated(), base_reserved = a.reserved();
+  a.reset_peak();
+  const Stream stream = Stream::create(gpu());
+
+  void* p = a.allocate(1000, stream.handle());
+  CHECK(a.allocated() == base + 1000);               // requested bytes, not rounded
+  CHECK(a.reserved() == base_reserved + 1024);       // rounded to the size class
+  void* q = a.allocate(3 << 20, stream.handle());
+  CHECK(a.allocated() == base + 1000 + (3 << 20));
+  CHECK(a.peak() == base + 1000 + (3 << 20));
+  CHECK(a.reserved() == base_reserved + 1024 + (4 << 20));
+  a.deallocate(q, 3 << 20);
+  a.deallocate(p, 1000);
+  CHECK(a.allocated() == base);
+  CHECK(a.peak() == base + 1000 + (3 << 20));        // the peak stays
+  CHECK(a.reserved() == base_reserved + 1024 + (4 << 20));  // cached, not freed
+  CHECK(a.cached_blocks() == 2);
+
+  const int64_t mallocs = a.device_mallocs();
+  void* again = a.allocate(900, stream.handle());    // same size class, same stream
+  CHECK(again == p);
+  CHECK(a.device_mallocs() == mallocs);
+  a.deallocate(again, 900);
+
+  a.empty_cache();
+  CHECK(a.cached_blocks() == 0);
+  CHECK(a.reserved() == base_reserved);
+  CHECK(a.allocate(0, stream.handle()) == nullptr);
+  CHECK(a.allocated() == base);
+}
+
+/// Blocks `stream` until `release` becomes true (a host function queued on the stream).
+void CUDART_CB hold_stream(void* release) {
+  auto* flag = static_cast<std::atomic<bool>*>(release);
+  while (!flag->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+TEST_CASE("a block freed on a busy stream is not reused by another stream until it is done",
+          "[cuda][allocator]") {
+  if (!gpu_available_or_skip()) return;
+  CachingAllocator& a = cuda0_allocator();
+  a.empty_cache();
+  const Stream busy = Stream::create(gpu()), other = Stream::create(gpu());
+  std::atomic<bool> release{false};
+  auto* busy_stream = static_cast<cudaStream_t>(busy.handle());
+  struct ReleaseOnExit {  // never leave the stream stuck, even when a check throws
+    std::atomic<bool>& flag;
+    cudaStream_t stream;
+    ~ReleaseOnExit() {
+      flag = true;
+      (void)cudaStreamSynchronize(stream);  // the host function stops reading `flag`
+    }
+  } release_on_exit{release, busy_stream};
+
+  void* p = a.allocate(4096, busy.handle());
+  PW_CUDA_CHECK(cudaLaunchHostFunc(busy_stream, hold_stream, &release));  // busy is now stuck
+  a.deallocate(p, 4096);  // its free-time event is queued behind the stuck work
+
+  void* q = a.allocate(4096, other.handle());
+  CHECK(q != p);  // the other stream must not get memory the busy stream may still use
+  void* r = a.allocate(4096, busy.handle());
+  CHECK(r == p);  // the busy stream itself may: its own work is ordered
+  a.deallocate(r, 4096);
+
+  release = true;
+  busy.synchronize();  // now the free-time event has completed
+  const int64_t mallocs = a.device_mallocs();
+  void* s = a.allocate(4096, other.handle());
+  CHECK(s == p);  // safe for any stream now, and found in the cache
+  CHECK(a.device_mallocs() == mallocs);
+  a.deallocate(q, 4096);
+  a.deallocate(s, 4096);
+  a.empty_cache();
+}
+
+TEST_CASE("out of memory throws CudaError naming the size", "[cuda][allocator]") {
+  if (!gpu_available_or_skip()) return;
+  CachingAllocator& a = cuda0_allocator();
+  const size_t huge = size_t{1} << 50;  // 1 PiB
+  const int64_t before = a.allocated();
+  try {
+    a.allocate(huge, nullptr);
+    FAIL("allocating 1 PiB succeeded");
+  } catch (const cuda::CudaError& e) {
+    CHECK(std::string(e.what()).find(std::to_string(CachingAllocator::round_size(huge))) !=
+          std::string::npos);
+    CHECK(e.code() == static_cast<int>(cudaErrorMemoryAllocation));
+  }
+  CHECK(a.allocated() == before);
+  // The device is still usable.
+  void* p = a.allocate(100, nullptr);
+  CHECK(p != nullptr);
+  a.deallocate(p, 100);
+}
+
+}  // namespace
+}  // namespace pipewright::testing

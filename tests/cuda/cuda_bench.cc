@@ -1,0 +1,189 @@
+// GPU benchmark of cuda_kernels/ (built by CI, run by hand on the device machine):
+//
+//   1. GEMM float32: our kernel-table gemm (cuBLAS underneath, handle pool + row-major swap)
+//      against a raw cublasSgemm call, full FP32 and TF32, square sizes; TFLOP/s.
+//   2. ReLU (unary) bandwidth: GB/s counting bytes read + written.
+//   3. BatchNorm training forward + backward: our kernels against cuDNN's (legacy
+//      cudnnBatchNormalization* API), 2-D [N, C] and 3-D [N, C, L]; GB/s of the minimum traffic.
+//
+// Usage: cuda_bench [iterations]   (default 20, after 3 warm-up runs; times from CUDA events on
+// one created stream). Prints Markdown tables for docs/BENCHMARKS.md. Exits 1 without a GPU.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+
+#include "cuda_kernels/blas.h"
+#include "cuda_kernels/check.h"
+#include "tensor/generator.h"
+#include "tensor/kernels.h"
+#include "tensor/stream.h"
+#include "tensor/tensor.h"
+
+// The legacy BatchNorm API is deprecated in cuDNN 9 but is what cuDNN users call; it is the
+// fair comparison for a hand-written BatchNorm.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+namespace pipewright {
+namespace {
+
+int g_iterations = 20;
+const Device kGpu = Device::cuda(0);
+
+/// Mean milliseconds of `fn` over g_iterations, after 3 warm-ups, on the current stream.
+double time_ms(const std::function<void()>& fn) {
+  for (int i = 0; i < 3; ++i) fn();
+  Event start(kGpu), end(kGpu);
+  start.record();
+  for (int i = 0; i < g_iterations; ++i) fn();
+  end.record();
+  end.synchronize();
+  return static_cast<double>(start.elapsed_ms(end)) / g_iterations;
+}
+
+Tensor random_gpu(const Shape& shape, uint64_t seed) {
+  Tensor t = Tensor::empty(shape, {DType::kFloat32, kGpu});
+  Generator(seed).uniform_(t, -1.0, 1.0);
+  return t;
+}
+
+const Kernels& gpu() { return kernels_for(DeviceType::kCUDA); }
+
+void bench_gemm(cudaStream_t stream) {
+  std::printf("\n### GEMM float32, C = A·B (square)\n\n");
+  std::printf("| n | ours FP32 ms | raw cuBLAS FP32 ms | ours TFLOP/s | ours TF32 ms | raw TF32 ms |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  cublasHandle_t raw = nullptr;
+  PW_CUDA_CHECK(cublasCreate(&raw));
+  PW_CUDA_CHECK(cublasSetStream(raw, stream));
+  for (int n : {1024, 2048, 4096, 8192}) {
+    const Tensor a = random_gpu({n, n}, 1), b = random_gpu({n, n}, 2);
+    Tensor c = Tensor::empty({n, n}, {DType::kFloat32, kGpu});
+    const float one = 1.0f, zero = 0.0f;
+    auto ours = [&] { gpu().gemm(false, false, 1.0, a, b, 0.0, c); };
+    auto raw_call = [&] {
+      PW_CUDA_CHECK(cublasSgemm(raw, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b.data<float>(), n,
+                                a.data<float>(), n, &zero, c.data<float>(), n));
+    };
+    PW_CUDA_CHECK(cublasSetMathMode(raw, CUBLAS_DEFAULT_MATH));
+    const double ours_ms = time_ms(ours), raw_ms = time_ms(raw_call);
+    cuda::set_allow_tf32(true);
+    PW_CUDA_CHECK(cublasSetMathMode(raw, CUBLAS_TF32_TENSOR_OP_MATH));
+    const double ours_tf32 = time_ms(ours), raw_tf32 = time_ms(raw_call);
+    cuda::set_allow_tf32(false);
+    const double flops = 2.0 * n * static_cast<double>(n) * n;
+    std::printf("| %d | %.3f | %.3f | %.1f | %.3f | %.3f |\n", n, ours_ms, raw_ms,
+                flops / (ours_ms * 1e-3) / 1e12, ours_tf32, raw_tf32);
+  }
+  PW_CUDA_CHECK(cublasDestroy(raw));
+}
+
+void bench_relu() {
+  std::printf("\n### ReLU float32 (unary kernel)\n\n| elements | ms | GB/s (read + write) |\n|---|---|---|\n");
+  for (int64_t n : {int64_t{1} << 20, int64_t{1} << 24, int64_t{1} << 28}) {
+    const Tensor x = random_gpu({n}, 3);
+    Tensor y = Tensor::empty({n}, {DType::kFloat32, kGpu});
+    const double ms = time_ms([&] { gpu().unary(UnaryOp::kRelu, x, y); });
+    std::printf("| %lld | %.4f | %.0f |\n", static_cast<long long>(n), ms,
+                2.0 * 4.0 * static_cast<double>(n) / (ms * 1e-3) / 1e9);
+  }
+}
+
+/// cuDNN descriptors for x viewed as [N, C, L, 1] and its [1, C, 1, 1] parameters.
+struct CudnnBn {
+  cudnnHandle_t handle = nullptr;
+  cudnnTensorDescriptor_t x = nullptr, param = nullptr;
+  cudnnBatchNormMode_t mode;
+  CudnnBn(cudaStream_t stream, int64_t n, int64_t c, int64_t l) {
+    PW_CUDA_CHECK(cudnnCreate(&handle));
+    PW_CUDA_CHECK(cudnnSetStream(handle, stream));
+    PW_CUDA_CHECK(cudnnCreateTensorDescriptor(&x));
+    PW_CUDA_CHECK(cudnnCreateTensorDescriptor(&param));
+    PW_CUDA_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                             static_cast<int>(n), static_cast<int>(c),
+                                             static_cast<int>(l), 1));
+    // [N, C]: per-activation over N equals per-channel; [N, C, L]: spatial.
+    mode = l == 1 ? CUDNN_BATCHNORM_PER_ACTIVATION : CUDNN_BATCHNORM_SPATIAL;
+    PW_CUDA_CHECK(cudnnDeriveBNTensorDescriptor(param, x, mode));
+  }
+  ~CudnnBn() {
+    cudnnDestroyTensorDescriptor(x);
+    cudnnDestroyTensorDescriptor(param);
+    cudnnDestroy(handle);
+  }
+};
+
+void bench_batch_norm(cudaStream_t stream) {
+  std::printf("\n### BatchNorm float32, training forward + backward\n\n");
+  std::printf("| shape [N, C, L] | ours fwd ms | cuDNN fwd ms | ours bwd ms | cuDNN bwd ms | ours fwd GB/s |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  struct S { int64_t n, c, l; };
+  for (S s : {S{256, 1024, 1}, S{4096, 1024, 1}, S{64, 256, 784}, S{32, 64, 12544}}) {
+    const Shape xs{s.n, s.c, s.l};
+    const Tensor x = random_gpu(xs, 4), g = random_gpu(xs, 5);
+    const Tensor gamma = Tensor::ones({s.c}, {DType::kFloat32, kGpu});
+    const Tensor beta = Tensor::zeros({s.c}, {DType::kFloat32, kGpu});
+    Tensor y = Tensor::empty(xs, {DType::kFloat32, kGpu}), gx = Tensor::empty(xs, {DType::kFloat32, kGpu});
+    Tensor mean = Tensor::empty({s.c}, {DType::kFloat32, kGpu}), invstd = mean.clone();
+    Tensor gg = mean.clone(), gb = mean.clone(), rm = Tensor::zeros({s.c}, {DType::kFloat32, kGpu}),
+           rv = Tensor::ones({s.c}, {DType::kFloat32, kGpu});
+    const double ours_fwd = time_ms([&] {
+      gpu().batch_norm_train(x, gamma, beta, 1e-5, s.n, s.c, s.l, y, mean, invstd);
+    });
+    const double ours_bwd = time_ms([&] {
+      gpu().batch_norm_backward(g, x, gamma, mean, invstd, s.n, s.c, s.l, gx, gg, gb);
+    });
+    CudnnBn bn(stream, s.n, s.c, s.l);
+    const float one = 1.0f, zero = 0.0f;
+    const double cudnn_fwd = time_ms([&] {
+      PW_CUDA_CHECK(cudnnBatchNormalizationForwardTraining(
+          bn.handle, bn.mode, &one, &zero, bn.x, x.data<float>(), bn.x, y.data<float>(), bn.param,
+          gamma.data<float>(), beta.data<float>(), 0.1, rm.data<float>(), rv.data<float>(), 1e-5,
+          mean.data<float>(), invstd.data<float>()));
+    });
+    const double cudnn_bwd = time_ms([&] {
+      PW_CUDA_CHECK(cudnnBatchNormalizationBackward(
+          bn.handle, bn.mode, &one, &zero, &one, &zero, bn.x, x.data<float>(), bn.x,
+          g.data<float>(), bn.x, gx.data<float>(), bn.param, gamma.data<float>(),
+          gg.data<float>(), gb.data<float>(), 1e-5, mean.data<float>(), invstd.data<float>()));
+    });
+    // Minimum traffic of the forward: read x, write y (4 bytes each).
+    const double bytes = 2.0 * 4.0 * static_cast<double>(s.n * s.c * s.l);
+    std::printf("| [%lld, %lld, %lld] | %.4f | %.4f | %.4f | %.4f | %.0f |\n",
+                static_cast<long long>(s.n), static_cast<long long>(s.c),
+                static_cast<long long>(s.l), ours_fwd, cudnn_fwd, ours_bwd, cudnn_bwd,
+                bytes / (ours_fwd * 1e-3) / 1e9);
+  }
+}
+
+}  // namespace
+}  // namespace pipewright
+
+int main(int argc, char** argv) {
+  using namespace pipewright;
+  if (argc > 1) g_iterations = std::max(1, std::atoi(argv[1]));
+  try {
+    if (device_count(DeviceType::kCUDA) == 0) {
+      std::fprintf(stderr, "cuda_bench: no GPU\n");
+      return 1;
+    }
+    cudaDeviceProp prop{};
+    PW_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("## CUDA benchmark: %s, %d SMs, %d iterations per timing\n", prop.name,
+                prop.multiProcessorCount, g_iterations);
+    const Stream stream = Stream::create(kGpu);
+    StreamGuard guard(stream);
+    auto* s = static_cast<cudaStream_t>(stream.handle());
+    bench_gemm(s);
+    bench_relu();
+    bench_batch_norm(s);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

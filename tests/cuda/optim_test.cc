@@ -1,0 +1,76 @@
+// Fused CUDA SGD and Adam steps against the CPU, over several steps and every option.
+// Tolerances: float32 rtol 1e-5 / atol 1e-6 after 5 steps (nvcc fuses a*b+c into FMAs, the
+// CPU compiler may not: an ulp per operation), float64 1e-13.
+#include <catch2/catch.hpp>
+
+#include "tests/cuda/gpu_test.h"
+
+namespace pipewright::testing {
+namespace {
+
+constexpr int kSteps = 5;
+
+TEST_CASE("cuda sgd_step matches cpu", "[cuda][optim]") {
+  if (!gpu_available_or_skip()) return;
+  struct Options {
+    double momentum, dampening, weight_decay;
+    bool nesterov;
+  };
+  const Options options[] = {{0.0, 0.0, 0.0, false}, {0.9, 0.0, 1e-2, false},
+                             {0.9, 0.1, 0.0, false}, {0.9, 0.0, 1e-4, true}};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const Options& o : options) {
+      INFO(dtype_name(dtype) << " momentum " << o.momentum << " dampening " << o.dampening
+                             << " wd " << o.weight_decay << " nesterov " << o.nesterov);
+      Tensor p = random_tensor({1000, 3}, dtype, 71);
+      Tensor buf = Tensor::zeros(p.shape(), {dtype, Device::cpu(0)});
+      Tensor p_g = p.to(gpu()), buf_g = buf.to(gpu());
+      for (int step = 0; step < kSteps; ++step) {
+        const Tensor grad = random_tensor(p.shape(), dtype, 72 + step);
+        cpu_kernels().sgd_step(p, grad, buf, 0.1, o.momentum, o.dampening, o.weight_decay,
+                               o.nesterov, step == 0);
+        gpu_kernels().sgd_step(p_g, grad.to(gpu()), buf_g, 0.1, o.momentum, o.dampening,
+                               o.weight_decay, o.nesterov, step == 0);
+      }
+      check_close(p_g, p, tol(dtype, 1e-5, 1e-13), tol(dtype, 1e-6, 1e-14));
+      check_close(buf_g, buf, tol(dtype, 1e-5, 1e-13), tol(dtype, 1e-6, 1e-14));
+    }
+  }
+}
+
+TEST_CASE("cuda adam_step matches cpu (Adam and AdamW)", "[cuda][optim]") {
+  if (!gpu_available_or_skip()) return;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (bool decoupled : {false, true}) {
+      for (double wd : {0.0, 1e-2}) {
+        INFO(dtype_name(dtype) << " decoupled " << decoupled << " wd " << wd);
+        Tensor p = random_tensor({777}, dtype, 81);
+        Tensor m = Tensor::zeros(p.shape(), {dtype, Device::cpu(0)});
+        Tensor v = Tensor::zeros(p.shape(), {dtype, Device::cpu(0)});
+        Tensor p_g = p.to(gpu()), m_g = m.to(gpu()), v_g = v.to(gpu());
+        for (int step = 1; step <= kSteps; ++step) {
+          const Tensor grad = random_tensor(p.shape(), dtype, 82 + step);
+          cpu_kernels().adam_step(p, grad, m, v, 1e-3, 0.9, 0.999, 1e-8, wd, decoupled, step);
+          gpu_kernels().adam_step(p_g, grad.to(gpu()), m_g, v_g, 1e-3, 0.9, 0.999, 1e-8, wd,
+                                  decoupled, step);
+        }
+        check_close(p_g, p, tol(dtype, 1e-5, 1e-13), tol(dtype, 1e-6, 1e-14));
+        check_close(m_g, m, tol(dtype, 1e-5, 1e-13), tol(dtype, 1e-6, 1e-14));
+        check_close(v_g, v, tol(dtype, 1e-5, 1e-13), tol(dtype, 1e-7, 1e-15));
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda adam_step rejects step 0", "[cuda][optim]") {
+  if (!gpu_available_or_skip()) return;
+  Tensor p = Tensor::zeros({4}, {DType::kFloat32, gpu()});
+  Tensor g = Tensor::zeros({4}, {DType::kFloat32, gpu()});
+  Tensor m = Tensor::zeros({4}, {DType::kFloat32, gpu()});
+  Tensor v = Tensor::zeros({4}, {DType::kFloat32, gpu()});
+  CHECK_THROWS_AS(gpu_kernels().adam_step(p, g, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.0, false, 0),
+                  std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace pipewright::testing

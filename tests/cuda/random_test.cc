@@ -1,0 +1,83 @@
+// Philox fills and dropout on CUDA are bit-identical to the CPU (tensor/philox.h, Note
+// [Bit-identical random numbers]): uniform, normal (odd lengths too) and dropout, float32 and
+// float64, at offsets that are and are not multiples of 4, and through Generator.
+#include <catch2/catch.hpp>
+
+#include "tensor/generator.h"
+#include "tests/cuda/gpu_test.h"
+
+namespace pipewright::testing {
+namespace {
+
+const int64_t kSizes[] = {1, 2, 3, 5, 1000, 1000001};
+const uint64_t kOffsets[] = {0, 4, 1, 3, 4096 + 2};
+const uint64_t kSeed = 0x123456789abcdefULL;
+
+TEST_CASE("cuda philox_uniform is bit-identical to cpu", "[cuda][random]") {
+  if (!gpu_available_or_skip()) return;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (int64_t n : kSizes) {
+      for (uint64_t offset : kOffsets) {
+        INFO(dtype_name(dtype) << " n " << n << " offset " << offset);
+        Tensor expected = Tensor::empty({n}, {dtype, Device::cpu(0)});
+        Tensor actual = Tensor::empty({n}, {dtype, gpu()});
+        cpu_kernels().philox_uniform(kSeed, offset, -2.0, 3.0, expected);
+        gpu_kernels().philox_uniform(kSeed, offset, -2.0, 3.0, actual);
+        check_bitwise_equal(actual, expected);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda philox_normal is bit-identical to cpu", "[cuda][random]") {
+  if (!gpu_available_or_skip()) return;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (int64_t n : kSizes) {
+      for (uint64_t offset : kOffsets) {
+        INFO(dtype_name(dtype) << " n " << n << " offset " << offset);
+        Tensor expected = Tensor::empty({n}, {dtype, Device::cpu(0)});
+        Tensor actual = Tensor::empty({n}, {dtype, gpu()});
+        cpu_kernels().philox_normal(kSeed, offset, 0.5, 2.0, expected);
+        gpu_kernels().philox_normal(kSeed, offset, 0.5, 2.0, actual);
+        check_bitwise_equal(actual, expected);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda dropout mask and output are bit-identical to cpu", "[cuda][random]") {
+  if (!gpu_available_or_skip()) return;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (double p : {0.0, 0.1, 0.5, 0.9}) {
+      for (uint64_t offset : kOffsets) {
+        INFO(dtype_name(dtype) << " p " << p << " offset " << offset);
+        const Tensor x = random_tensor({123, 457}, dtype, 61);
+        Tensor out = Tensor::empty(x.shape(), {dtype, Device::cpu(0)});
+        Tensor mask = Tensor::empty(x.shape(), {dtype, Device::cpu(0)});
+        Tensor out_g = Tensor::empty(x.shape(), {dtype, gpu()});
+        Tensor mask_g = Tensor::empty(x.shape(), {dtype, gpu()});
+        cpu_kernels().dropout(kSeed, offset, p, x, out, mask);
+        gpu_kernels().dropout(kSeed, offset, p, x.to(gpu()), out_g, mask_g);
+        check_bitwise_equal(mask_g, mask);
+        check_bitwise_equal(out_g, out);
+      }
+    }
+  }
+}
+
+TEST_CASE("a Generator gives the same stream on cpu and cuda", "[cuda][random]") {
+  if (!gpu_available_or_skip()) return;
+  Generator on_cpu(42), on_gpu(42);
+  Tensor a = Tensor::empty({1001});
+  Tensor b = Tensor::empty({1001}, {DType::kFloat32, gpu()});
+  on_cpu.normal_(a);
+  on_gpu.normal_(b);
+  check_bitwise_equal(b, a);
+  on_cpu.uniform_(a, -1.0, 1.0);  // the offsets advanced identically
+  on_gpu.uniform_(b, -1.0, 1.0);
+  check_bitwise_equal(b, a);
+  CHECK(on_cpu.offset() == on_gpu.offset());
+}
+
+}  // namespace
+}  // namespace pipewright::testing

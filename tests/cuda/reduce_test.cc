@@ -1,0 +1,78 @@
+// CUDA reductions against the CPU: sum / mean / max and argmax over [outer, n, inner] for
+// row reductions (inner = 1), column reductions (inner > 1), long rows and empty dims.
+// Tolerances: sums are added in a different order (tree vs blocks), so float32 is compared
+// with rtol 1e-5 plus atol 1e-6 * n (inputs in [-1, 1]), float64 with 1e-12; max and argmax
+// are exact.
+#include <catch2/catch.hpp>
+
+#include "tests/cuda/gpu_test.h"
+
+namespace pipewright::testing {
+namespace {
+
+struct Case {
+  int64_t outer, n, inner;
+};
+
+const Case kCases[] = {
+    {1, 1, 1},      {7, 1000, 1},  {3, 100003, 1}, {1000, 10, 1}, {1, 5, 300},
+    {4, 33, 129},   {2, 1, 17},    {64, 256, 64},  {1, 1 << 20, 1},
+};
+
+TEST_CASE("cuda reduce matches cpu", "[cuda][reduce]") {
+  if (!gpu_available_or_skip()) return;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const Case& c : kCases) {
+      const Tensor x = random_tensor({c.outer, c.n, c.inner}, dtype, 21);
+      const Tensor x_gpu = x.to(gpu());
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax}) {
+        INFO(dtype_name(dtype) << " [" << c.outer << ", " << c.n << ", " << c.inner << "] op "
+                               << static_cast<int>(op));
+        Tensor expected = Tensor::empty({c.outer, c.inner}, {dtype, Device::cpu(0)});
+        Tensor actual = Tensor::empty({c.outer, c.inner}, {dtype, gpu()});
+        cpu_kernels().reduce(op, x, c.outer, c.n, c.inner, expected);
+        gpu_kernels().reduce(op, x_gpu, c.outer, c.n, c.inner, actual);
+        if (op == ReduceOp::kMax) {
+          check_bitwise_equal(actual, expected);
+        } else {
+          const double scale = op == ReduceOp::kSum ? static_cast<double>(c.n) : 1.0;
+          check_close(actual, expected, tol(dtype, 1e-5, 1e-12),
+                      tol(dtype, 1e-6, 1e-14) * scale);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda reduce over an empty dim: sum 0, mean NaN", "[cuda][reduce]") {
+  if (!gpu_available_or_skip()) return;
+  const Tensor x = Tensor::empty({3, 0, 2}, {DType::kFloat32, gpu()});
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean}) {
+    Tensor expected = Tensor::empty({3, 2}, {DType::kFloat32, Device::cpu(0)});
+    Tensor actual = Tensor::empty({3, 2}, {DType::kFloat32, gpu()});
+    cpu_kernels().reduce(op, Tensor::empty({3, 0, 2}), 3, 0, 2, expected);
+    gpu_kernels().reduce(op, x, 3, 0, 2, actual);
+    check_close(actual, expected, 0.0, 0.0);  // NaN == NaN here
+  }
+}
+
+TEST_CASE("cuda argmax matches cpu, first maximum on ties", "[cuda][reduce]") {
+  if (!gpu_available_or_skip()) return;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const Case& c : kCases) {
+      // Few distinct values: many ties, so "first maximum" is really exercised.
+      const Tensor x = random_tensor({c.outer, c.n, c.inner}, DType::kInt64, 22, 0, 5)
+                           .to(DType::kFloat64)
+                           .to(dtype);
+      INFO(dtype_name(dtype) << " [" << c.outer << ", " << c.n << ", " << c.inner << "]");
+      Tensor expected = Tensor::empty({c.outer, c.inner}, {DType::kInt64, Device::cpu(0)});
+      Tensor actual = Tensor::empty({c.outer, c.inner}, {DType::kInt64, gpu()});
+      cpu_kernels().argmax(x, c.outer, c.n, c.inner, expected);
+      gpu_kernels().argmax(x.to(gpu()), c.outer, c.n, c.inner, actual);
+      check_bitwise_equal(actual, expected);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipewright::testing
