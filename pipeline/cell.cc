@@ -1,0 +1,142 @@
+#include "pipeline/cell.h"
+
+#include <optional>
+#include <stdexcept>
+
+#include "autograd/grad_mode.h"
+
+namespace pipewright::pipeline {
+namespace {
+
+/// Restores a generator's state when leaving a scope, exceptions included.
+class RngStateGuard {
+ public:
+  explicit RngStateGuard(Generator& rng) : rng_(rng), seed_(rng.seed()), offset_(rng.offset()) {}
+  ~RngStateGuard() { rng_.set_state(seed_, offset_); }
+  RngStateGuard(const RngStateGuard&) = delete;
+  RngStateGuard& operator=(const RngStateGuard&) = delete;
+
+ private:
+  Generator& rng_;
+  uint64_t seed_;
+  uint64_t offset_;
+};
+
+nn::Tensors detached(const nn::Tensors& tensors) {
+  nn::Tensors out;
+  out.reserve(tensors.size());
+  for (const Tensor& t : tensors) out.push_back(t.defined() ? t.detach() : Tensor());
+  return out;
+}
+
+}  // namespace
+
+nn::Tensors Cell::forward(const StageFn& fn, const nn::Tensors& inputs, CellMode mode,
+                          Generator& rng, const std::vector<char>& needs_grad) {
+  reset();
+  mode_ = mode;
+  inputs_ = detached(inputs);
+  if (mode == CellMode::kNoGrad) {
+    autograd::NoGradGuard no_grad;
+    nn::Tensors outputs = fn(inputs_);
+    inputs_.clear();
+    return outputs;
+  }
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    Tensor& t = inputs_[i];
+    const bool wanted = needs_grad.empty() || (i < needs_grad.size() && needs_grad[i]);
+    if (wanted && t.defined() && is_floating(t.dtype())) t.set_requires_grad(true);
+  }
+  if (mode == CellMode::kCheckpoint) {
+    seed_ = rng.seed();
+    offset_ = rng.offset();
+    autograd::NoGradGuard no_grad;
+    autograd::CheckpointModeGuard checkpointing(/*checkpointing=*/true, /*recomputing=*/false);
+    return detached(fn(inputs_));
+  }
+  outputs_ = fn(inputs_);
+  has_graph_ = true;
+  return detached(outputs_);
+}
+
+void Cell::recompute(const StageFn& fn, Generator& rng) {
+  if (mode_ != CellMode::kCheckpoint || recomputed_) {
+    throw std::logic_error(recomputed_ ? "recompute of a cell that was already recomputed"
+                                       : "recompute of a cell that was not checkpointed");
+  }
+  RngStateGuard restore(rng);
+  rng.set_state(seed_, offset_);
+  autograd::CheckpointModeGuard recomputing(/*checkpointing=*/false, /*recomputing=*/true);
+  outputs_ = fn(inputs_);
+  has_graph_ = true;
+  recomputed_ = true;
+}
+
+nn::Tensors Cell::backward(const nn::Tensors& grad_outputs) {
+  return backward_impl(grad_outputs, nullptr);
+}
+
+nn::Tensors Cell::backward_input(const nn::Tensors& grad_outputs) {
+  return backward_impl(grad_outputs, &weight_grads_);
+}
+
+void Cell::backward_weight() {
+  weight_grads_.run();
+  reset();
+}
+
+nn::Tensors Cell::backward_impl(const nn::Tensors& grad_outputs,
+                                autograd::WeightGradQueue* defer) {
+  if (!has_graph_) {
+    throw std::logic_error(mode_ == CellMode::kCheckpoint && !recomputed_
+                               ? "backward of a checkpointed cell before its recompute"
+                               : "backward of a cell that holds no graph");
+  }
+  if (grad_outputs.size() != outputs_.size()) {
+    throw std::invalid_argument("a stage produced " + std::to_string(outputs_.size()) +
+                                " outputs but received " + std::to_string(grad_outputs.size()) +
+                                " gradients");
+  }
+  // Only outputs on the graph take part; a missing gradient is zero (the tensor was not used).
+  std::vector<Tensor> outs, grads, ins;
+  for (size_t k = 0; k < outputs_.size(); ++k) {
+    const Tensor& out = outputs_[k];
+    if (!out.defined() || !out.requires_grad()) continue;
+    outs.push_back(out);
+    const Tensor& g = grad_outputs[k];
+    grads.push_back(g.defined() ? g.to(out.device())
+                                : Tensor::zeros(out.shape(), {out.dtype(), out.device()}));
+  }
+  std::vector<size_t> input_pos;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    if (inputs_[i].defined() && inputs_[i].requires_grad()) {
+      ins.push_back(inputs_[i]);
+      input_pos.push_back(i);
+    }
+  }
+  nn::Tensors grad_inputs(inputs_.size());
+  if (!outs.empty()) {
+    autograd::BackwardOptions options;
+    options.defer_weight_grads = defer;
+    std::vector<Tensor> result = autograd::backward(outs, grads, ins, options);
+    for (size_t k = 0; k < input_pos.size() && k < result.size(); ++k) {
+      grad_inputs[input_pos[k]] = result[k];
+    }
+  }
+  has_graph_ = false;
+  outputs_.clear();
+  inputs_.clear();
+  if (defer == nullptr) reset();
+  return grad_inputs;
+}
+
+void Cell::reset() {
+  mode_ = CellMode::kNoGrad;
+  inputs_.clear();
+  outputs_.clear();
+  has_graph_ = false;
+  recomputed_ = false;
+  weight_grads_ = autograd::WeightGradQueue();
+}
+
+}  // namespace pipewright::pipeline

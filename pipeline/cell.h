@@ -1,0 +1,100 @@
+// Cell: one micro-batch through one stage, and everything its backward needs in between.
+//
+// Note [Per-cell tapes]
+// A cell's forward runs the stage on a DETACHED copy of its input handles, marked
+// requires_grad. The autograd graph recorded by the stage therefore ends at the cell's own
+// input leaves (autograd/node.h, Note [The graph is the tape]): each cell owns its tape,
+// and the cell's backward is
+//
+//     grad_inputs = autograd::backward(outputs, grad_outputs, inputs)
+//
+// which accumulates the stage's parameter gradients and returns exactly the gradient to send
+// to the stage on the left. No graph ever spans two workers, so workers run backward on
+// their own cells concurrently without locks (engine.h: stages own disjoint parameters).
+//
+// Note [Checkpointed cells]
+// A checkpointed cell keeps only its inputs and its RNG state:
+//
+//   F  (seed, offset) = rng state            NoGradGuard + is_checkpointing()
+//      outputs = stage(inputs)               -> sent right, nothing recorded, nothing kept
+//   R  rng state = (seed, offset)            is_recomputing(): BatchNorm skips its
+//      outputs = stage(inputs)  (recorded)   running-stat update, Dropout replays the mask
+//      rng state = what it was before R
+//   B  backward as for any cell
+//
+// Note [Replaying randomness]
+// Every worker thread installs its own Philox Generator (worker.h); Dropout draws
+// (seed, offset) from current_generator(). Restoring the pair before R reproduces the masks
+// bit for bit (tensor/generator.h), and restoring the stream afterwards means R consumes no
+// randomness, so a checkpointed and a plain run of the same step draw identical numbers.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "autograd/engine.h"
+#include "nn/module.h"
+#include "tensor/generator.h"
+
+namespace pipewright::pipeline {
+
+/// What a cell's forward keeps for its backward.
+enum class CellMode : uint8_t {
+  kNoGrad,      // eval / no_grad: record nothing, keep nothing
+  kRecord,      // record the graph, keep inputs and outputs
+  kCheckpoint,  // record nothing, keep inputs and RNG state; R rebuilds the graph
+};
+
+/// The function a cell runs: the stage's forward (plus, on the last stage of train_step, the
+/// loss). Called on the owning worker's thread.
+using StageFn = std::function<nn::Tensors(const nn::Tensors&)>;
+
+class Cell {
+ public:
+  Cell() = default;
+  Cell(const Cell&) = delete;
+  Cell& operator=(const Cell&) = delete;
+  Cell(Cell&&) = default;
+  Cell& operator=(Cell&&) = default;
+
+  /// F: runs `fn` on `inputs` (already on the stage's device) per `mode` and returns the
+  /// outputs detached (safe to hand to another thread). Unless mode is kNoGrad, input i
+  /// becomes a requires_grad leaf when it is floating and needs_grad[i] is set (an empty
+  /// needs_grad means every floating input). Exceptions from `fn` propagate.
+  nn::Tensors forward(const StageFn& fn, const nn::Tensors& inputs, CellMode mode,
+                      Generator& rng, const std::vector<char>& needs_grad = {});
+
+  /// R: rebuilds the graph of a checkpointed cell. Throws std::logic_error when the cell was
+  /// not checkpointed or was already recomputed.
+  void recompute(const StageFn& fn, Generator& rng);
+
+  /// B (defer == nullptr) or I (defer == this cell's weight queue, see backward_input()):
+  /// gradients of the inputs, one per input (undefined for inputs that need none). An
+  /// undefined entry of `grad_outputs` counts as zeros. Frees the graph.
+  /// Throws std::logic_error when the cell has no graph (not forwarded, not recomputed, or
+  /// already backpropagated).
+  nn::Tensors backward(const nn::Tensors& grad_outputs);
+  nn::Tensors backward_input(const nn::Tensors& grad_outputs);
+  /// W: runs the weight-gradient halves deferred by backward_input().
+  void backward_weight();
+
+  bool checkpointed() const { return mode_ == CellMode::kCheckpoint; }
+  /// True between F/R and B/I: the cell holds a graph.
+  bool has_graph() const { return has_graph_; }
+  /// Drops everything (inputs, outputs, graph, deferred work).
+  void reset();
+
+ private:
+  nn::Tensors backward_impl(const nn::Tensors& grad_outputs, autograd::WeightGradQueue* defer);
+
+  CellMode mode_ = CellMode::kNoGrad;
+  nn::Tensors inputs_;   // detached leaves
+  nn::Tensors outputs_;  // recorded outputs (kRecord, or after R)
+  bool has_graph_ = false;
+  bool recomputed_ = false;
+  uint64_t seed_ = 0;
+  uint64_t offset_ = 0;
+  autograd::WeightGradQueue weight_grads_;
+};
+
+}  // namespace pipewright::pipeline

@@ -1,0 +1,141 @@
+// Pipe: construction, the GPipe forward, and accessors. train_step lives in
+// pipe_train_step.cc.
+#include "pipeline/pipe.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "pipeline/deferred_batch_norm.h"
+#include "pipeline/microbatch.h"
+#include "pipeline/partition.h"
+#include "pipeline/pipe_backward.h"
+#include "pipeline/plan.h"
+#include "pipeline/runtime.h"
+#include "pipeline/schedule_validate.h"
+#include "pipeline/schedules.h"
+
+namespace pipewright::pipeline {
+
+Pipe::Pipe(nn::Sequential module, PipeOptions options)
+    : module_(std::move(module)), options_(std::move(options)) {
+  verify_module(module_);
+  verify_balance(module_, options_.balance, options_.virtual_stages);
+  if (options_.chunks <= 0) {
+    throw std::invalid_argument("number of chunks must be positive integer (chunks: " +
+                                std::to_string(options_.chunks) + ")");
+  }
+  const int num_stages = static_cast<int>(options_.balance.size());
+  const int num_workers = num_stages / options_.virtual_stages;
+  verify_devices(options_.devices, num_workers);
+
+  std::vector<int> stage_worker(num_stages);
+  std::vector<Device> stage_devices(num_stages);
+  for (int s = 0; s < num_stages; ++s) {
+    stage_worker[s] = s % num_workers;
+    stage_devices[s] = options_.devices[s % num_workers];
+  }
+  std::vector<nn::Sequential> partitions = split_module(module_, options_.balance);
+  verify_no_shared_parameters(partitions, stage_worker);
+  for (int s = 0; s < num_stages; ++s) partitions[s].to(stage_devices[s]);
+
+  runtime_ = std::make_shared<Runtime>(std::move(partitions), std::move(stage_devices),
+                                       std::move(stage_worker), num_workers, options_.seed);
+  if (options_.deferred_batch_norm) deferred_ = std::make_unique<DeferredBatchNorm>(module_);
+}
+
+Pipe::~Pipe() = default;
+Pipe::Pipe(Pipe&&) noexcept = default;
+Pipe& Pipe::operator=(Pipe&&) noexcept = default;
+
+Tensor Pipe::forward(const Tensor& input) {
+  if (!input.defined()) throw std::invalid_argument("Pipe::forward: the input is undefined");
+  nn::Tensors outputs = forward(nn::Tensors{input});
+  if (outputs.size() != 1) {
+    throw std::invalid_argument("Pipe::forward(Tensor): the model returned " +
+                                std::to_string(outputs.size()) +
+                                " tensors; call forward(const nn::Tensors&) for tuple outputs");
+  }
+  return outputs[0];
+}
+
+// GPipe forward: the F prefix of gpipe(p, m) (+ R actions per the checkpoint mode) runs now;
+// the rest runs when the user's backward reaches the PipeBackward node (Note [Anatomy of a
+// step] in pipe.h).
+nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no_chunk) {
+  if (options_.virtual_stages != 1) {
+    throw std::invalid_argument(
+        "Pipe::forward runs GPipe with one stage per worker, but virtual_stages is " +
+        std::to_string(options_.virtual_stages) + "; use train_step with an interleaved schedule");
+  }
+  MicroBatches batches = scatter(inputs, no_chunk, options_.chunks);
+  const int m = batches.count();
+  const bool record = module_.is_training() && autograd::grad_mode_enabled();
+
+  Schedule schedule = gpipe(num_workers(), m);
+  if (record) schedule = with_recompute(schedule, checkpoint_predicate(options_.checkpoint, m));
+  validate(schedule);
+  Phases phases = split_fill_drain(schedule);
+
+  auto step = std::make_shared<Step>(num_stages(), num_workers(), std::move(batches),
+                                     record ? CellMode::kRecord : CellMode::kNoGrad,
+                                     recomputed_cells(schedule));
+  for (const Tensor& t : inputs) step->input_needs_grad.push_back(record && t.requires_grad());
+
+  try {
+    runtime_->execute(*step, phases.forward);
+  } catch (...) {
+    runtime_->publish(*step);
+    throw;
+  }
+  runtime_->publish(*step);
+  if (module_.is_training()) commit_batch_norm();
+
+  nn::Tensors outputs = gather(step->outputs);
+  std::vector<std::vector<int64_t>> output_rows(outputs.size());
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    for (const nn::Tensors& out : step->outputs) output_rows[k].push_back(out[k].size(0));
+  }
+  step->outputs.clear();          // the gathered copies are what the user holds
+  step->inputs.batches.clear();   // stage 0's cells keep what their backward needs
+  if (!record) return outputs;
+
+  // The output depends on the inputs and on every parameter (PipeBackward's edges).
+  std::vector<Tensor> node_inputs = inputs;
+  for (const Tensor& p : module_.parameters()) node_inputs.push_back(p);
+  if (!autograd::should_record(node_inputs)) return outputs;
+  std::vector<size_t> recorded;
+  std::vector<Tensor*> recorded_outputs;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (is_floating(outputs[k].dtype())) {
+      recorded.push_back(k);
+      recorded_outputs.push_back(&outputs[k]);
+    }
+  }
+  auto node = std::make_shared<PipeBackward>(runtime_, std::move(step), std::move(phases.backward),
+                                             describe_inputs(inputs, no_chunk),
+                                             std::move(output_rows), std::move(recorded));
+  autograd::NodeRecorder::record(node, node_inputs, recorded_outputs);
+  return outputs;
+}
+
+void Pipe::train(bool on) {
+  module_.train(on);
+  for (int s = 0; s < num_stages(); ++s) runtime_->partition(s).train(on);
+}
+
+void Pipe::commit_batch_norm() {
+  if (deferred_ != nullptr) deferred_->commit();
+}
+
+const std::vector<nn::Sequential>& Pipe::partitions() const { return runtime_->partitions(); }
+const std::vector<Device>& Pipe::devices() const { return runtime_->stage_devices(); }
+int Pipe::num_workers() const { return runtime_->num_workers(); }
+int Pipe::num_stages() const { return runtime_->num_stages(); }
+void Pipe::manual_seed(uint64_t seed) { runtime_->manual_seed(seed); }
+Generator& Pipe::generator(int worker) { return runtime_->worker(worker).generator(); }
+Trace Pipe::last_trace() const { return runtime_->last_trace(); }
+StepCounters Pipe::last_counters() const { return runtime_->last_counters(); }
+
+}  // namespace pipewright::pipeline

@@ -1,0 +1,153 @@
+// Pipe: pipeline-parallel training of an nn::Sequential (torchgpipe's GPipe, rebuilt on
+// pipewright's tensors and autograd, with the schedule as data).
+//
+//   pipeline::Pipe pipe(std::move(model), {.balance = {3, 1},
+//                                          .devices = {Device::cpu(0), Device::cpu(1)},
+//                                          .chunks = 8});
+//   Tensor out = pipe.forward(x);              // GPipe forward, transparent
+//   autograd::cross_entropy(out, y).backward(); // runs the pipeline's backward (PipeBackward)
+//   opt.step();
+//
+//   StepResult r = pipe.train_step(x, y, loss_fn, "1f1b");  // any schedule, loss per micro-batch
+//
+// How a step runs (Note [Anatomy of a step]):
+//   1. scatter: the mini-batch is cut into micro-batches (microbatch.h);
+//   2. the schedule (schedules.h) says, per worker, which cell actions run in which order;
+//      the checkpoint mode becomes R actions (with_recompute); validate() proves it complete
+//      and deadlock-free before anything runs;
+//   3. the workers (one thread each, worker.h) interpret their action lists (runtime.h);
+//      activations and gradients cross stages through the Transport (transport.h);
+//   4. forward() runs only the F prefix of GPipe and returns the gathered output whose
+//      grad_fn is a PipeBackward node owning the step; the user's loss.backward() reaches it
+//      and it runs the rest (R, B) on the workers. train_step() runs the whole schedule, the
+//      loss computed per micro-batch on the last stage.
+//
+// Errors (torchgpipe's, with C++ types): balance empty / entry <= 0 / Σ balance != module
+// size / duplicate child / shared parameter across workers / chunks <= 0 / virtual_stages
+// not dividing balance -> std::invalid_argument naming the values; fewer devices than
+// workers -> std::out_of_range naming both counts. An exception raised inside a stage reaches
+// the caller unchanged (same type and message); the Pipe stays usable.
+//
+// Threads: one per worker, alive as long as the Pipe, joined by ~Pipe. Each uses
+// max(1, hardware_threads() / workers) intra-op threads (ThreadBudgetGuard), so the workers
+// together use the machine's cores once. One call at a time per Pipe (forward, backward of
+// its outputs, train_step are serialised); any number of Pipes may coexist.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/sequential.h"
+#include "pipeline/pipe_options.h"
+#include "pipeline/schedule.h"
+#include "pipeline/step.h"
+#include "pipeline/trace.h"
+
+namespace pipewright::pipeline {
+
+class Runtime;
+class DeferredBatchNorm;
+
+/// What train_step returns.
+struct StepResult {
+  double loss = 0;                         // mean loss over the mini-batch: Σ_j n_j·loss_j / N
+  std::vector<double> microbatch_losses;   // loss_fn of each micro-batch, unscaled
+  std::vector<int64_t> microbatch_sizes;   // n_j
+  Schedule schedule;                       // the schedule that ran (R actions included)
+  Trace trace;                             // every action's timing
+  StepCounters counters;                   // actions run per stage
+};
+
+class Pipe {
+ public:
+  /// Splits `module` into stages by options.balance, moves each stage's parameters and
+  /// buffers to its device (Module::to) and starts the workers. Errors: see the file comment.
+  Pipe(nn::Sequential module, PipeOptions options);
+  /// Joins the worker threads. Outputs of forward() whose backward has not run yet keep
+  /// their activations; their backward then throws std::logic_error.
+  ~Pipe();
+  Pipe(Pipe&&) noexcept;
+  Pipe& operator=(Pipe&&) noexcept;
+  Pipe(const Pipe&) = delete;
+  Pipe& operator=(const Pipe&) = delete;
+
+  // ---- GPipe forward (backward through the returned tensors) ----
+
+  /// input [N, ...] (float32/float64, any device; moved to the first stage's device) ->
+  /// the model's output [N, ...] on the last stage's device, equal to module(input).
+  /// Splits into min(chunks, N) micro-batches (torch.chunk), runs GPipe; in training mode
+  /// with grad mode on, the output's grad_fn is "PipeBackward": backward through it runs
+  /// the pipeline's backward, accumulates every parameter's .grad and gives the input its
+  /// gradient when it requires one. In eval mode or under NoGradGuard nothing is kept.
+  /// Throws std::invalid_argument for a rank-0 or undefined input, std::invalid_argument
+  /// when virtual_stages > 1 (use train_step), and whatever a stage throws.
+  Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+
+  /// Tuple version: every input is split on dim 0 (all with the same N) unless
+  /// no_chunk[i] is set, in which case every micro-batch gets the whole tensor (torchgpipe's
+  /// NoChunk). no_chunk is empty or has one flag per input. Returns each output position
+  /// concatenated over the micro-batches.
+  nn::Tensors forward(const nn::Tensors& inputs, const std::vector<bool>& no_chunk = {});
+
+  // ---- a whole training step under any schedule ----
+
+  /// Runs forward and backward of one mini-batch with the loss computed per micro-batch on
+  /// the last stage: loss_j = loss_fn(output_j, target_j) (one element; a mean over the
+  /// micro-batch), backpropagated with weight n_j / N so that parameter gradients equal
+  /// those of loss_fn on the whole batch. Gradients accumulate into .grad (zero them
+  /// yourself). input [N, ...], target [N, ...] (same N; any dtype, moved to the last stage).
+  /// Uses options().schedule, or the named one (make_schedule names), with options().checkpoint
+  /// applied; or `schedule` exactly as given (its R actions are its checkpointing). Throws
+  /// std::invalid_argument when N differs between input and target, when a given schedule
+  /// does not fit this pipe (workers, stages, stage placement, micro-batch count — naming
+  /// both) or fails validate(); and whatever a stage or loss_fn throws.
+  StepResult train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn);
+  StepResult train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
+                        const std::string& schedule);
+  StepResult train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
+                        const Schedule& schedule);
+
+  // ---- structure ----
+  nn::Sequential& module() { return module_; }
+  const nn::Sequential& module() const { return module_; }
+  /// The stages, in order (slices sharing the module's children).
+  const std::vector<nn::Sequential>& partitions() const;
+  const std::vector<int>& balance() const { return options_.balance; }
+  /// The device of each stage.
+  const std::vector<Device>& devices() const;
+  const PipeOptions& options() const { return options_; }
+  int num_workers() const;
+  int num_stages() const;
+  nn::Tensors parameters() const { return module_.parameters(); }
+  /// Training mode of the model and of every stage (Module::train).
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return module_.is_training(); }
+  void zero_grad() { module_.zero_grad(); }
+
+  // ---- randomness: each worker draws from its own Generator ----
+  /// Re-seeds worker w's generator to (mix_seed(seed, w), 0).
+  void manual_seed(uint64_t seed);
+  /// Worker w's generator (read or set it only between calls).
+  Generator& generator(int worker);
+
+  // ---- what the last step did ----
+  /// The trace of the most recent forward (+ its backward, once run) or train_step.
+  Trace last_trace() const;
+  /// Actions run per stage in that step (forwards, recomputes, backwards, weight_grads).
+  StepCounters last_counters() const;
+
+ private:
+  StepResult run_train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
+                            const Schedule* given, const std::string& name);
+  void commit_batch_norm();
+
+  nn::Sequential module_;
+  PipeOptions options_;
+  std::shared_ptr<Runtime> runtime_;
+  std::unique_ptr<DeferredBatchNorm> deferred_;
+};
+
+}  // namespace pipewright::pipeline

@@ -1,0 +1,64 @@
+#include "pipeline/pipe_backward.h"
+
+#include <stdexcept>
+
+#include "pipeline/runtime.h"
+
+namespace pipewright::pipeline {
+
+PipeBackward::PipeBackward(std::weak_ptr<Runtime> runtime, std::shared_ptr<Step> step,
+                           std::vector<std::vector<Action>> actions,
+                           std::vector<InputInfo> inputs,
+                           std::vector<std::vector<int64_t>> output_rows,
+                           std::vector<size_t> recorded)
+    : runtime_(std::move(runtime)),
+      step_(std::move(step)),
+      actions_(std::move(actions)),
+      inputs_(std::move(inputs)),
+      output_rows_(std::move(output_rows)),
+      recorded_(std::move(recorded)) {}
+
+std::vector<Tensor> PipeBackward::apply(const std::vector<Tensor>& grad_outputs,
+                                        const std::vector<bool>& wanted) {
+  check_not_released();
+  std::vector<Tensor> result(num_inputs());
+  if (step_ == nullptr) return result;  // already ran (a deferred W-only call): nothing left
+  std::shared_ptr<Runtime> runtime = runtime_.lock();
+  if (runtime == nullptr) {
+    throw std::logic_error("PipeBackward: the Pipe was destroyed before backward ran");
+  }
+  // The step is consumed whatever happens: a failed backward leaves nothing to retry.
+  std::shared_ptr<Step> step = std::move(step_);
+
+  // dOut[k] -> per micro-batch rows, in the order the last stage produced them.
+  const size_t num_outputs = output_rows_.size();
+  for (int j = 0; j < step->num_microbatches; ++j) {
+    step->output_grads[j].assign(num_outputs, Tensor());
+  }
+  for (size_t r = 0; r < recorded_.size() && r < grad_outputs.size(); ++r) {
+    const size_t k = recorded_[r];
+    std::vector<Tensor> parts = split_rows(grad_outputs[r], output_rows_[k]);
+    for (int j = 0; j < step->num_microbatches; ++j) step->output_grads[j][k] = parts[j];
+  }
+
+  try {
+    runtime->execute(*step, actions_);
+  } catch (...) {
+    runtime->publish(*step);
+    throw;
+  }
+  runtime->publish(*step);
+
+  nn::Tensors input_grads = gather_input_grads(step->input_grads, inputs_, step->inputs.sizes);
+  for (size_t i = 0; i < inputs_.size() && i < result.size(); ++i) {
+    if (wanted[i]) result[i] = input_grads[i];
+  }
+  return result;
+}
+
+void PipeBackward::release_saved() {
+  step_.reset();
+  mark_released();
+}
+
+}  // namespace pipewright::pipeline

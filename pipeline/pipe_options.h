@@ -1,0 +1,44 @@
+// PipeOptions: how a Pipe cuts, places and schedules a model (torchgpipe's GPipe arguments,
+// plus what the newer schedules need).
+//
+//   pipeline::Pipe pipe(std::move(model), {.balance = {3, 1},
+//                                          .devices = {Device::cpu(0), Device::cpu(1)},
+//                                          .chunks = 8,
+//                                          .checkpoint = Checkpoint::kExceptLast});
+//
+// Interleaved schedules (virtual_stages = v > 1): balance has p·v entries (one per virtual
+// stage), devices p entries (one per worker); stage s runs on worker s % p, on devices[s % p].
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipeline/checkpoint_mode.h"
+#include "tensor/device.h"
+
+namespace pipewright::pipeline {
+
+struct PipeOptions {
+  /// Children per stage, in order; Σ balance = number of children of the Sequential.
+  std::vector<int> balance;
+  /// One device per worker (= per stage when virtual_stages is 1). Several workers may share
+  /// a device (each still gets its own thread). Extra devices are ignored, as in torchgpipe.
+  std::vector<Device> devices;
+  /// Micro-batches per mini-batch (fewer when the batch has fewer rows).
+  int chunks = 1;
+  /// Which micro-batches recompute their forward before the backward (checkpoint_mode.h).
+  Checkpoint checkpoint = Checkpoint::kExceptLast;
+  /// Put every nn::BatchNorm1d in deferred mode: running statistics over the whole
+  /// mini-batch, committed once per mini-batch (torchgpipe's deferred_batch_norm).
+  bool deferred_batch_norm = false;
+  /// v: model chunks per worker (stages per worker) for "interleaved-1f1b".
+  int virtual_stages = 1;
+  /// The schedule train_step runs when not given one (make_schedule names: "gpipe", "1f1b",
+  /// "interleaved-1f1b", "zb-h1", "zb-h2").
+  std::string schedule = "gpipe";
+  /// Seeds the workers' generators (worker w gets mix_seed(seed, w)); see Pipe::manual_seed.
+  uint64_t seed = 0;
+};
+
+}  // namespace pipewright::pipeline

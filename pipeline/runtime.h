@@ -1,0 +1,76 @@
+// Runtime: the workers of a Pipe and the interpreter that runs schedule actions on them.
+//
+// execute(step, actions) hands worker w the list actions[w] and waits until every worker is
+// done. A worker runs its list in order; each action may wait on the Transport first
+// (an activation from the left for F, a gradient from the right for B/I), then computes:
+//
+//   worker 0:  F0@0 ─send─┐  F1@0 ─send─┐                  ┌─► B1@0   ┌─► B0@0
+//   worker 1:        recv─┴► F0@1  recv─┴► F1@1   B1@1 ──send┘  B0@1 ──send┘
+//                                                 (wait) = idle, not traced
+//
+// Only the compute part of an action is traced, so time spent waiting is the bubble.
+//
+// Failure (Note [First exception wins]): the first exception of any action is stored in the
+// Step with its original type (std::exception_ptr), the Step's transport is cancelled so
+// every recv() returns at once with RunCancelled, and every worker stops before its next
+// action. execute() then rethrows the original exception on the caller's thread. The
+// workers are idle again and the Pipe stays usable; nothing is left blocked or leaked.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "pipeline/schedule.h"
+#include "pipeline/step.h"
+#include "pipeline/worker.h"
+
+namespace pipewright::pipeline {
+
+class Runtime {
+ public:
+  /// Starts `num_workers` worker threads, each with intra-op budget
+  /// max(1, hardware_threads() / num_workers) and a Generator seeded mix_seed(seed, w).
+  /// Stage s is partitions[s], placed on stage_devices[s] and run by worker stage_worker[s].
+  Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> stage_devices,
+          std::vector<int> stage_worker, int num_workers, uint64_t seed);
+  /// Joins the workers.
+  ~Runtime() = default;
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int num_stages() const { return static_cast<int>(partitions_.size()); }
+  const std::vector<nn::Sequential>& partitions() const { return partitions_; }
+  nn::Sequential& partition(int s) { return partitions_.at(static_cast<size_t>(s)); }
+  const std::vector<Device>& stage_devices() const { return stage_devices_; }
+  const std::vector<int>& stage_worker() const { return stage_worker_; }
+  int num_workers() const { return static_cast<int>(workers_.size()); }
+  Worker& worker(int w) { return *workers_.at(static_cast<size_t>(w)); }
+
+  /// Runs actions[w] on worker w for every w and waits for all of them. Rethrows the first
+  /// exception an action raised. Not reentrant: one execute() per Runtime at a time.
+  void execute(Step& step, const std::vector<std::vector<Action>>& actions);
+
+  /// Re-seeds every worker's generator (worker w: mix_seed(seed, w), offset 0).
+  void manual_seed(uint64_t seed);
+
+  /// Remembers `step`'s trace and counters so far (Pipe::last_trace(), last_counters()).
+  void publish(const Step& step);
+  Trace last_trace() const;
+  StepCounters last_counters() const;
+
+ private:
+  void run_actions(Step& step, int worker, const std::vector<Action>& actions);
+  void run_action(Step& step, int worker, const Action& action);
+
+  std::vector<nn::Sequential> partitions_;
+  std::vector<Device> stage_devices_;
+  std::vector<int> stage_worker_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::mutex execute_mutex_;
+  mutable std::mutex last_mutex_;
+  Trace last_trace_;
+  StepCounters last_counters_;
+};
+
+}  // namespace pipewright::pipeline

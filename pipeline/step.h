@@ -1,0 +1,103 @@
+// Step: the state one pipeline step shares between the caller and the workers.
+//
+// A step is one mini-batch: its micro-batches, a Cell per (stage, micro-batch), the transport
+// its messages travel through, its trace, and the first exception any worker raised. The
+// caller fills the read-only part, the runtime runs the schedule's actions on the workers
+// (Runtime::execute, possibly in two phases: Pipe::forward then PipeBackward), and the caller
+// reads the results after the workers are done.
+//
+// Ownership rule that keeps it lock-free: everything indexed by stage (cells, counters) is
+// touched only by the worker owning that stage; everything indexed by micro-batch at the
+// last stage (outputs, losses) only by the last stage's worker; input_grads only by stage 0's
+// worker; events[w] only by worker w. The caller touches them before submitting and after the
+// completion countdown, whose mutex orders those accesses (no data race, TSan-clean).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "nn/sequential.h"
+#include "pipeline/cell.h"
+#include "pipeline/microbatch.h"
+#include "pipeline/trace.h"
+#include "pipeline/transport.h"
+
+namespace pipewright::pipeline {
+
+/// loss_fn(output_mb, target_mb) -> a one-element loss (the mean over the micro-batch).
+using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+
+/// Actions run per stage during a step (the tests' window into checkpointing).
+struct StepCounters {
+  std::vector<int> forwards;      // F
+  std::vector<int> recomputes;    // R
+  std::vector<int> backwards;     // B and I
+  std::vector<int> weight_grads;  // W
+
+  explicit StepCounters(int num_stages = 0)
+      : forwards(num_stages), recomputes(num_stages), backwards(num_stages),
+        weight_grads(num_stages) {}
+};
+
+class Step {
+ public:
+  /// `checkpointed[s][j]`: whether cell (s, j) runs as a checkpointed cell (the schedule has
+  /// an R for it). `mode` is kRecord (training with grad) or kNoGrad.
+  Step(int num_stages, int num_workers, MicroBatches inputs, CellMode mode,
+       std::vector<std::vector<char>> checkpointed);
+  Step(const Step&) = delete;
+  Step& operator=(const Step&) = delete;
+
+  // ---- fixed before the workers run ----
+  const int num_stages;
+  const int num_workers;
+  const int num_microbatches;
+  const CellMode mode;
+  const std::vector<std::vector<char>> checkpointed;     // [stage][micro-batch]
+  MicroBatches inputs;                                   // stage 0's micro-batches
+  std::vector<char> input_needs_grad;                    // per input position (stage 0)
+  LossFn loss_fn;                                        // train_step only
+  std::vector<Tensor> targets;                           // train_step only, per micro-batch
+  std::vector<nn::Tensors> output_grads;                 // Pipe backward: per micro-batch
+  const std::chrono::steady_clock::time_point epoch = std::chrono::steady_clock::now();
+
+  // ---- written by the owning worker, read by the caller afterwards ----
+  std::vector<std::vector<Cell>> cells;                  // [stage][micro-batch]
+  std::vector<nn::Tensors> outputs;                      // last stage, per micro-batch
+  std::vector<double> losses;                            // last stage, per micro-batch
+  std::vector<Tensor> loss_grads;                        // last stage: d(mean)/d(loss_j)
+  std::vector<nn::Tensors> input_grads;                  // stage 0, per micro-batch
+  StepCounters counters;
+  std::vector<std::vector<TraceEvent>> events;           // per worker
+
+  Transport& transport() { return *transport_; }
+  bool is_last(int stage) const { return stage == num_stages - 1; }
+
+  /// Records `error` if it is the first, and cancels the transport so no worker keeps
+  /// waiting. Safe from any thread.
+  void fail(std::exception_ptr error);
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  /// The first error, or nullptr.
+  std::exception_ptr error() const;
+
+  /// The events of every worker so far, as one Trace.
+  Trace trace() const;
+  /// d(mean loss)/d(loss of micro-batch j) = rows of j / rows of the mini-batch.
+  double loss_scale(int j) const {
+    return static_cast<double>(inputs.sizes.at(static_cast<size_t>(j))) /
+           static_cast<double>(inputs.batch_size);
+  }
+
+ private:
+  std::unique_ptr<Transport> transport_;
+  mutable std::mutex error_mutex_;
+  std::exception_ptr error_;
+  std::atomic<bool> failed_{false};
+};
+
+}  // namespace pipewright::pipeline

@@ -1,0 +1,74 @@
+// Trace: what every worker did during a pipeline step, and when.
+//
+// Each action a worker runs (F, R, B, I, W of one cell) becomes one TraceEvent with its start
+// and end on std::chrono::steady_clock, in microseconds since the run began. From the events:
+//
+//   worker 0 |F0|F1|F2|F3|        |B3|B2|B1|B0|          wall = last end - first start
+//   worker 1    |F0|F1|F2|F3|B3|B2|B1|B0|                 busy(w) = Σ durations on w
+//              ^-- bubble --^                             idle(w) = wall - busy(w)
+//
+//   bubble_fraction = Σ_w idle(w) / (workers × wall)
+//
+// which, for GPipe and 1F1B with equal stage times and free communication, is the textbook
+// (p-1)/(m+p-1). Measured values also contain stage imbalance and the runtime's own
+// overhead (channel hand-offs, copies), which is the point of measuring.
+//
+// to_chrome_json() writes the Trace Event Format ("ph": "X" complete events; pid = worker,
+// tid = stage) that chrome://tracing and https://ui.perfetto.dev open directly.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "pipeline/schedule.h"
+
+namespace pipewright::pipeline {
+
+struct TraceEvent {
+  int worker = 0;
+  int stage = 0;
+  ActionKind kind = ActionKind::kForward;
+  int microbatch = 0;
+  double start_us = 0;  // since the run's epoch
+  double end_us = 0;
+
+  double duration_us() const { return end_us - start_us; }
+};
+
+class Trace {
+ public:
+  Trace() = default;
+  explicit Trace(int num_workers) : num_workers_(num_workers) {}
+
+  int num_workers() const { return num_workers_; }
+  const std::vector<TraceEvent>& events() const { return events_; }
+  void add(const TraceEvent& event) { events_.push_back(event); }
+  /// Appends `other`'s events (a later phase of the same step, same epoch).
+  void append(const Trace& other);
+
+  /// Last end - first start over all events (0 when empty), in microseconds.
+  double wall_us() const;
+  /// Sum of `worker`'s event durations, in microseconds.
+  double busy_us(int worker) const;
+  /// Σ idle / (workers × wall), in [0, 1]; 0 when there are no events.
+  double bubble_fraction() const;
+
+  /// The Trace Event Format JSON document (an object with "traceEvents"), as text.
+  std::string to_chrome_json() const;
+  /// Writes to_chrome_json() to `path`. Throws std::runtime_error naming the path when the
+  /// file cannot be written.
+  void write_chrome_json(const std::string& path) const;
+
+ private:
+  int num_workers_ = 0;
+  std::vector<TraceEvent> events_;
+};
+
+/// The theoretical bubble fraction of GPipe / 1F1B: (p-1)/(m+p-1).
+double theoretical_bubble(int num_workers, int num_microbatches);
+
+/// Microseconds since `epoch` on the steady clock.
+double micros_since(std::chrono::steady_clock::time_point epoch);
+
+}  // namespace pipewright::pipeline

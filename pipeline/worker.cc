@@ -1,0 +1,52 @@
+#include "pipeline/worker.h"
+
+#include <exception>
+
+#include "tensor/threads.h"
+
+namespace pipewright::pipeline {
+
+Worker::Worker(int index, int intra_op_threads, uint64_t seed)
+    : index_(index),
+      intra_op_threads_(intra_op_threads),
+      generator_(seed),
+      thread_([this] { loop(); }) {}
+
+Worker::~Worker() {
+  jobs_.close();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Worker::submit(Job job) { jobs_.push(std::move(job)); }
+
+void Worker::loop() {
+  ThreadBudgetGuard budget(intra_op_threads_);
+  GeneratorGuard rng(generator_);
+  while (std::optional<Job> job = jobs_.pop()) {
+    // Jobs catch their own exceptions; this is only a last line of defence against
+    // std::terminate (a throwing job would otherwise kill the process).
+    try {
+      (*job)();
+    } catch (...) {
+    }
+  }
+}
+
+void Countdown::done() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (--count_ == 0) zero_.notify_all();
+}
+
+void Countdown::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  zero_.wait(lock, [this] { return count_ <= 0; });
+}
+
+uint64_t mix_seed(uint64_t seed, uint64_t index) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (index + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace pipewright::pipeline

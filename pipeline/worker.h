@@ -1,0 +1,71 @@
+// Worker: one persistent thread that runs the pipeline actions of one worker (one device).
+//
+// A Pipe owns p workers for its whole life (torchgpipe spawned threads per device too, but
+// left them to the interpreter's exit, which is how it hung at shutdown). Each worker thread:
+//   - installs its own Generator with GeneratorGuard, so Dropout inside its stages draws
+//     from a stream the runtime can save and replay (Note [Replaying randomness] in cell.h);
+//   - limits its intra-op threads with ThreadBudgetGuard(max(1, cores / workers)), so p
+//     workers computing at once never oversubscribe the cores (tensor/threads.h);
+//   - pops jobs from a Channel and runs them in order until the channel is closed.
+// Jobs never let an exception escape: the runtime's job wrapper catches everything and
+// hands the first exception to the caller (see step.h). ~Worker closes the channel and joins;
+// since jobs only block on the step's Transport, which is cancelled on failure, joining
+// cannot deadlock.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <thread>
+
+#include "pipeline/channel.h"
+#include "tensor/generator.h"
+
+namespace pipewright::pipeline {
+
+class Worker {
+ public:
+  using Job = std::function<void()>;
+
+  /// Starts the thread. `intra_op_threads` >= 1; `seed` seeds the worker's Generator.
+  Worker(int index, int intra_op_threads, uint64_t seed);
+  /// Runs the queued jobs, then joins the thread.
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  /// Queues `job` (must not throw). Jobs run in submission order on this worker's thread.
+  void submit(Job job);
+
+  int index() const { return index_; }
+  int intra_op_threads() const { return intra_op_threads_; }
+  /// The worker thread's current generator. Touch it only while no job is running.
+  Generator& generator() { return generator_; }
+
+ private:
+  void loop();
+
+  int index_;
+  int intra_op_threads_;
+  Generator generator_;
+  Channel<Job> jobs_;
+  std::thread thread_;  // last: starts after the members above exist
+};
+
+/// Counts down finished jobs; the caller waits for zero (a std::latch that TSan can see
+/// through: a mutex and a condition variable).
+class Countdown {
+ public:
+  explicit Countdown(int count) : count_(count) {}
+  void done();
+  void wait();
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable zero_;
+  int count_;
+};
+
+/// SplitMix64: distinct, well-mixed seeds for the workers from one user seed.
+uint64_t mix_seed(uint64_t seed, uint64_t index);
+
+}  // namespace pipewright::pipeline

@@ -1,0 +1,87 @@
+// scatter / gather / split_rows / gather_input_grads: torch.chunk semantics and errors.
+#include "pipeline/microbatch.h"
+
+#include <catch2/catch.hpp>
+
+#include "tensor/ops.h"
+
+using namespace pipewright;
+using namespace pipewright::pipeline;
+
+namespace {
+Tensor rows(int64_t n, int64_t cols = 3) {
+  std::vector<float> v(static_cast<size_t>(n * cols));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i);
+  return Tensor::from_vector(v, {n, cols});
+}
+}  // namespace
+
+TEST_CASE("scatter follows torch.chunk: uneven and small batches") {
+  auto sizes = [](int64_t n, int chunks) { return scatter({rows(n)}, {}, chunks).sizes; };
+  REQUIRE(sizes(8, 4) == std::vector<int64_t>{2, 2, 2, 2});
+  REQUIRE(sizes(7, 4) == std::vector<int64_t>{2, 2, 2, 1});
+  REQUIRE(sizes(5, 4) == std::vector<int64_t>{2, 2, 1});
+  REQUIRE(sizes(2, 4) == std::vector<int64_t>{1, 1});
+  REQUIRE(sizes(1, 1) == std::vector<int64_t>{1});
+}
+
+TEST_CASE("micro-batches are views of the input") {
+  Tensor x = rows(6);
+  MicroBatches mb = scatter({x}, {}, 3);
+  REQUIRE(mb.count() == 3);
+  REQUIRE(mb.batch_size == 6);
+  for (const Tensors& b : mb.batches) REQUIRE(b[0].shares_storage(x));
+  REQUIRE(ops::equal(mb.batches[1][0], x.slice(2, 4)));
+}
+
+TEST_CASE("no_chunk inputs are replicated to every micro-batch") {
+  Tensor x = rows(4), w = rows(2, 2);
+  MicroBatches mb = scatter({x, w}, {false, true}, 2);
+  REQUIRE(mb.count() == 2);
+  for (const Tensors& b : mb.batches) REQUIRE(b[1].is_same(w));
+}
+
+TEST_CASE("scatter errors name the values") {
+  REQUIRE_THROWS_WITH(scatter({rows(4)}, {}, 0), Catch::Contains("chunks: 0"));
+  REQUIRE_THROWS_AS(scatter({}, {}, 2), std::invalid_argument);
+  REQUIRE_THROWS_WITH(scatter({rows(4), rows(5)}, {}, 2),
+                      Catch::Contains("[4, 3]") && Catch::Contains("[5, 3]"));
+  REQUIRE_THROWS_WITH(scatter({rows(4)}, {true, false}, 2), Catch::Contains("2 flags for 1"));
+  REQUIRE_THROWS_WITH(scatter({Tensor::scalar(1.0)}, {}, 2), Catch::Contains("scalar"));
+  REQUIRE_THROWS_WITH(scatter({rows(4)}, {true}, 2), Catch::Contains("no_chunk"));
+}
+
+TEST_CASE("gather concatenates each output position") {
+  Tensor x = rows(7);
+  MicroBatches mb = scatter({x, rows(7, 1)}, {}, 4);
+  Tensors out = gather(mb.batches);
+  REQUIRE(out.size() == 2);
+  REQUIRE(ops::equal(out[0], x));
+  REQUIRE_FALSE(out[0].shares_storage(x));
+  REQUIRE_THROWS_AS(gather({{Tensor::scalar(1.0)}}), std::invalid_argument);
+  REQUIRE_THROWS_AS(gather({{rows(1)}, {rows(1), rows(1)}}), std::invalid_argument);
+}
+
+TEST_CASE("split_rows cuts a gradient like the micro-batches") {
+  Tensor g = rows(7);
+  std::vector<Tensor> parts = split_rows(g, {2, 2, 2, 1});
+  REQUIRE(parts.size() == 4);
+  REQUIRE(ops::equal(parts[3], g.slice(6, 7)));
+  REQUIRE_FALSE(split_rows(Tensor(), {2, 2})[0].defined());
+  REQUIRE_THROWS_AS(split_rows(g, {2, 2}), std::invalid_argument);
+}
+
+TEST_CASE("input gradients: cat for chunked, sum for replicated, zeros for gaps") {
+  Tensor x = rows(3, 2), w = rows(1, 2);
+  std::vector<InputInfo> info = describe_inputs({x, w}, {false, true});
+  std::vector<Tensors> grads = {
+      {Tensor::ones({2, 2}), Tensor::ones({1, 2})},
+      {Tensor(), Tensor::full({1, 2}, 2.0)},
+  };
+  Tensors g = gather_input_grads(grads, info, {2, 1});
+  REQUIRE(g[0].shape() == Shape{3, 2});
+  REQUIRE(g[0].to_vector<float>() == std::vector<float>{1, 1, 1, 1, 0, 0});
+  REQUIRE(g[1].to_vector<float>() == std::vector<float>{3, 3});
+  Tensors none = gather_input_grads({{Tensor()}, {Tensor()}}, describe_inputs({x}, {}), {2, 1});
+  REQUIRE_FALSE(none[0].defined());
+}

@@ -1,0 +1,69 @@
+// Trace: bubble arithmetic on hand-made events and a Chrome trace that parses.
+#include "pipeline/trace.h"
+
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+using namespace pipewright::pipeline;
+
+namespace {
+TraceEvent ev(int worker, ActionKind kind, int mb, double start, double end) {
+  return TraceEvent{worker, worker, kind, mb, start, end};
+}
+}  // namespace
+
+TEST_CASE("bubble fraction = idle / (workers x wall)") {
+  // GPipe p = 2, m = 2, tF = 1, tB = 2:
+  //   worker 0  F0 F1 .  .  .  .  B1 B1 B0 B0        wall 0..10
+  //   worker 1  .  F0 F1 B1 B1 B0 B0 .  .  .
+  Trace t(2);
+  t.add(ev(0, ActionKind::kForward, 0, 0, 1));
+  t.add(ev(0, ActionKind::kForward, 1, 1, 2));
+  t.add(ev(1, ActionKind::kForward, 0, 1, 2));
+  t.add(ev(1, ActionKind::kForward, 1, 2, 3));
+  t.add(ev(1, ActionKind::kBackward, 1, 3, 5));
+  t.add(ev(1, ActionKind::kBackward, 0, 5, 7));
+  t.add(ev(0, ActionKind::kBackward, 1, 6, 8));
+  t.add(ev(0, ActionKind::kBackward, 0, 8, 10));
+  REQUIRE(t.wall_us() == 10);
+  REQUIRE(t.busy_us(0) == 6);
+  REQUIRE(t.busy_us(1) == 6);
+  // idle 4 + 4 over 2 x 10 = 0.4; theory (p-1)/(m+p-1) = 1/3 assumes back-to-back F and B.
+  REQUIRE(t.bubble_fraction() == Approx(0.4));
+  REQUIRE(theoretical_bubble(2, 2) == Approx(1.0 / 3));
+  REQUIRE(theoretical_bubble(2, 8) == Approx(1.0 / 9));
+}
+
+TEST_CASE("an empty trace has no bubble") {
+  Trace t(4);
+  REQUIRE(t.wall_us() == 0);
+  REQUIRE(t.bubble_fraction() == 0);
+}
+
+TEST_CASE("chrome trace JSON has complete events per worker") {
+  Trace t(2);
+  t.add(TraceEvent{1, 3, ActionKind::kRecompute, 2, 10.5, 12.0});
+  nlohmann::json doc = nlohmann::json::parse(t.to_chrome_json());
+  const auto& events = doc.at("traceEvents");
+  int complete = 0;
+  for (const auto& e : events) {
+    if (e.at("ph") == "X") {
+      ++complete;
+      REQUIRE(e.at("name") == "R2");
+      REQUIRE(e.at("pid") == 1);
+      REQUIRE(e.at("tid") == 3);
+      REQUIRE(e.at("ts").get<double>() == 10.5);
+      REQUIRE(e.at("dur").get<double>() == 1.5);
+      REQUIRE(e.at("args").at("microbatch") == 2);
+    }
+  }
+  REQUIRE(complete == 1);
+  REQUIRE(events.size() == 3);  // + one process_name record per worker
+}
+
+TEST_CASE("write_chrome_json reports an unwritable path") {
+  Trace t(1);
+  REQUIRE_THROWS_WITH(t.write_chrome_json("/nonexistent-dir/trace.json"),
+                      Catch::Contains("/nonexistent-dir/trace.json"));
+}

@@ -1,0 +1,63 @@
+// InProcessTransport: one message per key, copies to the receiver's device, cancel wakes
+// blocked receivers.
+#include "pipeline/transport.h"
+
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include "tensor/ops.h"
+
+using namespace pipewright;
+using namespace pipewright::pipeline;
+
+TEST_CASE("a message arrives on the receiver's device") {
+  InProcessTransport t;
+  Tensor x = Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2}, Device::cpu(20));
+  t.send({0, 3, Direction::kActivation}, {x, Tensor()});
+  std::vector<Tensor> got = t.recv({0, 3, Direction::kActivation}, Device::cpu(21));
+  REQUIRE(got.size() == 2);
+  REQUIRE(got[0].device() == Device::cpu(21));
+  REQUIRE(ops::equal(got[0].to(Device::cpu(20)), x));
+  REQUIRE_FALSE(got[1].defined());
+}
+
+TEST_CASE("the same device shares the storage (no copy)") {
+  InProcessTransport t;
+  Tensor x = Tensor::ones({2, 3}, {.device = Device::cpu(20)});
+  t.send({1, 0, Direction::kGradient}, {x});
+  std::vector<Tensor> got = t.recv({1, 0, Direction::kGradient}, Device::cpu(20));
+  REQUIRE(got[0].shares_storage(x));
+}
+
+TEST_CASE("keys are independent: direction, edge and micro-batch") {
+  InProcessTransport t;
+  t.send({0, 1, Direction::kActivation}, {Tensor::scalar(1.0)});
+  t.send({0, 1, Direction::kGradient}, {Tensor::scalar(2.0)});
+  t.send({1, 1, Direction::kActivation}, {Tensor::scalar(3.0)});
+  t.send({0, 0, Direction::kActivation}, {Tensor::scalar(4.0)});
+  REQUIRE(t.recv({0, 0, Direction::kActivation}, Device::cpu(0))[0].item() == 4.0);
+  REQUIRE(t.recv({1, 1, Direction::kActivation}, Device::cpu(0))[0].item() == 3.0);
+  REQUIRE(t.recv({0, 1, Direction::kGradient}, Device::cpu(0))[0].item() == 2.0);
+  REQUIRE(t.recv({0, 1, Direction::kActivation}, Device::cpu(0))[0].item() == 1.0);
+}
+
+TEST_CASE("recv blocks until the sender sends") {
+  InProcessTransport t;
+  std::thread sender([&] { t.send({2, 5, Direction::kActivation}, {Tensor::scalar(9.0)}); });
+  REQUIRE(t.recv({2, 5, Direction::kActivation}, Device::cpu(0))[0].item() == 9.0);
+  sender.join();
+}
+
+TEST_CASE("cancel wakes a blocked receiver with RunCancelled, and later receivers too") {
+  InProcessTransport t;
+  std::thread canceller([&] { t.cancel(); });
+  REQUIRE_THROWS_AS(t.recv({0, 0, Direction::kActivation}, Device::cpu(0)), RunCancelled);
+  canceller.join();
+  t.send({0, 1, Direction::kActivation}, {Tensor::scalar(1.0)});  // dropped
+  REQUIRE_THROWS_AS(t.recv({0, 1, Direction::kActivation}, Device::cpu(0)), RunCancelled);
+}
+
+TEST_CASE("message keys print what they name") {
+  REQUIRE(MessageKey{1, 3, Direction::kGradient}.str() == "gradient edge 1 micro-batch 3");
+}

@@ -1,0 +1,77 @@
+// Worker: jobs run in order on one persistent thread with the worker's generator and thread
+// budget; destruction drains and joins.
+#include "pipeline/worker.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "tensor/threads.h"
+
+using namespace pipewright;
+using namespace pipewright::pipeline;
+
+TEST_CASE("jobs run in submission order on one thread") {
+  std::vector<int> order;
+  std::vector<std::thread::id> ids;
+  {
+    Worker w(0, 1, 7);
+    for (int i = 0; i < 5; ++i) {
+      w.submit([&, i] {
+        order.push_back(i);
+        ids.push_back(std::this_thread::get_id());
+      });
+    }
+  }  // ~Worker runs the queued jobs, then joins
+  REQUIRE(order == std::vector<int>{0, 1, 2, 3, 4});
+  for (auto id : ids) REQUIRE(id == ids[0]);
+  REQUIRE(ids[0] != std::this_thread::get_id());
+}
+
+TEST_CASE("a job sees the worker's generator and intra-op budget") {
+  Worker w(3, 1, 1234);
+  Generator* seen = nullptr;
+  int threads = 0;
+  Countdown done(1);
+  w.submit([&] {
+    seen = &current_generator();
+    threads = intra_op_threads();
+    done.done();
+  });
+  done.wait();
+  REQUIRE(seen == &w.generator());
+  REQUIRE(threads == 1);
+  REQUIRE(w.generator().seed() == 1234);
+}
+
+TEST_CASE("a throwing job does not kill the worker") {
+  Worker w(0, 1, 0);
+  Countdown done(1);
+  w.submit([] { throw std::runtime_error("boom"); });
+  w.submit([&] { done.done(); });
+  done.wait();
+}
+
+TEST_CASE("countdown waits for every worker") {
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int i = 0; i < 3; ++i) workers.push_back(std::make_unique<Worker>(i, 1, i));
+  std::atomic<int> ran{0};
+  auto done = std::make_shared<Countdown>(3);
+  for (auto& w : workers) {
+    w->submit([&ran, done] {
+      ++ran;
+      done->done();
+    });
+  }
+  done->wait();
+  REQUIRE(ran == 3);
+}
+
+TEST_CASE("mix_seed gives distinct seeds per worker") {
+  REQUIRE(mix_seed(0, 0) != mix_seed(0, 1));
+  REQUIRE(mix_seed(0, 1) != mix_seed(1, 1));
+  REQUIRE(mix_seed(5, 2) == mix_seed(5, 2));
+}
