@@ -12,8 +12,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <map>
 #include <mutex>
 #include <stdexcept>
+#include <vector>
 
 #include "cuda_kernels/check.h"
 #include "cuda_kernels/device_guard.h"
@@ -38,26 +40,36 @@ class CudaBackend final : public DeviceBackend {
  public:
   int device_count() override { return cuda_device_count(); }
 
+  // Note [Pooled streams]: a stream is never cudaStreamDestroy'ed. destroy_stream() puts it
+  // back in a per-device pool and create_stream() takes from there first. So a stream handle
+  // stays valid for the whole process: the caching allocator may record an event on the
+  // stream a tensor was allocated for even after the Stream object that made it is gone (and
+  // a destroyed handle can never alias a new stream while old work is pending).
   void* create_stream(int device_index) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& idle = idle_streams_[device_index];
+      if (!idle.empty()) {
+        cudaStream_t stream = idle.back();
+        idle.pop_back();
+        return stream;
+      }
+    }
     DeviceGuard guard(device_index);
     cudaStream_t stream = nullptr;
     PW_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamDefault));  // Note [Blocking streams]
     return stream;
   }
 
-  // Called from destructors: never throws. At process exit the runtime may already be
-  // unloading (cudaErrorCudartUnloading); the handle is then simply dropped.
+  // Called from destructors: never throws.
   void destroy_stream(int device_index, void* stream) override {
     if (stream == nullptr) return;
-    int previous = 0;
-    if (cudaGetDevice(&previous) == cudaSuccess && previous != device_index) {
-      (void)cudaSetDevice(device_index);
-      (void)cudaStreamDestroy(as_stream(stream));
-      (void)cudaSetDevice(previous);
-    } else {
-      (void)cudaStreamDestroy(as_stream(stream));
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      idle_streams_[device_index].push_back(as_stream(stream));
+    } catch (...) {
+      // Out of memory for the pool's vector: the stream is leaked, which is harmless.
     }
-    (void)cudaGetLastError();
   }
 
   void synchronize_stream(int device_index, void* stream) override {
@@ -123,6 +135,10 @@ class CudaBackend final : public DeviceBackend {
       PW_CUDA_CHECK(cudaStreamSynchronize(s));  // the host may read dst on return
     }
   }
+
+ private:
+  std::mutex mutex_;
+  std::map<int, std::vector<cudaStream_t>> idle_streams_;  // Note [Pooled streams]
 };
 
 }  // namespace

@@ -17,7 +17,8 @@
 
 namespace pipewright::cuda {
 
-/// The process-wide CUDA backend (stateless apart from a cached device count).
+/// The process-wide CUDA backend (its only state: the device count, cached, and a pool of idle
+/// streams, see Note [Pooled streams] in backend.cc).
 DeviceBackend& cuda_backend();
 
 /// Number of CUDA devices: 0 when there is no GPU or no (new enough) driver ("CUDA driver
