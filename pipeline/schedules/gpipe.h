@@ -12,9 +12,9 @@ namespace pipewright::pipeline {
 /// the last micro-batch's forward finishes last on the last stage, so its backward can start
 /// first. Timeline for p = 3, m = 4 with tF = 1, tB = 2 (one column per time unit):
 ///
-///     worker 0  F0 F1 F2 F3 .  .  .  .  .  .  .  B3 B3 B2 B2 B1 B1 B0 B0
-///     worker 1  .  F0 F1 F2 F3 .  .  .  .  B3 B3 B2 B2 B1 B1 B0 B0 .  .
-///     worker 2  .  .  F0 F1 F2 F3 B3 B3 B2 B2 B1 B1 B0 B0 .  .  .  .  .
+///     worker 0  F0 F1 F2 F3 .  .  .  .  .  .  B3 B3 B2 B2 B1 B1 B0 B0
+///     worker 1  .  F0 F1 F2 F3 .  .  .  B3 B3 B2 B2 B1 B1 B0 B0 .  .
+///     worker 2  .  .  F0 F1 F2 F3 B3 B3 B2 B2 B1 B1 B0 B0 .  .  .  .
 ///
 /// Idle time per worker = (p-1)(tF+tB); bubble fraction (p-1)/(m+p-1).
 /// Peak activations: every stage holds all m micro-batches before its first backward.

@@ -13,12 +13,15 @@ namespace pipewright::pipeline {
 ///   cool-down  the w backwards left                 B(s,m-w) ... B(s,m-1)
 ///
 /// so at most min(p-s, m) micro-batches are in flight on stage s (GPipe keeps m). Timeline for
-/// p = 3, m = 6 with tF = 1, tB = 2 (one column per time unit); `|` marks the phases of
-/// worker 0:
+/// p = 3, m = 6 with tF = 1, tB = 2 (one column per time unit), phases of worker 0 above it:
 ///
-///     worker 0  F0 F1|F2 .  .  B0 B0 F3 .  B1 B1 F4 .  B2 B2 F5 .  B3 B3|.  .  B4 B4 .  B5 B5
-///     worker 1  .  F0 F1 .  B0 B0 F2 .  B1 B1 F3 .  B2 B2 F4 .  B3 B3 F5 B4 B4 .  B5 B5 .  .
-///     worker 2  .  .  F0 B0 B0 F1 B1 B1 F2 B2 B2 F3 B3 B3 F4 B4 B4 F5 B5 B5 .  .  .  .  .  .
+///               warm |------------------- steady --------------------|--- cool-down ---|
+///     worker 0  F0 F1 F2 .  .  .  .  B0 B0 F3 B1 B1 F4 B2 B2 F5 B3 B3 .  B4 B4 .  B5 B5
+///     worker 1  .  F0 F1 .  .  B0 B0 F2 B1 B1 F3 B2 B2 F4 B3 B3 F5 B4 B4 .  B5 B5 .  .
+///     worker 2  .  .  F0 B0 B0 F1 B1 B1 F2 B2 B2 F3 B3 B3 F4 B4 B4 F5 B5 B5 .  .  .  .
+///
+/// Worker 0 holds F0..F2 (3 = p micro-batches) while it waits for B0's gradient: the cost of
+/// keeping the last stage busy. The last worker never waits inside the steady state.
 ///
 /// Same bubble as GPipe, (p-1)(tF+tB) idle per worker, with activations for min(p-s, m)
 /// micro-batches instead of m. The backwards run in increasing micro-batch order.

@@ -1,0 +1,80 @@
+// schedule_svg: prints a schedule's simulated timeline as SVG (default) or ASCII.
+//
+//   tools/bazel run //pipeline:schedule_svg -- 1f1b 4 8 > docs/img/1f1b.svg
+//   tools/bazel run //pipeline:schedule_svg -- interleaved-1f1b 4 8 2 --ascii
+//   tools/bazel run //pipeline:schedule_svg -- gpipe 4 8 --recompute except_last
+//
+// Costs: tF = 1, tB = 2, tI = tW = 1, tR = 1 (simulator.h), unless --costs F,B or
+// --costs F,I,W is given.
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pipeline/schedule_ascii.h"
+#include "pipeline/schedule_svg.h"
+#include "pipeline/schedules.h"
+
+using namespace pipewright::pipeline;
+
+namespace {
+
+std::vector<double> parse_costs(const std::string& s) {
+  std::vector<double> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = s.find(',', start);
+    out.push_back(std::stod(s.substr(start, end == std::string::npos ? std::string::npos : end - start)));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> positional;
+  bool ascii = false;
+  std::string recompute = "never";
+  Costs costs;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg == "--ascii") {
+        ascii = true;
+      } else if (arg == "--recompute" && i + 1 < argc) {
+        recompute = argv[++i];
+      } else if (arg == "--costs" && i + 1 < argc) {
+        const std::vector<double> c = parse_costs(argv[++i]);
+        if (c.size() == 2) {
+          costs = Costs::unit(c[0], c[1]);
+        } else if (c.size() == 3) {
+          costs = Costs::split(c[0], c[1], c[2]);
+        } else {
+          throw std::invalid_argument("--costs takes F,B or F,I,W");
+        }
+      } else {
+        positional.push_back(arg);
+      }
+    }
+    if (positional.size() < 3 || positional.size() > 4) {
+      std::fprintf(stderr,
+                   "usage: schedule_svg NAME P M [V] [--ascii] [--recompute always|except_last|never] "
+                   "[--costs F,B | F,I,W]\n");
+      return 2;
+    }
+    const int p = std::stoi(positional[1]);
+    const int m = std::stoi(positional[2]);
+    const int v = positional.size() == 4 ? std::stoi(positional[3]) : 1;
+    Schedule s = make_schedule(positional[0], p, m, v);
+    s = with_recompute(s, checkpoint_predicate(parse_checkpoint(recompute), m));
+    const std::string out = ascii ? to_ascii(s, costs) : to_svg(s, costs);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "schedule_svg: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,125 @@
+// Printing and loading: to_ascii timelines, CSV round trips and CSV parse errors.
+#include <catch2/catch.hpp>
+
+#include <stdexcept>
+#include <string>
+
+#include "pipeline/schedule_ascii.h"
+#include "pipeline/schedule_io.h"
+#include "pipeline/schedule_svg.h"
+#include "pipeline/schedules.h"
+
+using namespace pipewright::pipeline;
+
+namespace {
+
+bool same(const Schedule& a, const Schedule& b) {
+  return a.name == b.name && a.num_workers == b.num_workers && a.num_stages == b.num_stages &&
+         a.num_microbatches == b.num_microbatches && a.stage_worker == b.stage_worker && a.actions == b.actions;
+}
+
+std::string error_of(const std::string& csv) {
+  try {
+    from_csv(csv);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("to_ascii draws gpipe's fill-drain") {
+  CHECK(to_ascii(gpipe(3, 4)) ==
+        "worker 0  F0 F1 F2 F3 .  .  .  .  .  .  B3 B3 B2 B2 B1 B1 B0 B0\n"
+        "worker 1  .  F0 F1 F2 F3 .  .  .  B3 B3 B2 B2 B1 B1 B0 B0 .  .\n"
+        "worker 2  .  .  F0 F1 F2 F3 B3 B3 B2 B2 B1 B1 B0 B0 .  .  .  .\n");
+}
+
+TEST_CASE("to_ascii with tF = tB, a split schedule, and chunk letters when interleaved") {
+  CHECK(to_ascii(one_f_one_b(2, 3), Costs::unit(1, 1)) ==
+        "worker 0  F0 F1 .  B0 F2 B1 .  B2\n"
+        "worker 1  .  F0 B0 F1 B1 F2 B2 .\n");
+  CHECK(to_ascii(zb_h1(2, 2), Costs::split(1, 1, 1)) ==
+        "worker 0  F0 F1 .  I0 W0 I1 W1\n"
+        "worker 1  .  F0 I0 F1 I1 W0 W1\n");
+  CHECK(to_ascii(interleaved_1f1b(2, 2, 2), Costs::unit(1, 1)) ==
+        "worker 0  F0a F1a F0b F1b .   .   B0b B1b B0a B1a\n"
+        "worker 1  .   F0a F1a F0b F1b B0b B1b B0a B1a .\n");
+}
+
+TEST_CASE("to_ascii needs whole-unit costs") {
+  CHECK_THROWS_WITH(to_ascii(gpipe(2, 2), Costs::unit(1, 1.5)), Catch::Contains("whole number"));
+}
+
+TEST_CASE("to_svg draws one box per action") {
+  const std::string svg = to_svg(one_f_one_b(2, 2));
+  CHECK(svg.rfind("<svg", 0) == 0);
+  CHECK(svg.find("1f1b: p=2, m=2") != std::string::npos);
+  size_t boxes = 0;
+  for (size_t at = svg.find("rx=\"3\""); at != std::string::npos; at = svg.find("rx=\"3\"", at + 1)) ++boxes;
+  CHECK(boxes == 8 + 2);  // 8 actions + 2 legend swatches (F, B)
+}
+
+TEST_CASE("CSV: the format, and a round trip of every generator") {
+  CHECK(to_csv(one_f_one_b(2, 2)) ==
+        "# schedule name=1f1b workers=2 stages=2 microbatches=2 stage_worker=0,1\n"
+        "worker,index,stage,kind,microbatch\n"
+        "0,0,0,F,0\n0,1,0,F,1\n0,2,0,B,0\n0,3,0,B,1\n"
+        "1,0,1,F,0\n1,1,1,B,0\n1,2,1,F,1\n1,3,1,B,1\n");
+  for (const std::string& name : schedule_names()) {
+    const int v = name == "interleaved-1f1b" ? 2 : 1;
+    const Schedule s = with_recompute(make_schedule(name, 2, 4, v), checkpoint_predicate(Checkpoint::kExceptLast, 4));
+    INFO(name);
+    CHECK(same(from_csv(to_csv(s)), s));
+  }
+}
+
+TEST_CASE("CSV without metadata, rows in any order, blank lines and CRLF") {
+  const Schedule s = from_csv(
+      "worker,index,stage,kind,microbatch\r\n"
+      "1,1,1,B,0\r\n"
+      "0,1,0,B,0\r\n"
+      "\r\n"
+      "0,0,0,F,0\r\n"
+      "1,0,1,F,0\r\n");
+  CHECK(s.name == "custom");
+  CHECK(s.num_workers == 2);
+  CHECK(s.num_stages == 2);
+  CHECK(s.num_microbatches == 1);
+  CHECK(s.stage_worker == std::vector<int>{0, 1});
+  CHECK(same(s, [] {
+    Schedule g = gpipe(2, 1);
+    g.name = "custom";
+    return g;
+  }()));
+}
+
+TEST_CASE("CSV parse errors name the line") {
+  const std::string header = "worker,index,stage,kind,microbatch\n";
+  CHECK(error_of("worker,stage\n0,0\n") ==
+        "from_csv: line 1: expected the header 'worker,index,stage,kind,microbatch', got 'worker,stage'");
+  CHECK(error_of(header + "0,0,0,F,0\n0,1,0,B\n") ==
+        "from_csv: line 3: expected 5 fields (worker,index,stage,kind,microbatch), got 4: '0,1,0,B'");
+  CHECK(error_of(header + "0,0,x,F,0\n") == "from_csv: line 2: stage 'x' is not an integer");
+  CHECK(error_of(header + "0,0,0,F,1.5\n") == "from_csv: line 2: microbatch '1.5' is not an integer");
+  CHECK(error_of(header + "0,0,0,F,-1\n") == "from_csv: line 2: microbatch -1 is negative");
+  CHECK(error_of(header + "0,0,0,X,0\n") == "from_csv: line 2: kind 'X' is not one of F, R, B, I, W");
+  CHECK(error_of(header + "0,0,0,F,0\n0,0,0,B,0\n") ==
+        "from_csv: line 3: worker 0 has index 0 twice (first on line 2)");
+  CHECK(error_of(header + "0,0,0,F,0\n0,2,0,B,0\n") ==
+        "from_csv: worker 0 has no action with index 1 (next is 2 on line 3)");
+  CHECK(error_of("# schedule name=x colour=red\n" + header) ==
+        "from_csv: line 1: unknown metadata key 'colour' (valid: name, workers, stages, microbatches, stage_worker)");
+  CHECK(error_of("0,0,0,F,0\n") == "from_csv: line 1: expected the header 'worker,index,stage,kind,microbatch', got '0,0,0,F,0'");
+  CHECK(error_of("") == "from_csv: no header line 'worker,index,stage,kind,microbatch'");
+}
+
+TEST_CASE("from_csv validates what it parsed") {
+  const std::string header = "worker,index,stage,kind,microbatch\n";
+  CHECK(error_of(header + "0,0,0,B,0\n0,1,0,F,0\n") ==
+        "invalid schedule 'custom': deadlock: worker 0 waits at B0@0 for F0@0");
+  CHECK_THAT(error_of(header + "0,0,0,F,0\n"), Catch::Contains("has no backward"));
+  CHECK_THAT(error_of("# schedule workers=1\n" + header + "1,0,0,F,0\n"),
+             Catch::Contains("worker 1 but the metadata says workers=1"));
+}
