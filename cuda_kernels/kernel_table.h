@@ -6,8 +6,8 @@
 // of that device and is asynchronous: results are ready for later work on the same stream,
 // and for the host after a synchronize or a copy to the CPU. Exceptions: cross_entropy,
 // cross_entropy_backward and index_select wait for their stream to check their indices.
-// Dtypes: float32 and float64; int64 too where a comment says so. Anything else throws
-// std::invalid_argument naming the op and the dtype.
+// Dtypes: float32 and float64, like the CPU kernels; int64 too where a comment says so.
+// Anything else throws std::invalid_argument naming the op and the dtype.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,7 @@ namespace pipewright::cuda {
 /// The CUDA table, with every entry filled.
 const Kernels& kernel_table();
 
-// elementwise.cu  (fill, binary, binary_scalar: also int64)
+// elementwise.cu  (fill: also int64)
 void fill(Tensor& out, double value);
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
 void binary_scalar(BinaryOp op, const Tensor& a, double s, Tensor& out);
@@ -31,7 +31,7 @@ void axpy(double alpha, const Tensor& x, Tensor& y);
 void copy_strided(const Tensor& src, Tensor& dst);
 void cast(const Tensor& src, Tensor& dst);
 
-// reduce.cu  (reduce: also int64 for sum and max; argmax: also int64 input)
+// reduce.cu
 void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out);
 void argmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out);
 
