@@ -1,5 +1,6 @@
 #include "pipeline/schedule_svg.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -8,7 +9,8 @@ namespace pipewright::pipeline {
 namespace {
 
 // Layout, in pixels.
-constexpr double kUnit = 26;      // one time unit
+constexpr double kMinUnit = 26;   // one time unit, at least
+constexpr double kMinBox = 22;    // the shortest action is drawn at least this wide
 constexpr double kRow = 30;       // one worker
 constexpr double kBox = 24;       // box height
 constexpr double kLeft = 74;      // worker names
@@ -62,28 +64,40 @@ std::string to_svg(const Schedule& schedule, const Costs& costs) {
     v = std::max(v, static_cast<int>(stages.size()));
   }
 
-  const double width = kLeft + sim.makespan * kUnit + 20;
+  // One time unit is wide enough that the shortest action still shows its number.
+  double shortest = 1.0;
+  int recomputed = 0;
+  for (const auto& list : sim.timeline) {
+    for (const TimedAction& t : list) {
+      if (t.end > t.start) shortest = std::min(shortest, t.end - t.start);
+      recomputed += t.action.kind == ActionKind::kRecompute;
+    }
+  }
+  const double unit = std::max(kMinUnit, kMinBox / shortest);
+
+  const double width = kLeft + sim.makespan * unit + 20;
   const double height = kTop + p * kRow + kLegend;
   std::string out = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) + "\" height=\"" +
                     num(height) + "\" font-family=\"Helvetica, Arial, sans-serif\">\n";
   out += "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
-  char title[200];
-  std::snprintf(title, sizeof title, "%s: p=%d, m=%d%s, makespan %s, bubble %.1f%%", schedule.name.c_str(), p,
-                schedule.num_microbatches, v > 1 ? (", v=" + std::to_string(v)).c_str() : "",
-                num(sim.makespan).c_str(), 100.0 * sim.bubble_fraction);
+  char title[240];
+  std::snprintf(title, sizeof title, "%s%s: p=%d, m=%d%s, makespan %s, bubble %.1f%%", schedule.name.c_str(),
+                recomputed > 0 ? " + recompute" : "", p, schedule.num_microbatches,
+                v > 1 ? (", v=" + std::to_string(v)).c_str() : "", num(sim.makespan).c_str(),
+                100.0 * sim.bubble_fraction);
   out += text(kLeft, 20, title, "#222222", "start", 14);
 
   for (int w = 0; w < p; ++w) {
     const double y = kTop + w * kRow;
     out += text(kLeft - 8, y + kBox / 2 + 4, "worker " + std::to_string(w), "#222222", "end");
-    out += "<rect x=\"" + num(kLeft) + "\" y=\"" + num(y) + "\" width=\"" + num(sim.makespan * kUnit) +
+    out += "<rect x=\"" + num(kLeft) + "\" y=\"" + num(y) + "\" width=\"" + num(sim.makespan * unit) +
            "\" height=\"" + num(kBox) + "\" fill=\"#f2f2f2\"/>\n";
     for (const TimedAction& t : sim.timeline[w]) {
       if (t.end <= t.start) continue;
       const Style st = style(t.action.kind);
       const bool odd_chunk = chunk[t.action.stage] % 2 == 1;
-      const double x = kLeft + t.start * kUnit;
-      const double bw = (t.end - t.start) * kUnit;
+      const double x = kLeft + t.start * unit;
+      const double bw = (t.end - t.start) * unit;
       out += rect(x, y, bw, kBox, odd_chunk ? st.light : st.fill);
       out += text(x + bw / 2, y + kBox / 2 + 4, std::to_string(t.action.microbatch), odd_chunk ? "#222222" : st.text);
     }
@@ -92,7 +106,7 @@ std::string to_svg(const Schedule& schedule, const Costs& costs) {
   // Time axis: a tick every 5 units.
   const double axis_y = kTop + p * kRow;
   for (int t = 0; t <= static_cast<int>(std::floor(sim.makespan)); t += 5) {
-    const double x = kLeft + t * kUnit;
+    const double x = kLeft + t * unit;
     out += "<line x1=\"" + num(x) + "\" y1=\"" + num(axis_y - 4) + "\" x2=\"" + num(x) + "\" y2=\"" +
            num(axis_y) + "\" stroke=\"#888888\"/>\n";
     out += text(x, axis_y + 12, std::to_string(t), "#666666", "middle", 10);

@@ -1,8 +1,9 @@
-// schedule_svg: prints a schedule's simulated timeline as SVG (default) or ASCII.
+// schedule_svg: prints a schedule's simulated timeline as SVG (default) or ASCII, or its
+// simulated numbers (makespan, idle, bubble, peak activations).
 //
 //   tools/bazel run //pipeline:schedule_svg -- 1f1b 4 8 > docs/img/1f1b.svg
 //   tools/bazel run //pipeline:schedule_svg -- interleaved-1f1b 4 8 2 --ascii
-//   tools/bazel run //pipeline:schedule_svg -- gpipe 4 8 --recompute except_last
+//   tools/bazel run //pipeline:schedule_svg -- gpipe 4 8 --recompute except_last --stats
 //
 // Costs: tF = 1, tB = 2, tI = tW = 1, tR = 1 (simulator.h), unless --costs F,B or
 // --costs F,I,W is given.
@@ -15,10 +16,32 @@
 #include "pipeline/schedule_ascii.h"
 #include "pipeline/schedule_svg.h"
 #include "pipeline/schedules.h"
+#include "pipeline/simulator.h"
 
 using namespace pipewright::pipeline;
 
 namespace {
+
+std::string stats(const Schedule& s, const Costs& costs) {
+  const Simulation sim = simulate(s, costs);
+  auto list = [](const auto& values) {
+    std::string out;
+    for (const auto& x : values) {
+      if (!out.empty()) out += ' ';
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", static_cast<double>(x));
+      out += buf;
+    }
+    return out;
+  };
+  char head[160];
+  std::snprintf(head, sizeof head, "%s p=%d m=%d stages=%d: makespan %g, bubble %.4f\n", s.name.c_str(),
+                s.num_workers, s.num_microbatches, s.num_stages, sim.makespan, sim.bubble_fraction);
+  return std::string(head) + "idle per worker:                    " + list(sim.idle) + "\n" +
+         "peak activations per stage:         " + list(sim.memory.stage_activations) + "\n" +
+         "peak checkpointed inputs per stage: " + list(sim.memory.stage_checkpointed_inputs) + "\n" +
+         "peak activations per worker:        " + list(sim.memory.worker_activations) + "\n";
+}
 
 std::vector<double> parse_costs(const std::string& s) {
   std::vector<double> out;
@@ -37,6 +60,7 @@ std::vector<double> parse_costs(const std::string& s) {
 int main(int argc, char** argv) {
   std::vector<std::string> positional;
   bool ascii = false;
+  bool print_stats = false;
   std::string recompute = "never";
   Costs costs;
   try {
@@ -44,6 +68,8 @@ int main(int argc, char** argv) {
       const std::string arg = argv[i];
       if (arg == "--ascii") {
         ascii = true;
+      } else if (arg == "--stats") {
+        print_stats = true;
       } else if (arg == "--recompute" && i + 1 < argc) {
         recompute = argv[++i];
       } else if (arg == "--costs" && i + 1 < argc) {
@@ -61,7 +87,7 @@ int main(int argc, char** argv) {
     }
     if (positional.size() < 3 || positional.size() > 4) {
       std::fprintf(stderr,
-                   "usage: schedule_svg NAME P M [V] [--ascii] [--recompute always|except_last|never] "
+                   "usage: schedule_svg NAME P M [V] [--ascii | --stats] [--recompute always|except_last|never] "
                    "[--costs F,B | F,I,W]\n");
       return 2;
     }
@@ -70,7 +96,7 @@ int main(int argc, char** argv) {
     const int v = positional.size() == 4 ? std::stoi(positional[3]) : 1;
     Schedule s = make_schedule(positional[0], p, m, v);
     s = with_recompute(s, checkpoint_predicate(parse_checkpoint(recompute), m));
-    const std::string out = ascii ? to_ascii(s, costs) : to_svg(s, costs);
+    const std::string out = print_stats ? stats(s, costs) : ascii ? to_ascii(s, costs) : to_svg(s, costs);
     std::fwrite(out.data(), 1, out.size(), stdout);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "schedule_svg: %s\n", e.what());
