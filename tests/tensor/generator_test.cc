@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "tensor/generator.h"
 #include "tensor/kernels.h"
@@ -229,4 +230,22 @@ TEST_CASE("default_generator is one process-wide generator") {
   Tensor t = Tensor::empty({3});
   default_generator().uniform_(t);
   REQUIRE(default_generator().offset() == before + 4);
+}
+
+TEST_CASE("GeneratorGuard installs a per-thread current generator") {
+  REQUIRE(&current_generator() == &default_generator());
+  Generator outer(1), inner(2);
+  {
+    GeneratorGuard g1(outer);
+    REQUIRE(&current_generator() == &outer);
+    {
+      GeneratorGuard g2(inner);
+      REQUIRE(&current_generator() == &inner);
+      Generator* seen_elsewhere = nullptr;
+      std::thread([&] { seen_elsewhere = &current_generator(); }).join();
+      REQUIRE(seen_elsewhere == &default_generator());
+    }
+    REQUIRE(&current_generator() == &outer);
+  }
+  REQUIRE(&current_generator() == &default_generator());
 }
