@@ -61,7 +61,8 @@ void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& act
   }
 }
 
-// One action of the interpreter. Receives happen before `start` is taken: waiting is idle.
+// One action of the interpreter. Receives happen before `start` is taken (waiting is idle);
+// sends, which copy to the receiver's device and never block, are part of the action.
 void Runtime::run_action(Step& step, int worker, const Action& action) {
   const int s = action.stage;
   const int j = action.microbatch;
@@ -92,9 +93,8 @@ void Runtime::run_action(Step& step, int worker, const Action& action) {
   TraceEvent event{worker, s, action.kind, j, 0, 0};
   switch (action.kind) {
     case ActionKind::kForward: {
-      nn::Tensors in = s == 0 ? step.inputs.batches[j]
-                              : step.transport().recv({s - 1, j, Direction::kActivation},
-                                                      device);
+      nn::Tensors in =
+          s == 0 ? step.inputs.batches[j] : step.transport().recv({s - 1, j, Direction::kActivation});
       event.start_us = micros_since(step.epoch);
       if (s == 0) in = on_device(in, device);
       CellMode mode = step.mode;
@@ -110,8 +110,11 @@ void Runtime::run_action(Step& step, int worker, const Action& action) {
       } else if (last) {
         step.outputs[j] = std::move(out);
       }
+      if (!last) {
+        step.transport().send({s, j, Direction::kActivation}, std::move(out),
+                              stage_devices_[s + 1]);
+      }
       event.end_us = micros_since(step.epoch);
-      if (!last) step.transport().send({s, j, Direction::kActivation}, std::move(out));
       ++step.counters.forwards[s];
       break;
     }
@@ -126,7 +129,7 @@ void Runtime::run_action(Step& step, int worker, const Action& action) {
     case ActionKind::kBackwardInput: {
       nn::Tensors grads;
       if (!last) {
-        grads = step.transport().recv({s, j, Direction::kGradient}, device);
+        grads = step.transport().recv({s, j, Direction::kGradient});
       } else if (step.loss_fn) {
         grads = {step.loss_grads[j]};
       } else {
@@ -135,12 +138,13 @@ void Runtime::run_action(Step& step, int worker, const Action& action) {
       event.start_us = micros_since(step.epoch);
       nn::Tensors grad_inputs = action.kind == ActionKind::kBackward ? cell.backward(grads)
                                                                     : cell.backward_input(grads);
-      event.end_us = micros_since(step.epoch);
       if (s == 0) {
         step.input_grads[j] = std::move(grad_inputs);
       } else {
-        step.transport().send({s - 1, j, Direction::kGradient}, std::move(grad_inputs));
+        step.transport().send({s - 1, j, Direction::kGradient}, std::move(grad_inputs),
+                              stage_devices_[s - 1]);
       }
+      event.end_us = micros_since(step.epoch);
       ++step.counters.backwards[s];
       break;
     }

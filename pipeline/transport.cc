@@ -17,11 +17,15 @@ std::shared_ptr<InProcessTransport::Queue> InProcessTransport::queue(const Messa
   return slot;
 }
 
-void InProcessTransport::send(const MessageKey& key, std::vector<Tensor> tensors) {
+void InProcessTransport::send(const MessageKey& key, std::vector<Tensor> tensors,
+                              Device destination) {
+  for (Tensor& t : tensors) {
+    if (t.defined()) t = t.to(destination);
+  }
   queue(key)->push(std::move(tensors));
 }
 
-std::vector<Tensor> InProcessTransport::recv(const MessageKey& key, Device device) {
+std::vector<Tensor> InProcessTransport::recv(const MessageKey& key) {
   std::shared_ptr<Queue> q = queue(key);
   std::optional<std::vector<Tensor>> message = q->pop();
   if (!message) throw RunCancelled();
@@ -30,11 +34,7 @@ std::vector<Tensor> InProcessTransport::recv(const MessageKey& key, Device devic
     std::lock_guard<std::mutex> lock(mutex_);
     queues_.erase(key);
   }
-  std::vector<Tensor> tensors = std::move(*message);
-  for (Tensor& t : tensors) {
-    if (t.defined()) t = t.to(device);
-  }
-  return tensors;
+  return std::move(*message);
 }
 
 void InProcessTransport::cancel() {

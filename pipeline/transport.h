@@ -11,9 +11,12 @@
 // A message is a list of tensors (a torchgpipe "tuple"); an undefined entry means "no
 // tensor" (e.g. no gradient for an integer output) and travels as such.
 //
-// InProcessTransport keeps a Channel per key, created by whichever side gets there first,
-// and copies each tensor to the receiver's device on recv (Tensor::to: no copy when the
-// devices are equal, so stages sharing a device share the activation's storage).
+// The sender names the receiver's device. InProcessTransport copies each tensor there at
+// send time (Tensor::to: no copy when the devices are equal, so stages sharing a device share
+// the activation's storage) and keeps a Channel per key, created by whichever side gets there
+// first. Copying at the sender means a message never pins the sender's memory: a
+// checkpointed cell's output is freed the moment it is sent (Note [Where the copy happens]
+// in docs/pipeline.md explains what this does to each device's memory counters).
 #pragma once
 
 #include <cstdint>
@@ -57,12 +60,13 @@ class RunCancelled : public std::runtime_error {
 class Transport {
  public:
   virtual ~Transport() = default;
-  /// Hands `tensors` to the receiver of `key`. Does not wait for the receiver. After
-  /// cancel() the message is dropped.
-  virtual void send(const MessageKey& key, std::vector<Tensor> tensors) = 0;
-  /// Blocks until the message `key` arrives and returns its tensors on `device`. Throws
-  /// RunCancelled once cancel() was called (immediately if it already was).
-  virtual std::vector<Tensor> recv(const MessageKey& key, Device device) = 0;
+  /// Hands `tensors` to the receiver of `key`, whose stage lives on `destination`. Does not
+  /// wait for the receiver. After cancel() the message is dropped.
+  virtual void send(const MessageKey& key, std::vector<Tensor> tensors, Device destination) = 0;
+  /// Blocks until the message `key` arrives and returns its tensors (on the destination
+  /// device the sender named). Throws RunCancelled once cancel() was called (immediately if
+  /// it already was).
+  virtual std::vector<Tensor> recv(const MessageKey& key) = 0;
   /// Wakes every blocked recv() (they throw RunCancelled) and drops pending messages.
   /// Idempotent; safe from any thread.
   virtual void cancel() = 0;
@@ -72,8 +76,8 @@ class Transport {
 class InProcessTransport final : public Transport {
  public:
   InProcessTransport() = default;
-  void send(const MessageKey& key, std::vector<Tensor> tensors) override;
-  std::vector<Tensor> recv(const MessageKey& key, Device device) override;
+  void send(const MessageKey& key, std::vector<Tensor> tensors, Device destination) override;
+  std::vector<Tensor> recv(const MessageKey& key) override;
   void cancel() override;
 
  private:

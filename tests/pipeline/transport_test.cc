@@ -6,56 +6,64 @@
 
 #include <thread>
 
+#include "tensor/allocator.h"
 #include "tensor/ops.h"
 
 using namespace pipewright;
 using namespace pipewright::pipeline;
 
-TEST_CASE("a message arrives on the receiver's device") {
+TEST_CASE("the sender copies to the receiver's device; the message does not pin its memory") {
   InProcessTransport t;
   Tensor x = Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2}, Device::cpu(20));
-  t.send({0, 3, Direction::kActivation}, {x, Tensor()});
-  std::vector<Tensor> got = t.recv({0, 3, Direction::kActivation}, Device::cpu(21));
+  t.send({0, 3, Direction::kActivation}, {x, Tensor()}, Device::cpu(21));
+  std::vector<Tensor> got = t.recv({0, 3, Direction::kActivation});
   REQUIRE(got.size() == 2);
   REQUIRE(got[0].device() == Device::cpu(21));
   REQUIRE(ops::equal(got[0].to(Device::cpu(20)), x));
   REQUIRE_FALSE(got[1].defined());
+  // The copy happened at send: the sender's tensor is not referenced by the transport.
+  Tensor y = Tensor::ones({4}, {.device = Device::cpu(22)});
+  const int64_t before = allocator_for(Device::cpu(22)).allocated();
+  t.send({0, 4, Direction::kActivation}, {y}, Device::cpu(23));
+  y = Tensor();
+  REQUIRE(allocator_for(Device::cpu(22)).allocated() == before - 16);
+  REQUIRE(t.recv({0, 4, Direction::kActivation})[0].device() == Device::cpu(23));
 }
 
 TEST_CASE("the same device shares the storage (no copy)") {
   InProcessTransport t;
   Tensor x = Tensor::ones({2, 3}, {.device = Device::cpu(20)});
-  t.send({1, 0, Direction::kGradient}, {x});
-  std::vector<Tensor> got = t.recv({1, 0, Direction::kGradient}, Device::cpu(20));
+  t.send({1, 0, Direction::kGradient}, {x}, Device::cpu(20));
+  std::vector<Tensor> got = t.recv({1, 0, Direction::kGradient});
   REQUIRE(got[0].shares_storage(x));
 }
 
 TEST_CASE("keys are independent: direction, edge and micro-batch") {
   InProcessTransport t;
-  t.send({0, 1, Direction::kActivation}, {Tensor::scalar(1.0)});
-  t.send({0, 1, Direction::kGradient}, {Tensor::scalar(2.0)});
-  t.send({1, 1, Direction::kActivation}, {Tensor::scalar(3.0)});
-  t.send({0, 0, Direction::kActivation}, {Tensor::scalar(4.0)});
-  REQUIRE(t.recv({0, 0, Direction::kActivation}, Device::cpu(0))[0].item() == 4.0);
-  REQUIRE(t.recv({1, 1, Direction::kActivation}, Device::cpu(0))[0].item() == 3.0);
-  REQUIRE(t.recv({0, 1, Direction::kGradient}, Device::cpu(0))[0].item() == 2.0);
-  REQUIRE(t.recv({0, 1, Direction::kActivation}, Device::cpu(0))[0].item() == 1.0);
+  t.send({0, 1, Direction::kActivation}, {Tensor::scalar(1.0)}, Device::cpu(0));
+  t.send({0, 1, Direction::kGradient}, {Tensor::scalar(2.0)}, Device::cpu(0));
+  t.send({1, 1, Direction::kActivation}, {Tensor::scalar(3.0)}, Device::cpu(0));
+  t.send({0, 0, Direction::kActivation}, {Tensor::scalar(4.0)}, Device::cpu(0));
+  REQUIRE(t.recv({0, 0, Direction::kActivation})[0].item() == 4.0);
+  REQUIRE(t.recv({1, 1, Direction::kActivation})[0].item() == 3.0);
+  REQUIRE(t.recv({0, 1, Direction::kGradient})[0].item() == 2.0);
+  REQUIRE(t.recv({0, 1, Direction::kActivation})[0].item() == 1.0);
 }
 
 TEST_CASE("recv blocks until the sender sends") {
   InProcessTransport t;
-  std::thread sender([&] { t.send({2, 5, Direction::kActivation}, {Tensor::scalar(9.0)}); });
-  REQUIRE(t.recv({2, 5, Direction::kActivation}, Device::cpu(0))[0].item() == 9.0);
+  std::thread sender([&] { t.send({2, 5, Direction::kActivation}, {Tensor::scalar(9.0)}, Device::cpu(0)); });
+  REQUIRE(t.recv({2, 5, Direction::kActivation})[0].item() == 9.0);
   sender.join();
 }
 
 TEST_CASE("cancel wakes a blocked receiver with RunCancelled, and later receivers too") {
   InProcessTransport t;
   std::thread canceller([&] { t.cancel(); });
-  REQUIRE_THROWS_AS(t.recv({0, 0, Direction::kActivation}, Device::cpu(0)), RunCancelled);
+  REQUIRE_THROWS_AS(t.recv({0, 0, Direction::kActivation}), RunCancelled);
   canceller.join();
-  t.send({0, 1, Direction::kActivation}, {Tensor::scalar(1.0)});  // dropped
-  REQUIRE_THROWS_AS(t.recv({0, 1, Direction::kActivation}, Device::cpu(0)), RunCancelled);
+  t.send({0, 1, Direction::kActivation}, {Tensor::scalar(1.0)}, Device::cpu(0));  // dropped
+  REQUIRE_THROWS_AS(t.recv({0, 1, Direction::kActivation}), RunCancelled);
 }
 
 TEST_CASE("message keys print what they name") {

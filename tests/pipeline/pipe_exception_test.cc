@@ -1,0 +1,176 @@
+// Failure handling (Note [First exception wins] in runtime.h): an exception raised in any
+// stage, in forward or in backward, reaches the caller with its original type and message;
+// no worker is left blocked; the Pipe is usable afterwards; destroying Pipes joins threads.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <stdexcept>
+
+#include "autograd/functions.h"
+#include "autograd/node.h"
+#include "nn/loss.h"
+#include "pipeline/pipe.h"
+#include "tests/pipeline/pipe_test_util.h"
+
+using namespace pipewright;
+using namespace pipewright::pipeline;
+using namespace pipewright::pipeline::testing;
+
+namespace {
+
+// Identity that throws std::domain_error on the forward of its k-th call while armed.
+class ThrowInForward : public nn::Module {
+ public:
+  explicit ThrowInForward(std::shared_ptr<std::atomic<int>> countdown)
+      : countdown_(std::move(countdown)) {}
+  using nn::Module::forward;
+  Tensor forward(const Tensor& x) override {
+    if (countdown_->fetch_sub(1) == 1) throw std::domain_error("stage exploded in forward");
+    return x;
+  }
+  std::string str() const override { return "ThrowInForward()"; }
+
+ private:
+  std::shared_ptr<std::atomic<int>> countdown_;
+};
+
+// y = x, recorded with a node whose backward throws std::overflow_error while armed.
+class ThrowingNode : public autograd::Node {
+ public:
+  explicit ThrowingNode(std::shared_ptr<std::atomic<bool>> armed) : armed_(std::move(armed)) {}
+  const char* name() const override { return "ThrowingNodeBackward"; }
+  std::vector<Tensor> apply(const std::vector<Tensor>& grads,
+                            const std::vector<bool>&) override {
+    if (armed_->load()) throw std::overflow_error("stage exploded in backward");
+    return {grads.at(0)};
+  }
+  void release_saved() override { mark_released(); }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> armed_;
+};
+
+class ThrowInBackward : public nn::Module {
+ public:
+  explicit ThrowInBackward(std::shared_ptr<std::atomic<bool>> armed) : armed_(std::move(armed)) {}
+  using nn::Module::forward;
+  Tensor forward(const Tensor& x) override {
+    Tensor y = x.detach();
+    if (autograd::should_record({x})) {
+      autograd::NodeRecorder::record(std::make_shared<ThrowingNode>(armed_), {x}, {&y});
+    }
+    return y;
+  }
+  std::string str() const override { return "ThrowInBackward()"; }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> armed_;
+};
+
+nn::Sequential with_module(std::shared_ptr<nn::Module> extra, uint64_t seed) {
+  nn::Sequential m = small_mlp(seed);  // 5 children
+  nn::Sequential out;
+  for (size_t i = 0; i < m.size(); ++i) {
+    if (i == 3) out.push_back_shared(extra);  // between Linear(8,8) and Tanh
+    out.push_back_shared(m.ptr(i));
+  }
+  return out;  // 6 children
+}
+
+Tensor mse(const Tensor& out, const Tensor& t) { return nn::mse_loss(out, t.to(out.device())); }
+
+}  // namespace
+
+TEST_CASE("an exception in a stage's forward reaches the caller unchanged") {
+  const int throw_at = GENERATE(1, 2, 4);  // which forward call throws (micro-batch index + 1)
+  const std::vector<int> balance = GENERATE(values<std::vector<int>>({{3, 3}, {2, 2, 2}, {6}}));
+  CAPTURE(throw_at, balance);
+  auto countdown = std::make_shared<std::atomic<int>>(throw_at);
+  Pipe pipe(with_module(std::make_shared<ThrowInForward>(countdown), 1),
+            {.balance = balance, .devices = cpus(0, 3), .chunks = 4});
+  const Tensor x = randn({8, 4}, 2);
+
+  REQUIRE_THROWS_MATCHES(pipe.forward(x), std::domain_error,
+                         Catch::Message("stage exploded in forward"));
+  // Disarmed (the countdown is past zero): the same Pipe works again, forward and backward.
+  Tensor out = pipe.forward(x);
+  REQUIRE(out.shape() == Shape{8, 3});
+  mse(out, randn({8, 3}, 3)).backward();
+  REQUIRE(pipe.last_counters().backwards == std::vector<int>(balance.size(), 4));
+}
+
+TEST_CASE("an exception in a stage's backward reaches loss.backward() unchanged") {
+  const Checkpoint mode = GENERATE(Checkpoint::kNever, Checkpoint::kAlways);
+  CAPTURE(to_string(mode));
+  auto armed = std::make_shared<std::atomic<bool>>(true);
+  Pipe pipe(with_module(std::make_shared<ThrowInBackward>(armed), 4),
+            {.balance = {2, 2, 2}, .devices = cpus(0, 3), .chunks = 4, .checkpoint = mode});
+  const Tensor x = randn({8, 4}, 5), target = randn({8, 3}, 6);
+
+  Tensor loss = mse(pipe.forward(x), target);
+  REQUIRE_THROWS_MATCHES(loss.backward(), std::overflow_error,
+                         Catch::Message("stage exploded in backward"));
+  // The step was consumed: a second backward through it is a logic error, not a hang.
+  REQUIRE_THROWS_AS(loss.backward(), std::logic_error);
+
+  armed->store(false);
+  pipe.zero_grad();
+  mse(pipe.forward(x), target).backward();
+  for (const Tensor& p : pipe.parameters()) REQUIRE(p.grad().defined());
+}
+
+TEST_CASE("an exception in train_step (stage or loss_fn) reaches the caller") {
+  const std::string schedule = GENERATE(as<std::string>{}, "gpipe", "1f1b", "zb-h1");
+  CAPTURE(schedule);
+  auto armed = std::make_shared<std::atomic<bool>>(true);
+  Pipe pipe(with_module(std::make_shared<ThrowInBackward>(armed), 7),
+            {.balance = {3, 3}, .devices = cpus(0, 2), .chunks = 4, .schedule = schedule});
+  const Tensor x = randn({8, 4}, 8), target = randn({8, 3}, 9);
+  REQUIRE_THROWS_MATCHES(pipe.train_step(x, target, mse), std::overflow_error,
+                         Catch::Message("stage exploded in backward"));
+  armed->store(false);
+
+  int calls = 0;
+  auto bad_loss = [&calls](const Tensor& out, const Tensor& t) -> Tensor {
+    if (++calls == 3) throw std::invalid_argument("loss exploded");
+    return mse(out, t);
+  };
+  REQUIRE_THROWS_MATCHES(pipe.train_step(x, target, bad_loss), std::invalid_argument,
+                         Catch::Message("loss exploded"));
+  StepResult r = pipe.train_step(x, target, mse);
+  REQUIRE(r.microbatch_losses.size() == 4);
+}
+
+TEST_CASE("backward after the Pipe is gone throws instead of touching dead workers") {
+  Tensor loss;
+  {
+    Pipe pipe(small_mlp(10), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 2});
+    loss = mse(pipe.forward(randn({4, 4}, 11)), randn({4, 3}, 12));
+  }
+  REQUIRE_THROWS_WITH(loss.backward(), Catch::Contains("destroyed"));
+}
+
+TEST_CASE("many Pipes created, used and destroyed; two alive at once") {
+  for (int i = 0; i < 20; ++i) {
+    Pipe a(small_mlp(13), {.balance = {1, 1, 1, 1, 1}, .devices = cpus(0, 5), .chunks = 3});
+    Pipe b(small_mlp(14), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 2});
+    Tensor x = randn({6, 4}, 15);
+    Tensor loss = autograd::add(mse(a.forward(x), randn({6, 3}, 16)),
+                                autograd::to(mse(b.forward(x), randn({6, 3}, 16)), Device::cpu(4)));
+    loss.backward();  // one backward through two pipes' PipeBackward nodes
+  }
+  // A pipe whose forward output is never backpropagated is destroyed cleanly too.
+  Tensor kept;
+  {
+    Pipe p(small_mlp(16), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 2});
+    kept = p.forward(randn({4, 4}, 17));
+  }
+  REQUIRE(kept.shape() == Shape{4, 3});
+}
+
+TEST_CASE("a moved Pipe keeps working") {
+  Pipe a(small_mlp(18), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 2});
+  Pipe b = std::move(a);
+  mse(b.forward(randn({4, 4}, 19)), randn({4, 3}, 20)).backward();
+  REQUIRE(b.last_counters().backwards == std::vector<int>{2, 2});
+}

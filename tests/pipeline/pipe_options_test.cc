@@ -1,0 +1,97 @@
+// Construction errors (torchgpipe's, with C++ exception types and messages naming the values)
+// and the structure a Pipe exposes.
+#include <catch2/catch.hpp>
+
+#include "nn/activation.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "pipeline/pipe.h"
+#include "pipeline/schedules.h"
+#include "tests/pipeline/pipe_test_util.h"
+
+using namespace pipewright;
+using namespace pipewright::pipeline;
+using namespace pipewright::pipeline::testing;
+
+TEST_CASE("balance errors name the values") {
+  REQUIRE_THROWS_MATCHES(
+      Pipe(small_mlp(1), {.balance = {1, 2}, .devices = cpus(0, 2)}), std::invalid_argument,
+      Catch::Message("module and sum of balance have different length (module: 5, sum of "
+                     "balance: 3)"));
+  REQUIRE_THROWS_MATCHES(
+      Pipe(small_mlp(1), {.balance = {3, 0, 2}, .devices = cpus(0, 3)}), std::invalid_argument,
+      Catch::Message("all balance numbers must be positive integer (balance: [3, 0, 2])"));
+  REQUIRE_THROWS_AS(Pipe(small_mlp(1), {.balance = {}, .devices = cpus(0, 1)}),
+                    std::invalid_argument);
+  REQUIRE_THROWS_WITH(Pipe(small_mlp(1), {.balance = {2, 2, 1}, .devices = cpus(0, 3),
+                                          .virtual_stages = 2}),
+                      Catch::Contains("multiple of virtual_stages"));
+}
+
+TEST_CASE("chunks must be positive") {
+  REQUIRE_THROWS_MATCHES(
+      Pipe(small_mlp(1), {.balance = {5}, .devices = cpus(0, 1), .chunks = 0}),
+      std::invalid_argument, Catch::Message("number of chunks must be positive integer (chunks: 0)"));
+  REQUIRE_THROWS_AS(Pipe(small_mlp(1), {.balance = {5}, .devices = cpus(0, 1), .chunks = -3}),
+                    std::invalid_argument);
+}
+
+TEST_CASE("fewer devices than partitions is out_of_range naming both counts") {
+  REQUIRE_THROWS_MATCHES(
+      Pipe(small_mlp(1), {.balance = {2, 3}, .devices = cpus(0, 1)}), std::out_of_range,
+      Catch::Message("too few devices to hold given partitions (devices: 1, partitions: 2)"));
+}
+
+TEST_CASE("the same module instance twice is refused") {
+  auto relu = std::make_shared<nn::ReLU>();
+  nn::Sequential m(nn::Linear(2, 2), relu, nn::Linear(2, 2), relu);
+  REQUIRE_THROWS_MATCHES(Pipe(std::move(m), {.balance = {2, 2}, .devices = cpus(0, 2)}),
+                         std::invalid_argument,
+                         Catch::Message("module with duplicate children is not supported "
+                                        "(child 3 is child 1)"));
+}
+
+TEST_CASE("structure: partitions, devices, balance; parameters moved to their devices") {
+  Pipe pipe(small_mlp(1), {.balance = {2, 2, 1}, .devices = cpus(4, 3), .chunks = 2});
+  REQUIRE(pipe.balance() == std::vector<int>{2, 2, 1});
+  REQUIRE(pipe.num_workers() == 3);
+  REQUIRE(pipe.devices() == cpus(4, 3));
+  REQUIRE(pipe.partitions().size() == 3);
+  for (size_t s = 0; s < 3; ++s) {
+    REQUIRE(pipe.partitions()[s].size() == static_cast<size_t>(pipe.balance()[s]));
+    for (const Tensor& p : pipe.partitions()[s].parameters()) {
+      REQUIRE(p.device() == Device::cpu(4 + static_cast<int>(s)));
+    }
+  }
+  // The partitions share the module's children (slices, not copies).
+  REQUIRE(&pipe.partitions()[1][0] == &pipe.module()[2]);
+}
+
+TEST_CASE("train/eval reaches every stage; eval keeps nothing for backward") {
+  Pipe pipe(small_mlp(1), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 4,
+                           .checkpoint = Checkpoint::kAlways});
+  pipe.eval();
+  REQUIRE_FALSE(pipe.is_training());
+  for (const auto& part : pipe.partitions()) REQUIRE_FALSE(part.is_training());
+  Tensor out = pipe.forward(randn({8, 4}, 2).set_requires_grad(true));
+  REQUIRE(out.grad_fn() == nullptr);
+  REQUIRE_FALSE(out.requires_grad());
+  REQUIRE(pipe.last_counters().recomputes == std::vector<int>{0, 0});
+  REQUIRE(pipe.last_counters().forwards == std::vector<int>{4, 4});
+  pipe.train();
+  REQUIRE(pipe.forward(randn({8, 4}, 2)).grad_fn() != nullptr);
+}
+
+TEST_CASE("schedules that do not fit the pipe are refused before running") {
+  Pipe pipe(small_mlp(1), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 4});
+  const Tensor x = randn({8, 4}, 2), t = randn({8, 3}, 3);
+  Schedule s = make_schedule("1f1b", 2, 3);  // 3 micro-batches, the batch splits into 4
+  auto mse = [](const Tensor& o, const Tensor& y) { return nn::mse_loss(o, y); };
+  REQUIRE_THROWS_WITH(pipe.train_step(x, t, mse, s), Catch::Contains("3 micro-batches"));
+  Schedule broken = make_schedule("gpipe", 2, 4);
+  broken.actions[1].pop_back();  // drop B0@1
+  REQUIRE_THROWS_AS(pipe.train_step(x, t, mse, broken), std::invalid_argument);
+  REQUIRE_THROWS_AS(pipe.train_step(x, t, mse, "no-such-schedule"), std::invalid_argument);
+  REQUIRE_THROWS_WITH(pipe.train_step(x, randn({7, 3}, 4), mse),
+                      Catch::Contains("[8, 4]") && Catch::Contains("[7, 3]"));
+}
