@@ -14,8 +14,11 @@ char action_letter(ActionKind kind) {
 }
 
 std::string Action::str() const {
-  return std::string(1, action_letter(kind)) + std::to_string(microbatch) + "@" +
-         std::to_string(stage);
+  std::string out(1, action_letter(kind));
+  out += std::to_string(microbatch);
+  out += '@';
+  out += std::to_string(stage);
+  return out;
 }
 
 std::vector<int> Schedule::stages_of(int worker) const {

@@ -1,9 +1,10 @@
-// schedule_svg: prints a schedule's simulated timeline as SVG (default) or ASCII, or its
-// simulated numbers (makespan, idle, bubble, peak activations).
+// schedule_svg: prints a schedule's simulated timeline as SVG (default), ASCII or Chrome
+// trace JSON, or its simulated numbers (makespan, idle, bubble, peak activations).
 //
 //   tools/bazel run //pipeline:schedule_svg -- 1f1b 4 8 > docs/img/1f1b.svg
 //   tools/bazel run //pipeline:schedule_svg -- interleaved-1f1b 4 8 2 --ascii
 //   tools/bazel run //pipeline:schedule_svg -- gpipe 4 8 --recompute except_last --stats
+//   tools/bazel run //pipeline:schedule_svg -- zb-h1 4 8 --trace > /tmp/zb-h1.json
 //
 // Costs: tF = 1, tB = 2, tI = tW = 1, tR = 1 (simulator.h), unless --costs F,B or
 // --costs F,I,W is given.
@@ -15,6 +16,7 @@
 
 #include "pipeline/schedule_ascii.h"
 #include "pipeline/schedule_svg.h"
+#include "pipeline/schedule_trace.h"
 #include "pipeline/schedules.h"
 #include "pipeline/simulator.h"
 
@@ -61,6 +63,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> positional;
   bool ascii = false;
   bool print_stats = false;
+  bool trace = false;
   std::string recompute = "never";
   Costs costs;
   try {
@@ -70,6 +73,8 @@ int main(int argc, char** argv) {
         ascii = true;
       } else if (arg == "--stats") {
         print_stats = true;
+      } else if (arg == "--trace") {
+        trace = true;
       } else if (arg == "--recompute" && i + 1 < argc) {
         recompute = argv[++i];
       } else if (arg == "--costs" && i + 1 < argc) {
@@ -87,7 +92,7 @@ int main(int argc, char** argv) {
     }
     if (positional.size() < 3 || positional.size() > 4) {
       std::fprintf(stderr,
-                   "usage: schedule_svg NAME P M [V] [--ascii | --stats] [--recompute always|except_last|never] "
+                   "usage: schedule_svg NAME P M [V] [--ascii | --stats | --trace] [--recompute always|except_last|never] "
                    "[--costs F,B | F,I,W]\n");
       return 2;
     }
@@ -96,7 +101,14 @@ int main(int argc, char** argv) {
     const int v = positional.size() == 4 ? std::stoi(positional[3]) : 1;
     Schedule s = make_schedule(positional[0], p, m, v);
     s = with_recompute(s, checkpoint_predicate(parse_checkpoint(recompute), m));
-    const std::string out = print_stats ? stats(s, costs) : ascii ? to_ascii(s, costs) : to_svg(s, costs);
+    std::string out;
+    if (print_stats) {
+      out = stats(s, costs);
+    } else if (trace) {
+      out = to_chrome_trace(s, costs);
+    } else {
+      out = ascii ? to_ascii(s, costs) : to_svg(s, costs);
+    }
     std::fwrite(out.data(), 1, out.size(), stdout);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "schedule_svg: %s\n", e.what());

@@ -17,7 +17,6 @@ using Catch::Detail::Approx;
 
 namespace {
 
-double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 int max_of(const std::vector<int>& v) { return *std::max_element(v.begin(), v.end()); }
 
 void check_equal_idle(const Simulation& sim, double expected) {
