@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tensor/allocator.h"
+#include "tensor/kernels.h"
 #include "tensor/stream.h"
 #include "tensor/tensor.h"
 
@@ -53,6 +54,19 @@ class HostAllocator final : public Allocator {
   }
 };
 
+/// A CUDA kernel table with only `fill` (on host memory, like the fake allocator).
+const Kernels& fake_kernels() {
+  static const Kernels table = [] {
+    Kernels k;
+    k.fill = [](Tensor& out, double value) {
+      float* p = out.data<float>();
+      for (int64_t i = 0; i < out.numel(); ++i) p[i] = static_cast<float>(value);
+    };
+    return k;
+  }();
+  return table;
+}
+
 FakeCudaBackend& fake() {
   static FakeCudaBackend* backend = [] {
     auto* b = new FakeCudaBackend();
@@ -66,6 +80,17 @@ FakeCudaBackend& fake() {
 }
 
 }  // namespace
+
+TEST_CASE("kernel tables: an unregistered type names the op and device; registration installs") {
+  REQUIRE_THROWS_AS(PW_KERNEL(Device::cuda(0), gemm), std::runtime_error);
+  REQUIRE_THROWS_WITH(PW_KERNEL(Device::cuda(0), gemm), "op gemm has no kernel for cuda:0");
+  REQUIRE(kernels_for(DeviceType::kCPU).gemm != nullptr);
+  fake();
+  register_kernels(DeviceType::kCUDA, &fake_kernels());
+  const Tensor t = Tensor::full({3}, 2.5, {DType::kFloat32, Device::cuda(0)});
+  REQUIRE(t.to_vector<float>() == std::vector<float>(3, 2.5f));
+  REQUIRE_THROWS_WITH(PW_KERNEL(Device::cuda(1), softmax), "op softmax has no kernel for cuda:1");
+}
 
 TEST_CASE("CPU -> CUDA copies on the destination's current stream without synchronizing") {
   FakeCudaBackend& b = fake();

@@ -187,3 +187,28 @@ TEST_CASE("elementwise errors name both operands") {
   REQUIRE_THROWS_WITH(ops::relu_backward(Tensor::zeros({3}), Tensor::zeros({2})),
                       Catch::Contains("[3]") && Catch::Contains("[2]"));
 }
+
+TEST_CASE("comparison helpers for tests") {
+  const Tensor a = Tensor::from_vector<double>({1.0, 2.0, 3.0});
+  const Tensor b = Tensor::from_vector<double>({1.0, 2.5, 2.0}, Device::cpu(1));
+  REQUIRE(ops::max_abs_diff(a, b) == 1.0);  // any devices
+  REQUIRE(ops::max_abs_diff(a, a.to(DType::kFloat32)) == 0.0);
+  REQUIRE(std::isnan(ops::max_abs_diff(a, Tensor::from_vector<double>({1.0, NAN, 3.0}))));
+  REQUIRE_THROWS_WITH(ops::max_abs_diff(a, Tensor::zeros({2})),
+                      Catch::Contains("[3]") && Catch::Contains("[2]"));
+
+  const Tensor near = Tensor::from_vector<double>({1.0 + 1e-9, 2.0, 3.0 - 1e-9});
+  REQUIRE(ops::allclose(a, near));
+  REQUIRE_FALSE(ops::allclose(a, b));
+  REQUIRE(ops::allclose(a, b, 0.0, 1.0));   // |a - b| <= atol
+  REQUIRE(ops::allclose(a, b, 0.5, 0.0));   // |a - b| <= rtol * |b|
+  REQUIRE_FALSE(ops::allclose(a, b, 0.4, 0.0));
+  REQUIRE_FALSE(ops::allclose(Tensor::full({1}, NAN), Tensor::full({1}, NAN)));
+
+  REQUIRE(ops::equal(a, a.clone()));
+  REQUIRE(ops::equal(a, a.to(Device::cpu(2))));
+  REQUIRE_FALSE(ops::equal(a, near));
+  REQUIRE_FALSE(ops::equal(a, a.to(DType::kFloat32)));  // dtypes differ
+  REQUIRE_FALSE(ops::equal(a, a.reshape({3, 1})));      // shapes differ
+  REQUIRE(ops::equal(Tensor::zeros({0}), Tensor::zeros({0})));
+}
