@@ -41,7 +41,8 @@ Pipe::Pipe(nn::Sequential module, PipeOptions options)
   for (int s = 0; s < num_stages; ++s) partitions[s].to(stage_devices[s]);
 
   runtime_ = std::make_shared<Runtime>(std::move(partitions), std::move(stage_devices),
-                                       std::move(stage_worker), num_workers, options_.seed);
+                                       std::move(stage_worker), num_workers, options_.seed,
+                                       options_.threads_per_worker);
   if (options_.deferred_batch_norm) deferred_ = std::make_unique<DeferredBatchNorm>(module_);
 }
 

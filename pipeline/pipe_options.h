@@ -39,6 +39,10 @@ struct PipeOptions {
   std::string schedule = "gpipe";
   /// Seeds the workers' generators (worker w gets mix_seed(seed, w)); see Pipe::manual_seed.
   uint64_t seed = 0;
+  /// Intra-op threads of each worker (its kernels' OpenMP threads); 0 = max(1,
+  /// hardware_threads() / workers), so that the workers computing at once use every core
+  /// once (tensor/threads.h).
+  int threads_per_worker = 0;
 };
 
 }  // namespace pipewright::pipeline

@@ -19,11 +19,14 @@ nn::Tensors on_device(const nn::Tensors& tensors, Device device) {
 }  // namespace
 
 Runtime::Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> stage_devices,
-                 std::vector<int> stage_worker, int num_workers, uint64_t seed)
+                 std::vector<int> stage_worker, int num_workers, uint64_t seed,
+                 int intra_op_threads)
     : partitions_(std::move(partitions)),
       stage_devices_(std::move(stage_devices)),
       stage_worker_(std::move(stage_worker)) {
-  const int budget = std::max(1, hardware_threads() / std::max(1, num_workers));
+  const int budget = intra_op_threads > 0
+                         ? intra_op_threads
+                         : std::max(1, hardware_threads() / std::max(1, num_workers));
   for (int w = 0; w < num_workers; ++w) {
     workers_.push_back(std::make_unique<Worker>(w, budget, mix_seed(seed, w)));
   }
@@ -61,102 +64,110 @@ void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& act
   }
 }
 
-// One action of the interpreter. Receives happen before `start` is taken (waiting is idle);
-// sends, which copy to the receiver's device and never block, are part of the action.
-void Runtime::run_action(Step& step, int worker, const Action& action) {
-  const int s = action.stage;
-  const int j = action.microbatch;
+// The function a cell runs: the stage, plus the loss on the last stage of train_step.
+StageFn Runtime::stage_fn(Step& step, int s, int j) {
   nn::Sequential& module = partitions_.at(static_cast<size_t>(s));
-  const Device device = stage_devices_[s];
-  Cell& cell = step.cells.at(static_cast<size_t>(s)).at(static_cast<size_t>(j));
-  Generator& rng = workers_[worker]->generator();
-  const bool last = step.is_last(s);
-
-  // The function the cell runs: the stage, plus the loss on the last stage of train_step.
-  StageFn fn = [&module](const nn::Tensors& in) { return module.forward(in); };
-  if (last && step.loss_fn) {
-    fn = [&module, &step, j](const nn::Tensors& in) {
-      nn::Tensors out = module.forward(in);
-      if (out.size() != 1) {
-        throw std::invalid_argument("train_step: the last stage must return one tensor for "
-                                    "the loss, got " + std::to_string(out.size()));
-      }
-      Tensor loss = step.loss_fn(out[0], step.targets[j]);
-      if (!loss.defined() || loss.numel() != 1) {
-        throw std::invalid_argument("train_step: loss_fn must return a one-element tensor, got " +
-                                    (loss.defined() ? loss.shape().str() : "undefined"));
-      }
-      return nn::Tensors{loss};
-    };
+  if (!(step.is_last(s) && step.loss_fn)) {
+    return [&module](const nn::Tensors& in) { return module.forward(in); };
   }
-
-  TraceEvent event{worker, s, action.kind, j, 0, 0};
-  switch (action.kind) {
-    case ActionKind::kForward: {
-      nn::Tensors in =
-          s == 0 ? step.inputs.batches[j] : step.transport().recv({s - 1, j, Direction::kActivation});
-      event.start_us = micros_since(step.epoch);
-      if (s == 0) in = on_device(in, device);
-      CellMode mode = step.mode;
-      if (mode == CellMode::kRecord && step.checkpointed[s][j]) mode = CellMode::kCheckpoint;
-      // Stage 0's inputs need a gradient only when the user's inputs asked for one.
-      static const std::vector<char> kFloatingInputs;
-      nn::Tensors out =
-          cell.forward(fn, in, mode, rng, s == 0 ? step.input_needs_grad : kFloatingInputs);
-      if (last && step.loss_fn) {
-        step.losses[j] = out.at(0).item();
-        step.loss_grads[j] = Tensor::full(out[0].shape(), step.loss_scale(j),
-                                          {out[0].dtype(), out[0].device()});
-      } else if (last) {
-        step.outputs[j] = std::move(out);
-      }
-      if (!last) {
-        step.transport().send({s, j, Direction::kActivation}, std::move(out),
-                              stage_devices_[s + 1]);
-      }
-      event.end_us = micros_since(step.epoch);
-      ++step.counters.forwards[s];
-      break;
+  return [&module, &step, j](const nn::Tensors& in) {
+    nn::Tensors out = module.forward(in);
+    if (out.size() != 1) {
+      throw std::invalid_argument("train_step: the last stage must return one tensor for the "
+                                  "loss, got " + std::to_string(out.size()));
     }
+    Tensor loss = step.loss_fn(out[0], step.targets[j]);
+    if (!loss.defined() || loss.numel() != 1) {
+      throw std::invalid_argument("train_step: loss_fn must return a one-element tensor, got " +
+                                  (loss.defined() ? loss.shape().str() : "undefined"));
+    }
+    return nn::Tensors{loss};
+  };
+}
+
+// One action of the interpreter. A receive happens before the clock starts (waiting is
+// idle time); a send, which copies to the receiver's device and never blocks, is part of the
+// action.
+void Runtime::run_action(Step& step, int worker, const Action& action) {
+  TraceEvent event{worker, action.stage, action.kind, action.microbatch, 0, 0};
+  switch (action.kind) {
+    case ActionKind::kForward:
+      forward(step, worker, action, event);
+      break;
     case ActionKind::kRecompute: {
       event.start_us = micros_since(step.epoch);
-      cell.recompute(fn, rng);
-      event.end_us = micros_since(step.epoch);
-      ++step.counters.recomputes[s];
+      step.cell(action).recompute(stage_fn(step, action.stage, action.microbatch),
+                                  workers_[worker]->generator());
+      ++step.counters.recomputes[action.stage];
       break;
     }
     case ActionKind::kBackward:
-    case ActionKind::kBackwardInput: {
-      nn::Tensors grads;
-      if (!last) {
-        grads = step.transport().recv({s, j, Direction::kGradient});
-      } else if (step.loss_fn) {
-        grads = {step.loss_grads[j]};
-      } else {
-        grads = on_device(step.output_grads.at(static_cast<size_t>(j)), device);
-      }
-      event.start_us = micros_since(step.epoch);
-      nn::Tensors grad_inputs = action.kind == ActionKind::kBackward ? cell.backward(grads)
-                                                                    : cell.backward_input(grads);
-      if (s == 0) {
-        step.input_grads[j] = std::move(grad_inputs);
-      } else {
-        step.transport().send({s - 1, j, Direction::kGradient}, std::move(grad_inputs),
-                              stage_devices_[s - 1]);
-      }
-      event.end_us = micros_since(step.epoch);
-      ++step.counters.backwards[s];
+    case ActionKind::kBackwardInput:
+      backward(step, action, event);
       break;
-    }
-    case ActionKind::kBackwardWeight: {
+    case ActionKind::kBackwardWeight:
       event.start_us = micros_since(step.epoch);
-      cell.backward_weight();
-      event.end_us = micros_since(step.epoch);
-      ++step.counters.weight_grads[s];
+      step.cell(action).backward_weight();
+      ++step.counters.weight_grads[action.stage];
       break;
-    }
   }
+  event.end_us = micros_since(step.epoch);
   step.events[worker].push_back(event);
+}
+
+// F: input from the micro-batch (stage 0) or the left stage; output to the right stage, or
+// kept for gathering (Pipe::forward), or the loss (train_step).
+void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& event) {
+  const int s = action.stage, j = action.microbatch;
+  const Device device = stage_devices_[s];
+  nn::Tensors in = s == 0 ? step.inputs.batches[j]
+                          : step.transport().recv({s - 1, j, Direction::kActivation});
+  event.start_us = micros_since(step.epoch);
+  if (s == 0) in = on_device(in, device);
+  CellMode mode = step.mode;
+  if (mode == CellMode::kRecord && step.checkpointed[s][j]) mode = CellMode::kCheckpoint;
+  // Stage 0's inputs need a gradient only when the user's inputs asked for one; later
+  // stages' floating inputs always do (empty list).
+  static const std::vector<char> kEveryFloatingInput;
+  nn::Tensors out = step.cell(action).forward(stage_fn(step, s, j), in, mode,
+                                              workers_[worker]->generator(),
+                                              s == 0 ? step.input_needs_grad : kEveryFloatingInput);
+  if (!step.is_last(s)) {
+    step.transport().send({s, j, Direction::kActivation}, std::move(out), stage_devices_[s + 1]);
+  } else if (step.loss_fn) {
+    step.losses[j] = out.at(0).item();
+    step.loss_grads[j] = Tensor::full(out[0].shape(), step.loss_scale(j),
+                                      {out[0].dtype(), out[0].device()});
+  } else {
+    step.outputs[j] = std::move(out);
+  }
+  ++step.counters.forwards[s];
+}
+
+// B / I: output gradient from the right stage, from the loss (train_step: n_j / N, Note
+// [Loss scaling]) or from the user (Pipe backward); input gradient to the left stage, or kept
+// for the user (stage 0).
+void Runtime::backward(Step& step, const Action& action, TraceEvent& event) {
+  const int s = action.stage, j = action.microbatch;
+  nn::Tensors grads;
+  if (!step.is_last(s)) {
+    grads = step.transport().recv({s, j, Direction::kGradient});
+  } else if (step.loss_fn) {
+    grads = {step.loss_grads[j]};
+  } else {
+    grads = on_device(step.output_grads.at(static_cast<size_t>(j)), stage_devices_[s]);
+  }
+  event.start_us = micros_since(step.epoch);
+  Cell& cell = step.cell(action);
+  nn::Tensors grad_inputs = action.kind == ActionKind::kBackward ? cell.backward(grads)
+                                                                : cell.backward_input(grads);
+  if (s == 0) {
+    step.input_grads[j] = std::move(grad_inputs);
+  } else {
+    step.transport().send({s - 1, j, Direction::kGradient}, std::move(grad_inputs),
+                          stage_devices_[s - 1]);
+  }
+  ++step.counters.backwards[s];
 }
 
 void Runtime::publish(const Step& step) {

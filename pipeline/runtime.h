@@ -29,11 +29,13 @@ namespace pipewright::pipeline {
 
 class Runtime {
  public:
-  /// Starts `num_workers` worker threads, each with intra-op budget
-  /// max(1, hardware_threads() / num_workers) and a Generator seeded mix_seed(seed, w).
-  /// Stage s is partitions[s], placed on stage_devices[s] and run by worker stage_worker[s].
+  /// Starts `num_workers` worker threads, each with `intra_op_threads` threads for its
+  /// kernels (0: max(1, hardware_threads() / num_workers)) and a Generator seeded
+  /// mix_seed(seed, w). Stage s is partitions[s], placed on stage_devices[s] and run by
+  /// worker stage_worker[s].
   Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> stage_devices,
-          std::vector<int> stage_worker, int num_workers, uint64_t seed);
+          std::vector<int> stage_worker, int num_workers, uint64_t seed,
+          int intra_op_threads = 0);
   /// Joins the workers.
   ~Runtime() = default;
   Runtime(const Runtime&) = delete;
@@ -62,6 +64,9 @@ class Runtime {
  private:
   void run_actions(Step& step, int worker, const std::vector<Action>& actions);
   void run_action(Step& step, int worker, const Action& action);
+  void forward(Step& step, int worker, const Action& action, TraceEvent& event);
+  void backward(Step& step, const Action& action, TraceEvent& event);
+  StageFn stage_fn(Step& step, int stage, int microbatch);
 
   std::vector<nn::Sequential> partitions_;
   std::vector<Device> stage_devices_;

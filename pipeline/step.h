@@ -24,6 +24,7 @@
 #include "nn/sequential.h"
 #include "pipeline/cell.h"
 #include "pipeline/microbatch.h"
+#include "pipeline/schedule.h"
 #include "pipeline/trace.h"
 #include "pipeline/transport.h"
 
@@ -76,6 +77,9 @@ class Step {
   std::vector<std::vector<TraceEvent>> events;           // per worker
 
   Transport& transport() { return *transport_; }
+  Cell& cell(const Action& a) {
+    return cells.at(static_cast<size_t>(a.stage)).at(static_cast<size_t>(a.microbatch));
+  }
   bool is_last(int stage) const { return stage == num_stages - 1; }
 
   /// Records `error` if it is the first, and cancels the transport so no worker keeps
