@@ -1,0 +1,54 @@
+#include "examples/fashion_mnist/config.h"
+
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+namespace pipewright::examples {
+namespace {
+
+[[noreturn]] void bad(const std::string& flag, const std::string& value, const std::string& why) {
+  throw std::invalid_argument("--" + flag + " " + value + ": " + why);
+}
+
+}  // namespace
+
+void validate(const TrainConfig& c, size_t num_layers) {
+  if (c.epochs < 1) bad("epochs", std::to_string(c.epochs), "must be at least 1");
+  if (c.batch_size < 1) bad("batch-size", std::to_string(c.batch_size), "must be at least 1");
+  if (!(c.lr > 0)) bad("lr", std::to_string(c.lr), "must be positive");
+  if (c.optimizer != "sgd" && c.optimizer != "adam") bad("optimizer", c.optimizer, "use sgd or adam");
+  if (c.weight_decay < 0) bad("weight-decay", std::to_string(c.weight_decay), "must be >= 0");
+  if (c.hidden.empty()) bad("hidden", "(none)", "give at least one hidden width");
+  for (int64_t h : c.hidden) {
+    if (h < 1) bad("hidden", std::to_string(h), "widths must be at least 1");
+  }
+  if (c.dropout < 0 || c.dropout >= 1) bad("dropout", std::to_string(c.dropout), "must be in [0, 1)");
+  if (c.stages < 1 || static_cast<size_t>(c.stages) > num_layers) {
+    bad("stages", std::to_string(c.stages),
+        "must be between 1 and the model's " + std::to_string(num_layers) + " layers");
+  }
+  if (!c.balance.empty()) {
+    const int total = std::accumulate(c.balance.begin(), c.balance.end(), 0);
+    std::string text;
+    for (int b : c.balance) text += (text.empty() ? "" : ",") + std::to_string(b);
+    if (static_cast<int>(c.balance.size()) != c.stages) {
+      bad("balance", text, "has " + std::to_string(c.balance.size()) + " entries for " +
+                               std::to_string(c.stages) + " stages");
+    }
+    if (static_cast<size_t>(total) != num_layers) {
+      bad("balance", text, "sums to " + std::to_string(total) + " but the model has " +
+                               std::to_string(num_layers) + " layers");
+    }
+  }
+  if (c.chunks < 1) bad("chunks", std::to_string(c.chunks), "must be at least 1");
+  if (!c.devices.empty() && static_cast<int>(c.devices.size()) < c.stages) {
+    bad("devices", std::to_string(c.devices.size()) + " devices",
+        "fewer than the " + std::to_string(c.stages) + " stages");
+  }
+  if (c.threads < 0) bad("threads", std::to_string(c.threads), "must be >= 0 (0: automatic)");
+  if (c.train_limit < 0) bad("train-limit", std::to_string(c.train_limit), "must be >= 0");
+  if (c.test_limit < 0) bad("test-limit", std::to_string(c.test_limit), "must be >= 0");
+}
+
+}  // namespace pipewright::examples

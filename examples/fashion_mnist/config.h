@@ -1,0 +1,51 @@
+// The Fashion-MNIST example's settings: every command-line flag, with its default.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipeline/checkpoint_mode.h"
+#include "tensor/device.h"
+
+namespace pipewright::examples {
+
+struct TrainConfig {
+  // ---- training ----
+  int epochs = 10;
+  int64_t batch_size = 128;
+  double lr = 1e-3;
+  std::string optimizer = "adam";         // "sgd" (momentum 0.9) or "adam"
+  double weight_decay = 0.0;
+  std::vector<int64_t> hidden = {1024, 1024};  // widths of the hidden layers
+  double dropout = 0.2;
+  uint64_t seed = 0;
+
+  // ---- pipeline ----
+  int stages = 2;
+  std::vector<int> balance;               // empty: split the parameters evenly
+  int chunks = 8;
+  pipeline::Checkpoint checkpoint = pipeline::Checkpoint::kExceptLast;
+  std::string schedule = "gpipe";
+  std::vector<Device> devices;            // empty: cpu:0 .. cpu:(stages-1)
+  int threads = 0;                        // intra-op threads per worker; 0: cores / stages
+
+  // ---- data and files ----
+  std::string data_dir;                   // empty: the Debian package's directory
+  int64_t train_limit = 0;                // 0: all 60,000 training images
+  int64_t test_limit = 0;                 // 0: all 10,000 test images
+  std::string save;                       // checkpoint written after every epoch
+  std::string resume;                     // checkpoint to continue from
+  std::string trace;                      // Chrome trace of the first step of the run
+
+  // ---- output ----
+  bool progress = true;                   // per-epoch progress bar
+};
+
+/// Throws std::invalid_argument naming the flag and value for any setting out of range
+/// (epochs < 1, batch size < 1, lr <= 0, unknown optimizer, dropout outside [0, 1), stages < 1,
+/// balance not summing to the layer count, chunks < 1, fewer devices than stages, ...).
+/// `num_layers` is the length of the model's Sequential.
+void validate(const TrainConfig& config, size_t num_layers);
+
+}  // namespace pipewright::examples

@@ -1,0 +1,295 @@
+#include "examples/fashion_mnist/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "autograd/grad_mode.h"
+#include "data/dataloader.h"
+#include "data/fashion_mnist.h"
+#include "examples/fashion_mnist/progress.h"
+#include "nn/activation.h"
+#include "nn/batch_norm.h"
+#include "nn/dropout.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "nn/optim.h"
+#include "nn/serialize.h"
+#include "pipeline/pipe.h"
+#include "tensor/generator.h"
+#include "tensor/ops.h"
+
+namespace pipewright::examples {
+namespace {
+
+constexpr int64_t kImagePixels = 28 * 28;
+constexpr int64_t kNumClasses = 10;
+constexpr int64_t kEvalBatch = 1000;
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::vector<Device> stage_devices(const TrainConfig& config) {
+  if (!config.devices.empty()) return config.devices;
+  std::vector<Device> devices;
+  for (int s = 0; s < config.stages; ++s) devices.push_back(Device::cpu(s));
+  return devices;
+}
+
+// The data sets live on a virtual CPU device of their own, so each stage's memory counters
+// show only that stage's parameters and activations.
+Device data_device(const std::vector<Device>& stage_devices) {
+  int index = 0;
+  for (const Device& d : stage_devices) {
+    if (d.is_cpu()) index = std::max(index, d.index + 1);
+  }
+  return Device::cpu(index);
+}
+
+std::unique_ptr<nn::Optimizer> make_optimizer(const TrainConfig& config, const nn::Tensors& params) {
+  if (config.optimizer == "sgd") {
+    return std::make_unique<nn::SGD>(
+        params, nn::SGDOptions{.lr = config.lr, .momentum = 0.9, .weight_decay = config.weight_decay});
+  }
+  return std::make_unique<nn::Adam>(
+      params, nn::AdamOptions{.lr = config.lr, .weight_decay = config.weight_decay});
+}
+
+// ---- checkpoint metadata: everything besides tensors that a bitwise resume needs ----
+
+// The flags that define the model and its training; resuming with others is refused.
+std::string fingerprint(const TrainConfig& c) {
+  std::string hidden;
+  for (int64_t h : c.hidden) hidden += std::to_string(h) + ",";
+  return "hidden=" + hidden + " dropout=" + std::to_string(c.dropout) + " optimizer=" +
+         c.optimizer + " batch_size=" + std::to_string(c.batch_size) + " stages=" +
+         std::to_string(c.stages) + " chunks=" + std::to_string(c.chunks);
+}
+
+std::map<std::string, std::string> checkpoint_metadata(const TrainConfig& config, int epoch,
+                                                       const data::DataLoader& loader,
+                                                       pipeline::Pipe& pipe) {
+  std::map<std::string, std::string> meta = {
+      {"epoch", std::to_string(epoch)},
+      {"config", fingerprint(config)},
+      {"loader.seed", std::to_string(loader.generator().seed())},
+      {"loader.offset", std::to_string(loader.generator().offset())},
+  };
+  for (int w = 0; w < pipe.num_workers(); ++w) {
+    meta["worker." + std::to_string(w) + ".seed"] = std::to_string(pipe.generator(w).seed());
+    meta["worker." + std::to_string(w) + ".offset"] = std::to_string(pipe.generator(w).offset());
+  }
+  return meta;
+}
+
+uint64_t meta_u64(const std::map<std::string, std::string>& meta, const std::string& key,
+                  const std::string& path) {
+  auto it = meta.find(key);
+  if (it == meta.end()) {
+    throw std::runtime_error(path + ": not a fashion_mnist checkpoint (no \"" + key + "\" entry)");
+  }
+  return std::stoull(it->second);
+}
+
+// Restores a checkpoint; returns the number of epochs it had completed.
+int resume(const TrainConfig& config, pipeline::Pipe& pipe, nn::Optimizer& optimizer,
+           data::DataLoader& loader) {
+  auto meta = nn::load_checkpoint(config.resume, pipe.module(), optimizer);
+  if (meta["config"] != fingerprint(config)) {
+    throw std::runtime_error(config.resume + ": saved with different settings (" +
+                             meta["config"] + ") than now (" + fingerprint(config) + ")");
+  }
+  loader.set_generator_state(meta_u64(meta, "loader.seed", config.resume),
+                             meta_u64(meta, "loader.offset", config.resume));
+  for (int w = 0; w < pipe.num_workers(); ++w) {
+    const std::string prefix = "worker." + std::to_string(w);
+    pipe.generator(w).set_state(meta_u64(meta, prefix + ".seed", config.resume),
+                                meta_u64(meta, prefix + ".offset", config.resume));
+  }
+  return static_cast<int>(meta_u64(meta, "epoch", config.resume));
+}
+
+double test_accuracy(pipeline::Pipe& pipe, const data::Dataset& test) {
+  autograd::NoGradGuard no_grad;
+  pipe.eval();
+  int64_t correct = 0;
+  for (int64_t start = 0; start < test.size(); start += kEvalBatch) {
+    data::Batch batch = test.slice(start, std::min(test.size(), start + kEvalBatch));
+    Tensor predicted = ops::argmax(pipe.forward(batch.inputs), 1);
+    std::vector<int64_t> p = predicted.to_vector<int64_t>();
+    std::vector<int64_t> y = batch.targets.to_vector<int64_t>();
+    for (size_t i = 0; i < p.size(); ++i) correct += p[i] == y[i];
+  }
+  pipe.train();
+  return static_cast<double>(correct) / static_cast<double>(test.size());
+}
+
+void print_epoch(std::ostream& out, const TrainConfig& config, const EpochStats& e,
+                 const std::vector<Device>& devices) {
+  out << "epoch " << e.epoch << "/" << config.epochs << ": train loss " << format_fixed(e.train_loss, 4)
+      << " | test acc " << format_fixed(e.test_accuracy, 4) << " | " << format_fixed(e.seconds, 1)
+      << " s | " << format_count(e.samples_per_second) << " samples/s | bubble "
+      << format_fixed(e.bubble, 3) << " | peak mem";
+  for (size_t s = 0; s < e.peak_bytes.size(); ++s) {
+    out << (s ? ", " : " ") << devices[s].str() << " " << format_bytes(e.peak_bytes[s]);
+  }
+  out << "\n" << std::flush;
+}
+
+}  // namespace
+
+nn::Sequential build_model(const std::vector<int64_t>& hidden, double dropout, uint64_t seed) {
+  Generator init(seed);
+  GeneratorGuard guard(init);
+  nn::Sequential model;
+  int64_t width = kImagePixels;
+  for (int64_t h : hidden) {
+    model.push_back(nn::Linear(width, h));
+    model.push_back(nn::BatchNorm1d(h));
+    model.push_back(nn::ReLU());
+    if (dropout > 0) model.push_back(nn::Dropout(dropout));
+    width = h;
+  }
+  model.push_back(nn::Linear(width, kNumClasses));
+  return model;
+}
+
+std::vector<int> balance_by_parameters(const nn::Sequential& model, int stages) {
+  const int n = static_cast<int>(model.size());
+  if (stages < 1 || stages > n) {
+    throw std::invalid_argument("balance_by_parameters: cannot cut " + std::to_string(n) +
+                                " layers into " + std::to_string(stages) + " stages");
+  }
+  std::vector<double> cost(n);
+  for (int i = 0; i < n; ++i) {
+    cost[i] = 1;  // every layer costs something, even without parameters
+    for (const Tensor& p : model[i].parameters()) cost[i] += static_cast<double>(p.numel());
+  }
+  // Greedy: close a stage once it reaches its share of what is left, keeping one layer for
+  // each stage still to come.
+  std::vector<int> balance;
+  double remaining = std::accumulate(cost.begin(), cost.end(), 0.0);
+  int layer = 0;
+  for (int s = 0; s < stages; ++s) {
+    const int stages_left = stages - s;
+    const double share = remaining / stages_left;
+    double taken = 0;
+    int count = 0;
+    while (layer < n && (n - layer) > (stages_left - 1) &&
+           (count == 0 || stages_left == 1 || taken + cost[layer] / 2 <= share)) {
+      taken += cost[layer++];
+      ++count;
+    }
+    balance.push_back(count);
+    remaining -= taken;
+  }
+  return balance;
+}
+
+TrainResult train(const TrainConfig& config, std::ostream& out) {
+  nn::Sequential model = build_model(config.hidden, config.dropout, config.seed);
+  validate(config, model.size());
+  const std::vector<Device> devices = stage_devices(config);
+  const std::vector<int> balance =
+      config.balance.empty() ? balance_by_parameters(model, config.stages) : config.balance;
+
+  const std::string dir = config.data_dir.empty() ? data::kDefaultFashionMnistDir : config.data_dir;
+  data::FashionMnistOptions train_opts, test_opts;
+  if (config.train_limit > 0) train_opts.limit = config.train_limit;
+  if (config.test_limit > 0) test_opts.limit = config.test_limit;
+  const Device host = data_device(devices);
+  auto load = [&](data::Split split, const data::FashionMnistOptions& options) {
+    data::Dataset set = data::load_fashion_mnist(dir, split, options);
+    return data::Dataset(set.inputs().to(host), set.targets().to(host));
+  };
+  data::Dataset train_set = load(data::Split::kTrain, train_opts);
+  data::Dataset test_set = load(data::Split::kTest, test_opts);
+  data::DataLoader loader(train_set, {.batch_size = config.batch_size, .shuffle = true,
+                                      .seed = config.seed});
+
+  int64_t num_params = 0;
+  for (const Tensor& p : model.parameters()) num_params += p.numel();
+  pipeline::Pipe pipe(std::move(model),
+                      {.balance = balance,
+                       .devices = {devices.begin(), devices.begin() + config.stages},
+                       .chunks = config.chunks,
+                       .checkpoint = config.checkpoint,
+                       .deferred_batch_norm = true,
+                       .schedule = config.schedule,
+                       .seed = config.seed,
+                       .threads_per_worker = config.threads});
+  std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(config, pipe.parameters());
+
+  int first_epoch = 0;
+  if (!config.resume.empty()) first_epoch = resume(config, pipe, *optimizer, loader);
+
+  out << "model: " << pipe.module().str() << " (" << format_count(num_params) << " parameters)\n"
+      << "pipeline: " << config.stages << " stages on";
+  for (int s = 0; s < config.stages; ++s) {
+    out << " " << devices[s].str() << (s + 1 < config.stages ? "," : "");
+  }
+  out << " | balance";
+  for (int b : balance) out << " " << b;
+  out << " | chunks " << config.chunks << " | schedule " << config.schedule << " | checkpoint "
+      << pipeline::to_string(config.checkpoint) << "\n"
+      << "data: " << train_set.size() << " train / " << test_set.size() << " test images from "
+      << dir << "\n";
+  if (first_epoch > 0) out << "resumed from " << config.resume << " after epoch " << first_epoch << "\n";
+  out << std::flush;
+
+  const pipeline::LossFn loss_fn = [](const Tensor& logits, const Tensor& target) {
+    return nn::cross_entropy(logits, target);
+  };
+  TrainResult result;
+  bool traced = false;
+  for (int epoch = first_epoch; epoch < config.epochs; ++epoch) {
+    for (int s = 0; s < config.stages; ++s) allocator_for(devices[s]).reset_peak();
+    Progress progress(out, epoch + 1, config.epochs, loader.num_batches(), config.progress);
+    double loss_sum = 0, bubble_sum = 0;
+    int64_t samples = 0, steps = 0;
+    const auto start = Clock::now();
+    for (const data::Batch& batch : loader) {
+      optimizer->zero_grad();
+      pipeline::StepResult step = pipe.train_step(batch.inputs, batch.targets, loss_fn);
+      optimizer->step();
+      if (!config.trace.empty() && !traced) {
+        step.trace.write_chrome_json(config.trace);
+        traced = true;
+      }
+      loss_sum += step.loss * static_cast<double>(batch.size());
+      bubble_sum += step.trace.bubble_fraction();
+      samples += batch.size();
+      ++steps;
+      progress.update(steps, samples, seconds_since(start), loss_sum / static_cast<double>(samples));
+    }
+    EpochStats stats;
+    stats.epoch = epoch + 1;
+    stats.seconds = seconds_since(start);
+    progress.finish();
+    stats.train_loss = loss_sum / static_cast<double>(samples);
+    stats.samples_per_second = static_cast<double>(samples) / stats.seconds;
+    stats.bubble = bubble_sum / static_cast<double>(std::max<int64_t>(1, steps));
+    for (int s = 0; s < config.stages; ++s) stats.peak_bytes.push_back(allocator_for(devices[s]).peak());
+    stats.test_accuracy = test_accuracy(pipe, test_set);
+    print_epoch(out, config, stats, devices);
+    result.epochs.push_back(stats);
+    if (!config.save.empty()) {
+      nn::save_checkpoint(config.save, pipe.module(), *optimizer,
+                          checkpoint_metadata(config, epoch + 1, loader, pipe));
+    }
+  }
+  for (auto& [name, tensor] : pipe.module().state_dict()) {
+    result.final_state.emplace_back(name, tensor.to(Device::cpu(0)).clone());
+  }
+  if (!config.trace.empty() && traced) out << "trace of the first step written to " << config.trace << "\n";
+  return result;
+}
+
+}  // namespace pipewright::examples

@@ -1,0 +1,56 @@
+// Training an MLP on Fashion-MNIST through a pipeline: the example's engine, separate from
+// main() so tests can run it on a slice of the data.
+//
+//   784 -> [Linear -> BatchNorm1d -> ReLU -> Dropout] x len(hidden) -> Linear -> 10 logits
+//
+// The model is cut into `stages` partitions (by --balance, or evenly by parameter count),
+// each on its own virtual CPU device and worker thread; every mini-batch is split into
+// `chunks` micro-batches and run on the chosen schedule (Pipe::train_step), the cross-entropy
+// computed per micro-batch on the last stage. BatchNorm runs in deferred mode, so its
+// running statistics are those of the whole mini-batch, as without a pipeline.
+//
+// Determinism: the same flags and seed give the same loss curve and bitwise-identical weights,
+// and training k epochs, saving, and resuming for N-k more equals training N straight: the
+// checkpoint holds the weights, BatchNorm buffers, optimizer state, epoch, the data loader's
+// shuffle generator and every worker's dropout generator.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <vector>
+
+#include "examples/fashion_mnist/config.h"
+#include "nn/module.h"
+#include "nn/sequential.h"
+
+namespace pipewright::examples {
+
+struct EpochStats {
+  int epoch = 0;                      // 1-based
+  double train_loss = 0;              // mean cross-entropy over the epoch's samples
+  double test_accuracy = 0;           // fraction of test images classified correctly
+  double seconds = 0;                 // wall time of the epoch's training (not evaluation)
+  double samples_per_second = 0;
+  std::vector<int64_t> peak_bytes;    // per stage: peak allocated bytes of its device
+  double bubble = 0;                  // measured bubble fraction, mean over the epoch's steps
+};
+
+struct TrainResult {
+  std::vector<EpochStats> epochs;     // the epochs run by this call (not the resumed ones)
+  nn::NamedTensors final_state;       // the model's state dict after the last epoch (CPU copies)
+};
+
+/// The MLP described above (weights drawn from a Generator seeded with `seed`).
+nn::Sequential build_model(const std::vector<int64_t>& hidden, double dropout, uint64_t seed);
+
+/// Splits `model` into `stages` contiguous partitions with parameter counts as even as a
+/// greedy cut allows (every partition non-empty). Throws std::invalid_argument when
+/// stages < 1 or stages > model.size().
+std::vector<int> balance_by_parameters(const nn::Sequential& model, int stages);
+
+/// Trains per `config`, printing progress and per-epoch results to `out`. Throws
+/// std::invalid_argument for bad settings (see validate), std::runtime_error for missing
+/// data or a bad checkpoint (naming the path), and whatever the pipeline throws.
+TrainResult train(const TrainConfig& config, std::ostream& out);
+
+}  // namespace pipewright::examples

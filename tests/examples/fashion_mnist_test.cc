@@ -1,0 +1,104 @@
+// End-to-end: the Fashion-MNIST example on a slice of the real data (Debian's
+// dataset-fashion-mnist, installed by tools/bazel).
+#include <sstream>
+
+#include <catch2/catch.hpp>
+
+#include "examples/fashion_mnist/trainer.h"
+#include "nn/linear.h"
+#include "nn/activation.h"
+#include "tensor/ops.h"
+
+using pipewright::Tensor;
+using pipewright::examples::TrainConfig;
+using pipewright::examples::train;
+
+namespace {
+
+TrainConfig small_config() {
+  TrainConfig c;
+  c.epochs = 2;
+  c.batch_size = 50;
+  c.hidden = {64};
+  c.dropout = 0.1;
+  c.chunks = 4;
+  c.train_limit = 600;
+  c.test_limit = 300;
+  c.progress = false;
+  c.seed = 7;
+  return c;
+}
+
+std::string temp_path(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+}  // namespace
+
+TEST_CASE("training on a slice of Fashion-MNIST lowers the loss and beats chance by far") {
+  std::ostringstream log;
+  auto result = train(small_config(), log);
+  REQUIRE(result.epochs.size() == 2);
+  INFO(log.str());
+  CHECK(result.epochs[0].train_loss < 2.3026);  // below chance: ln(10)
+  CHECK(result.epochs[1].train_loss < result.epochs[0].train_loss);
+  CHECK(result.epochs[1].test_accuracy > 0.6);   // chance is 0.1
+  CHECK(result.epochs[1].peak_bytes.size() == 2);
+  CHECK(result.epochs[1].peak_bytes[0] > 0);
+  CHECK(log.str().find("test acc") != std::string::npos);
+}
+
+TEST_CASE("resuming from a checkpoint equals training straight through, bit for bit") {
+  std::ostringstream log;
+  TrainConfig straight = small_config();
+  straight.epochs = 3;
+  straight.train_limit = 200;
+  straight.test_limit = 100;
+  auto full = train(straight, log);
+
+  TrainConfig first = straight;
+  first.epochs = 1;
+  first.save = temp_path("fashion_mnist_resume.safetensors");
+  train(first, log);
+  TrainConfig rest = straight;
+  rest.resume = first.save;
+  auto resumed = train(rest, log);
+
+  REQUIRE(resumed.epochs.size() == 2);
+  REQUIRE(full.final_state.size() == resumed.final_state.size());
+  for (size_t i = 0; i < full.final_state.size(); ++i) {
+    INFO(full.final_state[i].first);
+    CHECK(full.final_state[i].first == resumed.final_state[i].first);
+    CHECK(pipewright::ops::equal(full.final_state[i].second, resumed.final_state[i].second));
+  }
+  CHECK(full.epochs[2].train_loss == resumed.epochs[1].train_loss);
+}
+
+TEST_CASE("the same seed gives the same run; bad flags are refused with their values") {
+  std::ostringstream log;
+  TrainConfig c = small_config();
+  c.epochs = 1;
+  c.train_limit = 100;
+  c.test_limit = 50;
+  auto a = train(c, log);
+  auto b = train(c, log);
+  CHECK(a.epochs[0].train_loss == b.epochs[0].train_loss);
+
+  c.balance = {1, 1};
+  CHECK_THROWS_WITH(train(c, log), Catch::Contains("--balance 1,1") && Catch::Contains("sums to 2"));
+  c.balance = {};
+  c.chunks = 0;
+  CHECK_THROWS_WITH(train(c, log), Catch::Contains("--chunks 0"));
+}
+
+TEST_CASE("balance_by_parameters puts the big layers apart") {
+  auto model = pipewright::examples::build_model({64, 64}, 0.0, 0);
+  // Linear BN ReLU Linear BN ReLU Linear: 7 layers.
+  auto balance = pipewright::examples::balance_by_parameters(model, 2);
+  REQUIRE(balance.size() == 2);
+  CHECK(balance[0] + balance[1] == 7);
+  // The first Linear holds 50,240 of the 55,306 parameters: it is a stage of its own.
+  CHECK(balance == std::vector<int>{1, 6});
+  CHECK_THROWS_AS(pipewright::examples::balance_by_parameters(model, 8), std::invalid_argument);
+}
