@@ -22,6 +22,7 @@
 #include "pipeline/pipe.h"
 #include "tensor/generator.h"
 #include "tensor/ops.h"
+#include "tensor/threads.h"
 
 namespace pipewright::examples {
 namespace {
@@ -194,6 +195,10 @@ std::vector<int> balance_by_parameters(const nn::Sequential& model, int stages) 
 }
 
 TrainResult train(const TrainConfig& config, std::ostream& out) {
+  // The pipeline's workers own the cores while a step runs. The calling thread only does
+  // light work between steps (shuffled batches, the optimizer, accuracy), so it keeps to one
+  // thread: an OpenMP team of its own would spin-wait on the cores the workers need.
+  ThreadBudgetGuard caller_threads(1);
   nn::Sequential model = build_model(config.hidden, config.dropout, config.seed);
   validate(config, model.size());
   const std::vector<Device> devices = stage_devices(config);
