@@ -2,14 +2,14 @@
 
 namespace pipewright::pipeline {
 
-Step::Step(int num_stages, int num_workers, MicroBatches inputs_, CellMode mode,
-           std::vector<std::vector<char>> checkpointed)
-    : num_stages(num_stages),
-      num_workers(num_workers),
-      num_microbatches(inputs_.count()),
-      mode(mode),
-      checkpointed(std::move(checkpointed)),
-      inputs(std::move(inputs_)),
+Step::Step(int stages, int workers, MicroBatches batches, CellMode cell_mode,
+           std::vector<std::vector<char>> recomputed)
+    : num_stages(stages),
+      num_workers(workers),
+      num_microbatches(batches.count()),
+      mode(cell_mode),
+      checkpointed(std::move(recomputed)),
+      inputs(std::move(batches)),
       output_grads(num_microbatches),
       cells(num_stages),
       outputs(num_microbatches),

@@ -47,10 +47,10 @@ struct StepCounters {
 
 class Step {
  public:
-  /// `checkpointed[s][j]`: whether cell (s, j) runs as a checkpointed cell (the schedule has
-  /// an R for it). `mode` is kRecord (training with grad) or kNoGrad.
-  Step(int num_stages, int num_workers, MicroBatches inputs, CellMode mode,
-       std::vector<std::vector<char>> checkpointed);
+  /// `recomputed[s][j]`: whether cell (s, j) runs as a checkpointed cell (the schedule has
+  /// an R for it). `cell_mode` is kRecord (training with grad) or kNoGrad.
+  Step(int stages, int workers, MicroBatches batches, CellMode cell_mode,
+       std::vector<std::vector<char>> recomputed);
   Step(const Step&) = delete;
   Step& operator=(const Step&) = delete;
 

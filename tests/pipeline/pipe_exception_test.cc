@@ -174,3 +174,11 @@ TEST_CASE("a moved Pipe keeps working") {
   mse(b.forward(randn({4, 4}, 19)), randn({4, 3}, 20)).backward();
   REQUIRE(b.last_counters().backwards == std::vector<int>{2, 2});
 }
+
+TEST_CASE("a Pipe still alive at program exit is joined by static destruction") {
+  // Function-local static: destroyed after main returns. The binary exiting normally (no
+  // hang, no sanitizer report) is the assertion.
+  static Pipe at_exit(small_mlp(21), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 2});
+  static Tensor out = at_exit.forward(randn({4, 4}, 22));  // keeps a step alive too
+  REQUIRE(out.grad_fn() != nullptr);
+}
