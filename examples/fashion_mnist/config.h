@@ -12,20 +12,23 @@ namespace pipewright::examples {
 
 struct TrainConfig {
   // ---- training ----
-  int epochs = 10;
-  int64_t batch_size = 128;
+  int epochs = 10;                        // the run's length (sets the learning-rate curve)
+  int stop_after = 0;                     // stop after this epoch, to --resume later (0: run all)
+  int64_t batch_size = 256;
   double lr = 1e-3;
+  std::string lr_schedule = "cosine";     // "cosine" (decays to 0 over the run) or "constant"
   std::string optimizer = "adam";         // "sgd" (momentum 0.9) or "adam"
   double weight_decay = 0.0;
-  std::vector<int64_t> hidden = {1024, 1024};  // widths of the hidden layers
+  std::vector<int64_t> hidden = {512, 512};  // widths of the hidden layers
   double dropout = 0.2;
   uint64_t seed = 0;
 
   // ---- pipeline ----
   int stages = 2;
   std::vector<int> balance;               // empty: split the parameters evenly
-  int chunks = 8;
-  pipeline::Checkpoint checkpoint = pipeline::Checkpoint::kExceptLast;
+  int chunks = 4;
+  // Activations of this small MLP fit easily; recomputing them would cost ~25% more time.
+  pipeline::Checkpoint checkpoint = pipeline::Checkpoint::kNever;
   std::string schedule = "gpipe";
   std::vector<Device> devices;            // empty: cpu:0 .. cpu:(stages-1)
   int threads = 0;                        // intra-op threads per worker; 0: cores / stages

@@ -35,7 +35,7 @@ std::vector<std::string> split_commas(const std::string& text) {
 
 int main(int argc, char** argv) {
   TrainConfig config;
-  std::string checkpoint = "except_last";
+  std::string checkpoint = "never";
   std::string devices, balance;
   std::vector<int64_t> hidden;
   bool no_progress = false;
@@ -43,12 +43,15 @@ int main(int argc, char** argv) {
   CLI::App app{"Train an MLP on Fashion-MNIST through a pipewright pipeline."};
   app.option_defaults()->always_capture_default();
   app.add_option("--epochs", config.epochs, "Passes over the 60,000 training images");
+  app.add_option("--stop-after", config.stop_after, "Stop after this epoch (resume later with --resume; 0: run all)");
   app.add_option("--batch-size", config.batch_size, "Images per mini-batch (split into --chunks micro-batches)");
   app.add_option("--lr", config.lr, "Learning rate");
+  app.add_option("--lr-schedule", config.lr_schedule, "cosine (per step, from --lr down to 0) or constant")
+      ->check(CLI::IsMember({"cosine", "constant"}));
   app.add_option("--optimizer", config.optimizer, "sgd (momentum 0.9) or adam")
       ->check(CLI::IsMember({"sgd", "adam"}));
   app.add_option("--weight-decay", config.weight_decay, "L2 weight decay");
-  app.add_option("--hidden", hidden, "Hidden layer widths, e.g. --hidden 1024 1024 (default 1024 1024)");
+  app.add_option("--hidden", hidden, "Hidden layer widths, e.g. --hidden 1024 1024 (default 512 512)");
   app.add_option("--dropout", config.dropout, "Dropout probability after each hidden layer (0: none)");
   app.add_option("--stages", config.stages, "Pipeline stages (one worker thread and CPU device each)");
   app.add_option("--balance", balance, "Layers per stage, comma-separated (default: even split by parameters)");

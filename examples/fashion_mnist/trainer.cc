@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -63,6 +64,15 @@ std::unique_ptr<nn::Optimizer> make_optimizer(const TrainConfig& config, const n
       params, nn::AdamOptions{.lr = config.lr, .weight_decay = config.weight_decay});
 }
 
+// The learning rate of global step `step` (0-based) of `total`: cosine annealing
+// (Loshchilov & Hutter, SGDR, without restarts) from config.lr to 0, or constant. A function
+// of the step alone, so a resumed run continues the same curve.
+double learning_rate(const TrainConfig& config, int64_t step, int64_t total) {
+  if (config.lr_schedule == "constant") return config.lr;
+  const double progress = static_cast<double>(step) / static_cast<double>(total);
+  return config.lr * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
 // ---- checkpoint metadata: everything besides tensors that a bitwise resume needs ----
 
 // The flags that define the model and its training; resuming with others is refused.
@@ -70,8 +80,9 @@ std::string fingerprint(const TrainConfig& c) {
   std::string hidden;
   for (int64_t h : c.hidden) hidden += std::to_string(h) + ",";
   return "hidden=" + hidden + " dropout=" + std::to_string(c.dropout) + " optimizer=" +
-         c.optimizer + " batch_size=" + std::to_string(c.batch_size) + " stages=" +
-         std::to_string(c.stages) + " chunks=" + std::to_string(c.chunks);
+         c.optimizer + " lr_schedule=" + c.lr_schedule + " epochs=" + std::to_string(c.epochs) +
+         " batch_size=" + std::to_string(c.batch_size) + " stages=" + std::to_string(c.stages) +
+         " chunks=" + std::to_string(c.chunks);
 }
 
 std::map<std::string, std::string> checkpoint_metadata(const TrainConfig& config, int epoch,
@@ -254,13 +265,16 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
   };
   TrainResult result;
   bool traced = false;
-  for (int epoch = first_epoch; epoch < config.epochs; ++epoch) {
+  const int last_epoch = config.stop_after > 0 ? std::min(config.stop_after, config.epochs) : config.epochs;
+  for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
     for (int s = 0; s < config.stages; ++s) allocator_for(devices[s]).reset_peak();
     Progress progress(out, epoch + 1, config.epochs, loader.num_batches(), config.progress);
     double loss_sum = 0, bubble_sum = 0;
     int64_t samples = 0, steps = 0;
     const auto start = Clock::now();
     for (const data::Batch& batch : loader) {
+      optimizer->set_lr(learning_rate(config, epoch * loader.num_batches() + steps,
+                                      config.epochs * loader.num_batches()));
       optimizer->zero_grad();
       pipeline::StepResult step = pipe.train_step(batch.inputs, batch.targets, loss_fn);
       optimizer->step();
