@@ -1,0 +1,103 @@
+// GEMM throughput: pipewright's ops::matmul and ops::gemm_ against raw Eigen on the same
+// shapes, in the same binary, for op(A)·op(B) with A·B, Aᵀ·B and A·Bᵀ.
+//
+//   ours_matmul/MxKxN/AB   ops::matmul (allocates the [M, N] result every call)
+//   ours_gemm/MxKxN/AB     ops::gemm_ into a preallocated result
+//   eigen/MxKxN/AB         C.noalias() = A * B on Eigen::MatrixXf (column-major)
+//
+// The "FLOPS" counter is 2·M·N·K per call as a rate (shown as G/s = GFLOP/s).
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Core>
+#include <string>
+
+#include "tensor/generator.h"
+#include "tensor/ops.h"
+
+namespace pipewright {
+namespace {
+
+struct Gemm {
+  int64_t m, k, n;
+  bool trans_a, trans_b;
+  std::string name() const {
+    return std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + "/" +
+           (trans_a ? "AtB" : trans_b ? "ABt" : "AB");
+  }
+  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * k; }
+  /// Stored shapes of A and B: op(A) is [m, k], op(B) is [k, n].
+  Shape a_shape() const { return trans_a ? Shape{k, m} : Shape{m, k}; }
+  Shape b_shape() const { return trans_b ? Shape{n, k} : Shape{k, n}; }
+};
+
+void set_flops(benchmark::State& state, const Gemm& g) {
+  state.counters["FLOPS"] = benchmark::Counter(
+      g.flops() * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+Tensor random(const Shape& shape) {
+  Tensor t = Tensor::empty(shape);
+  default_generator().uniform_(t, -1.0, 1.0);
+  return t;
+}
+
+void ours_matmul(benchmark::State& state, Gemm g) {
+  const Tensor a = random(g.a_shape()), b = random(g.b_shape());
+  for (auto _ : state) {
+    Tensor c = ops::matmul(a, b, g.trans_a, g.trans_b);
+    benchmark::DoNotOptimize(c.raw_data());
+  }
+  set_flops(state, g);
+}
+
+void ours_gemm(benchmark::State& state, Gemm g) {
+  const Tensor a = random(g.a_shape()), b = random(g.b_shape());
+  Tensor c = Tensor::empty({g.m, g.n});
+  for (auto _ : state) {
+    ops::gemm_(c, a, b, g.trans_a, g.trans_b);
+    benchmark::DoNotOptimize(c.raw_data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, g);
+}
+
+void eigen(benchmark::State& state, Gemm g) {
+  const Eigen::MatrixXf a = Eigen::MatrixXf::Random(g.a_shape()[0], g.a_shape()[1]);
+  const Eigen::MatrixXf b = Eigen::MatrixXf::Random(g.b_shape()[0], g.b_shape()[1]);
+  Eigen::MatrixXf c(g.m, g.n);
+  for (auto _ : state) {
+    if (g.trans_a) {
+      c.noalias() = a.transpose() * b;
+    } else if (g.trans_b) {
+      c.noalias() = a * b.transpose();
+    } else {
+      c.noalias() = a * b;
+    }
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, g);
+}
+
+bool register_all() {
+  const int64_t shapes[][3] = {{256, 784, 1024}, {256, 1024, 1024}, {1024, 1024, 1024}};
+  for (const auto& s : shapes) {
+    for (auto [ta, tb] : {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}}) {
+      const Gemm g{s[0], s[1], s[2], ta, tb};
+      benchmark::RegisterBenchmark(("ours_matmul/" + g.name()).c_str(), ours_matmul, g)
+          ->UseRealTime()->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("ours_gemm/" + g.name()).c_str(), ours_gemm, g)
+          ->UseRealTime()->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("eigen/" + g.name()).c_str(), eigen, g)
+          ->UseRealTime()->Unit(benchmark::kMillisecond);
+    }
+  }
+  return true;
+}
+
+const bool registered = register_all();
+
+}  // namespace
+}  // namespace pipewright
+
+BENCHMARK_MAIN();
