@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   TrainConfig config;
   std::string checkpoint = "never";
   std::string devices, balance;
-  std::vector<int64_t> hidden;
+  std::vector<int64_t> hidden = config.hidden;
   bool no_progress = false;
 
   CLI::App app{"Train an MLP on Fashion-MNIST through a pipewright pipeline."};
@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", config.optimizer, "sgd (momentum 0.9) or adam")
       ->check(CLI::IsMember({"sgd", "adam"}));
   app.add_option("--weight-decay", config.weight_decay, "L2 weight decay");
-  app.add_option("--hidden", hidden, "Hidden layer widths, e.g. --hidden 1024 1024 (default 512 512)");
+  app.add_option("--hidden", hidden, "Hidden layer widths, e.g. --hidden 1024 1024");
   app.add_option("--dropout", config.dropout, "Dropout probability after each hidden layer (0: none)");
   app.add_option("--stages", config.stages, "Pipeline stages (one worker thread and CPU device each)");
   app.add_option("--balance", balance, "Layers per stage, comma-separated (default: even split by parameters)");
