@@ -3,7 +3,9 @@
 //
 //   ours_matmul/MxKxN/AB   ops::matmul (allocates the [M, N] result every call)
 //   ours_gemm/MxKxN/AB     ops::gemm_ into a preallocated result
-//   eigen/MxKxN/AB         C.noalias() = A * B on Eigen::MatrixXf (column-major)
+//   eigen/MxKxN/AB         C.noalias() = A * B on Eigen::MatrixXf (column-major, Eigen's default)
+//   eigen_rowmajor/...     the same on row-major Eigen matrices: the layout of our tensors, so
+//                          ours / eigen_rowmajor is the cost of our wrapper alone
 //
 // The "FLOPS" counter is 2·M·N·K per call as a rate (shown as G/s = GFLOP/s).
 #include <benchmark/benchmark.h>
@@ -61,10 +63,12 @@ void ours_gemm(benchmark::State& state, Gemm g) {
   set_flops(state, g);
 }
 
+template <int Order>
 void eigen(benchmark::State& state, Gemm g) {
-  const Eigen::MatrixXf a = Eigen::MatrixXf::Random(g.a_shape()[0], g.a_shape()[1]);
-  const Eigen::MatrixXf b = Eigen::MatrixXf::Random(g.b_shape()[0], g.b_shape()[1]);
-  Eigen::MatrixXf c(g.m, g.n);
+  using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Order>;
+  const Matrix a = Matrix::Random(g.a_shape()[0], g.a_shape()[1]);
+  const Matrix b = Matrix::Random(g.b_shape()[0], g.b_shape()[1]);
+  Matrix c(g.m, g.n);
   for (auto _ : state) {
     if (g.trans_a) {
       c.noalias() = a.transpose() * b;
@@ -88,7 +92,10 @@ bool register_all() {
           ->UseRealTime()->Unit(benchmark::kMillisecond);
       benchmark::RegisterBenchmark(("ours_gemm/" + g.name()).c_str(), ours_gemm, g)
           ->UseRealTime()->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark(("eigen/" + g.name()).c_str(), eigen, g)
+      benchmark::RegisterBenchmark(("eigen/" + g.name()).c_str(), eigen<Eigen::ColMajor>, g)
+          ->UseRealTime()->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("eigen_rowmajor/" + g.name()).c_str(),
+                                   eigen<Eigen::RowMajor>, g)
           ->UseRealTime()->Unit(benchmark::kMillisecond);
     }
   }
