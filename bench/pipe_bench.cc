@@ -10,6 +10,7 @@
 //                                        api "forward": cross_entropy(pipe.forward(x)).backward()
 //   plain/threads:N                      cross_entropy(model(x), y).backward() with N threads
 //   plain/microbatched/threads:1         the same, 8 micro-batches one after another, 1 thread
+//   pipe/train_step/1f1b/never/chunks:C  1F1B with C micro-batches instead of 8
 //   balanced/...                         the same measurements on a model with two equal
 //                                        halves (4 × Linear(1024)·ReLU, input requiring grad)
 //
@@ -20,12 +21,14 @@
 //                  of each action kind on each stage: what the bubble must be, given the
 //                  stages' imbalance, if the runtime added no overhead
 //   stage0_ms, stage1_ms  busy time of each worker per step
+//   faults_per_step       minor page faults of the process per step (fresh memory touched)
 // PIPE_BENCH_TRACE=/path/trace.json writes the Chrome trace of the last step of each
 // pipe benchmark (open in chrome://tracing or ui.perfetto.dev).
 //
 //   tools/bazel run //bench:pipe_bench -- --benchmark_repetitions=5
 //                   --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
+#include <sys/resource.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -88,6 +91,22 @@ Tensor make_labels(Device device, int64_t classes = kClasses) {
 
 Tensor cross_entropy(const Tensor& out, const Tensor& y) { return nn::cross_entropy(out, y); }
 
+// Minor page faults of the process so far (first touches of freshly mapped memory).
+double minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_minflt);
+}
+
+// Runs `step` for every benchmark iteration and reports page faults per step.
+template <class Step>
+void timed_loop(benchmark::State& state, Step&& step) {
+  const double faults = minor_faults();
+  for (auto _ : state) step();
+  state.counters["faults_per_step"] =
+      (minor_faults() - faults) / static_cast<double>(state.iterations());
+}
+
 // Mean measured duration of each action kind on each stage -> simulator costs.
 pipeline::Costs measured_costs(const pipeline::Trace& trace, int num_stages) {
   std::map<std::pair<int, pipeline::ActionKind>, std::pair<double, int>> sums;
@@ -113,11 +132,11 @@ pipeline::Costs measured_costs(const pipeline::Trace& trace, int num_stages) {
 }
 
 void pipe_step(benchmark::State& state, const std::string& api, const std::string& schedule,
-               pipeline::Checkpoint checkpoint, bool balanced) {
+               pipeline::Checkpoint checkpoint, bool balanced, int chunks = kChunks) {
   pipeline::Pipe pipe(balanced ? make_balanced_model() : make_model(),
                       {.balance = balanced ? std::vector<int>{4, 4} : std::vector<int>{3, 4},
                                      .devices = {Device::cpu(0), Device::cpu(1)},
-                                     .chunks = kChunks,
+                                     .chunks = chunks,
                                      .checkpoint = checkpoint,
                                      .deferred_batch_norm = true,
                                      .schedule = schedule,
@@ -136,20 +155,20 @@ void pipe_step(benchmark::State& state, const std::string& api, const std::strin
   step();  // warm-up
   double bubble = 0, bubble_sim = 0, busy0 = 0, busy1 = 0;
   pipeline::Trace trace;
-  for (auto _ : state) {
+  timed_loop(state, [&] {
     trace = step();
     bubble += trace.bubble_fraction();
     busy0 += trace.busy_us(0);
     busy1 += trace.busy_us(1);
-  }
+  });
   const double n = static_cast<double>(state.iterations());
   // The schedule that ran, re-made for the simulator (same generator, same recompute rule).
   pipeline::Schedule ran = pipeline::make_schedule(api == "forward" ? "gpipe" : schedule, 2,
-                                                   kChunks);
-  ran = pipeline::with_recompute(ran, pipeline::checkpoint_predicate(checkpoint, kChunks));
+                                                   chunks);
+  ran = pipeline::with_recompute(ran, pipeline::checkpoint_predicate(checkpoint, chunks));
   bubble_sim = pipeline::simulate(ran, measured_costs(trace, 2)).bubble_fraction;
   state.counters["bubble"] = bubble / n;
-  state.counters["bubble_theory"] = pipeline::theoretical_bubble(2, kChunks);
+  state.counters["bubble_theory"] = pipeline::theoretical_bubble(2, chunks);
   state.counters["bubble_sim"] = bubble_sim;
   state.counters["stage0_ms"] = busy0 / n / 1000;
   state.counters["stage1_ms"] = busy1 / n / 1000;
@@ -170,7 +189,7 @@ void plain_step(benchmark::State& state, bool balanced) {
     cross_entropy(model(x), y).backward();
   };
   step();
-  for (auto _ : state) step();
+  timed_loop(state, step);
 }
 
 // The plain model run micro-batch by micro-batch on one thread (the loss of each scaled by
@@ -191,7 +210,7 @@ void plain_microbatched(benchmark::State& state) {
     }
   };
   step();
-  for (auto _ : state) step();
+  timed_loop(state, step);
 }
 
 void register_all() {
@@ -214,6 +233,17 @@ void register_all() {
     benchmark::RegisterBenchmark(name.c_str(), [v](benchmark::State& state) {
       pipe_step(state, v.api, v.schedule, v.checkpoint, false);
     })->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+  }
+  // Fewer, larger micro-batches: more efficient kernels, a larger bubble.
+  for (int chunks : {2, 4, 16}) {
+    benchmark::RegisterBenchmark(
+        ("pipe/train_step/1f1b/never/chunks:" + std::to_string(chunks)).c_str(),
+        [chunks](benchmark::State& state) {
+          pipe_step(state, "train_step", "1f1b", Checkpoint::kNever, false, chunks);
+        })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MinTime(2.0);
   }
   for (const std::string schedule : {"gpipe", "1f1b"}) {
     benchmark::RegisterBenchmark(("balanced/pipe/train_step/" + schedule + "/never").c_str(),

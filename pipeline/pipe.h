@@ -4,8 +4,8 @@
 //   pipeline::Pipe pipe(std::move(model), {.balance = {3, 1},
 //                                          .devices = {Device::cpu(0), Device::cpu(1)},
 //                                          .chunks = 8});
-//   Tensor out = pipe.forward(x);              // GPipe forward, transparent
-//   autograd::cross_entropy(out, y).backward(); // runs the pipeline's backward (PipeBackward)
+//   Tensor out = pipe.forward(x);               // GPipe forward, on the last stage's device
+//   nn::cross_entropy(out, y.to(out.device())).backward();  // runs the pipeline's backward
 //   opt.step();
 //
 //   StepResult r = pipe.train_step(x, y, loss_fn, "1f1b");  // any schedule, loss per micro-batch
@@ -29,8 +29,8 @@
 // the caller unchanged (same type and message); the Pipe stays usable.
 //
 // Threads: one per worker, alive as long as the Pipe, joined by ~Pipe. Each uses
-// max(1, hardware_threads() / workers) intra-op threads (ThreadBudgetGuard), so the workers
-// together use the machine's cores once. One call at a time per Pipe (forward, backward of
+// max(1, hardware_threads() / workers) intra-op threads (ThreadBudgetGuard; or
+// PipeOptions::threads_per_worker), so the workers together use the machine's cores once. One call at a time per Pipe (forward, backward of
 // its outputs, train_step are serialised); any number of Pipes may coexist.
 #pragma once
 
