@@ -1,0 +1,349 @@
+// Automatic balance (see balance.h).
+#include "pipeline/balance.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "nn/batch_norm.h"
+#include "tensor/allocator.h"
+#include "tensor/generator.h"
+#include "tensor/stream.h"
+
+namespace pipewright::pipeline {
+
+namespace {
+
+std::string str(const std::vector<int>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+void check_partitions(int partitions, size_t layers) {
+  if (partitions <= 0) {
+    throw std::invalid_argument("number of partitions must be positive (partitions: " +
+                                std::to_string(partitions) + ")");
+  }
+  if (static_cast<size_t>(partitions) > layers) {
+    throw std::invalid_argument("more partitions than layers (partitions: " +
+                                std::to_string(partitions) +
+                                ", layers: " + std::to_string(layers) + ")");
+  }
+}
+
+}  // namespace
+
+// ---- the block partition ----
+
+// Note [Block partition]
+// For n costs c_0..c_{n-1} and p blocks, let S(i, j) = c_i + ... + c_{j-1} (prefix sums, exact
+// in int64) and best[k][i] = the smallest possible largest block when c_i..c_{n-1} is cut
+// into k non-empty blocks (defined for n - i >= k):
+//   best[1][i] = S(i, n)
+//   best[k][i] = min over j in (i, n-k+1] of max(S(i, j), best[k-1][j])
+// (the first block is c_i..c_{j-1}; the rest is an optimal cut of the suffix). best[p][0] is
+// the optimum. Nothing assumes costs >= 0, so zero and negative costs are exact too (a binary
+// search over the answer with a greedy feasibility test would need non-negative costs).
+// Reconstruction from the front takes, for each block, the SHORTEST first block j - i with
+// max(S(i, j), best[k-1][j]) == best[k][i]: every choice keeps an optimal completion, and the
+// shortest one at each position gives the lexicographically smallest balance among all
+// optimal ones. Cost: p·n²/2 max/min steps, p·(n+1) int64 of memory.
+std::vector<int> block_partition(const std::vector<int64_t>& costs, int partitions) {
+  const size_t n = costs.size();
+  check_partitions(partitions, n);
+  const size_t p = static_cast<size_t>(partitions);
+  std::vector<int64_t> prefix(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];
+  auto sum = [&](size_t i, size_t j) { return prefix[j] - prefix[i]; };
+
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+  // best[k][i] for k = 1..p (row k-1), i = 0..n; kNone where n - i < k.
+  std::vector<std::vector<int64_t>> best(p, std::vector<int64_t>(n + 1, kNone));
+  for (size_t i = 0; i < n; ++i) best[0][i] = sum(i, n);
+  for (size_t k = 2; k <= p; ++k) {
+    for (size_t i = 0; i + k <= n; ++i) {
+      int64_t b = kNone;
+      for (size_t j = i + 1; j + (k - 1) <= n; ++j) {
+        b = std::min(b, std::max(sum(i, j), best[k - 2][j]));
+      }
+      best[k - 1][i] = b;
+    }
+  }
+
+  std::vector<int> balance;
+  balance.reserve(p);
+  size_t i = 0;
+  for (size_t k = p; k > 1; --k) {
+    const int64_t target = best[k - 1][i];
+    size_t j = i + 1;
+    while (std::max(sum(i, j), best[k - 2][j]) != target) ++j;  // exists: target is a min
+    balance.push_back(static_cast<int>(j - i));
+    i = j;
+  }
+  balance.push_back(static_cast<int>(n - i));
+  return balance;
+}
+
+int64_t max_block_cost(const std::vector<int64_t>& costs, const std::vector<int>& balance) {
+  int64_t total = 0;
+  for (int b : balance) {
+    if (b <= 0) {
+      throw std::invalid_argument("all balance numbers must be positive integer (balance: " +
+                                  str(balance) + ")");
+    }
+    total += b;
+  }
+  if (total != static_cast<int64_t>(costs.size())) {
+    throw std::invalid_argument("costs and sum of balance have different length (costs: " +
+                                std::to_string(costs.size()) +
+                                ", sum of balance: " + std::to_string(total) + ")");
+  }
+  int64_t worst = std::numeric_limits<int64_t>::min();
+  size_t i = 0;
+  for (int b : balance) {
+    int64_t block = 0;
+    for (int k = 0; k < b; ++k) block += costs[i++];
+    worst = std::max(worst, block);
+  }
+  return worst;
+}
+
+// ---- profiling ----
+
+namespace {
+
+/// Note [Profiling leaves the module as it was] (balance.h): everything the profile may
+/// change is recorded by the constructor and put back by the destructor, so an exception
+/// thrown by a layer restores it too.
+class ProfileStateGuard {
+ public:
+  explicit ProfileStateGuard(nn::Module& module)
+      : generator_(current_generator().seed(), current_generator().offset()),
+        generator_guard_(generator_),
+        grad_mode_(autograd::grad_mode_enabled()),
+        checkpoint_flags_(/*checkpointing=*/false, /*recomputing=*/false) {
+    for (auto& [name, t] : module.named_buffers()) buffers_.emplace_back(t, t.clone());
+    record_modes(module);
+    autograd::set_grad_mode_enabled(true);
+    module.train(true);
+  }
+  ~ProfileStateGuard() {
+    for (auto& [live, saved] : buffers_) live.copy_from(saved);
+    // Pre-order: a parent's train() sets its children, which are then set to their own flag.
+    for (auto& [m, on] : modes_) m->train(on);
+    for (nn::BatchNorm1d* bn : deferred_) bn->set_deferred(true);
+    autograd::set_grad_mode_enabled(grad_mode_);
+  }
+  ProfileStateGuard(const ProfileStateGuard&) = delete;
+  ProfileStateGuard& operator=(const ProfileStateGuard&) = delete;
+
+ private:
+  void record_modes(nn::Module& m) {
+    modes_.emplace_back(&m, m.is_training());
+    if (auto* bn = dynamic_cast<nn::BatchNorm1d*>(&m); bn != nullptr && bn->is_deferred()) {
+      bn->set_deferred(false);  // profile as plain BatchNorm; its accumulated sums stay
+      deferred_.push_back(bn);
+    }
+    for (auto& [name, child] : m.children()) record_modes(*child);
+  }
+
+  Generator generator_;  // a copy of the caller's state: realistic draws, caller's untouched
+  GeneratorGuard generator_guard_;
+  bool grad_mode_;
+  autograd::CheckpointModeGuard checkpoint_flags_;
+  std::vector<std::pair<Tensor, Tensor>> buffers_;  // (the live buffer, its saved copy)
+  std::vector<std::pair<nn::Module*, bool>> modes_;
+  std::vector<nn::BatchNorm1d*> deferred_;
+};
+
+/// What a layer gets as input: `outputs` cut from their graph, requiring grad exactly when
+/// they did (torchgpipe's detach between layers).
+nn::Tensors detach_like(const nn::Tensors& outputs) {
+  nn::Tensors out;
+  out.reserve(outputs.size());
+  for (const Tensor& t : outputs) {
+    const bool requires_grad = t.requires_grad();
+    Tensor d = t.detach();
+    d.set_requires_grad(requires_grad);
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+void check_profile_inputs(const char* who, const nn::Sequential& module,
+                          const nn::Tensors& sample, Device device) {
+  if (module.size() == 0) {
+    throw std::invalid_argument(std::string(who) + ": the module has no layers (empty Sequential)");
+  }
+  if (sample.empty()) throw std::invalid_argument(std::string(who) + ": the sample is empty");
+  for (size_t i = 0; i < sample.size(); ++i) {
+    if (!sample[i].defined()) {
+      throw std::invalid_argument(std::string(who) + ": sample[" + std::to_string(i) +
+                                  "] is undefined");
+    }
+    if (sample[i].device() != device) {
+      throw std::invalid_argument(std::string(who) + ": sample[" + std::to_string(i) +
+                                  "] is on " + sample[i].device().str() +
+                                  " but the profile runs on " + device.str());
+    }
+  }
+  for (const auto& [name, t] : module.state_dict()) {
+    if (t.device() != device) {
+      throw std::invalid_argument(std::string(who) + ": module tensor '" + name + "' is on " +
+                                  t.device().str() + " but the profile runs on " + device.str() +
+                                  " (move the module there first)");
+    }
+  }
+}
+
+/// The cheap checks of a balance_by_* call, before anything runs: partitions <= 0, an empty
+/// module, more partitions than layers.
+void check_request(const char* who, int partitions, const nn::Sequential& module) {
+  if (partitions > 0 && module.size() == 0) {
+    throw std::invalid_argument(std::string(who) +
+                                ": the module has no layers (empty Sequential)");
+  }
+  check_partitions(partitions, module.size());
+}
+
+int64_t median(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : v[m - 1] + (v[m] - v[m - 1]) / 2;
+}
+
+}  // namespace
+
+std::vector<int64_t> profile_times(nn::Sequential& module, const nn::Tensors& sample,
+                                   const BalanceByTimeOptions& options) {
+  check_profile_inputs("profile_times", module, sample, options.device);
+  if (options.warmup < 0) {
+    throw std::invalid_argument("profile_times: warmup must be >= 0 (warmup: " +
+                                std::to_string(options.warmup) + ")");
+  }
+  if (options.repetitions <= 0) {
+    throw std::invalid_argument("profile_times: repetitions must be positive (repetitions: " +
+                                std::to_string(options.repetitions) + ")");
+  }
+  ProfileStateGuard state(module);
+  const nn::Tensors parameters = [&] {
+    nn::Tensors ps;
+    for (const Tensor& p : module.parameters()) {
+      if (p.requires_grad()) ps.push_back(p);
+    }
+    return ps;
+  }();
+  const Stream stream = Stream::current(options.device);
+  const size_t n = module.size();
+  std::vector<std::vector<int64_t>> times(n);
+
+  for (int pass = 0; pass < options.warmup + options.repetitions; ++pass) {
+    nn::Tensors x = detach_like(sample);
+    for (size_t i = 0; i < n; ++i) {
+      stream.synchronize();
+      const auto start = std::chrono::steady_clock::now();
+      nn::Tensors y = module[i].forward(x);
+      // Backward from every recorded output, with the output as its own gradient. Passing the
+      // input and ALL the module's parameters as `inputs` makes the engine return their
+      // gradients instead of accumulating .grad (the same work, no side effect).
+      nn::Tensors roots, grads, inputs = parameters;
+      for (const Tensor& t : y) {
+        if (t.requires_grad() && t.grad_fn() != nullptr) {
+          roots.push_back(t);
+          grads.push_back(t.detach());
+        }
+      }
+      for (const Tensor& t : x) {
+        if (t.requires_grad()) inputs.push_back(t);
+      }
+      if (!roots.empty()) autograd::backward(roots, grads, inputs);
+      stream.synchronize();
+      const auto end = std::chrono::steady_clock::now();
+      if (pass >= options.warmup) {
+        times[i].push_back(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count());
+      }
+      x = detach_like(y);
+    }
+  }
+  std::vector<int64_t> costs(n);
+  for (size_t i = 0; i < n; ++i) costs[i] = median(times[i]);
+  return costs;
+}
+
+std::vector<int> balance_by_time(int partitions, nn::Sequential& module,
+                                 const nn::Tensors& sample, const BalanceByTimeOptions& options) {
+  check_request("balance_by_time", partitions, module);
+  return block_partition(profile_times(module, sample, options), partitions);
+}
+
+std::vector<int> balance_by_time(int partitions, nn::Sequential& module, const Tensor& sample,
+                                 const BalanceByTimeOptions& options) {
+  return balance_by_time(partitions, module, nn::Tensors{sample}, options);
+}
+
+std::vector<LayerSize> profile_sizes(nn::Sequential& module, const nn::Tensors& sample,
+                                     const BalanceBySizeOptions& options) {
+  check_profile_inputs("profile_sizes", module, sample, options.device);
+  if (options.chunks <= 0) {
+    throw std::invalid_argument("profile_sizes: number of chunks must be positive integer "
+                                "(chunks: " + std::to_string(options.chunks) + ")");
+  }
+  if (!std::isfinite(options.param_scale) || options.param_scale < 0) {
+    throw std::invalid_argument("profile_sizes: param_scale must be finite and >= 0 "
+                                "(param_scale: " + std::to_string(options.param_scale) + ")");
+  }
+  nn::Tensors micro;
+  for (size_t i = 0; i < sample.size(); ++i) {
+    if (sample[i].dim() == 0) {
+      throw std::invalid_argument("profile_sizes: sample[" + std::to_string(i) +
+                                  "] is a scalar (shape []); a sample has a batch dimension");
+    }
+    micro.push_back(sample[i].chunk(options.chunks)[0]);  // a view: allocates nothing
+  }
+  ProfileStateGuard state(module);
+  Allocator& allocator = allocator_for(options.device);
+  const size_t n = module.size();
+  std::vector<LayerSize> sizes(n);
+
+  nn::Tensors x = detach_like(micro);
+  for (size_t i = 0; i < n; ++i) {
+    // x is held here, so only what layer i allocates and keeps moves the counter; the previous
+    // layer's graph was released at the end of the last iteration.
+    const int64_t before = allocator.allocated();
+    allocator.reset_peak();
+    nn::Tensors y = module[i].forward(x);
+    LayerSize& s = sizes[i];
+    s.activation_bytes = allocator.allocated() - before;
+    s.peak_bytes = allocator.peak() - before;
+    for (const Tensor& p : module[i].parameters()) s.parameter_bytes += static_cast<int64_t>(p.nbytes());
+    s.cost = s.activation_bytes +
+             std::llround(options.param_scale * static_cast<double>(s.parameter_bytes));
+    x = detach_like(y);
+    y.clear();  // frees layer i's graph (its saved tensors); its outputs live on in x
+  }
+  return sizes;
+}
+
+std::vector<int> balance_by_size(int partitions, nn::Sequential& module,
+                                 const nn::Tensors& sample, const BalanceBySizeOptions& options) {
+  check_request("balance_by_size", partitions, module);
+  std::vector<int64_t> costs;
+  for (const LayerSize& s : profile_sizes(module, sample, options)) costs.push_back(s.cost);
+  return block_partition(costs, partitions);
+}
+
+std::vector<int> balance_by_size(int partitions, nn::Sequential& module, const Tensor& sample,
+                                 const BalanceBySizeOptions& options) {
+  return balance_by_size(partitions, module, nn::Tensors{sample}, options);
+}
+
+}  // namespace pipewright::pipeline
