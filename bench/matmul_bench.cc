@@ -7,8 +7,17 @@
 //   eigen_rowmajor/...     the same on row-major Eigen matrices: the layout of our tensors, so
 //                          ours / eigen_rowmajor is the cost of our wrapper alone
 //
+//   peak/fma               the machine's measured fp32 peak: independent FMA chains on every
+//                          OpenMP thread, at the vector width the build targets (AVX2: 8
+//                          floats; AVX-512 under --config=native: 16). GEMM GFLOP/s are
+//                          quoted against this number in docs/BENCHMARKS.md.
+//
 // The "FLOPS" counter is 2·M·N·K per call as a rate (shown as G/s = GFLOP/s).
+// Shapes: the MLP's layers at batch 256 (256x784x1024, 256x1024x1024), one of its micro-batches
+// at chunks 8 (32x1024x1024), and 1024³.
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
+#include <omp.h>
 
 #include <Eigen/Core>
 #include <string>
@@ -83,8 +92,52 @@ void eigen(benchmark::State& state, Gemm g) {
   set_flops(state, g);
 }
 
+// Peak fp32 throughput: each thread runs kChains independent fused multiply-adds per step, so
+// the FMA units never wait for a previous result (latency 4 cycles x 2 ports = 8 chains
+// needed; 12 leaves margin). 2 FLOPs per lane per FMA.
+#if defined(__AVX512F__)
+using Vec = __m512;
+constexpr int kLanes = 16;
+inline Vec vec_set1(float x) { return _mm512_set1_ps(x); }
+inline Vec vec_fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline float vec_first(Vec v) { return _mm512_cvtss_f32(v); }
+#else
+using Vec = __m256;
+constexpr int kLanes = 8;
+inline Vec vec_set1(float x) { return _mm256_set1_ps(x); }
+inline Vec vec_fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline float vec_first(Vec v) { return _mm256_cvtss_f32(v); }
+#endif
+
+void peak_fma(benchmark::State& state) {
+  constexpr int kChains = 12;
+  constexpr int64_t kSteps = 1 << 20;
+  const int threads = omp_get_max_threads();
+  for (auto _ : state) {
+    float sink = 0.0f;
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    {
+      Vec acc[kChains];
+      for (int i = 0; i < kChains; ++i) acc[i] = vec_set1(0.001f * static_cast<float>(i));
+      const Vec a = vec_set1(0.999999f), b = vec_set1(1e-7f);
+      for (int64_t step = 0; step < kSteps; ++step) {
+        for (int i = 0; i < kChains; ++i) acc[i] = vec_fma(acc[i], a, b);
+      }
+      for (int i = 0; i < kChains; ++i) sink += vec_first(acc[i]);
+    }
+    benchmark::DoNotOptimize(sink);
+  }
+  state.counters["threads"] = threads;
+  state.counters["FLOPS"] = benchmark::Counter(
+      2.0 * kLanes * kChains * static_cast<double>(kSteps) * threads *
+          static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+
 bool register_all() {
-  const int64_t shapes[][3] = {{256, 784, 1024}, {256, 1024, 1024}, {1024, 1024, 1024}};
+  benchmark::RegisterBenchmark("peak/fma", peak_fma)->UseRealTime()->Unit(benchmark::kMillisecond);
+  const int64_t shapes[][3] = {
+      {32, 1024, 1024}, {256, 784, 1024}, {256, 1024, 1024}, {1024, 1024, 1024}};
   for (const auto& s : shapes) {
     for (auto [ta, tb] : {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}}) {
       const Gemm g{s[0], s[1], s[2], ta, tb};

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Exercises tools/bazel's package check against fake system commands. Each case builds a
+# directory of fakes that log their arguments to $LOG, puts it first on PATH, runs the wrapper
+# and checks the exit status, the log and the messages.
+set -uo pipefail
+
+wrapper="$TEST_SRCDIR/$TEST_WORKSPACE/tools/bazel"
+[[ -f "$wrapper" ]] || wrapper="$(pwd)/tools/bazel"
+failures=0
+fail() { echo "FAIL [$case]: $*"; failures=$((failures + 1)); }
+
+# setup <uid> <sudo: yes|no> <missing package...>: fakes in a fresh $FAKE, log in $LOG.
+setup() {
+  local uid=$1 with_sudo=$2; shift 2
+  FAKE=$(mktemp -d "${TEST_TMPDIR:-/tmp}/fake.XXXXXX")
+  LOG="$FAKE/log"
+  : >"$LOG"
+  printf '%s\n' "$@" >"$FAKE/missing"
+  cat >"$FAKE/dpkg-query" <<FAKE_EOF
+#!/usr/bin/env bash
+pkg="\${@: -1}"
+if grep -qx "\$pkg" "$FAKE/missing"; then echo -n "not-installed"; else echo -n "installed"; fi
+FAKE_EOF
+  cat >"$FAKE/apt-get" <<FAKE_EOF
+#!/usr/bin/env bash
+echo "apt-get \$*" >>"$LOG"
+FAKE_EOF
+  cat >"$FAKE/id" <<FAKE_EOF
+#!/usr/bin/env bash
+echo $uid
+FAKE_EOF
+  if [[ $with_sudo == yes ]]; then
+    cat >"$FAKE/sudo" <<FAKE_EOF
+#!/usr/bin/env bash
+[[ "\$1" == "-n" ]] && { shift; [[ "\$1" == "true" ]] && exit 0; }
+echo "sudo \$1" >>"$LOG"
+"\$@"
+FAKE_EOF
+  fi
+  cat >"$FAKE/bazel-real" <<FAKE_EOF
+#!/usr/bin/env bash
+echo "bazel \$*" >>"$LOG"
+FAKE_EOF
+  chmod +x "$FAKE"/*
+}
+
+# run: the wrapper with the fakes first on PATH; sudo is only found in $FAKE (the system's
+# own sudo, if any, is hidden by a PATH without /usr/bin's sudo: we keep only the fake dir
+# plus a directory holding the basic tools the wrapper needs).
+run() {
+  local tools="$FAKE/tools"
+  mkdir -p "$tools"
+  for t in bash grep cat echo mktemp env printf true; do
+    local p; p=$(command -v "$t" 2>/dev/null) && [[ $p == /* ]] && ln -sf "$p" "$tools/$t"
+  done
+  OUT=$(PATH="$FAKE:$tools" BAZEL_REAL="$FAKE/bazel-real" "$wrapper" test //some:target 2>&1)
+  RC=$?
+}
+
+case="all installed: no apt, bazel gets the arguments"
+setup 1000 no
+run
+[[ $RC -eq 0 ]] || fail "exit $RC, output: $OUT"
+[[ "$(cat "$LOG")" == "bazel test //some:target" ]] || fail "log: $(cat "$LOG")"
+
+case="root with two packages missing: apt-get installs exactly those, then bazel"
+setup 0 no libeigen3-dev dataset-fashion-mnist
+run
+[[ $RC -eq 0 ]] || fail "exit $RC, output: $OUT"
+expected="apt-get update
+apt-get install -y --no-install-recommends libeigen3-dev dataset-fashion-mnist
+bazel test //some:target"
+[[ "$(cat "$LOG")" == "$expected" ]] || fail "log: $(cat "$LOG")"
+grep -q "installing missing Debian packages: libeigen3-dev dataset-fashion-mnist" <<<"$OUT" ||
+  fail "no message naming the packages: $OUT"
+
+case="not root, sudo available: installs through sudo"
+setup 1000 yes catch2
+run
+[[ $RC -eq 0 ]] || fail "exit $RC, output: $OUT"
+grep -q "^sudo bash" "$LOG" || fail "sudo not used: $(cat "$LOG")"
+grep -qx "apt-get install -y --no-install-recommends catch2" "$LOG" || fail "log: $(cat "$LOG")"
+[[ "$(tail -n1 "$LOG")" == "bazel test //some:target" ]] || fail "bazel not run last: $(cat "$LOG")"
+
+case="not root, no sudo: prints the apt-get line, exits non-zero, runs nothing"
+setup 1000 no zlib1g-dev
+run
+[[ $RC -ne 0 ]] || fail "exit 0"
+[[ ! -s "$LOG" ]] || fail "something ran: $(cat "$LOG")"
+grep -q "apt-get install -y --no-install-recommends zlib1g-dev" <<<"$OUT" ||
+  fail "apt-get line not printed: $OUT"
+
+echo "$failures failure(s)"
+((failures == 0))
