@@ -1,67 +1,157 @@
 // BatchNorm over channels. Shape legend: x, y, grad [N, C, L] contiguous (L = 1 for 2-D input,
 // the spatial size otherwise); gamma, beta, mean, invstd, running stats [C]; M = N * L values
-// per channel.
+// per channel. Formulas: tensor/kernels.h.
 //
-// Threads split the channels: each range [c0, c1) walks the N samples and, for each, the
-// [c1 - c0, L] block of x they own, so per-channel statistics are sums in a fixed order
-// (deterministic) and accumulate in double whatever the tensor dtype.
+// Note [BatchNorm loop order]
+// Every pass walks memory in address order: samples outer, then channels, then positions.
+// - L = 1 (BatchNorm1d on [N, C], the MLP case): a sample's channels are one contiguous row,
+//   so the inner loop runs over channels, each adding into its own double accumulator in an
+//   array. No sum is carried from one iteration to the next, so the loop vectorises without
+//   reassociating any sum.
+// - L > 1: a (sample, channel) pair is a contiguous run of L values, summed by run_sum into
+//   8 interleaved partial sums (vectorises), combined in a fixed order, then added to the
+//   channel's accumulator.
+// Threads split the channels (parallel_for): a thread owns the accumulators of its channels
+// [c0, c1), and each channel's sum is taken in the same order whatever the number of threads,
+// so results are bitwise identical for any thread count. Sums and the per-element arithmetic
+// are in double whatever the tensor dtype (one rounding to the dtype per output).
+#include <array>
+#include <cmath>
+#include <vector>
+
 #include "tensor/cpu/common.h"
 #include "tensor/cpu/kernel_table.h"
 
 namespace pipewright::cpu {
 namespace {
 
-using Eigen::ArrayXd;
-
-/// The channels [c0, c1) of one [N, C, L] tensor.
-struct ChannelRange {
-  int64_t c, l, c0, c1;
+/// The [N, C, L] layout and one thread's channels [c0, c1); i = channel - c0.
+struct Range {
+  int64_t n, c, l, c0, c1;
   int64_t size() const { return c1 - c0; }
-  /// Sample `s`'s [c1 - c0, L] block of t, as double.
-  template <class T>
-  auto block(const Tensor& t, int64_t s) const {
-    return ConstMat<T>(t.data<T>() + (s * c + c0) * l, size(), l).template cast<double>();
-  }
-  template <class T>
-  Mat<T> block_out(const Tensor& t, int64_t s) const {
-    return Mat<T>(t.data<T>() + (s * c + c0) * l, size(), l);
-  }
-  /// Per-channel parameter t[c0, c1) as double; `fallback` when t is undefined (affine=false).
-  template <class T>
-  ArrayXd param(const Tensor& t, double fallback) const {
-    if (!t.defined()) return ArrayXd::Constant(size(), fallback);
-    return ConstVec<T>(t.data<T>() + c0, size()).template cast<double>();
-  }
+  /// Offset of element (sample s, channel c0 + i, position 0).
+  int64_t offset(int64_t s, int64_t i) const { return (s * c + c0 + i) * l; }
 };
+
+/// Per-channel tensor t [C] over the range's channels, as double; `fallback` when t is
+/// undefined (affine = false).
+template <class T>
+std::vector<double> param(const Tensor& t, const Range& r, double fallback) {
+  if (!t.defined()) return std::vector<double>(r.size(), fallback);
+  const T* p = t.data<T>() + r.c0;
+  return std::vector<double>(p, p + r.size());
+}
+
+template <class T>
+void store(const std::vector<double>& v, const Range& r, const Tensor& t) {
+  T* p = t.data<T>() + r.c0;
+  for (int64_t i = 0; i < r.size(); ++i) p[i] = static_cast<T>(v[i]);
+}
+
+/// Σ_{j < l} f(j) in a fixed order: 8 interleaved partial sums (so the loop vectorises
+/// without -ffast-math), combined pairwise, then the tail.
+template <size_t K, class F>
+std::array<double, K> run_sum(int64_t l, const F& f) {
+  double part[K][8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= l; j += 8) {
+    for (int q = 0; q < 8; ++q) {
+      const std::array<double, K> v = f(j + q);
+      for (size_t t = 0; t < K; ++t) part[t][q] += v[t];
+    }
+  }
+  std::array<double, K> total;
+  for (size_t t = 0; t < K; ++t) {
+    const double* p = part[t];
+    total[t] = ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7]));
+  }
+  for (; j < l; ++j) {
+    const std::array<double, K> v = f(j);
+    for (size_t t = 0; t < K; ++t) total[t] += v[t];
+  }
+  return total;
+}
+
+/// K per-channel sums over the range: sums[t][i] += Σ_{s, j} f(k, i)[t], k the offset of
+/// element (s, c0 + i, j). Note [BatchNorm loop order].
+template <size_t K, class F>
+void channel_sums(const Range& r, std::array<double*, K> sums, const F& f) {
+  if (r.l == 1) {
+    for (int64_t s = 0; s < r.n; ++s) {
+      const int64_t base = r.offset(s, 0);
+      for (int64_t i = 0; i < r.size(); ++i) {
+        const std::array<double, K> v = f(base + i, i);
+        for (size_t t = 0; t < K; ++t) sums[t][i] += v[t];
+      }
+    }
+    return;
+  }
+  for (int64_t s = 0; s < r.n; ++s) {
+    for (int64_t i = 0; i < r.size(); ++i) {
+      const int64_t base = r.offset(s, i);
+      const std::array<double, K> v = run_sum<K>(r.l, [&](int64_t j) { return f(base + j, i); });
+      for (size_t t = 0; t < K; ++t) sums[t][i] += v[t];
+    }
+  }
+}
+
+/// out[k] = f(k, i) rounded to T, for every element k of the range (channel c0 + i).
+template <class T, class F>
+void channel_map(const Range& r, T* out, const F& f) {
+  if (r.l == 1) {
+    for (int64_t s = 0; s < r.n; ++s) {
+      const int64_t base = r.offset(s, 0);
+      for (int64_t i = 0; i < r.size(); ++i) out[base + i] = static_cast<T>(f(base + i, i));
+    }
+    return;
+  }
+  for (int64_t s = 0; s < r.n; ++s) {
+    for (int64_t i = 0; i < r.size(); ++i) {
+      const int64_t base = r.offset(s, i);
+      for (int64_t j = 0; j < r.l; ++j) out[base + j] = static_cast<T>(f(base + j, i));
+    }
+  }
+}
 
 /// y = x * scale + shift per channel.
 template <class T>
-void affine(const Tensor& x, const ArrayXd& scale, const ArrayXd& shift, int64_t n,
-            const ChannelRange& r, Tensor& y) {
-  for (int64_t s = 0; s < n; ++s) {
-    r.block_out<T>(y, s) =
-        ((r.block<T>(x, s).colwise() * scale).colwise() + shift).template cast<T>();
-  }
+void affine(const T* x, const std::vector<double>& scale, const std::vector<double>& shift,
+            const Range& r, T* y) {
+  const double* a = scale.data();
+  const double* b = shift.data();
+  channel_map(r, y, [x, a, b](int64_t k, int64_t i) {
+    return static_cast<double>(x[k]) * a[i] + b[i];
+  });
 }
 
 template <class T>
 void train_typed(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, int64_t n,
                  int64_t c, int64_t l, Tensor& y, Tensor& mean_out, Tensor& invstd_out) {
   const double m = static_cast<double>(n * l);
+  const T* xs = x.data<T>();
   parallel_for(c, n * l, [&](int64_t c0, int64_t c1) {
-    const ChannelRange r{c, l, c0, c1};
-    ArrayXd sum = ArrayXd::Zero(r.size());
-    for (int64_t s = 0; s < n; ++s) sum += r.block<T>(x, s).rowwise().sum();
-    const ArrayXd mean = sum / m;
-    ArrayXd sq = ArrayXd::Zero(r.size());  // two passes: Σ (x - mean)² is exact-er than Σx²
-    for (int64_t s = 0; s < n; ++s) {
-      sq += (r.block<T>(x, s).colwise() - mean).square().rowwise().sum();
+    const Range r{n, c, l, c0, c1};
+    std::vector<double> mean(r.size(), 0.0), sq(r.size(), 0.0);
+    channel_sums<1>(r, {mean.data()}, [xs](int64_t k, int64_t) {
+      return std::array<double, 1>{static_cast<double>(xs[k])};
+    });
+    for (double& v : mean) v /= m;
+    // Two passes: Σ (x - mean)² is more exact than Σ x² - M mean².
+    const double* mu = mean.data();
+    channel_sums<1>(r, {sq.data()}, [xs, mu](int64_t k, int64_t i) {
+      const double d = static_cast<double>(xs[k]) - mu[i];
+      return std::array<double, 1>{d * d};
+    });
+    std::vector<double> invstd(r.size()), scale = param<T>(gamma, r, 1.0),
+                                          shift = param<T>(beta, r, 0.0);
+    for (int64_t i = 0; i < r.size(); ++i) {
+      invstd[i] = 1.0 / std::sqrt(sq[i] / m + eps);  // biased variance, like torch
+      scale[i] *= invstd[i];
+      shift[i] -= mean[i] * scale[i];
     }
-    const ArrayXd invstd = (sq / m + eps).rsqrt();  // biased variance, like torch
-    const ArrayXd scale = invstd * r.param<T>(gamma, 1.0);
-    affine<T>(x, scale, r.param<T>(beta, 0.0) - mean * scale, n, r, y);
-    Vec<T>(mean_out.data<T>() + c0, r.size()) = mean.cast<T>();
-    Vec<T>(invstd_out.data<T>() + c0, r.size()) = invstd.cast<T>();
+    affine(xs, scale, shift, r, y.data<T>());
+    store<T>(mean, r, mean_out);
+    store<T>(invstd, r, invstd_out);
   });
 }
 
@@ -70,10 +160,15 @@ void eval_typed(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                 const Tensor& running_mean, const Tensor& running_var, double eps, int64_t n,
                 int64_t c, int64_t l, Tensor& y) {
   parallel_for(c, n * l, [&](int64_t c0, int64_t c1) {
-    const ChannelRange r{c, l, c0, c1};
-    const ArrayXd scale = (r.param<T>(running_var, 0.0) + eps).rsqrt() * r.param<T>(gamma, 1.0);
-    const ArrayXd shift = r.param<T>(beta, 0.0) - r.param<T>(running_mean, 0.0) * scale;
-    affine<T>(x, scale, shift, n, r, y);
+    const Range r{n, c, l, c0, c1};
+    std::vector<double> scale = param<T>(gamma, r, 1.0), shift = param<T>(beta, r, 0.0);
+    const std::vector<double> rm = param<T>(running_mean, r, 0.0),
+                              rv = param<T>(running_var, r, 0.0);
+    for (int64_t i = 0; i < r.size(); ++i) {
+      scale[i] *= 1.0 / std::sqrt(rv[i] + eps);
+      shift[i] -= rm[i] * scale[i];
+    }
+    affine(x.data<T>(), scale, shift, r, y.data<T>());
   });
 }
 
@@ -82,26 +177,36 @@ void backward_typed(const Tensor& grad_y, const Tensor& x, const Tensor& gamma,
                     const Tensor& mean_t, const Tensor& invstd_t, int64_t n, int64_t c,
                     int64_t l, Tensor& grad_x, Tensor& grad_gamma, Tensor& grad_beta) {
   const double m = static_cast<double>(n * l);
+  const T* xs = x.data<T>();
+  const T* gs = grad_y.data<T>();
   parallel_for(c, 2 * n * l, [&](int64_t c0, int64_t c1) {
-    const ChannelRange r{c, l, c0, c1};
-    const ArrayXd mean = r.param<T>(mean_t, 0.0), invstd = r.param<T>(invstd_t, 0.0);
-    auto x_hat = [&](int64_t s) { return (r.block<T>(x, s).colwise() - mean).colwise() * invstd; };
-    ArrayXd sum_g = ArrayXd::Zero(r.size()), sum_g_xhat = ArrayXd::Zero(r.size());
-    for (int64_t s = 0; s < n; ++s) {
-      sum_g += r.block<T>(grad_y, s).rowwise().sum();
-      sum_g_xhat += (r.block<T>(grad_y, s) * x_hat(s)).rowwise().sum();
-    }
-    if (grad_beta.defined()) Vec<T>(grad_beta.data<T>() + c0, r.size()) = sum_g.cast<T>();
-    if (grad_gamma.defined()) Vec<T>(grad_gamma.data<T>() + c0, r.size()) = sum_g_xhat.cast<T>();
+    const Range r{n, c, l, c0, c1};
+    const std::vector<double> mean = param<T>(mean_t, r, 0.0), invstd = param<T>(invstd_t, r, 0.0);
+    // One pass for both sums: Σ g and Σ g (x - mean); Σ g x̂ = invstd Σ g (x - mean).
+    std::vector<double> sum_g(r.size(), 0.0), sum_g_xhat(r.size(), 0.0);
+    const double* mu = mean.data();
+    channel_sums<2>(r, {sum_g.data(), sum_g_xhat.data()}, [xs, gs, mu](int64_t k, int64_t i) {
+      const double g = gs[k];
+      return std::array<double, 2>{g, g * (static_cast<double>(xs[k]) - mu[i])};
+    });
+    for (int64_t i = 0; i < r.size(); ++i) sum_g_xhat[i] *= invstd[i];
+    if (grad_beta.defined()) store<T>(sum_g, r, grad_beta);
+    if (grad_gamma.defined()) store<T>(sum_g_xhat, r, grad_gamma);
     if (!grad_x.defined()) return;
-    // grad_x = gamma * invstd / M * (M g - Σg - x̂ Σ g x̂)
-    const ArrayXd k = r.param<T>(gamma, 1.0) * invstd / m;
-    for (int64_t s = 0; s < n; ++s) {
-      r.block_out<T>(grad_x, s) =
-          (((r.block<T>(grad_y, s) * m).colwise() - sum_g - (x_hat(s).colwise() * sum_g_xhat))
-               .colwise() * k)
-              .template cast<T>();
+    // grad_x = gamma invstd / M (M g - Σ g - x̂ Σ g x̂), with x̂ = (x - mean) invstd folded into
+    // per-channel coefficients: grad_x = a g - b (x - mean) - d.
+    std::vector<double> a = param<T>(gamma, r, 1.0), b(r.size()), d(r.size());
+    for (int64_t i = 0; i < r.size(); ++i) {
+      a[i] *= invstd[i];
+      b[i] = a[i] / m * sum_g_xhat[i] * invstd[i];
+      d[i] = a[i] / m * sum_g[i];
     }
+    const double* pa = a.data();
+    const double* pb = b.data();
+    const double* pd = d.data();
+    channel_map(r, grad_x.data<T>(), [xs, gs, mu, pa, pb, pd](int64_t k, int64_t i) {
+      return pa[i] * gs[k] - pb[i] * (static_cast<double>(xs[k]) - mu[i]) - pd[i];
+    });
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include "tensor/kernels.h"
 #include "tensor/ops.h"
+#include "tensor/threads.h"
 #include "tests/tensor/test_util.h"
 
 using namespace pipewright;
@@ -123,8 +124,12 @@ Tensor maybe(bool affine, const std::vector<double>& v, int64_t c) {
 
 TEST_CASE("batch_norm_train and batch_norm_eval match naive loops (float64)") {
   const double eps = 1e-5;
-  for (const BatchNormCase& s : {BatchNormCase{8, 3, 1, true}, BatchNormCase{4, 5, 6, true},
-                                 BatchNormCase{6, 2, 3, false}, BatchNormCase{64, 600, 1, true}}) {
+  // L >= 8 runs the kernel's 8-way partial sums; N = 1 with L > 1 is a valid batch; the last
+  // two are above the threshold where the channels are split between threads.
+  for (const BatchNormCase& s :
+       {BatchNormCase{8, 3, 1, true}, BatchNormCase{4, 5, 6, true}, BatchNormCase{6, 2, 3, false},
+        BatchNormCase{4, 5, 19, true}, BatchNormCase{1, 3, 7, false},
+        BatchNormCase{64, 600, 1, true}, BatchNormCase{8, 64, 80, true}}) {
     INFO("n=" << s.n << " c=" << s.c << " l=" << s.l << " affine=" << s.affine);
     const auto xv = random_values(s.n * s.c * s.l, 51, -2.0, 3.0);
     std::vector<double> gamma = random_values(s.c, 52, 0.5, 1.5), beta = random_values(s.c, 53);
@@ -174,7 +179,8 @@ TEST_CASE("batch_norm float32 agrees with float64") {
 TEST_CASE("batch_norm_backward matches finite differences of the training forward (float64)") {
   const double eps = 1e-5, h = 1e-6;
   for (const BatchNormCase& s : {BatchNormCase{5, 3, 1, true}, BatchNormCase{3, 2, 4, true},
-                                 BatchNormCase{4, 2, 2, false}}) {
+                                 BatchNormCase{4, 2, 2, false}, BatchNormCase{2, 2, 11, true},
+                                 BatchNormCase{1, 2, 5, true}}) {
     INFO("n=" << s.n << " c=" << s.c << " l=" << s.l << " affine=" << s.affine);
     const int64_t size = s.n * s.c * s.l;
     std::vector<double> xv = random_values(size, 61), gamma = random_values(s.c, 62, 0.5, 1.5),
@@ -228,6 +234,54 @@ TEST_CASE("batch_norm_backward matches finite differences of the training forwar
       REQUIRE(max_rel_err(gb.to_vector<double>(), fd_b) < 1e-6);
     }
   }
+}
+
+TEST_CASE("batch_norm kernels give the same bits on 1 thread and on all threads") {
+  // Large enough that parallel_for splits the channels. Only meaningful with >= 2 cores.
+  if (hardware_threads() < 2) WARN("one core: the thread counts compared are equal");
+  for (const BatchNormCase& s : {BatchNormCase{96, 512, 1, true}, BatchNormCase{6, 40, 300, true}}) {
+    INFO("n=" << s.n << " c=" << s.c << " l=" << s.l);
+    const Tensor x = random_tensor<float>({s.n, s.c, s.l}, 67, -2.0, 3.0);
+    const Tensor g = random_tensor<float>({s.n, s.c, s.l}, 68);
+    const Tensor gamma = random_tensor<float>({s.c}, 69, 0.5, 1.5);
+    const Tensor beta = random_tensor<float>({s.c}, 70);
+    auto run = [&](int threads) {
+      ThreadBudgetGuard guard(threads);
+      std::vector<Tensor> out = {Tensor::empty(x.shape()), Tensor::empty({s.c}),
+                                 Tensor::empty({s.c}), Tensor::empty(x.shape()),
+                                 Tensor::empty({s.c}), Tensor::empty({s.c})};
+      cpu().batch_norm_train(x, gamma, beta, 1e-5, s.n, s.c, s.l, out[0], out[1], out[2]);
+      cpu().batch_norm_backward(g, x, gamma, out[1], out[2], s.n, s.c, s.l, out[3], out[4],
+                                out[5]);
+      return out;
+    };
+    const std::vector<Tensor> one = run(1), all = run(hardware_threads());
+    for (size_t k = 0; k < one.size(); ++k) {
+      INFO("output " << k);
+      REQUIRE(ops::equal(one[k], all[k]));
+    }
+  }
+}
+
+TEST_CASE("batch_norm_backward float32 agrees with float64") {
+  const BatchNormCase s{32, 48, 9, true};
+  const auto xv = random_values(s.n * s.c * s.l, 71, -2.0, 3.0),
+             gv = random_values(s.n * s.c * s.l, 72), gamma = random_values(s.c, 73, 0.5, 1.5);
+  auto run = [&](DType dt) {
+    const Tensor x = tensor_of<double>(xv, {s.n, s.c, s.l}).to(dt);
+    const Tensor g = tensor_of<double>(gv, {s.n, s.c, s.l}).to(dt);
+    const Tensor gm = tensor_of<double>(gamma, {s.c}).to(dt);
+    Tensor y = Tensor::empty(x.shape(), {dt}), mean = Tensor::empty({s.c}, {dt}),
+           invstd = Tensor::empty({s.c}, {dt}), gx = Tensor::empty(x.shape(), {dt}),
+           gg = Tensor::empty({s.c}, {dt}), gb = Tensor::empty({s.c}, {dt});
+    cpu().batch_norm_train(x, gm, Tensor(), 1e-5, s.n, s.c, s.l, y, mean, invstd);
+    cpu().batch_norm_backward(g, x, gm, mean, invstd, s.n, s.c, s.l, gx, gg, gb);
+    return std::vector<std::vector<double>>{values(gx), values(gg), values(gb)};
+  };
+  const auto f32 = run(DType::kFloat32), f64 = run(DType::kFloat64);
+  REQUIRE(max_rel_err(f32[0], f64[0]) < 1e-4);
+  REQUIRE(max_rel_err(f32[1], f64[1]) < 1e-4);
+  REQUIRE(max_rel_err(f32[2], f64[2]) < 1e-4);
 }
 
 TEST_CASE("batch_norm_backward computes only the wanted gradients") {
