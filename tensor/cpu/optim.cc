@@ -2,6 +2,7 @@
 // torch.optim.SGD and torch.optim.Adam/AdamW). Scalar coefficients are computed in double and
 // rounded once to the parameter dtype.
 #include <cmath>
+#include <type_traits>
 
 #include "tensor/cpu/common.h"
 #include "tensor/cpu/kernel_table.h"
@@ -9,27 +10,75 @@
 namespace pipewright::cpu {
 namespace {
 
+/// One SGD loop per case (weight decay or not; no momentum, the first momentum step, or a later
+/// one; Nesterov or not), so each loop is branch-free and vectorises; __restrict because the
+/// arrays never alias. Every case computes the general formula with the disabled terms left
+/// out (not multiplied by 0), so its results are those of the general loop bit for bit.
+template <class T, bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
+void sgd_loop(T* __restrict p, const T* __restrict g_in, T* __restrict buf, int64_t numel, T lr,
+              T wd, T mom, T keep) {
+  for (int64_t i = 0; i < numel; ++i) {
+    T g = g_in[i];
+    if constexpr (kDecay) g += wd * p[i];
+    if constexpr (kMomentum) {
+      T b;
+      if constexpr (kFirst) {
+        b = g;
+      } else {
+        b = mom * buf[i] + keep * g;
+      }
+      buf[i] = b;
+      if constexpr (kNesterov) {
+        g = g + mom * b;
+      } else {
+        g = b;
+      }
+    }
+    p[i] -= lr * g;
+  }
+}
+
+/// sgd_loop over the whole tensor, split between the intra-op threads.
+template <class T, bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
+void sgd_parallel(T* p, const T* g, T* buf, int64_t numel, T lr, T wd, T mom, T keep) {
+  parallel_for(numel, 4, [=](int64_t b, int64_t e) {
+    sgd_loop<T, kDecay, kMomentum, kFirst, kNesterov>(p + b, g + b, kMomentum ? buf + b : buf,
+                                                      e - b, lr, wd, mom, keep);
+  });
+}
+
 template <class T>
 void sgd_typed(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double lr,
                double momentum, double dampening, double weight_decay, bool nesterov,
                bool first_step) {
-  // The arrays never alias; __restrict lets the compiler vectorise the loop.
-  T* __restrict p = param.data<T>();
-  const T* __restrict g_in = grad.data<T>();
-  T* __restrict buf = momentum != 0.0 ? momentum_buffer.data<T>() : nullptr;
+  T* p = param.data<T>();
+  const T* g = grad.data<T>();
+  T* buf = momentum != 0.0 ? momentum_buffer.data<T>() : nullptr;
+  const int64_t numel = param.numel();
   const T lr_t = static_cast<T>(lr), wd = static_cast<T>(weight_decay),
           mom = static_cast<T>(momentum), keep = static_cast<T>(1.0 - dampening);
-  parallel_for(param.numel(), 4, [&](int64_t i, int64_t e) {
-    for (; i < e; ++i) {
-      T g = g_in[i];
-      if (weight_decay != 0.0) g += wd * p[i];
-      if (buf != nullptr) {
-        buf[i] = first_step ? g : mom * buf[i] + keep * g;
-        g = nesterov ? g + mom * buf[i] : buf[i];
+  // Picks sgd_parallel<T, decay, momentum, first, nesterov> from the runtime flags.
+  auto run = [&](auto decay) {
+    constexpr bool kDecay = decltype(decay)::value;
+    if (momentum == 0.0) {
+      sgd_parallel<T, kDecay, false, false, false>(p, g, buf, numel, lr_t, wd, mom, keep);
+    } else if (first_step) {
+      if (nesterov) {
+        sgd_parallel<T, kDecay, true, true, true>(p, g, buf, numel, lr_t, wd, mom, keep);
+      } else {
+        sgd_parallel<T, kDecay, true, true, false>(p, g, buf, numel, lr_t, wd, mom, keep);
       }
-      p[i] -= lr_t * g;
+    } else if (nesterov) {
+      sgd_parallel<T, kDecay, true, false, true>(p, g, buf, numel, lr_t, wd, mom, keep);
+    } else {
+      sgd_parallel<T, kDecay, true, false, false>(p, g, buf, numel, lr_t, wd, mom, keep);
     }
-  });
+  };
+  if (weight_decay != 0.0) {
+    run(std::true_type{});
+  } else {
+    run(std::false_type{});
+  }
 }
 
 template <class T>
