@@ -153,7 +153,7 @@ void Runtime::backward(Step& step, const Action& action, TraceEvent& event) {
   if (!step.is_last(s)) {
     grads = step.transport().recv({s, j, Direction::kGradient});
   } else if (step.loss_fn) {
-    grads = {step.loss_grads[j]};
+    grads = {std::move(step.loss_grads[j])};  // used once: not held to the end of the step
   } else {
     grads = on_device(step.output_grads.at(static_cast<size_t>(j)), stage_devices_[s]);
   }
