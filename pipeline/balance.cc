@@ -52,10 +52,11 @@ void check_partitions(int partitions, size_t layers) {
 // (the first block is c_i..c_{j-1}; the rest is an optimal cut of the suffix). best[p][0] is
 // the optimum. Nothing assumes costs >= 0, so zero and negative costs are exact too (a binary
 // search over the answer with a greedy feasibility test would need non-negative costs).
-// Reconstruction from the front takes, for each block, the SHORTEST first block j - i with
-// max(S(i, j), best[k-1][j]) == best[k][i]: every choice keeps an optimal completion, and the
-// shortest one at each position gives the lexicographically smallest balance among all
-// optimal ones. Cost: p·n²/2 max/min steps, p·(n+1) int64 of memory.
+// Reconstruction from the front, with T = best[p][0], takes for each block the SHORTEST one
+// with S(i, j) <= T and best[k-1][j] <= T (the rest can still be cut with no block above T).
+// Every choice keeps an optimal completion, and the shortest at each position gives the
+// lexicographically smallest balance among all optimal ones. (Comparing with the suffix's own
+// optimum best[k][i] instead of T would be wrong: a suffix may be cut better than it needs.) Cost: p·n²/2 max/min steps, p·(n+1) int64 of memory.
 std::vector<int> block_partition(const std::vector<int64_t>& costs, int partitions) {
   const size_t n = costs.size();
   check_partitions(partitions, n);
@@ -78,13 +79,15 @@ std::vector<int> block_partition(const std::vector<int64_t>& costs, int partitio
     }
   }
 
+  const int64_t optimum = best[p - 1][0];
   std::vector<int> balance;
   balance.reserve(p);
   size_t i = 0;
   for (size_t k = p; k > 1; --k) {
-    const int64_t target = best[k - 1][i];
+    // The shortest first block that still allows an optimal completion (one exists: the
+    // previous step chose j with best[k-1][j] <= optimum).
     size_t j = i + 1;
-    while (std::max(sum(i, j), best[k - 2][j]) != target) ++j;  // exists: target is a min
+    while (sum(i, j) > optimum || best[k - 2][j] > optimum) ++j;
     balance.push_back(static_cast<int>(j - i));
     i = j;
   }
