@@ -4,16 +4,55 @@
 #include <stdexcept>
 #include <string>
 
+#include "tensor/stream.h"
 #include "tensor/threads.h"
 
 namespace pipewright::pipeline {
 namespace {
 
-nn::Tensors on_device(const nn::Tensors& tensors, Device device) {
+/// The caller's tensors (stage 0's micro-batches, the user's output gradients) on a stage's
+/// device, copied there on the worker's compute stream when they live elsewhere, and marked
+/// as used by that stream (Note [Streams in the pipeline]: their memory belongs to the
+/// caller's stream, which may free it while the worker still reads it).
+nn::Tensors to_stage(const nn::Tensors& tensors, Device device) {
+  const Stream compute = Stream::current(device);
   nn::Tensors out;
   out.reserve(tensors.size());
-  for (const Tensor& t : tensors) out.push_back(t.defined() ? t.to(device) : Tensor());
+  for (const Tensor& t : tensors) {
+    out.push_back(t.defined() ? t.to(device) : Tensor());
+    record_stream(out.back(), compute);
+  }
   return out;
+}
+
+/// Each worker's device: the device of its stages, which must agree.
+std::vector<Device> worker_devices(const std::vector<Device>& stage_devices,
+                                   const std::vector<int>& stage_worker, int num_workers) {
+  if (stage_devices.size() != stage_worker.size()) {
+    throw std::invalid_argument("Runtime: " + std::to_string(stage_devices.size()) +
+                                " stage devices but " + std::to_string(stage_worker.size()) +
+                                " stage workers");
+  }
+  std::vector<Device> devices(static_cast<size_t>(num_workers), Device::cpu(0));
+  std::vector<int> first_stage(static_cast<size_t>(num_workers), -1);
+  for (size_t s = 0; s < stage_worker.size(); ++s) {
+    const int w = stage_worker[s];
+    if (w < 0 || w >= num_workers) {
+      throw std::invalid_argument("Runtime: stage " + std::to_string(s) + " on worker " +
+                                  std::to_string(w) + " of " + std::to_string(num_workers));
+    }
+    const auto wi = static_cast<size_t>(w);
+    if (first_stage[wi] < 0) {
+      first_stage[wi] = static_cast<int>(s);
+      devices[wi] = stage_devices[s];
+    } else if (devices[wi] != stage_devices[s]) {
+      throw std::invalid_argument(
+          "Runtime: worker " + std::to_string(w) + " runs stage " +
+          std::to_string(first_stage[wi]) + " on " + devices[wi].str() + " and stage " +
+          std::to_string(s) + " on " + stage_devices[s].str() + " (one device per worker)");
+    }
+  }
+  return devices;
 }
 
 }  // namespace
@@ -27,8 +66,10 @@ Runtime::Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> sta
   const int budget = intra_op_threads > 0
                          ? intra_op_threads
                          : std::max(1, hardware_threads() / std::max(1, num_workers));
+  const std::vector<Device> devices = worker_devices(stage_devices_, stage_worker_, num_workers);
   for (int w = 0; w < num_workers; ++w) {
-    workers_.push_back(std::make_unique<Worker>(w, budget, mix_seed(seed, w)));
+    workers_.push_back(std::make_unique<Worker>(w, budget, mix_seed(seed, w),
+                                                devices[static_cast<size_t>(w)]));
   }
 }
 
@@ -123,7 +164,7 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
   nn::Tensors in = s == 0 ? step.inputs.batches[j]
                           : step.transport().recv({s - 1, j, Direction::kActivation});
   event.start_us = micros_since(step.epoch);
-  if (s == 0) in = on_device(in, device);
+  if (s == 0) in = to_stage(in, device);
   CellMode mode = step.mode;
   if (mode == CellMode::kRecord && step.checkpointed[s][j]) mode = CellMode::kCheckpoint;
   // Stage 0's inputs need a gradient only when the user's inputs asked for one; later
@@ -155,7 +196,7 @@ void Runtime::backward(Step& step, const Action& action, TraceEvent& event) {
   } else if (step.loss_fn) {
     grads = {std::move(step.loss_grads[j])};  // used once: not held to the end of the step
   } else {
-    grads = on_device(step.output_grads.at(static_cast<size_t>(j)), stage_devices_[s]);
+    grads = to_stage(step.output_grads.at(static_cast<size_t>(j)), stage_devices_[s]);
   }
   event.start_us = micros_since(step.epoch);
   Cell& cell = step.cell(action);

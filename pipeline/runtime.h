@@ -10,6 +10,14 @@
 //
 // Only the compute part of an action is traced, so time spent waiting is the bubble.
 //
+// Streams (Note [Streams in the pipeline], transport.h): each worker issues everything on its
+// own compute stream; the transport's copy streams carry messages, with events ordering them
+// against both workers' streams, so nothing here synchronizes a device. On a GPU an action's
+// traced time is therefore the host's time to *issue* it, not the device's time to run it
+// (exact only where an action waits for the device, e.g. reading the loss with item()).
+// When execute() returns, work may still be queued on the workers' streams; they are blocking
+// streams (cuda_kernels/backend.h), so what the caller issues on the default stream runs after it.
+//
 // Failure (Note [First exception wins]): the first exception of any action is stored in the
 // Step with its original type (std::exception_ptr), the Step's transport is cancelled so
 // every recv() returns at once with RunCancelled, and every worker stops before its next
@@ -32,7 +40,9 @@ class Runtime {
   /// Starts `num_workers` worker threads, each with `intra_op_threads` threads for its
   /// kernels (0: max(1, hardware_threads() / num_workers)) and a Generator seeded
   /// mix_seed(seed, w). Stage s is partitions[s], placed on stage_devices[s] and run by
-  /// worker stage_worker[s].
+  /// worker stage_worker[s]; worker w computes on a stream of its stages' device. Throws
+  /// std::invalid_argument when a worker's stages are on different devices or a stage names
+  /// no worker, and the backend's error when a stream cannot be created there.
   Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> stage_devices,
           std::vector<int> stage_worker, int num_workers, uint64_t seed,
           int intra_op_threads = 0);

@@ -1,4 +1,8 @@
+// InProcessTransport: queues per message key; copies on copy streams with events, exactly as
+// Note [Streams in the pipeline] (transport.h) draws it.
 #include "pipeline/transport.h"
+
+#include <algorithm>
 
 namespace pipewright::pipeline {
 
@@ -17,24 +21,89 @@ std::shared_ptr<InProcessTransport::Queue> InProcessTransport::queue(const Messa
   return slot;
 }
 
+Stream InProcessTransport::copy_stream(Device device, Direction direction) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = copy_streams_.find({device, direction});
+  if (it == copy_streams_.end()) {
+    it = copy_streams_.emplace(std::pair{device, direction}, Stream::create(device)).first;
+  }
+  return it->second;
+}
+
+namespace {
+
+/// One event per device: the point the sender's current stream of that device has reached.
+struct Recorded {
+  Device device;
+  Event event;
+};
+
+Event& recorded_on_current(std::vector<Recorded>& events, Device device) {
+  for (Recorded& r : events) {
+    if (r.device == device) return r.event;
+  }
+  events.push_back({device, Event(device)});
+  events.back().event.record(Stream::current(device));  // step 1
+  return events.back().event;
+}
+
+}  // namespace
+
 void InProcessTransport::send(const MessageKey& key, std::vector<Tensor> tensors,
                               Device destination) {
+  // What the copies read must be contiguous, made so on the producer's stream before step 1.
   for (Tensor& t : tensors) {
-    if (t.defined()) t = t.to(destination);
+    if (t.defined() && t.device() != destination) t = t.contiguous();
   }
-  queue(key)->push(std::move(tensors));
+  std::vector<Recorded> produced;  // step 1, per source device
+  std::vector<Stream> used;        // copy streams that carry this message
+  Message message{{}, destination, {}};
+  for (Tensor& x : tensors) {
+    if (!x.defined()) continue;
+    const Device source = x.device();
+    Event& ready = recorded_on_current(produced, source);
+    if (source == destination) continue;  // no copy: the receiver waits for `ready` itself
+    const Stream stream = copy_stream(copy_stream_device(source, destination), key.direction);
+    const bool first_use = std::none_of(used.begin(), used.end(), [&](const Stream& s) {
+      return s.handle() == stream.handle() && s.device() == stream.device();
+    });
+    if (first_use) {
+      ready.wait(stream);  // step 2
+      used.push_back(stream);
+    }
+    Tensor y;
+    {
+      StreamGuard on_copy_stream(stream);  // y's block belongs to the copy stream (step 3)
+      y = Tensor::empty(x.shape(), {x.dtype(), destination});
+    }
+    copy_on_stream(y.raw_data(), destination, x.raw_data(), source, x.nbytes(), stream);
+    record_stream(x, stream);
+    x = std::move(y);
+  }
+  for (const Stream& stream : used) {  // step 4
+    message.ready.emplace_back(stream.device());
+    message.ready.back().record(stream);
+  }
+  for (Recorded& r : produced) {
+    if (r.device == destination) message.ready.push_back(std::move(r.event));
+  }
+  message.tensors = std::move(tensors);
+  queue(key)->push(std::move(message));
 }
 
 std::vector<Tensor> InProcessTransport::recv(const MessageKey& key) {
   std::shared_ptr<Queue> q = queue(key);
-  std::optional<std::vector<Tensor>> message = q->pop();
+  std::optional<Message> message = q->pop();
   if (!message) throw RunCancelled();
   // Each message is received once: forget the queue so the map does not grow with the run.
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queues_.erase(key);
   }
-  return std::move(*message);
+  const Stream consumer = Stream::current(message->destination);
+  for (const Event& e : message->ready) e.wait(consumer);               // step 5
+  for (const Tensor& t : message->tensors) record_stream(t, consumer);  // step 6
+  return std::move(message->tensors);
 }
 
 void InProcessTransport::cancel() {

@@ -12,11 +12,41 @@
 // tensor" (e.g. no gradient for an integer output) and travels as such.
 //
 // The sender names the receiver's device. InProcessTransport copies each tensor there at
-// send time (Tensor::to: no copy when the devices are equal, so stages sharing a device share
-// the activation's storage) and keeps a Channel per key, created by whichever side gets there
+// send time (no copy when the devices are equal, so stages sharing a device share the
+// activation's storage) and keeps a Channel per key, created by whichever side gets there
 // first. Copying at the sender means a message never pins the sender's memory: a
 // checkpointed cell's output is freed the moment it is sent (Note [Where the copy happens]
 // in docs/pipeline.md explains what this does to each device's memory counters).
+//
+// Note [Streams in the pipeline]
+// Every worker computes on its own stream (Worker::compute_stream(), the thread's current
+// stream of its device); a transfer runs on a copy stream, so copies overlap compute. The
+// semantics are torchgpipe's Copy/Wait (stream.py, copy.py), written with events. For an
+// activation of micro-batch j from stage a (device A) to stage b (device B):
+//
+//   compute A (worker a): ──F(a,j)──● ready ────────────── F(a,j+1) ──────────►
+//                                   ╎
+//   copy stream of B:               └─wait─►══copy x→y══● copied ─────────────►
+//                                                       ╎
+//   compute B (worker b): ─── F(b,j-1) ─────────────────└─wait─► F(b,j) ─────►
+//
+//   send (worker a's thread)                   recv (worker b's thread)
+//   1. ready.record(current stream of A)       5. copied.wait(current stream of B)
+//   2. ready.wait(copy stream)                 6. record_stream(y, current stream of B)
+//   3. y = empty on B (for the copy stream);
+//      copy x -> y on the copy stream;
+//      record_stream(x, copy stream)
+//   4. copied.record(copy stream); push {y, copied}
+//
+// record_stream (tensor/stream.h) is what lets both sides drop their tensors at once: x may be
+// freed by worker a right after send, y by worker b after its last use, and the caching
+// allocator still keeps each block from being reused before the other stream's work on it is
+// done. Gradients travel the same way, right to left. Copies run on a stream of
+// copy_stream_device(A, B): B's, or A's when B is the host. One copy stream per (device,
+// direction), so activations and gradients crossing a link in opposite directions overlap.
+// Same device (stages of one GPU, or of one CPU device): no copy; the receiver's stream waits
+// for `ready` itself (step 5 with ready instead of copied). On CPU every stream and event is a
+// no-op and a copy is a memmove when issued, so this costs nothing there and needs no branch.
 #pragma once
 
 #include <cstdint>
@@ -26,9 +56,11 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "pipeline/channel.h"
+#include "tensor/stream.h"
 #include "tensor/tensor.h"
 
 namespace pipewright::pipeline {
@@ -61,31 +93,45 @@ class Transport {
  public:
   virtual ~Transport() = default;
   /// Hands `tensors` to the receiver of `key`, whose stage lives on `destination`. Does not
-  /// wait for the receiver. After cancel() the message is dropped.
+  /// wait for the receiver, nor for the device: the message is ready once the work issued so
+  /// far on the calling thread's current stream of each tensor's device is done (Note
+  /// [Streams in the pipeline]). After cancel() the message is dropped.
   virtual void send(const MessageKey& key, std::vector<Tensor> tensors, Device destination) = 0;
   /// Blocks until the message `key` arrives and returns its tensors (on the destination
-  /// device the sender named). Throws RunCancelled once cancel() was called (immediately if
-  /// it already was).
+  /// device the sender named), with the calling thread's current stream of that device made
+  /// to wait for them: work issued on it afterwards sees the data. Throws RunCancelled once
+  /// cancel() was called (immediately if it already was).
   virtual std::vector<Tensor> recv(const MessageKey& key) = 0;
   /// Wakes every blocked recv() (they throw RunCancelled) and drops pending messages.
   /// Idempotent; safe from any thread.
   virtual void cancel() = 0;
 };
 
-/// Threads of one process: a blocking queue per key.
+/// Threads of one process: a blocking queue per key, copy streams per (device, direction).
 class InProcessTransport final : public Transport {
  public:
   InProcessTransport() = default;
+  /// Copies on this transport's copy streams (made on first use, see Note [Streams in the
+  /// pipeline]). Errors of the copy (device out of memory, CUDA errors) propagate.
   void send(const MessageKey& key, std::vector<Tensor> tensors, Device destination) override;
   std::vector<Tensor> recv(const MessageKey& key) override;
   void cancel() override;
 
  private:
-  using Queue = Channel<std::vector<Tensor>>;
+  /// What travels: the tensors (on `destination`) and the events the receiver waits for.
+  struct Message {
+    std::vector<Tensor> tensors;
+    Device destination;
+    std::vector<Event> ready;
+  };
+  using Queue = Channel<Message>;
   std::shared_ptr<Queue> queue(const MessageKey& key);
+  /// The copy stream of `device` for `direction`, made on first use.
+  Stream copy_stream(Device device, Direction direction);
 
   std::mutex mutex_;
   std::map<MessageKey, std::shared_ptr<Queue>> queues_;
+  std::map<std::pair<Device, Direction>, Stream> copy_streams_;
   bool cancelled_ = false;
 };
 

@@ -6,10 +6,11 @@
 
 namespace pipewright::pipeline {
 
-Worker::Worker(int index, int intra_op_threads, uint64_t seed)
+Worker::Worker(int index, int intra_op_threads, uint64_t seed, Device device)
     : index_(index),
       intra_op_threads_(intra_op_threads),
       generator_(seed),
+      compute_stream_(Stream::create(device)),
       thread_([this] { loop(); }) {}
 
 Worker::~Worker() {
@@ -22,6 +23,7 @@ void Worker::submit(Job job) { jobs_.push(std::move(job)); }
 void Worker::loop() {
   ThreadBudgetGuard budget(intra_op_threads_);
   GeneratorGuard rng(generator_);
+  StreamGuard on_compute_stream(compute_stream_);
   while (std::optional<Job> job = jobs_.pop()) {
     // Jobs catch their own exceptions; this is only a last line of defence against
     // std::terminate (a throwing job would otherwise kill the process).

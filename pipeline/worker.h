@@ -6,6 +6,10 @@
 //     from a stream the runtime can save and replay (Note [Replaying randomness] in cell.h);
 //   - limits its intra-op threads with ThreadBudgetGuard(max(1, cores / workers)), so p
 //     workers computing at once never oversubscribe the cores (tensor/threads.h);
+//   - computes on its own stream: compute_stream(), made on the worker's device, is the
+//     thread's current stream there (StreamGuard) for its whole life, so every kernel and
+//     allocation of its stages goes to it (Note [Streams in the pipeline], transport.h). On
+//     CPU the stream is a no-op token; on a GPU, workers sharing it run concurrently;
 //   - pops jobs from a Channel and runs them in order until the channel is closed.
 // Jobs never let an exception escape: the runtime's job wrapper catches everything and
 // hands the first exception to the caller (see step.h). ~Worker closes the channel and joins;
@@ -19,6 +23,7 @@
 
 #include "pipeline/channel.h"
 #include "tensor/generator.h"
+#include "tensor/stream.h"
 
 namespace pipewright::pipeline {
 
@@ -26,8 +31,10 @@ class Worker {
  public:
   using Job = std::function<void()>;
 
-  /// Starts the thread. `intra_op_threads` >= 1; `seed` seeds the worker's Generator.
-  Worker(int index, int intra_op_threads, uint64_t seed);
+  /// Starts the thread. `intra_op_threads` >= 1; `seed` seeds the worker's Generator;
+  /// `device` is where its stages run (its compute stream is created there: a CUDA device
+  /// without a usable GPU throws the backend's error, e.g. CudaError).
+  Worker(int index, int intra_op_threads, uint64_t seed, Device device = Device::cpu(0));
   /// Runs the queued jobs, then joins the thread.
   ~Worker();
   Worker(const Worker&) = delete;
@@ -38,6 +45,9 @@ class Worker {
 
   int index() const { return index_; }
   int intra_op_threads() const { return intra_op_threads_; }
+  Device device() const { return compute_stream_.device(); }
+  /// The stream the worker's jobs run on (the thread's current stream of device()).
+  const Stream& compute_stream() const { return compute_stream_; }
   /// The worker thread's current generator. Touch it only while no job is running.
   Generator& generator() { return generator_; }
 
@@ -47,6 +57,7 @@ class Worker {
   int index_;
   int intra_op_threads_;
   Generator generator_;
+  Stream compute_stream_;
   Channel<Job> jobs_;
   std::thread thread_;  // last: starts after the members above exist
 };

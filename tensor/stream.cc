@@ -5,6 +5,8 @@
 // heap token (never dereferenced) so that different streams have different handles.
 #include "tensor/stream.h"
 
+#include "tensor/tensor.h"
+
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -55,9 +57,11 @@ DeviceBackend& backend_for(DeviceType type) {
   return *backend;
 }
 
-void register_backend(DeviceType type, DeviceBackend* backend) {
-  backends()[static_cast<int>(type)].store(backend, std::memory_order_release);
+DeviceBackend* register_backend(DeviceType type, DeviceBackend* backend) {
+  return backends()[static_cast<int>(type)].exchange(backend, std::memory_order_acq_rel);
 }
+
+void DeviceBackend::record_stream(int, void*, int, void*) {}
 
 int device_count(DeviceType type) {
   DeviceBackend* backend = backends()[static_cast<int>(type)].load(std::memory_order_acquire);
@@ -133,8 +137,11 @@ void Event::record(const Stream& stream) {
 void Event::record() { record(Stream::current(device_)); }
 
 void Event::wait(const Stream& stream) const {
-  check_same_device("wait", device_, stream.device());
-  backend_for(device_.type).stream_wait_event(device_.index, stream.handle(), handle_);
+  if (stream.device().type != device_.type) {
+    synchronize();  // the other type orders work by the host: the host waits
+    return;
+  }
+  backend_for(device_.type).stream_wait_event(stream.device().index, stream.handle(), handle_);
 }
 
 void Event::synchronize() const {
@@ -143,6 +150,30 @@ void Event::synchronize() const {
 
 float Event::elapsed_ms(const Event& end) const {
   return backend_for(device_.type).event_elapsed_ms(device_.index, handle_, end.handle_);
+}
+
+Device copy_stream_device(Device src, Device dst) {
+  return src.type != dst.type && dst.is_cpu() ? src : dst;
+}
+
+void copy_on_stream(void* dst, Device dst_device, const void* src, Device src_device,
+                    size_t bytes, const Stream& stream) {
+  const Device expected = copy_stream_device(src_device, dst_device);
+  if (stream.device() != expected) {
+    throw std::invalid_argument("copy_on_stream: a copy " + src_device.str() + " -> " +
+                                dst_device.str() + " runs on a stream of " + expected.str() +
+                                ", got one of " + stream.device().str());
+  }
+  backend_for(expected.type).copy(dst, dst_device, src, src_device, bytes, stream.handle());
+}
+
+void record_stream(const Tensor& tensor, const Stream& stream) {
+  if (!tensor.defined()) return;
+  const Device device = tensor.device();
+  void* base = tensor.storage()->data();  // the allocator's block, not the view's offset
+  if (base == nullptr || stream.device().type != device.type) return;
+  backend_for(device.type).record_stream(device.index, base, stream.device().index,
+                                         stream.handle());
 }
 
 }  // namespace pipewright

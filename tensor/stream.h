@@ -29,7 +29,8 @@ class DeviceBackend {
   virtual void* create_event(int device_index) = 0;
   virtual void destroy_event(int device_index, void* event) = 0;
   virtual void record_event(int device_index, void* event, void* stream) = 0;
-  /// Makes `stream` wait (on the device, without blocking the host) for `event`.
+  /// Makes `stream` (on device `device_index`) wait, on the device and without blocking the
+  /// host, for `event`, which may belong to another device of this type (CUDA allows it).
   virtual void stream_wait_event(int device_index, void* stream, void* event) = 0;
   virtual void synchronize_event(int device_index, void* event) = 0;
   /// Milliseconds between two recorded events.
@@ -38,12 +39,20 @@ class DeviceBackend {
   /// `stream` (a stream of whichever side is this backend's device).
   virtual void copy(void* dst, Device dst_device, const void* src, Device src_device,
                     size_t bytes, void* stream) = 0;
+  /// The allocation `ptr` (the start of a block from this type's allocator on
+  /// `device_index`) is used by work on `stream` (on device `stream_device_index`, same
+  /// type): its allocator must not reuse it before that work is done. Default: nothing to do
+  /// (CPU work is synchronous). See record_stream() below.
+  virtual void record_stream(int device_index, void* ptr, int stream_device_index,
+                             void* stream);
 };
 
 /// The backend of `type`; throws std::runtime_error "no backend for cuda: built without
 /// --config=cuda" when none is registered.
 DeviceBackend& backend_for(DeviceType type);
-void register_backend(DeviceType type, DeviceBackend* backend);
+/// Installs `backend` for `type` (cuda_kernels/ at start-up; tests may wrap CPU's to record
+/// the calls) and returns the one it replaces (nullptr if none).
+DeviceBackend* register_backend(DeviceType type, DeviceBackend* backend);
 /// Number of devices of `type` (0 when the backend is absent or reports no device).
 int device_count(DeviceType type);
 
@@ -96,7 +105,10 @@ class Event {
   /// Marks the point in `stream` (default: the current stream) that wait()/synchronize() refer to.
   void record(const Stream& stream);
   void record();
-  /// Makes `stream` wait for the recorded point without blocking the host.
+  /// Makes `stream` wait for the recorded point without blocking the host. The stream may be
+  /// on another device of the same type (a GPU waiting for a peer's event). A stream of
+  /// another device *type* is the host's order: then this blocks the host until the point
+  /// is reached (a CPU event is always reached, so a CUDA stream waiting for one is a no-op).
   void wait(const Stream& stream) const;
   /// Blocks the host until the recorded point is reached.
   void synchronize() const;
@@ -108,5 +120,28 @@ class Event {
   Device device_;
   void* handle_ = nullptr;
 };
+
+/// The device whose streams carry a copy from `src` to `dst`: the destination's, except that
+/// a copy from another device type into a CPU device runs on the source's streams (a CPU
+/// "stream" is the host itself; a GPU-to-host copy is issued on the GPU, as in PyTorch).
+Device copy_stream_device(Device src, Device dst);
+
+/// Copies `bytes` from `src` (on `src_device`) to `dst` (on `dst_device`) on `stream`, through
+/// the backend of the stream's device type: asynchronous on a CUDA stream (a copy into host
+/// memory still returns only once the bytes are there), a memmove on CPU. Throws
+/// std::invalid_argument naming the devices when `stream` is not on
+/// copy_stream_device(src_device, dst_device).
+void copy_on_stream(void* dst, Device dst_device, const void* src, Device src_device,
+                    size_t bytes, const Stream& stream);
+
+class Tensor;
+
+/// PyTorch's Tensor.record_stream: tells the allocator of `tensor`'s storage that `stream`
+/// uses it too, so after the tensor is freed its memory is not reused (by any stream) before
+/// the work issued on `stream` up to the free is done. Needed when a tensor allocated for one
+/// stream is read or written on another (a copy stream, the next stage's compute stream).
+/// A no-op for CPU tensors and for a stream of another device type (CPU streams and pageable
+/// host copies are synchronous with the host). Undefined or empty tensors are ignored.
+void record_stream(const Tensor& tensor, const Stream& stream);
 
 }  // namespace pipewright

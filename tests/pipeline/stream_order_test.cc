@@ -1,0 +1,423 @@
+// The order of stream, event and copy calls a Pipe makes (Note [Streams in the pipeline],
+// pipeline/transport.h), observed without a GPU.
+//
+// This binary registers a fake "CUDA" for its whole process: a DeviceBackend that logs every
+// call (streams and events are heap tokens, copies are memcpy), an allocator of host memory
+// that logs the stream each block is allocated for, and the CPU kernel table as the CUDA one.
+// A Pipe on cuda:0 / cuda:1 therefore runs through exactly the code a GPU run takes, with
+// real numbers, and the log says which stream each call went to, from which thread.
+//
+// Names in the log: a stream is "<device>.s<k>", the k-th stream created on that device
+// (a Pipe creates its workers' compute streams first, so cuda:0.s1 is worker 0's); an event
+// is "<stream>.e<k>", the k-th event recorded on that stream; a memory block is named by the
+// stream it was allocated for ("block(cuda:1.s2)"; the caller's blocks are "block(default)").
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nn/activation.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "pipeline/pipe.h"
+#include "tensor/allocator.h"
+#include "tensor/generator.h"
+#include "tensor/kernels.h"
+#include "tensor/stream.h"
+#include "tests/pipeline/pipe_test_util.h"
+
+using namespace pipewright;
+using namespace pipewright::pipeline;
+using namespace pipewright::pipeline::testing;
+
+namespace {
+
+struct Entry {
+  std::thread::id thread;
+  std::string text;
+  bool alloc = false;  // an allocation (kept apart from the stream calls)
+};
+
+/// The shared log and the names of streams, events and blocks. Thread-safe.
+class Recorder {
+ public:
+  void log(std::string text, bool alloc = false) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (on_) entries_.push_back({std::this_thread::get_id(), std::move(text), alloc});
+  }
+  void start() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    entries_.clear();
+    streams_per_device_.clear();  // names restart: cuda:0.s1 is the next stream made on cuda:0
+    events_per_stream_.clear();
+    on_ = true;
+  }
+  std::vector<Entry> stop() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    on_ = false;
+    return std::move(entries_);
+  }
+
+  std::string new_stream(void* handle, int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::string name =
+        "cuda:" + std::to_string(device) + ".s" + std::to_string(++streams_per_device_[device]);
+    stream_names_[handle] = name;
+    return name;
+  }
+  std::string stream(void* handle) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = stream_names_.find(handle);
+    return handle == nullptr ? "default" : it == stream_names_.end() ? "?" : it->second;
+  }
+  std::string recorded(void* event, const std::string& stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::string name = stream + ".e" + std::to_string(++events_per_stream_[stream]);
+    event_names_[event] = name;
+    return name;
+  }
+  std::string event(void* handle) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = event_names_.find(handle);
+    return it == event_names_.end() ? "unrecorded" : it->second;
+  }
+  void allocated(void* ptr, const std::string& stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    block_owner_[ptr] = stream;
+  }
+  void freed(void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    block_owner_.erase(ptr);
+  }
+  std::string block(const void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = block_owner_.find(const_cast<void*>(ptr));
+    return it == block_owner_.end() ? "host" : "block(" + it->second + ")";
+  }
+
+ private:
+  std::mutex mutex_;
+  bool on_ = false;
+  std::vector<Entry> entries_;
+  std::map<int, int> streams_per_device_;
+  std::map<std::string, int> events_per_stream_;
+  std::map<void*, std::string> stream_names_, event_names_, block_owner_;
+};
+
+Recorder& recorder() {
+  static Recorder* r = new Recorder();
+  return *r;
+}
+
+class RecordingBackend final : public DeviceBackend {
+ public:
+  int device_count() override { return 2; }
+  void* create_stream(int device) override {
+    void* s = new char;
+    recorder().log("create_stream " + recorder().new_stream(s, device));
+    return s;
+  }
+  void destroy_stream(int, void* s) override {
+    recorder().log("destroy_stream " + recorder().stream(s));
+    delete static_cast<char*>(s);
+  }
+  void synchronize_stream(int, void* s) override {
+    recorder().log("synchronize_stream " + recorder().stream(s));
+  }
+  void* create_event(int) override { return new char; }
+  void destroy_event(int, void* e) override {
+    recorder().log("destroy_event " + recorder().event(e));
+    delete static_cast<char*>(e);
+  }
+  void record_event(int, void* e, void* s) override {
+    const std::string stream = recorder().stream(s);
+    recorder().log("record_event " + recorder().recorded(e, stream) + " on " + stream);
+  }
+  void stream_wait_event(int, void* s, void* e) override {
+    recorder().log("stream_wait_event " + recorder().stream(s) + " waits " + recorder().event(e));
+  }
+  void synchronize_event(int, void* e) override {
+    recorder().log("synchronize_event " + recorder().event(e));
+  }
+  float event_elapsed_ms(int, void*, void*) override { return 0.0f; }
+  void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
+            void* s) override {
+    recorder().log("copy " + src_device.str() + "->" + dst_device.str() + " on " +
+                   recorder().stream(s) + ": " + recorder().block(src) + " -> " +
+                   recorder().block(dst));
+    std::memcpy(dst, src, bytes);
+  }
+  void record_stream(int, void* ptr, int, void* s) override {
+    recorder().log("record_stream " + recorder().block(ptr) + " on " + recorder().stream(s));
+  }
+};
+
+/// Host memory standing in for a GPU's; logs the stream of each allocation.
+class RecordingAllocator final : public Allocator {
+ public:
+  using Allocator::Allocator;
+  void* allocate(size_t bytes, void* stream) override {
+    if (bytes == 0) return nullptr;
+    void* p = ::operator new(bytes);
+    count_alloc(bytes);
+    const std::string name = recorder().stream(stream);
+    recorder().allocated(p, name);
+    recorder().log("alloc " + device().str() + " for " + name, /*alloc=*/true);
+    return p;
+  }
+  void deallocate(void* ptr, size_t bytes) override {
+    if (ptr == nullptr) return;
+    recorder().freed(ptr);
+    count_free(bytes);
+    ::operator delete(ptr);
+  }
+};
+
+/// Installs the fake CUDA once per process.
+void install_fake_cuda() {
+  static const bool installed = [] {
+    register_backend(DeviceType::kCUDA, new RecordingBackend());
+    register_allocator_factory(DeviceType::kCUDA,
+                               [](Device d) -> Allocator* { return new RecordingAllocator(d); });
+    register_kernels(DeviceType::kCUDA, &kernels_for(DeviceType::kCPU));
+    return true;
+  }();
+  (void)installed;
+}
+
+/// The stream calls of one thread, in order (allocations left out).
+std::vector<std::string> calls_of(const std::vector<Entry>& log, std::thread::id thread) {
+  std::vector<std::string> out;
+  for (const Entry& e : log) {
+    if (e.thread == thread && !e.alloc) out.push_back(e.text);
+  }
+  return out;
+}
+
+/// The allocations of one thread, in order.
+std::vector<std::string> allocs_of(const std::vector<Entry>& log, std::thread::id thread) {
+  std::vector<std::string> out;
+  for (const Entry& e : log) {
+    if (e.thread == thread && e.alloc) out.push_back(e.text);
+  }
+  return out;
+}
+
+/// The thread that issued `text` first (a worker is recognised by a call on its own stream).
+std::thread::id thread_of(const std::vector<Entry>& log, const std::string& text) {
+  for (const Entry& e : log) {
+    if (e.text == text) return e.thread;
+  }
+  FAIL("no call \"" << text << "\" in the log");
+  return {};
+}
+
+/// Every allocation in `allocs` is "alloc <device> for <stream>" with one of the allowed
+/// (device, stream) pairs.
+bool only_allocs(const std::vector<std::string>& allocs, const std::vector<std::string>& allowed) {
+  for (const std::string& a : allocs) {
+    bool ok = false;
+    for (const std::string& x : allowed) ok = ok || a == "alloc " + x;
+    if (!ok) {
+      UNSCOPED_INFO("unexpected allocation: " << a);
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Linear(4,8) ReLU | Linear(8,3): two stages of a tiny MLP.
+nn::Sequential two_stage_mlp(uint64_t seed) {
+  Generator g(seed);
+  GeneratorGuard guard(g);
+  return nn::Sequential(nn::Linear(4, 8), nn::ReLU(), nn::Linear(8, 3));
+}
+
+const std::string C0 = "cuda:0.s1", C1 = "cuda:1.s1";  // the workers' compute streams
+
+}  // namespace
+
+TEST_CASE("two GPUs: the copy stream waits for the producer, the consumer for the copy") {
+  install_fake_cuda();
+  recorder().start();
+  std::vector<Entry> log;
+  {
+    Pipe pipe(two_stage_mlp(1), {.balance = {2, 1},
+                                 .devices = {Device::cuda(0), Device::cuda(1)},
+                                 .chunks = 1,
+                                 .checkpoint = Checkpoint::kNever});
+    const Tensor x = randn({2, 4}, 2).to(Device::cuda(0));
+    const Tensor out = pipe.forward(x);
+    out.backward(Tensor::ones(out.shape(), {.device = Device::cuda(1)}));
+    log = recorder().stop();
+  }
+  // The Pipe made one compute stream per worker, on the caller's thread, before anything ran.
+  CHECK(thread_of(log, "create_stream " + C0) == std::this_thread::get_id());
+  CHECK(thread_of(log, "create_stream " + C1) == std::this_thread::get_id());
+
+  const std::string K1 = "cuda:1.s2";  // copies into cuda:1 (activations)
+  const std::string K0 = "cuda:0.s2";  // copies into cuda:0 (gradients)
+  const std::thread::id w0 = thread_of(log, "record_stream block(default) on " + C0);
+  const std::thread::id w1 = thread_of(log, "stream_wait_event " + C1 + " waits " + K1 + ".e1");
+  CHECK(w0 != w1);
+
+  // Worker 0: F (input marked as used by C0; output copied to cuda:1 on K1 once C0 has
+  // produced it), then B (waits for the gradient's copy on K0 before computing).
+  CHECK(calls_of(log, w0) == std::vector<std::string>{
+      "record_stream block(default) on " + C0,                  // the caller's micro-batch
+      "record_event " + C0 + ".e1 on " + C0,                    // 1. producer's point
+      "create_stream " + K1,                                    //    (first use)
+      "stream_wait_event " + K1 + " waits " + C0 + ".e1",       // 2. copy waits for it
+      "copy cuda:0->cuda:1 on " + K1 + ": block(" + C0 + ") -> block(" + K1 + ")",  // 3.
+      "record_stream block(" + C0 + ") on " + K1,               //    x read on K1
+      "record_event " + K1 + ".e1 on " + K1,                    // 4. copy's point
+      "destroy_event " + C0 + ".e1",
+      "stream_wait_event " + C0 + " waits " + K0 + ".e1",       // 5. B waits for the copy
+      "record_stream block(" + K0 + ") on " + C0,               // 6. y used on C0
+      "destroy_event " + K0 + ".e1",
+  });
+  // Worker 1: F waits for the activation's copy; B sends the gradient the same way.
+  CHECK(calls_of(log, w1) == std::vector<std::string>{
+      "stream_wait_event " + C1 + " waits " + K1 + ".e1",
+      "record_stream block(" + K1 + ") on " + C1,
+      "destroy_event " + K1 + ".e1",
+      "record_stream block(default) on " + C1,                  // the user's dOut
+      "record_event " + C1 + ".e1 on " + C1,
+      "create_stream " + K0,
+      "stream_wait_event " + K0 + " waits " + C1 + ".e1",
+      "copy cuda:1->cuda:0 on " + K0 + ": block(" + C1 + ") -> block(" + K0 + ")",
+      "record_stream block(" + C1 + ") on " + K0,
+      "record_event " + K0 + ".e1 on " + K0,
+      "destroy_event " + C1 + ".e1",
+  });
+  // The events a consumer waits for were recorded before (the log is one ordered sequence).
+  auto index_of = [&](const std::string& text) {
+    for (size_t i = 0; i < log.size(); ++i) {
+      if (log[i].text == text) return i;
+    }
+    return log.size();
+  };
+  CHECK(index_of("record_event " + K1 + ".e1 on " + K1) <
+        index_of("stream_wait_event " + C1 + " waits " + K1 + ".e1"));
+  CHECK(index_of("record_event " + K0 + ".e1 on " + K0) <
+        index_of("stream_wait_event " + C0 + " waits " + K0 + ".e1"));
+  // Each worker's kernels allocate for its own stream; the only other allocations are the
+  // destinations of the copies it issues, on the copy stream of the receiver's device.
+  CHECK(only_allocs(allocs_of(log, w0), {"cuda:0 for " + C0, "cuda:1 for " + K1}));
+  CHECK(only_allocs(allocs_of(log, w1), {"cuda:1 for " + C1, "cuda:0 for " + K0}));
+  CHECK(allocs_of(log, w0).size() >= 3);  // at least its output, the copy, the weight grads
+  CHECK(allocs_of(log, w1).size() >= 3);
+}
+
+TEST_CASE("one GPU: no copy; the consumer's stream waits for the producer's") {
+  install_fake_cuda();
+  recorder().start();
+  std::vector<Entry> log;
+  {
+    Pipe pipe(two_stage_mlp(1), {.balance = {2, 1},
+                                 .devices = {Device::cuda(0), Device::cuda(0)},
+                                 .chunks = 1,
+                                 .checkpoint = Checkpoint::kNever});
+    const Tensor x = randn({2, 4}, 2).to(Device::cuda(0));
+    const Tensor out = pipe.forward(x);
+    out.backward(Tensor::ones(out.shape(), {.device = Device::cuda(0)}));
+    log = recorder().stop();
+  }
+  const std::string A = "cuda:0.s1", B = "cuda:0.s2";  // workers 0 and 1, both on cuda:0
+  CHECK(thread_of(log, "create_stream " + A) == std::this_thread::get_id());
+  CHECK(thread_of(log, "create_stream " + B) == std::this_thread::get_id());
+  const std::thread::id w0 = thread_of(log, "record_stream block(default) on " + A);
+  const std::thread::id w1 = thread_of(log, "stream_wait_event " + B + " waits " + A + ".e1");
+  CHECK(calls_of(log, w0) == std::vector<std::string>{
+      "record_stream block(default) on " + A,
+      "record_event " + A + ".e1 on " + A,         // the activation is ready on A
+      "stream_wait_event " + A + " waits " + B + ".e1",
+      "record_stream block(" + B + ") on " + A,    // B's gradient is now used on A
+      "destroy_event " + B + ".e1",
+  });
+  CHECK(calls_of(log, w1) == std::vector<std::string>{
+      "stream_wait_event " + B + " waits " + A + ".e1",
+      "record_stream block(" + A + ") on " + B,
+      "destroy_event " + A + ".e1",
+      "record_stream block(default) on " + B,
+      "record_event " + B + ".e1 on " + B,
+  });
+  CHECK(only_allocs(allocs_of(log, w0), {"cuda:0 for " + A}));
+  CHECK(only_allocs(allocs_of(log, w1), {"cuda:0 for " + B}));
+}
+
+TEST_CASE("host and GPU stages: both copies run on the GPU's copy streams; the host waits") {
+  install_fake_cuda();
+  recorder().start();
+  std::vector<Entry> log;
+  {
+    Pipe pipe(two_stage_mlp(1), {.balance = {2, 1},
+                                 .devices = {Device::cpu(0), Device::cuda(0)},
+                                 .chunks = 1,
+                                 .checkpoint = Checkpoint::kNever});
+    const Tensor out = pipe.forward(randn({2, 4}, 2));
+    out.backward(Tensor::ones(out.shape(), {.device = Device::cuda(0)}));
+    log = recorder().stop();
+  }
+  // Only cuda:0 streams go through the fake backend: the CPU worker's stream is a CPU one.
+  const std::string C = "cuda:0.s1", Kin = "cuda:0.s2", Kout = "cuda:0.s3";
+  const std::thread::id gpu = thread_of(log, "stream_wait_event " + C + " waits " + Kin + ".e1");
+  const std::thread::id host = thread_of(log, "synchronize_event " + Kout + ".e1");
+  CHECK(calls_of(log, host) == std::vector<std::string>{
+      "create_stream " + Kin,                       // H2D runs on cuda:0's activation stream
+      "copy cpu:0->cuda:0 on " + Kin + ": host -> block(" + Kin + ")",
+      "record_event " + Kin + ".e1 on " + Kin,
+      "synchronize_event " + Kout + ".e1",          // a host "stream" waits by blocking
+      "destroy_event " + Kout + ".e1",
+  });
+  CHECK(calls_of(log, gpu) == std::vector<std::string>{
+      "stream_wait_event " + C + " waits " + Kin + ".e1",
+      "record_stream block(" + Kin + ") on " + C,
+      "destroy_event " + Kin + ".e1",
+      "record_stream block(default) on " + C,
+      "record_event " + C + ".e1 on " + C,
+      "create_stream " + Kout,                      // D2H runs on cuda:0's gradient stream
+      "stream_wait_event " + Kout + " waits " + C + ".e1",
+      "copy cuda:0->cpu:0 on " + Kout + ": block(" + C + ") -> host",
+      "record_stream block(" + C + ") on " + Kout,
+      "record_event " + Kout + ".e1 on " + Kout,
+      "destroy_event " + C + ".e1",
+  });
+}
+
+TEST_CASE("a Pipe over (fake) GPUs equals the plain model, under GPipe and 1F1B") {
+  install_fake_cuda();
+  const int chunks = GENERATE(1, 3, 4);
+  CAPTURE(chunks);
+  nn::Sequential plain = small_mlp(7);
+  Pipe pipe(small_mlp(7), {.balance = {3, 2},
+                           .devices = {Device::cuda(0), Device::cuda(1)},
+                           .chunks = chunks,
+                           .checkpoint = Checkpoint::kExceptLast});
+  const Tensor x0 = randn({7, 4}, 8), target = randn({7, 3}, 9);
+
+  Tensor x = x0.clone().set_requires_grad(true);
+  Tensor ref_loss = nn::mse_loss(plain.forward(x), target);
+  ref_loss.backward();
+
+  Tensor xp = x0.to(Device::cuda(0)).set_requires_grad(true);
+  Tensor out = pipe.forward(xp);
+  REQUIRE(out.device() == Device::cuda(1));
+  Tensor loss = nn::mse_loss(out, target.to(Device::cuda(1)));
+  loss.backward();
+  CHECK(std::abs(loss.item() - ref_loss.item()) <= 2e-6);
+  CHECK(max_diff(xp.grad(), x.grad()) <= 2e-6);
+  CHECK(max_grad_diff(pipe.module(), plain) <= 2e-6);
+
+  plain.zero_grad();
+  pipe.zero_grad();
+  auto mse = [](const Tensor& o, const Tensor& t) { return nn::mse_loss(o, t); };
+  nn::mse_loss(plain.forward(x0), target).backward();
+  StepResult r = pipe.train_step(x0, target, mse, "1f1b");
+  CHECK(std::abs(r.loss - ref_loss.item()) <= 2e-6);
+  CHECK(max_grad_diff(pipe.module(), plain) <= 2e-6);
+}
