@@ -1,7 +1,9 @@
 // Reductions. Shape legend: x is viewed as [outer, n, inner] (row-major), out as [outer, inner].
 //
 // Sums are deterministic whatever the thread count: a contiguous row is reduced in fixed blocks
-// of kBlock elements (in parallel when long) and the block results are combined in order.
+// of kBlock elements (in parallel when long) and the block results are combined in order; a
+// reduction over rows (inner > 1) takes each column in row order, whatever the split of the
+// columns between threads.
 #include <algorithm>
 #include <vector>
 
@@ -42,6 +44,34 @@ T reduce_row(ReduceOp op, const T* p, int64_t n, bool parallel) {
   return acc;
 }
 
+/// dst[j] = op over rows r < n of x[r * stride + j], for j < width, times scale (the mean's
+/// 1/n). Rows outer and columns inner, so memory is read in order and the inner loop
+/// vectorises across columns (walking a column down the rows touches one cache line per row).
+/// Sums accumulate in double.
+template <class T>
+void reduce_columns(ReduceOp op, const T* x, int64_t n, int64_t stride, int64_t width, T scale,
+                    T* dst) {
+  if (n == 0) {
+    std::fill(dst, dst + width, T(0) * scale);  // sum 0, mean NaN
+    return;
+  }
+  if (op == ReduceOp::kMax) {
+    std::copy(x, x + width, dst);
+    for (int64_t r = 1; r < n; ++r) {
+      const T* row = x + r * stride;
+      for (int64_t j = 0; j < width; ++j) dst[j] = row[j] > dst[j] ? row[j] : dst[j];
+    }
+    return;
+  }
+  std::vector<double> acc(x, x + width);
+  double* a = acc.data();
+  for (int64_t r = 1; r < n; ++r) {
+    const T* row = x + r * stride;
+    for (int64_t j = 0; j < width; ++j) a[j] += static_cast<double>(row[j]);
+  }
+  for (int64_t j = 0; j < width; ++j) dst[j] = static_cast<T>(a[j]) * scale;
+}
+
 template <class T>
 void reduce_typed(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
                   Tensor& out_t) {
@@ -62,22 +92,15 @@ void reduce_typed(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_
   }
   // Each outer index reduces an [n, inner] matrix over its rows. With one outer index the
   // columns are split across threads instead.
-  auto reduce_columns = [&](int64_t o, int64_t c0, int64_t c1) {
-    const ConstMat<T> m(xp + o * n * inner, n, inner);
-    Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>> dst(op_out + o * inner + c0, c1 - c0);
-    if (n == 0) {
-      dst.setConstant(T(0) * scale);  // sum 0, mean NaN
-    } else if (base == ReduceOp::kMax) {
-      dst = m.middleCols(c0, c1 - c0).colwise().maxCoeff();
-    } else {
-      dst = m.middleCols(c0, c1 - c0).colwise().sum() * scale;
-    }
+  auto columns = [&](int64_t o, int64_t c0, int64_t c1) {
+    reduce_columns(base, xp + o * n * inner + c0, n, inner, c1 - c0, scale,
+                   op_out + o * inner + c0);
   };
   if (outer == 1) {
-    parallel_for(inner, n, [&](int64_t c0, int64_t c1) { reduce_columns(0, c0, c1); });
+    parallel_for(inner, n, [&](int64_t c0, int64_t c1) { columns(0, c0, c1); });
   } else {
     parallel_for(outer, n * inner, [&](int64_t o, int64_t e) {
-      for (; o < e; ++o) reduce_columns(o, 0, inner);
+      for (; o < e; ++o) columns(o, 0, inner);
     });
   }
 }
