@@ -150,7 +150,9 @@ class GraphTask {
   /// in `inputs` (the region's own inputs: the previous stage waits for them). It is wanted
   /// later when the edge leads to any other leaf (a parameter) and the caller asked to defer
   /// weight gradients: the node, its output gradients and that mask go to the queue, and the
-  /// node keeps its saved tensors until the queue runs it.
+  /// node keeps its saved tensors until the queue runs it. A parameter's gradient, now or
+  /// later, may be added into .grad by the node itself (Note [Weight gradients accumulated in
+  /// place] in node.h); it then comes back undefined and goes to no slot.
   void run_node(const std::shared_ptr<Node>& node) {
     std::vector<Tensor> grads(node->num_outputs());
     bool any_grad = false;
@@ -165,6 +167,7 @@ class GraphTask {
     if (any_grad) {
       const std::vector<Edge>& edges = node->next_edges();
       std::vector<bool> now(edges.size(), false), later(edges.size(), false);
+      std::vector<bool> into_grad(edges.size(), false);  // Note [Weight gradients ...]
       bool any_now = false, any_later = false;
       for (size_t i = 0; i < edges.size(); ++i) {
         if (!edges[i].valid()) continue;
@@ -174,9 +177,10 @@ class GraphTask {
           later[i] = any_later = true;
         } else {
           now[i] = any_now = true;
+          into_grad[i] = is_parameter;
         }
       }
-      if (any_now) distribute(*node, node->apply(grads, now), now);
+      if (any_now) distribute(*node, node->apply_into_grad(grads, now, into_grad), now);
       if (any_later) {
         options_.defer_weight_grads->push(
             {node, std::move(grads), std::move(later), !options_.retain_graph});
@@ -236,7 +240,9 @@ void WeightGradQueue::run() {
   std::vector<Item> items = std::move(items_);
   items_.clear();
   for (Item& item : items) {
-    std::vector<Tensor> grads = item.node->apply(item.grad_outputs, item.wanted);
+    // Every deferred input is a parameter: each may be accumulated in place.
+    std::vector<Tensor> grads =
+        item.node->apply_into_grad(item.grad_outputs, item.wanted, item.wanted);
     const std::vector<Edge>& edges = item.node->next_edges();
     for (size_t i = 0; i < edges.size() && i < grads.size(); ++i) {
       if (item.wanted[i] && grads[i].defined()) {

@@ -32,6 +32,13 @@ class FunctionNode : public Node {
     return backward(grad_outputs, wanted);
   }
 
+  std::vector<Tensor> apply_into_grad(const std::vector<Tensor>& grad_outputs,
+                                      const std::vector<bool>& wanted,
+                                      const std::vector<bool>& into_grad) final {
+    check_not_released();
+    return backward_into_grad(grad_outputs, wanted, into_grad);
+  }
+
   void release_saved() final {
     std::vector<Tensor>().swap(saved_);
     mark_released();
@@ -43,6 +50,13 @@ class FunctionNode : public Node {
   /// received no gradient at all).
   virtual std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs,
                                        const std::vector<bool>& wanted) = 0;
+  /// Same contract as apply_into_grad(); override it in an op that can accumulate a
+  /// parameter's gradient in place (Note [Weight gradients accumulated in place]).
+  virtual std::vector<Tensor> backward_into_grad(const std::vector<Tensor>& grad_outputs,
+                                                 const std::vector<bool>& wanted,
+                                                 const std::vector<bool>& /*into_grad*/) {
+    return backward(grad_outputs, wanted);
+  }
   const Tensor& saved(size_t i) const { return saved_[i]; }
 
  private:

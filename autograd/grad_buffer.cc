@@ -21,6 +21,18 @@ void GradSlot::add(Tensor g) {
   }
 }
 
+Tensor grad_to_accumulate_into(const TensorImpl& leaf, const Shape& shape, DType dtype,
+                               Device device) {
+  const std::shared_ptr<TensorImpl>& grad = leaf.grad;
+  // Checked on the leaf's own pointer: making a Tensor handle first would add a reference.
+  if (grad == nullptr || grad.use_count() != 1 || grad->storage.use_count() != 1) return {};
+  Tensor t(grad);
+  if (!t.is_contiguous() || t.shape() != shape || t.dtype() != dtype || t.device() != device) {
+    return {};
+  }
+  return t;
+}
+
 void accumulate_into_grad(TensorImpl& leaf, Tensor g) {
   if (leaf.grad == nullptr) {
     leaf.grad = is_exclusive(g) ? g.impl_ptr() : g.clone().impl_ptr();

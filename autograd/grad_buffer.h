@@ -31,6 +31,14 @@ class GradSlot {
   Tensor value_;
 };
 
+/// The leaf's .grad as a tensor to add a gradient of `shape`, `dtype` and `device` into in
+/// place (Note [Weight gradients accumulated in place] in node.h), or an undefined tensor when
+/// that is not safe or not possible: no .grad yet, a .grad that someone else also holds (a
+/// handle the user kept, a view sharing its storage), a non-contiguous .grad, or one whose
+/// shape, dtype or device differ (the ordinary path then reports the mismatch).
+Tensor grad_to_accumulate_into(const TensorImpl& leaf, const Shape& shape, DType dtype,
+                               Device device);
+
 /// leaf.grad += g, creating leaf.grad the first time (from g itself when exclusive, else a
 /// copy). Throws std::invalid_argument when an existing .grad has a different shape.
 void accumulate_into_grad(TensorImpl& leaf, Tensor g);

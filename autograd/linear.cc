@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "autograd/function_node.h"
+#include "autograd/grad_buffer.h"
 #include "autograd/shape_ops.h"
 #include "tensor/ops.h"
 
@@ -41,15 +42,51 @@ class LinearBackward final : public FunctionNode {
  protected:
   std::vector<Tensor> backward(const std::vector<Tensor>& grads,
                                const std::vector<bool>& wanted) override {
+    return backward_into_grad(grads, wanted, {});
+  }
+
+  /// B: dX = dY·W [N, in]. W: dW = dYᵀ·X [out, in] and db = Σ_rows dY [out], each either
+  /// returned or, when the engine allows it and .grad is there to take it, added straight
+  /// into .grad by the GEMM itself (beta = 1; db as the product 1ᵀ·dY) — Note [Weight
+  /// gradients accumulated in place] in node.h.
+  std::vector<Tensor> backward_into_grad(const std::vector<Tensor>& grads,
+                                         const std::vector<bool>& wanted,
+                                         const std::vector<bool>& into_grad) override {
     const Tensor &g = grads[0], &x = saved(0), &w = saved(1);
     std::vector<Tensor> out(has_bias_ ? 3 : 2);
-    if (wanted[0]) out[0] = ops::matmul(g, w);              // B: dX = dY·W      [N, in]
-    if (wanted[1]) out[1] = ops::matmul(g, x, true, false);  // W: dW = dYᵀ·X     [out, in]
-    if (has_bias_ && wanted[2]) out[2] = ops::sum(g, 0);     // W: db = Σ_rows dY [out]
+    if (wanted[0]) out[0] = ops::matmul(g, w);
+    if (wanted[1]) {
+      Tensor dw = destination(into_grad, 1, w.shape(), g);
+      if (dw.defined()) {
+        ops::gemm_(dw, g, x, /*trans_a=*/true, /*trans_b=*/false, 1.0, /*beta=*/1.0);
+      } else {
+        out[1] = ops::matmul(g, x, true, false);
+      }
+    }
+    if (has_bias_ && wanted[2]) {
+      const int64_t out_features = w.size(0);
+      Tensor db = destination(into_grad, 2, Shape{out_features}, g);
+      if (db.defined()) {
+        Tensor row = db.reshape(Shape{1, out_features});  // a view of .grad's storage
+        const Tensor ones = Tensor::ones(Shape{1, g.size(0)}, options_of(g));
+        ops::gemm_(row, ones, g, false, false, 1.0, /*beta=*/1.0);
+      } else {
+        out[2] = ops::sum(g, 0);
+      }
+    }
     return out;
   }
 
  private:
+  /// The .grad of input i to accumulate into, or undefined (then the gradient is returned).
+  Tensor destination(const std::vector<bool>& into_grad, size_t i, const Shape& shape,
+                     const Tensor& like) const {
+    if (i >= into_grad.size() || !into_grad[i]) return {};
+    const Edge& edge = next_edges()[i];
+    if (edge.leaf == nullptr) return {};
+    return grad_to_accumulate_into(*edge.leaf, shape, like.dtype(), like.device());
+  }
+
   bool has_bias_;
 };
 

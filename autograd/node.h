@@ -19,6 +19,17 @@
 // first for the gradients flowing to other nodes and to the region's inputs (B: input-grad),
 // later for the gradients of parameters (W: weight-grad), e.g. Linear: B computes
 // dX = dY·W, W computes dW = dYᵀ·X and db = Σ dY.
+//
+// Note [Weight gradients accumulated in place]
+// A parameter's gradient normally comes back from apply() as a fresh tensor that the engine
+// then adds into the leaf's .grad: one allocation and one extra pass per backward, which a
+// pipeline pays once per micro-batch. apply_into_grad() lets a node skip both: for the inputs
+// the engine marks `into_grad` (parameters: leaves whose gradient goes into .grad, never a
+// region input whose gradient is returned), a node may add its gradient straight into the
+// leaf's existing .grad (Linear: a GEMM with beta = 1) and return an undefined tensor for it.
+// It may do so only when grad_buffer.h's grad_to_accumulate_into() allows it (Note [Never
+// alias a gradient]); otherwise it returns the gradient as apply() would. The sum is the same
+// (.grad += g, like PyTorch's AccumulateGrad), only rounded in a different order.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +67,16 @@ class Node {
   /// wanted. Each gradient has its input's shape, dtype and device.
   virtual std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs,
                                     const std::vector<bool>& wanted) = 0;
+
+  /// apply(), except that for an input with into_grad[i] set (a parameter leaf; implies
+  /// wanted[i]) the node may add its gradient straight into the leaf's .grad and return an
+  /// undefined tensor for it (Note [Weight gradients accumulated in place]). The default
+  /// accumulates nothing itself: it returns apply(grad_outputs, wanted).
+  virtual std::vector<Tensor> apply_into_grad(const std::vector<Tensor>& grad_outputs,
+                                              const std::vector<bool>& wanted,
+                                              const std::vector<bool>& /*into_grad*/) {
+    return apply(grad_outputs, wanted);
+  }
 
   /// Drops the saved tensors (after the last apply). A later apply() must throw
   /// std::logic_error("... backward through a graph a second time ...").

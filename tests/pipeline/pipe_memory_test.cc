@@ -123,23 +123,24 @@ TEST_CASE("last stage: exact peaks of forward and backward per checkpoint mode")
   REQUIRE(last.held() == held_f);
   REQUIRE(last.peak() == peak_f);
 
-  // Backward (relative to the end of the forward). Within one cell's B the engine holds, at
-  // its peak (Linear1's node): the new dW1 and dW2 (G, accumulated into .grad only when the
-  // backward finishes) and dX (n·D). From the second B on, the .grad tensors (G) exist too.
-  // A recompute first rebuilds r and o (n·(H+O)).
+  // Backward (relative to the end of the forward). The first B creates .grad: at its Linear1
+  // node it holds the new dW1 and dW2 (G) and dX (n·D). Later Bs add their weight gradients
+  // straight into .grad (Note [Weight gradients accumulated in place], autograd/node.h), so
+  // their peak is at ReLU's node, where dR and dH coexist (2n·H); a recompute first rebuilds
+  // r and o (n·(H+O)); the cells already done have freed their A = n·(D+H+O).
   last.start();
   out.backward(grad);
   switch (mode) {
-    case Checkpoint::kNever:  // second B: G + (m-1 cells) ... = 2G - A + n·D
-      REQUIRE(last.peak() == 2 * G - A + n * D);
+    case Checkpoint::kNever:  // the first B: G + n·D (a later one: G - A + 2nH, smaller)
+      REQUIRE(last.peak() == G + n * D);
       REQUIRE(last.held() == G - N * (D + H + O));
       break;
-    case Checkpoint::kExceptLast:  // second B, after its R: 2G
-      REQUIRE(last.peak() == 2 * G);
+    case Checkpoint::kExceptLast:  // the second B, after its R: G - A + n(H+O) + 2nH
+      REQUIRE(last.peak() == G - n * D + 2 * n * H);
       REQUIRE(last.held() == G - N * D - n * (H + O));
       break;
-    case Checkpoint::kAlways:  // second B, after its R: 2G + n(H+O)
-      REQUIRE(last.peak() == 2 * G + n * (H + O));
+    case Checkpoint::kAlways:  // the second B, after its R, n(H+O) more
+      REQUIRE(last.peak() == G - n * D + 2 * n * H + n * (H + O));
       REQUIRE(last.held() == G - N * D);
       break;
   }
