@@ -1,0 +1,169 @@
+// Every pipeline schedule on a balanced deep MLP: step time, bubble (measured, simulated with
+// the measured costs, textbook) and peak memory per stage device.
+//
+// Model: kLayers identical blocks Linear(kWidth→kWidth)·ReLU (so every cut at block
+// boundaries gives stages of equal cost), batch kBatch, MSE loss against zeros on the last
+// stage, input requiring grad (stage 0 computes dX like the others). Cut into p stages of
+// kLayers/p blocks, or p·v virtual stages for interleaved 1F1B (v = 2); worker w on cpu:w,
+// each worker ONE intra-op thread. No optimizer step and no zero_grad (gradients accumulate
+// into the existing .grad tensors, so every measured step allocates the same things).
+//
+//   schedule/p:P/m:M/<name>     Pipe::train_step(x, y, mse_loss, name), P workers, M micro-batches
+//   memory/p:P/m:M/<name>       the same with an input that does NOT require grad, for the
+//                               memory comparison: otherwise stage 0 also keeps every
+//                               micro-batch's input gradient until the step ends (x.grad,
+//                               kBatch × kWidth floats = 512 KiB, whatever the schedule)
+//
+// Counters (per step; "bubble" means Σ idle / (workers × wall) throughout):
+//   bubble          measured: from the runtime's trace (pipeline/trace.h)
+//   bubble_sim      the simulator run on the same schedule with the MEASURED mean cost of
+//                   each action kind on each stage, over all timed steps: what the bubble
+//                   must be given the actions' real durations, with no runtime overhead
+//   bubble_formula  the schedule's closed form for equal stages and free communication:
+//                   (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v·m+p-1) for interleaved
+//                   (idle (p-1)(tF+tB)/v per worker), (p-1)/(3m+p-1) for zb-h1 and zb-h2
+//                   (idle (p-1)(tF+tI-tW) with tF = tI = tW; within one step ZB-H2's makespan
+//                   equals ZB-H1's at equal costs, see docs/schedules.md)
+//   peak_kib_wN     peak bytes allocated on worker N's device during a step, above what it
+//                   held before (KiB, the largest over the timed steps): activations kept
+//                   for backward, messages received early, and one action's working memory
+//   busy_ms_wN      busy time of worker N per step
+//
+// The machine this was written for has 2 cores: with p = 4 the four worker threads share
+// them, so an action can be descheduled mid-way and last longer; the trace counts that as
+// busy time. bubble_sim, built from those same durations, is the fair yardstick there.
+//
+//   tools/bazel build //bench:schedule_bench
+//   bazel-bin/bench/schedule_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/pipeline_bench_util.h"
+#include "nn/activation.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "nn/sequential.h"
+#include "pipeline/pipe.h"
+#include "pipeline/schedules.h"
+#include "pipeline/simulator.h"
+#include "tensor/allocator.h"
+#include "tensor/generator.h"
+
+namespace pipewright {
+namespace {
+
+constexpr int64_t kBatch = 256, kWidth = 512;
+constexpr int kLayers = 8;  // Linear·ReLU blocks; divisible by every p·v used below
+
+nn::Sequential make_mlp() {
+  Generator g(0);
+  GeneratorGuard guard(g);
+  nn::Sequential m;
+  for (int i = 0; i < kLayers; ++i) {
+    m.push_back(nn::Linear(kWidth, kWidth));
+    m.push_back(nn::ReLU());
+  }
+  return m;
+}
+
+double formula_bubble(const std::string& schedule, int p, int m, int v) {
+  const double idle = p - 1;
+  if (schedule == "interleaved-1f1b") return idle / (v * m + idle);
+  if (schedule == "zb-h1" || schedule == "zb-h2") return idle / (3.0 * m + idle);
+  return idle / (m + idle);
+}
+
+void schedule_step(benchmark::State& state, const std::string& schedule, int p, int m,
+                   bool input_grad = true) {
+  const int v = schedule == "interleaved-1f1b" ? 2 : 1;
+  const int stages = p * v;
+  std::vector<Device> devices;
+  for (int w = 0; w < p; ++w) devices.push_back(Device::cpu(w));
+  pipeline::Pipe pipe(make_mlp(), {.balance = std::vector<int>(static_cast<size_t>(stages),
+                                                               2 * kLayers / stages),
+                                   .devices = devices,
+                                   .chunks = m,
+                                   .checkpoint = pipeline::Checkpoint::kNever,
+                                   .virtual_stages = v,
+                                   .schedule = schedule,
+                                   .threads_per_worker = 1});
+  Tensor x = Tensor::empty({kBatch, kWidth});
+  Generator g(1);
+  g.uniform_(x, -1.0, 1.0);
+  x.set_requires_grad(input_grad);
+  const Tensor y = Tensor::zeros({kBatch, kWidth}, {.device = devices.back()});
+  auto loss = [](const Tensor& out, const Tensor& target) { return nn::mse_loss(out, target); };
+
+  for (int i = 0; i < 2; ++i) pipe.train_step(x, y, loss);  // warm-up; creates every .grad
+  bench::MeasuredCosts costs;
+  double bubble = 0;
+  std::vector<double> busy(static_cast<size_t>(p), 0.0);
+  std::vector<int64_t> peak(static_cast<size_t>(p), 0);
+  pipeline::Schedule ran;
+  for (auto _ : state) {
+    std::vector<int64_t> base;
+    for (const Device& d : devices) {
+      base.push_back(allocator_for(d).allocated());
+      allocator_for(d).reset_peak();
+    }
+    pipeline::StepResult r = pipe.train_step(x, y, loss);
+    for (int w = 0; w < p; ++w) {
+      const size_t i = static_cast<size_t>(w);
+      peak[i] = std::max(peak[i], allocator_for(devices[i]).peak() - base[i]);
+      busy[i] += r.trace.busy_us(w);
+    }
+    bubble += r.trace.bubble_fraction();
+    costs.add(r.trace);
+    ran = std::move(r.schedule);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["bubble"] = bubble / n;
+  state.counters["bubble_sim"] = pipeline::simulate(ran, costs.costs(stages)).bubble_fraction;
+  state.counters["bubble_formula"] = formula_bubble(schedule, p, m, v);
+  for (int w = 0; w < p; ++w) {
+    const size_t i = static_cast<size_t>(w);
+    state.counters["peak_kib_w" + std::to_string(w)] = static_cast<double>(peak[i]) / 1024.0;
+    state.counters["busy_ms_w" + std::to_string(w)] = busy[i] / n / 1000.0;
+  }
+}
+
+void register_all() {
+  for (int p : {2, 4}) {
+    for (int m : {4, 8, 16}) {
+      for (const std::string schedule : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2"}) {
+        if (schedule == "interleaved-1f1b" && m % p != 0) continue;  // Megatron's requirement
+        const std::string name = "schedule/p:" + std::to_string(p) + "/m:" + std::to_string(m) +
+                                 "/" + schedule;
+        benchmark::RegisterBenchmark(name.c_str(), [schedule, p, m](benchmark::State& state) {
+          schedule_step(state, schedule, p, m);
+        })->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.5);
+      }
+    }
+  }
+  for (int p : {2, 4}) {
+    for (int m : {8, 16}) {
+      for (const std::string schedule : {"gpipe", "1f1b", "zb-h1"}) {
+        const std::string name = "memory/p:" + std::to_string(p) + "/m:" + std::to_string(m) +
+                                 "/" + schedule;
+        benchmark::RegisterBenchmark(name.c_str(), [schedule, p, m](benchmark::State& state) {
+          schedule_step(state, schedule, p, m, /*input_grad=*/false);
+        })->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.5);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipewright
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  pipewright::register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
