@@ -85,6 +85,11 @@ void BatchNorm1d::commit_deferred() {
   update_running_stats(mean, biased_var, count);
 }
 
+void BatchNorm1d::discard_deferred() {
+  acc_sum_ = acc_sum_sq_ = Tensor();
+  acc_count_ = 0;
+}
+
 void BatchNorm1d::update_running_stats(const Tensor& mean, const Tensor& biased_var,
                                        int64_t count) {
   const auto tracked = static_cast<int64_t>(num_batches_tracked_.item()) + 1;

@@ -62,6 +62,10 @@ class BatchNorm1d : public Module {
   /// Applies the accumulated micro-batches as ONE running-statistics update, then clears the
   /// accumulators. A no-op when nothing was accumulated.
   void commit_deferred();
+  /// Drops what was accumulated since the last commit, leaving the running statistics as
+  /// they are: for a pipelined step that failed midway, whose micro-batches must not count
+  /// towards the next step's update. A no-op when nothing was accumulated.
+  void discard_deferred();
   /// Number of samples·L accumulated since the last commit (0 when none).
   int64_t deferred_count() const { return acc_count_; }
 

@@ -30,4 +30,8 @@ void DeferredBatchNorm::commit() {
   for (nn::BatchNorm1d* bn : layers_) bn->commit_deferred();
 }
 
+void DeferredBatchNorm::discard() {
+  for (nn::BatchNorm1d* bn : layers_) bn->discard_deferred();
+}
+
 }  // namespace pipewright::pipeline

@@ -14,8 +14,10 @@
 // finding every BatchNorm1d in the model (recursively) and committing exactly once per
 // mini-batch: after the forwards of Pipe::forward, after the whole step of train_step — also
 // when a small batch yields fewer micro-batches than `chunks` (torchgpipe waited for `chunks`
-// micro-batches and so carried a short batch's sums into the next step). Recomputation adds
-// nothing: BatchNorm1d skips its statistics while autograd::is_recomputing().
+// micro-batches and so carried a short batch's sums into the next step). A step that fails
+// midway discards what its micro-batches accumulated (discard()), so the next step's update
+// is that step's alone. Recomputation adds nothing: BatchNorm1d skips its statistics while
+// autograd::is_recomputing().
 #pragma once
 
 #include <vector>
@@ -39,6 +41,9 @@ class DeferredBatchNorm {
 
   /// Commits the accumulated mini-batch statistics of every BatchNorm1d (once per mini-batch).
   void commit();
+  /// Drops the statistics accumulated since the last commit (a step that failed midway:
+  /// its micro-batches must not leak into the next step's update).
+  void discard();
   size_t size() const { return layers_.size(); }
 
  private:

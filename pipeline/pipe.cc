@@ -88,6 +88,7 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no
     runtime_->execute(*step, phases.forward);
   } catch (...) {
     runtime_->publish(*step);
+    if (deferred_ != nullptr) deferred_->discard();  // the failed step's statistics
     throw;
   }
   runtime_->publish(*step);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "autograd/engine.h"
+#include "pipeline/deferred_batch_norm.h"
 #include "pipeline/microbatch.h"
 #include "pipeline/pipe.h"
 #include "pipeline/plan.h"
@@ -71,6 +72,7 @@ StepResult Pipe::run_train_step(const Tensor& input, const Tensor& target,
     runtime_->execute(*step, schedule.actions);
   } catch (...) {
     runtime_->publish(*step);
+    if (deferred_ != nullptr) deferred_->discard();  // the failed step's statistics
     throw;
   }
   runtime_->publish(*step);
