@@ -1,4 +1,4 @@
-// Allocator counters, the CPU allocator, and the per-device registry behind allocator_for().
+// Allocator counters and the per-device registry behind allocator_for().
 //
 // Registry layout (the hot path is one atomic load):
 //
@@ -9,11 +9,11 @@
 // any destruction order we could choose, and their Storage must still find its allocator.
 #include "tensor/allocator.h"
 
+#include "tensor/cpu_allocator.h"
+
 #include <array>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <new>
 #include <stdexcept>
 
 namespace pipewright {
@@ -33,32 +33,10 @@ void Allocator::count_free(size_t bytes) {
 
 namespace {
 
-constexpr size_t kCpuAlignment = 64;  // one cache line; enough for any SIMD load
-
-/// Plain aligned malloc/free; memory goes back to the system at once.
-class CpuAllocator final : public Allocator {
- public:
-  using Allocator::Allocator;
-
-  void* allocate(size_t bytes, void* /*stream*/) override {
-    if (bytes == 0) return nullptr;
-    // std::aligned_alloc wants a size that is a multiple of the alignment; the counters
-    // still record the requested size.
-    const size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-    void* ptr = std::aligned_alloc(kCpuAlignment, rounded);
-    if (ptr == nullptr) throw std::bad_alloc();
-    count_alloc(bytes);
-    return ptr;
-  }
-
-  void deallocate(void* ptr, size_t bytes) override {
-    if (ptr == nullptr) return;
-    std::free(ptr);
-    count_free(bytes);
-  }
-};
-
-Allocator* make_cpu_allocator(Device device) { return new CpuAllocator(device); }
+// Every CPU device reads the environment once, when its allocator is created.
+Allocator* make_cpu_allocator(Device device) {
+  return new CpuAllocator(device, CpuAllocatorOptions::from_environment());
+}
 
 constexpr int kFastSlots = 64;
 

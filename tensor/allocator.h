@@ -4,8 +4,10 @@
 // allocator_for(device). Counters are exact and deterministic, so tests may assert them:
 //   allocated()  bytes handed out and not yet returned (requested sizes, not rounded),
 //   peak()       the maximum of allocated() since construction or the last reset_peak(),
-//   reserved()   bytes held from the system (the CUDA caching allocator keeps freed blocks;
-//                the CPU allocator returns memory at once, so reserved() == allocated()).
+//   reserved()   bytes held from the system: blocks in use (rounded to their size class)
+//                plus freed blocks a caching allocator keeps for reuse (the CUDA one, and the
+//                CPU one of tensor/cpu_allocator.h unless caching is off; without caching
+//                reserved() == allocated()). Always >= allocated().
 // Counters are atomics: several threads may allocate on one device at once.
 #pragma once
 
@@ -30,7 +32,7 @@ class Allocator {
   virtual void* allocate(size_t bytes, void* stream = nullptr) = 0;
   /// Returns memory obtained from allocate() with the same `bytes`.
   virtual void deallocate(void* ptr, size_t bytes) = 0;
-  /// Frees cached, unused blocks back to the system (no-op on CPU).
+  /// Frees cached, unused blocks back to the system (no-op without a cache).
   virtual void empty_cache() {}
 
   Device device() const { return device_; }

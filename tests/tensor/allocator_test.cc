@@ -20,7 +20,7 @@ TEST_CASE("CPU allocator counts requested bytes and returns 64-byte aligned memo
   REQUIRE(reinterpret_cast<uintptr_t>(p) % 64 == 0);
   REQUIRE(reinterpret_cast<uintptr_t>(q) % 64 == 0);
   REQUIRE(a.allocated() == 101);
-  REQUIRE(a.reserved() == 101);
+  REQUIRE(a.reserved() >= 101);  // size classes when caching (cpu_allocator_test.cc)
   REQUIRE(a.peak() == 101);
   a.deallocate(p, 100);
   REQUIRE(a.allocated() == 1);
