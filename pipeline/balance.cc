@@ -56,7 +56,8 @@ void check_partitions(int partitions, size_t layers) {
 // with S(i, j) <= T and best[k-1][j] <= T (the rest can still be cut with no block above T).
 // Every choice keeps an optimal completion, and the shortest at each position gives the
 // lexicographically smallest balance among all optimal ones. (Comparing with the suffix's own
-// optimum best[k][i] instead of T would be wrong: a suffix may be cut better than it needs.) Cost: p·n²/2 max/min steps, p·(n+1) int64 of memory.
+// optimum best[k][i] instead of T would be wrong: a suffix may be cut better than it needs.)
+// Cost: p·n²/2 max/min steps, p·(n+1) int64 of memory.
 std::vector<int> block_partition(const std::vector<int64_t>& costs, int partitions) {
   const size_t n = costs.size();
   check_partitions(partitions, n);
@@ -327,7 +328,9 @@ std::vector<LayerSize> profile_sizes(nn::Sequential& module, const nn::Tensors& 
     LayerSize& s = sizes[i];
     s.activation_bytes = allocator.allocated() - before;
     s.peak_bytes = allocator.peak() - before;
-    for (const Tensor& p : module[i].parameters()) s.parameter_bytes += static_cast<int64_t>(p.nbytes());
+    for (const Tensor& p : module[i].parameters()) {
+      s.parameter_bytes += static_cast<int64_t>(p.nbytes());
+    }
     s.cost = s.activation_bytes +
              std::llround(options.param_scale * static_cast<double>(s.parameter_bytes));
     x = detach_like(y);

@@ -180,10 +180,10 @@ TEST_CASE("block_partition errors name the values") {
 // ---- balance_by_size: exact bytes ----
 
 TEST_CASE("profile_sizes of a Linear stack is exact, and balance_by_size splits it by hand") {
-  // Linear(16,64) ReLU Linear(64,64) Linear(64,8), float32, with bias. A layer's activation is
-  // its output (Linear saves its input and weight, ReLU its output: no new bytes), so for a
-  // micro-batch of n rows: 4·n·64, 4·n·64, 4·n·64, 4·n·8 bytes. Parameters: 4·(16·64 + 64) =
-  // 4352, 0, 4·(64·64 + 64) = 16640, 4·(64·8 + 8) = 2080 bytes.
+  // Linear(16,64) ReLU Linear(64,64) Linear(64,8), float32, with bias. A layer's activation
+  // is its output (Linear saves its input and weight, ReLU its output: no new bytes), so for
+  // a micro-batch of n rows: 4·n·64, 4·n·64, 4·n·64, 4·n·8 bytes. Parameters:
+  // 4·(16·64 + 64) = 4352, 0, 4·(64·64 + 64) = 16640, 4·(64·8 + 8) = 2080 bytes.
   const Device dev = Device::cpu(40);
   nn::Sequential model = linear_stack(1);
   model.to(dev);
