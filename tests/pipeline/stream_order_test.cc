@@ -421,3 +421,45 @@ TEST_CASE("a Pipe over (fake) GPUs equals the plain model, under GPipe and 1F1B"
   CHECK(std::abs(r.loss - ref_loss.item()) <= 2e-6);
   CHECK(max_grad_diff(pipe.module(), plain) <= 2e-6);
 }
+
+TEST_CASE("stream helpers the transport relies on (tensor/stream.h)") {
+  install_fake_cuda();
+  // Which device's stream carries a copy: the destination's, the source's into the host.
+  CHECK(copy_stream_device(Device::cpu(0), Device::cuda(1)) == Device::cuda(1));
+  CHECK(copy_stream_device(Device::cuda(1), Device::cpu(0)) == Device::cuda(1));
+  CHECK(copy_stream_device(Device::cuda(0), Device::cuda(1)) == Device::cuda(1));
+  CHECK(copy_stream_device(Device::cpu(2), Device::cpu(3)) == Device::cpu(3));
+  recorder().start();
+  const Stream k0 = Stream::create(Device::cuda(0));
+  float a = 1.5f, b = 0.0f;
+  CHECK_THROWS_WITH(copy_on_stream(&b, Device::cuda(1), &a, Device::cuda(0), 4, k0),
+                    "copy_on_stream: a copy cuda:0 -> cuda:1 runs on a stream of cuda:1, got "
+                    "one of cuda:0");
+
+  const Tensor t = Tensor::zeros({4, 2}, {.device = Device::cuda(0)});
+  record_stream(t.slice(2, 4), k0);                   // a view records its whole block
+  record_stream(Tensor::zeros({3}), k0);              // a CPU tensor: nothing to record
+  record_stream(t, Stream::default_stream(Device::cpu(0)));  // another device type: ignored
+  record_stream(Tensor(), k0);                        // undefined: ignored
+  Event on_gpu(Device::cuda(0));
+  on_gpu.record(k0);
+  on_gpu.wait(Stream::default_stream(Device::cpu(0)));  // the host waits by blocking
+  Event on_cpu(Device::cpu(0));
+  on_cpu.record(Stream::default_stream(Device::cpu(0)));
+  on_cpu.wait(k0);                                    // CPU work is done: nothing to wait for
+  const Stream k1 = Stream::create(Device::cuda(1));
+  on_gpu.wait(k1);                                    // a peer's event: the stream's device
+  const std::vector<Entry> log = recorder().stop();
+  std::vector<std::string> calls;
+  for (const Entry& e : log) {
+    if (!e.alloc) calls.push_back(e.text);
+  }
+  CHECK(calls == std::vector<std::string>{
+      "create_stream cuda:0.s1",
+      "record_stream block(default) on cuda:0.s1",
+      "record_event cuda:0.s1.e1 on cuda:0.s1",
+      "synchronize_event cuda:0.s1.e1",
+      "create_stream cuda:1.s1",
+      "stream_wait_event cuda:1.s1 waits cuda:0.s1.e1",
+  });
+}
