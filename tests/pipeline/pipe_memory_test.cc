@@ -136,11 +136,11 @@ TEST_CASE("last stage: exact peaks of forward and backward per checkpoint mode")
       REQUIRE(last.held() == G - N * (D + H + O));
       break;
     case Checkpoint::kExceptLast:  // the second B, after its R: G - A + n(H+O) + 2nH
-      REQUIRE(last.peak() == G - n * D + 2 * n * H);
+      REQUIRE(last.peak() == G - A + n * (H + O) + 2 * n * H);
       REQUIRE(last.held() == G - N * D - n * (H + O));
       break;
     case Checkpoint::kAlways:  // the second B, after its R, n(H+O) more
-      REQUIRE(last.peak() == G - n * D + 2 * n * H + n * (H + O));
+      REQUIRE(last.peak() == G - A + 2 * n * (H + O) + 2 * n * H);
       REQUIRE(last.held() == G - N * D);
       break;
   }
