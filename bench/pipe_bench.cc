@@ -22,6 +22,9 @@
 //                  stages' imbalance, if the runtime added no overhead
 //   stage0_ms, stage1_ms  busy time of each worker per step
 //   faults_per_step       minor page faults of the process per step (fresh memory touched)
+//   reserved_mb           bytes held by the allocators of cpu:0 and cpu:1 after the run (in
+//                         use + cached; tensor/cpu_allocator.h), MiB
+// PIPEWRIGHT_CPU_CACHING=0 runs everything without the CPU caching allocator (to compare).
 // PIPE_BENCH_TRACE=/path/trace.json writes the Chrome trace of the last step of each
 // pipe benchmark (open in chrome://tracing or ui.perfetto.dev).
 //
@@ -45,6 +48,7 @@
 #include "pipeline/pipe.h"
 #include "pipeline/schedules.h"
 #include "pipeline/simulator.h"
+#include "tensor/allocator.h"
 #include "tensor/generator.h"
 #include "tensor/threads.h"
 
@@ -105,6 +109,9 @@ void timed_loop(benchmark::State& state, Step&& step) {
   for (auto _ : state) step();
   state.counters["faults_per_step"] =
       (minor_faults() - faults) / static_cast<double>(state.iterations());
+  state.counters["reserved_mb"] = static_cast<double>(allocator_for(Device::cpu(0)).reserved() +
+                                                      allocator_for(Device::cpu(1)).reserved()) /
+                                  (1 << 20);
 }
 
 // Mean measured duration of each action kind on each stage -> simulator costs.
