@@ -12,8 +12,9 @@
 //   parts/forward      forward + loss only (autograd recording on, as in training)
 //   parts/forward_backward
 //   parts/sgd_step     opt.step() alone on fixed gradients
-//   kernels/...        the BatchNorm CPU kernels alone on [256, 1024]; sgd_step on one tensor
-//                      holding as many values as the model has parameters
+//   kernels/...        the BatchNorm CPU kernels alone on [256, 1024]; the bias-gradient sum
+//                      of [256, 1024] over the batch; sgd_step on one tensor holding as many
+//                      values as the model has parameters
 //   loops/...          plain single-thread loops doing the same work (yardsticks): BatchNorm
 //                      forward and backward, and SGD momentum over all parameters (the
 //                      memory-bound floor)
@@ -258,6 +259,16 @@ void loop_batch_norm_train(benchmark::State& state) {
   }
 }
 
+// Kernels::reduce summing [B, 1024] over the batch: Linear's bias gradient.
+void kernel_bias_grad_sum(benchmark::State& state) {
+  const Tensor g = random_tensor({kBatch, kHidden});
+  Tensor out = Tensor::empty({kHidden});
+  for (auto _ : state) {
+    PW_KERNEL(Device::cpu(0), reduce)(ReduceOp::kSum, g, 1, kBatch, kHidden, out);
+    benchmark::ClobberMemory();
+  }
+}
+
 // Kernels::sgd_step (momentum 0.9) on one tensor of kParams values: parts/sgd_step without the
 // optimizer's per-parameter loop.
 void kernel_sgd_step(benchmark::State& state) {
@@ -316,6 +327,10 @@ BENCHMARK(loop_batch_norm_train)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(loop_batch_norm_backward)
     ->Name("loops/batch_norm_backward_1thread")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(kernel_bias_grad_sum)
+    ->Name("kernels/bias_grad_sum")
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(kernel_sgd_step)
