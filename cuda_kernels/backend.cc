@@ -8,17 +8,27 @@
 //   dst \ src   CPU                      CUDA i
 //   CPU         (not here: CPU backend)  cudaMemcpyAsync D2H + stream sync
 //   CUDA j      cudaMemcpyAsync H2D      i == j: cudaMemcpyAsync D2D; else cudaMemcpyPeerAsync
+//
+// Note [Peer copies]: before the first copy between GPUs i and j, peer access is enabled in
+// both directions where cudaDeviceCanAccessPeer allows it (NVLink or PCIe P2P), so
+// cudaMemcpyPeerAsync goes straight from GPU to GPU; where it does not, the same call still
+// works, staged through host memory by the driver. Either way the copy is asynchronous on the
+// given stream, which may belong to either GPU.
 #include "cuda_kernels/backend.h"
 
 #include <cuda_runtime_api.h>
 
 #include <map>
 #include <mutex>
+#include <set>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
+#include "cuda_kernels/caching_allocator.h"
 #include "cuda_kernels/check.h"
 #include "cuda_kernels/device_guard.h"
+#include "tensor/allocator.h"
 
 namespace pipewright::cuda {
 namespace {
@@ -125,6 +135,7 @@ class CudaBackend final : public DeviceBackend {
       if (dst_device.index == src_device.index) {
         PW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
       } else {
+        enable_peer_access(dst_device.index, src_device.index);  // Note [Peer copies]
         PW_CUDA_CHECK(
             cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, bytes, s));
       }
@@ -136,9 +147,38 @@ class CudaBackend final : public DeviceBackend {
     }
   }
 
+  // Forwards to the device's CachingAllocator (Note [Streams that use a block]).
+  void record_stream(int device_index, void* ptr, int stream_device_index,
+                     void* stream) override {
+    auto* allocator = dynamic_cast<CachingAllocator*>(&allocator_for(Device::cuda(device_index)));
+    if (allocator != nullptr) allocator->record_stream(ptr, stream_device_index, as_stream(stream));
+  }
+
  private:
+  // Note [Peer copies]: once per unordered pair of GPUs, each direction where possible.
+  void enable_peer_access(int a, int b) {
+    const auto pair = std::minmax(a, b);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!peer_pairs_.insert(pair).second) return;
+    }
+    for (auto [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
+      int can = 0;
+      PW_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, from, to));
+      if (can == 0) continue;
+      DeviceGuard guard(from);
+      const cudaError_t status = cudaDeviceEnablePeerAccess(to, 0);
+      if (status == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();
+      } else {
+        PW_CUDA_CHECK(status);
+      }
+    }
+  }
+
   std::mutex mutex_;
   std::map<int, std::vector<cudaStream_t>> idle_streams_;  // Note [Pooled streams]
+  std::set<std::pair<int, int>> peer_pairs_;               // Note [Peer copies]
 };
 
 }  // namespace

@@ -1,6 +1,8 @@
-// CachingAllocator: see the header for size classes and Note [Stream-aware reuse].
+// CachingAllocator: see the header for size classes, Note [Stream-aware reuse] and
+// Note [Streams that use a block].
 #include "cuda_kernels/caching_allocator.h"
 
+#include <algorithm>
 #include <string>
 
 #include "cuda_kernels/check.h"
@@ -15,7 +17,9 @@ CachingAllocator::~CachingAllocator() {
   try {
     DeviceGuard guard(device());
     release_cached();
-    for (cudaEvent_t e : event_pool_) (void)cudaEventDestroy(e);
+    for (auto& [gpu, events] : event_pool_) {
+      for (cudaEvent_t e : events) (void)cudaEventDestroy(e);
+    }
   } catch (...) {
     // The runtime may be gone already at process exit; the driver reclaims everything.
   }
@@ -39,40 +43,61 @@ void* CachingAllocator::allocate(size_t bytes, void* stream_handle) {
   DeviceGuard guard(device());
   void* ptr = take_cached(size, stream);
   if (ptr == nullptr) ptr = device_malloc(size);
-  live_.emplace(ptr, LiveBlock{size, stream});
+  live_.emplace(ptr, LiveBlock{size, stream, {}});
   count_alloc(bytes);
   return ptr;
 }
 
-// Same stream first (no wait needed), else any block whose free-time event has completed.
+namespace {
+/// True when `event` has completed; throws CudaError for a real failure.
+bool completed(cudaEvent_t event) {
+  // cudaEventQuery: cudaSuccess = done, cudaErrorNotReady = still pending.
+  const cudaError_t status = cudaEventQuery(event);
+  if (status == cudaSuccess) return true;
+  if (status != cudaErrorNotReady) check(status, "cudaEventQuery(event)", __FILE__, __LINE__);
+  (void)cudaGetLastError();  // cudaErrorNotReady is not an error; clear it
+  return false;
+}
+}  // namespace
+
+bool CachingAllocator::uses_done(const FreeBlock& block) {
+  return std::all_of(block.uses.begin(), block.uses.end(),
+                     [](const UseEvent& use) { return completed(use.event); });
+}
+
+// Only blocks whose other-stream uses are done; among them the same stream first (no wait
+// needed), else any block whose free-time event has completed.
 void* CachingAllocator::take_cached(size_t size, cudaStream_t stream) {
   auto [first, last] = cache_.equal_range(size);
   auto chosen = last;
   for (auto it = first; it != last; ++it) {
-    if (it->second.stream == stream) {
+    if (it->second.stream == stream && uses_done(it->second)) {
       chosen = it;
       break;
     }
   }
   if (chosen == last) {
     for (auto it = first; it != last; ++it) {
-      // cudaEventQuery: cudaSuccess = done, cudaErrorNotReady = still pending.
       const cudaEvent_t e = it->second.freed;
       if (e == nullptr) continue;  // recording failed at free time: never safe across streams
-      const cudaError_t status = cudaEventQuery(e);
-      if (status == cudaSuccess) {
+      if (completed(e) && uses_done(it->second)) {
         chosen = it;
         break;
       }
-      if (status != cudaErrorNotReady) check(status, "cudaEventQuery(freed)", __FILE__, __LINE__);
-      (void)cudaGetLastError();  // cudaErrorNotReady is not an error; clear it
     }
   }
   if (chosen == last) return nullptr;
   void* ptr = chosen->second.ptr;
-  if (chosen->second.freed != nullptr) event_pool_.push_back(chosen->second.freed);
+  recycle(chosen->second);
   cache_.erase(chosen);
   return ptr;
+}
+
+void CachingAllocator::recycle(FreeBlock& block) {
+  if (block.freed != nullptr) event_pool_[device().index].push_back(block.freed);
+  for (const UseEvent& use : block.uses) event_pool_[use.device].push_back(use.event);
+  block.freed = nullptr;
+  block.uses.clear();
 }
 
 void* CachingAllocator::device_malloc(size_t size) {
@@ -96,30 +121,74 @@ void* CachingAllocator::device_malloc(size_t size) {
   return ptr;
 }
 
+void CachingAllocator::record_stream(void* ptr, int stream_device, cudaStream_t stream) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(ptr);
+  if (it == live_.end()) return;  // not a block start of ours: nothing we could protect
+  LiveBlock& block = it->second;
+  if (stream_device == device().index && stream == block.stream) return;
+  for (const StreamUse& use : block.uses) {
+    if (use.device == stream_device && use.stream == stream) return;
+  }
+  try {
+    block.uses.push_back({stream_device, stream});
+  } catch (...) {
+    // Out of host memory for one entry: wait for the stream instead (correct, only slower).
+    DeviceGuard guard(stream_device);
+    (void)cudaStreamSynchronize(stream);
+    (void)cudaGetLastError();
+  }
+}
+
 void CachingAllocator::deallocate(void* ptr, size_t bytes) {
   if (ptr == nullptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = live_.find(ptr);
   if (it == live_.end()) return;  // not ours: an internal bug; ignore rather than crash
-  const LiveBlock block = it->second;
+  LiveBlock block = std::move(it->second);
   live_.erase(it);
   count_free(bytes);
-  // Record "the block's last use on its stream" (Note [Stream-aware reuse]). Runs from
-  // Storage's destructor, so nothing here may throw; when recording fails (the runtime is
-  // shutting down) the block can still be reused on its own stream.
-  cudaEvent_t freed = nullptr;
+  // Record "the block's last use on each stream" (Note [Stream-aware reuse], Note [Streams
+  // that use a block]). Runs from Storage's destructor, so nothing here may throw. When the
+  // free-time event cannot be recorded (the runtime is shutting down) the block can still be
+  // reused on its own stream; when a use event cannot be recorded, that stream is waited for
+  // here instead.
+  FreeBlock free_block{ptr, block.stream, nullptr, {}};
   try {
     DeviceGuard guard(device());
-    freed = new_event();
-    if (cudaEventRecord(freed, block.stream) != cudaSuccess) {
+    cudaEvent_t freed = new_event(device().index);
+    if (cudaEventRecord(freed, block.stream) == cudaSuccess) {
+      free_block.freed = freed;
+    } else {
       (void)cudaGetLastError();
       (void)cudaEventDestroy(freed);
-      freed = nullptr;
     }
   } catch (...) {
-    freed = nullptr;
   }
-  cache_.emplace(block.size, FreeBlock{ptr, block.stream, freed});
+  for (const StreamUse& use : block.uses) {
+    try {
+      DeviceGuard guard(use.device);  // an event must belong to its stream's GPU
+      cudaEvent_t e = new_event(use.device);
+      if (cudaEventRecord(e, use.stream) == cudaSuccess) {
+        free_block.uses.push_back({use.device, e});
+        continue;
+      }
+      (void)cudaGetLastError();
+      (void)cudaEventDestroy(e);
+      (void)cudaStreamSynchronize(use.stream);
+      (void)cudaGetLastError();
+    } catch (...) {
+      (void)cudaStreamSynchronize(use.stream);
+      (void)cudaGetLastError();
+    }
+  }
+  try {
+    cache_.emplace(block.size, std::move(free_block));
+  } catch (...) {
+    // Out of host memory for the cache entry: the block is lost to this process (still
+    // counted in reserved()); better than crashing in a destructor.
+  }
 }
 
 void CachingAllocator::empty_cache() {
@@ -130,10 +199,10 @@ void CachingAllocator::empty_cache() {
 
 void CachingAllocator::release_cached() {
   for (auto& [size, block] : cache_) {
-    if (block.freed != nullptr) {
-      (void)cudaEventSynchronize(block.freed);  // its last kernels must finish first
-      event_pool_.push_back(block.freed);
-    }
+    // Its last kernels, on every stream that used it, must finish first.
+    if (block.freed != nullptr) (void)cudaEventSynchronize(block.freed);
+    for (const UseEvent& use : block.uses) (void)cudaEventSynchronize(use.event);
+    recycle(block);
     (void)cudaFree(block.ptr);
     reserved_.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
   }
@@ -141,12 +210,14 @@ void CachingAllocator::release_cached() {
   (void)cudaGetLastError();
 }
 
-cudaEvent_t CachingAllocator::new_event() {
-  if (!event_pool_.empty()) {
-    cudaEvent_t e = event_pool_.back();
-    event_pool_.pop_back();
+cudaEvent_t CachingAllocator::new_event(int device) {
+  auto& pool = event_pool_[device];
+  if (!pool.empty()) {
+    cudaEvent_t e = pool.back();
+    pool.pop_back();
     return e;
   }
+  DeviceGuard guard(device);
   cudaEvent_t e = nullptr;
   PW_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   return e;

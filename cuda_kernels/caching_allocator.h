@@ -22,8 +22,19 @@
 //   allocate on B:   reuse only once E has completed (cudaEventQuery == success); before
 //                    that a B kernel could overwrite x while kernel(x) still reads it.
 //
-// A tensor used on a second stream must therefore be kept alive (or that stream synchronized)
-// until the second stream's work is done; this allocator only knows the allocation stream.
+// Note [Streams that use a block] (record_stream)
+// A block used on a second stream (a copy stream reading an activation, the next stage's
+// compute stream reading what a copy stream wrote) is announced with record_stream(ptr, s),
+// PyTorch's Tensor.record_stream. deallocate() then also records an event on every such
+// stream, and the block is reused by *no* stream, its own included, before all of those
+// events have completed:
+//
+//   stream A (alloc): ──kernel(x)──────────┐ free(x): event E on A, event U on B
+//   stream B (use):   ──copy(x)───────────────────────┐
+//   allocate on A:    reuse once U is done (A's order says nothing about B's work)
+//   allocate on C:    reuse once E and U are done
+//
+// Streams may be on another GPU (a peer copy): U is then an event of that GPU.
 //
 // Out of memory: the cache is emptied and cudaMalloc tried once more; then CudaError
 // (code cudaErrorMemoryAllocation) naming the device, the size and the counters.
@@ -60,6 +71,10 @@ class CachingAllocator final : public Allocator {
   void* allocate(size_t bytes, void* stream = nullptr) override;
   /// Returns a block to the cache (never to the driver). Never throws.
   void deallocate(void* ptr, size_t bytes) override;
+  /// The live block starting at `ptr` is also used by work on `stream` of GPU `stream_device`
+  /// (Note [Streams that use a block]). Ignored for the block's own allocation stream, a
+  /// repeated stream, or a pointer this allocator did not hand out. Thread-safe; never throws.
+  void record_stream(void* ptr, int stream_device, cudaStream_t stream);
   /// Waits for each cached block's pending work, then cudaFree's it. Live blocks stay.
   void empty_cache() override;
   /// Bytes obtained with cudaMalloc and not yet freed: live blocks plus the cache (rounded).
@@ -75,25 +90,37 @@ class CachingAllocator final : public Allocator {
   int64_t cached_blocks() const;
 
  private:
+  struct StreamUse {
+    int device;  // the GPU of `stream`
+    cudaStream_t stream;
+  };
+  struct UseEvent {
+    int device;  // the GPU the event belongs to
+    cudaEvent_t event;
+  };
   struct FreeBlock {
     void* ptr;
     cudaStream_t stream;  // the stream it was last allocated for
     cudaEvent_t freed;    // recorded on `stream` at deallocate(); nullptr if recording failed
+    std::vector<UseEvent> uses;  // recorded on each record_stream()'ed stream at deallocate()
   };
   struct LiveBlock {
     size_t size;  // rounded
     cudaStream_t stream;
+    std::vector<StreamUse> uses;  // other streams, from record_stream()
   };
 
   void* take_cached(size_t size, cudaStream_t stream);  // nullptr on a miss; mutex held
+  bool uses_done(const FreeBlock& block);               // every use event completed; mutex held
+  void recycle(FreeBlock& block);                       // events back to the pools; mutex held
   void* device_malloc(size_t size);                     // mutex held; throws on OOM
   void release_cached();                                // mutex held
-  cudaEvent_t new_event();                              // from the pool; mutex held
+  cudaEvent_t new_event(int device);                    // from the pool; mutex held
 
   mutable std::mutex mutex_;
   std::unordered_map<void*, LiveBlock> live_;    // handed out
   std::multimap<size_t, FreeBlock> cache_;       // rounded size -> freed blocks
-  std::vector<cudaEvent_t> event_pool_;          // completed events, for reuse
+  std::map<int, std::vector<cudaEvent_t>> event_pool_;  // per GPU: completed events, for reuse
   std::atomic<int64_t> reserved_{0};
   std::atomic<int64_t> device_mallocs_{0};
 };

@@ -116,6 +116,89 @@ TEST_CASE("a block freed on a busy stream is not reused by another stream until 
   a.empty_cache();
 }
 
+TEST_CASE("record_stream: a block used on another stream waits for it, even on its own stream",
+          "[cuda][allocator]") {
+  // Note [Streams that use a block]: the block belongs to `own`, a copy stream reads it;
+  // after the free, neither `own` nor a third stream may get it before the copy stream is done.
+  if (!gpu_available_or_skip()) return;
+  CachingAllocator& a = cuda0_allocator();
+  a.empty_cache();
+  const Stream own = Stream::create(gpu()), user = Stream::create(gpu()),
+               third = Stream::create(gpu());
+  std::atomic<bool> release{false};
+  auto* user_stream = static_cast<cudaStream_t>(user.handle());
+  struct ReleaseOnExit {
+    std::atomic<bool>& flag;
+    cudaStream_t stream;
+    ~ReleaseOnExit() {
+      flag = true;
+      (void)cudaStreamSynchronize(stream);
+    }
+  } release_on_exit{release, user_stream};
+
+  void* p = a.allocate(4096, own.handle());
+  PW_CUDA_CHECK(cudaLaunchHostFunc(user_stream, hold_stream, &release));  // `user` is stuck
+  a.record_stream(p, 0, user_stream);
+  a.record_stream(p, 0, user_stream);                                        // repeats: ignored
+  a.record_stream(p, 0, static_cast<cudaStream_t>(own.handle()));            // own: ignored
+  a.deallocate(p, 4096);
+  own.synchronize();  // the free-time event on `own` is done; the use on `user` is not
+
+  void* q = a.allocate(4096, own.handle());
+  CHECK(q != p);  // not even the allocation stream may reuse it while `user` may still read
+  void* r = a.allocate(4096, third.handle());
+  CHECK(r != p);
+
+  release = true;
+  user.synchronize();
+  const int64_t mallocs = a.device_mallocs();
+  void* s = a.allocate(4096, third.handle());
+  CHECK(s == p);  // every use is done: any stream may have it, from the cache
+  CHECK(a.device_mallocs() == mallocs);
+  a.deallocate(q, 4096);
+  a.deallocate(r, 4096);
+  a.deallocate(s, 4096);
+  a.record_stream(s, 0, user_stream);  // no longer live: ignored, no crash
+  a.empty_cache();
+  CHECK(a.cached_blocks() == 0);
+}
+
+TEST_CASE("record_stream through a tensor: Tensor storage and the backend reach the allocator",
+          "[cuda][allocator]") {
+  if (!gpu_available_or_skip()) return;
+  CachingAllocator& a = cuda0_allocator();
+  a.empty_cache();
+  const Stream own = Stream::create(gpu()), user = Stream::create(gpu());
+  std::atomic<bool> release{false};
+  auto* user_stream = static_cast<cudaStream_t>(user.handle());
+  struct ReleaseOnExit {
+    std::atomic<bool>& flag;
+    cudaStream_t stream;
+    ~ReleaseOnExit() {
+      flag = true;
+      (void)cudaStreamSynchronize(stream);
+    }
+  } release_on_exit{release, user_stream};
+  void* block = nullptr;
+  {
+    StreamGuard on_own(own);
+    Tensor t = Tensor::zeros({256}, {.device = gpu()});  // 1 KiB, allocated for `own`
+    block = t.storage()->data();
+    PW_CUDA_CHECK(cudaLaunchHostFunc(user_stream, hold_stream, &release));
+    record_stream(t.slice(10, 20), user);  // a view: the whole block is recorded
+  }  // t freed here
+  own.synchronize();
+  void* q = a.allocate(1024, own.handle());
+  CHECK(q != block);
+  release = true;
+  user.synchronize();
+  void* r = a.allocate(1024, own.handle());
+  CHECK(r == block);
+  a.deallocate(q, 1024);
+  a.deallocate(r, 1024);
+  a.empty_cache();
+}
+
 TEST_CASE("out of memory throws CudaError naming the size", "[cuda][allocator]") {
   if (!gpu_available_or_skip()) return;
   CachingAllocator& a = cuda0_allocator();
