@@ -32,6 +32,12 @@ void validate(const TrainConfig& c, size_t num_layers) {
     bad("stages", std::to_string(c.stages),
         "must be between 1 and the model's " + std::to_string(num_layers) + " layers");
   }
+  if (!c.auto_balance.empty()) {
+    if (c.auto_balance != "time" && c.auto_balance != "size") {
+      bad("balance", "auto-" + c.auto_balance, "must be auto-time, auto-size or a list of layer counts");
+    }
+    if (!c.balance.empty()) bad("balance", "auto-" + c.auto_balance, "cannot be combined with a list");
+  }
   if (!c.balance.empty()) {
     const int total = std::accumulate(c.balance.begin(), c.balance.end(), 0);
     std::string text;

@@ -26,6 +26,9 @@ struct TrainConfig {
   // ---- pipeline ----
   int stages = 2;
   std::vector<int> balance;               // empty: split the parameters evenly
+  // "time" or "size": profile the layers and cut by pipeline::balance_by_time / _size
+  // (pipeline/balance.h) instead; balance must then be empty.
+  std::string auto_balance;
   int chunks = 4;
   // Activations of this small MLP fit easily; recomputing them would cost ~25% more time.
   pipeline::Checkpoint checkpoint = pipeline::Checkpoint::kNever;

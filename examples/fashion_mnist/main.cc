@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", hidden, "Hidden layer widths, e.g. --hidden 1024 1024");
   app.add_option("--dropout", config.dropout, "Dropout probability after each hidden layer (0: none)");
   app.add_option("--stages", config.stages, "Pipeline stages (one worker thread and CPU device each)");
-  app.add_option("--balance", balance, "Layers per stage, comma-separated (default: even split by parameters)");
+  app.add_option("--balance", balance, "Layers per stage, comma-separated, or auto-time / auto-size to profile the layers (default: even split by parameters)");
   app.add_option("--chunks", config.chunks, "Micro-batches per mini-batch");
   app.add_option("--checkpoint", checkpoint, "Activation checkpointing: always, except_last or never")
       ->check(CLI::IsMember({"always", "except_last", "never"}));
@@ -75,7 +75,11 @@ int main(int argc, char** argv) {
     if (!hidden.empty()) config.hidden = hidden;
     config.checkpoint = pipewright::pipeline::parse_checkpoint(checkpoint);
     for (const std::string& d : split_commas(devices)) config.devices.push_back(Device::parse(d));
-    for (const std::string& b : split_commas(balance)) config.balance.push_back(std::stoi(b));
+    if (balance.rfind("auto-", 0) == 0) {
+      config.auto_balance = balance.substr(5);
+    } else {
+      for (const std::string& b : split_commas(balance)) config.balance.push_back(std::stoi(b));
+    }
     config.progress = !no_progress;
     pipewright::examples::train(config, std::cout);
   } catch (const std::exception& e) {

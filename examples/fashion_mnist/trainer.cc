@@ -20,6 +20,7 @@
 #include "nn/loss.h"
 #include "nn/optim.h"
 #include "nn/serialize.h"
+#include "pipeline/balance.h"
 #include "pipeline/pipe.h"
 #include "tensor/generator.h"
 #include "tensor/ops.h"
@@ -205,6 +206,23 @@ std::vector<int> balance_by_parameters(const nn::Sequential& model, int stages) 
   return balance;
 }
 
+std::vector<int> choose_balance(const TrainConfig& config, nn::Sequential& model,
+                                const data::Dataset& train_set) {
+  if (!config.balance.empty()) return config.balance;
+  if (config.auto_balance.empty()) return balance_by_parameters(model, config.stages);
+  // Profile on the device the model was built on, with the first mini-batch's images.
+  const Device device = model.parameters().front().device();
+  const int64_t rows = std::min<int64_t>(config.batch_size, train_set.size());
+  const Tensor batch = train_set.inputs().slice(0, rows).to(device);
+  if (config.auto_balance == "time") {
+    return pipeline::balance_by_time(config.stages, model, batch.chunk(config.chunks)[0],
+                                     {.device = device});
+  }
+  return pipeline::balance_by_size(
+      config.stages, model, batch,
+      {.device = device, .chunks = config.chunks, .param_scale = config.optimizer == "adam" ? 5.0 : 3.0});
+}
+
 TrainResult train(const TrainConfig& config, std::ostream& out) {
   // The pipeline's workers own the cores while a step runs. The calling thread only does
   // light work between steps (shuffled batches, the optimizer, accuracy), so it keeps to one
@@ -213,8 +231,6 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
   nn::Sequential model = build_model(config.hidden, config.dropout, config.seed);
   validate(config, model.size());
   const std::vector<Device> devices = stage_devices(config);
-  const std::vector<int> balance =
-      config.balance.empty() ? balance_by_parameters(model, config.stages) : config.balance;
 
   const std::string dir = config.data_dir.empty() ? data::kDefaultFashionMnistDir : config.data_dir;
   data::FashionMnistOptions train_opts, test_opts;
@@ -227,6 +243,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
   };
   data::Dataset train_set = load(data::Split::kTrain, train_opts);
   data::Dataset test_set = load(data::Split::kTest, test_opts);
+  const std::vector<int> balance = choose_balance(config, model, train_set);
   data::DataLoader loader(train_set, {.batch_size = config.batch_size, .shuffle = true,
                                       .seed = config.seed});
 

@@ -19,6 +19,7 @@
 #include <ostream>
 #include <vector>
 
+#include "data/dataset.h"
 #include "examples/fashion_mnist/config.h"
 #include "nn/module.h"
 #include "nn/sequential.h"
@@ -47,6 +48,15 @@ nn::Sequential build_model(const std::vector<int64_t>& hidden, double dropout, u
 /// greedy cut allows (every partition non-empty). Throws std::invalid_argument when
 /// stages < 1 or stages > model.size().
 std::vector<int> balance_by_parameters(const nn::Sequential& model, int stages);
+
+/// The balance train() uses: config.balance when given; with config.auto_balance "time", the
+/// exact min-max cut of each layer's measured forward + backward time on one micro-batch of
+/// the first mini-batch (pipeline::balance_by_time; timings vary run to run, so the cut may
+/// too); with "size", the cut of activation bytes of one micro-batch plus parameter bytes x
+/// (5 for Adam, 3 for SGD with momentum) (pipeline::balance_by_size, deterministic); else
+/// balance_by_parameters. The model is left as it was. Throws what those functions throw.
+std::vector<int> choose_balance(const TrainConfig& config, nn::Sequential& model,
+                                const data::Dataset& train_set);
 
 /// Trains per `config`, printing progress and per-epoch results to `out`. Throws
 /// std::invalid_argument for bad settings (see validate), std::runtime_error for missing

@@ -103,3 +103,41 @@ TEST_CASE("balance_by_parameters puts the big layers apart") {
   CHECK(balance == std::vector<int>{1, 6});
   CHECK_THROWS_AS(pipewright::examples::balance_by_parameters(model, 8), std::invalid_argument);
 }
+
+TEST_CASE("--balance auto-size and auto-time profile the model and cut it") {
+  using pipewright::examples::choose_balance;
+  auto model = pipewright::examples::build_model({64, 64}, 0.0, 0);
+  const auto before = model.parameters().front().clone();
+  // 8 images of 784 pixels; labels are not used by the profile.
+  pipewright::data::Dataset images(pipewright::Tensor::ones({8, 784}),
+                                   pipewright::Tensor::zeros({8}, {.dtype = pipewright::DType::kInt64}));
+  TrainConfig c = small_config();
+  c.batch_size = 8;
+  c.chunks = 2;
+  c.optimizer = "adam";
+  c.auto_balance = "size";
+  // By size the first Linear's 50,240 parameters x 4 bytes x 5 (Adam) outweigh everything
+  // else (the other layers hold 5,066 parameters; one micro-batch's activations are a few KiB).
+  CHECK(choose_balance(c, model, images) == std::vector<int>{1, 6});
+  c.stages = 3;
+  const auto three = choose_balance(c, model, images);
+  REQUIRE(three.size() == 3);
+  CHECK(three[0] == 1);
+  CHECK(three[0] + three[1] + three[2] == 7);
+  c.stages = 2;
+  c.auto_balance = "time";
+  const auto by_time = choose_balance(c, model, images);
+  REQUIRE(by_time.size() == 2);
+  CHECK(by_time[0] + by_time[1] == 7);
+  CHECK(by_time[0] >= 1);
+  CHECK(by_time[1] >= 1);
+  // Profiling leaves the weights as they were.
+  CHECK(pipewright::ops::allclose(model.parameters().front(), before, 0.0, 0.0));
+
+  std::ostringstream log;
+  c.auto_balance = "speed";
+  CHECK_THROWS_WITH(train(c, log), Catch::Contains("--balance auto-speed"));
+  c.auto_balance = "size";
+  c.balance = {1, 6};
+  CHECK_THROWS_WITH(train(c, log), Catch::Contains("cannot be combined"));
+}
