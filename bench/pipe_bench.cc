@@ -18,8 +18,10 @@
 //   bubble         measured: Σ idle / (workers × wall) from the runtime's trace (trace.h)
 //   bubble_theory  (p-1)/(m+p-1): equal stages, free communication
 //   bubble_sim     the simulator (simulator.h) run on the schedule with the MEASURED mean cost
-//                  of each action kind on each stage: what the bubble must be, given the
-//                  stages' imbalance, if the runtime added no overhead
+//                  of each action kind on each stage over all timed steps
+//   bubble_replay  each step's schedule replayed with that step's measured action durations
+//                  and free hand-offs, averaged: bubble - bubble_replay is the idle time the
+//                  runtime adds (Note [Replaying a step], bench/pipeline_bench_util.h)
 //   stage0_ms, stage1_ms  busy time of each worker per step
 //   faults_per_step       minor page faults of the process per step (fresh memory touched)
 //   reserved_mb           bytes held by the allocators of cpu:0 and cpu:1 after the run (in
@@ -35,11 +37,11 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "autograd/grad_mode.h"
+#include "bench/pipeline_bench_util.h"
 #include "nn/activation.h"
 #include "nn/batch_norm.h"
 #include "nn/linear.h"
@@ -114,30 +116,6 @@ void timed_loop(benchmark::State& state, Step&& step) {
                                   (1 << 20);
 }
 
-// Mean measured duration of each action kind on each stage -> simulator costs.
-pipeline::Costs measured_costs(const pipeline::Trace& trace, int num_stages) {
-  std::map<std::pair<int, pipeline::ActionKind>, std::pair<double, int>> sums;
-  for (const pipeline::TraceEvent& e : trace.events()) {
-    auto& [total, count] = sums[{e.stage, e.kind}];
-    total += e.duration_us();
-    ++count;
-  }
-  pipeline::Costs costs;
-  costs.per_stage.resize(num_stages);
-  for (const auto& [key, value] : sums) {
-    const double mean = value.first / value.second;
-    pipeline::StageCosts& c = costs.per_stage[key.first];
-    switch (key.second) {
-      case pipeline::ActionKind::kForward: c.forward = mean; break;
-      case pipeline::ActionKind::kRecompute: c.recompute = mean; break;
-      case pipeline::ActionKind::kBackward: c.backward = mean; break;
-      case pipeline::ActionKind::kBackwardInput: c.backward_input = mean; break;
-      case pipeline::ActionKind::kBackwardWeight: c.backward_weight = mean; break;
-    }
-  }
-  return costs;
-}
-
 void pipe_step(benchmark::State& state, const std::string& api, const std::string& schedule,
                pipeline::Checkpoint checkpoint, bool balanced, int chunks = kChunks) {
   pipeline::Pipe pipe(balanced ? make_balanced_model() : make_model(),
@@ -160,23 +138,26 @@ void pipe_step(benchmark::State& state, const std::string& api, const std::strin
     return pipe.train_step(x, y, cross_entropy).trace;
   };
   step();  // warm-up
-  double bubble = 0, bubble_sim = 0, busy0 = 0, busy1 = 0;
+  // The schedule that runs, re-made for the simulator (same generator, same recompute rule).
+  pipeline::Schedule ran = pipeline::make_schedule(api == "forward" ? "gpipe" : schedule, 2,
+                                                   chunks);
+  ran = pipeline::with_recompute(ran, pipeline::checkpoint_predicate(checkpoint, chunks));
+  double bubble = 0, bubble_replay = 0, busy0 = 0, busy1 = 0;
+  bench::MeasuredCosts costs;
   pipeline::Trace trace;
   timed_loop(state, [&] {
     trace = step();
     bubble += trace.bubble_fraction();
+    bubble_replay += bench::replayed_bubble(ran, trace);
+    costs.add(trace);
     busy0 += trace.busy_us(0);
     busy1 += trace.busy_us(1);
   });
   const double n = static_cast<double>(state.iterations());
-  // The schedule that ran, re-made for the simulator (same generator, same recompute rule).
-  pipeline::Schedule ran = pipeline::make_schedule(api == "forward" ? "gpipe" : schedule, 2,
-                                                   chunks);
-  ran = pipeline::with_recompute(ran, pipeline::checkpoint_predicate(checkpoint, chunks));
-  bubble_sim = pipeline::simulate(ran, measured_costs(trace, 2)).bubble_fraction;
   state.counters["bubble"] = bubble / n;
   state.counters["bubble_theory"] = pipeline::theoretical_bubble(2, chunks);
-  state.counters["bubble_sim"] = bubble_sim;
+  state.counters["bubble_sim"] = pipeline::simulate(ran, costs.costs(2)).bubble_fraction;
+  state.counters["bubble_replay"] = bubble_replay / n;
   state.counters["stage0_ms"] = busy0 / n / 1000;
   state.counters["stage1_ms"] = busy1 / n / 1000;
   if (const char* path = std::getenv("PIPE_BENCH_TRACE")) {

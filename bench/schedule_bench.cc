@@ -16,9 +16,13 @@
 //
 // Counters (per step; "bubble" means Σ idle / (workers × wall) throughout):
 //   bubble          measured: from the runtime's trace (pipeline/trace.h)
+//   bubble_replay   each step's schedule replayed with that step's measured action durations
+//                   and free hand-offs, averaged over the steps: the idle time the schedule
+//                   and the real durations force; bubble - bubble_replay is what the runtime
+//                   adds (Note [Replaying a step], pipeline_bench_util.h)
 //   bubble_sim      the simulator run on the same schedule with the MEASURED mean cost of
-//                   each action kind on each stage, over all timed steps: what the bubble
-//                   must be given the actions' real durations, with no runtime overhead
+//                   each action kind on each stage over all timed steps (smaller than the
+//                   replay when the workers' speeds drift; see the Note)
 //   bubble_formula  the schedule's closed form for equal stages and free communication:
 //                   (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v·m+p-1) for interleaved
 //                   (idle (p-1)(tF+tB)/v per worker), (p-1)/(3m+p-1) for zb-h1 and zb-h2
@@ -28,6 +32,9 @@
 //                   held before (KiB, the largest over the timed steps): activations kept
 //                   for backward, messages received early, and one action's working memory
 //   busy_ms_wN      busy time of worker N per step
+//
+// SCHEDULE_BENCH_TRACE=/path/prefix writes the Chrome trace of each run's last step to
+// /path/prefix.<p>.<m>.<schedule>.json (open in ui.perfetto.dev).
 //
 // The machine this was written for has 2 cores: with p = 4 the four worker threads share
 // them, so an action can be descheduled mid-way and last longer; the trace counts that as
@@ -39,6 +46,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -100,10 +108,11 @@ void schedule_step(benchmark::State& state, const std::string& schedule, int p, 
 
   for (int i = 0; i < 2; ++i) pipe.train_step(x, y, loss);  // warm-up; creates every .grad
   bench::MeasuredCosts costs;
-  double bubble = 0;
+  double bubble = 0, bubble_replay = 0;
   std::vector<double> busy(static_cast<size_t>(p), 0.0);
   std::vector<int64_t> peak(static_cast<size_t>(p), 0);
   pipeline::Schedule ran;
+  pipeline::Trace last_trace;
   for (auto _ : state) {
     std::vector<int64_t> base;
     for (const Device& d : devices) {
@@ -118,10 +127,17 @@ void schedule_step(benchmark::State& state, const std::string& schedule, int p, 
     }
     bubble += r.trace.bubble_fraction();
     costs.add(r.trace);
+    bubble_replay += bench::replayed_bubble(r.schedule, r.trace);
     ran = std::move(r.schedule);
+    last_trace = std::move(r.trace);
+  }
+  if (const char* path = std::getenv("SCHEDULE_BENCH_TRACE")) {
+    last_trace.write_chrome_json(std::string(path) + "." + std::to_string(p) + "." +
+                                 std::to_string(m) + "." + schedule + ".json");
   }
   const double n = static_cast<double>(state.iterations());
   state.counters["bubble"] = bubble / n;
+  state.counters["bubble_replay"] = bubble_replay / n;
   state.counters["bubble_sim"] = pipeline::simulate(ran, costs.costs(stages)).bubble_fraction;
   state.counters["bubble_formula"] = formula_bubble(schedule, p, m, v);
   for (int w = 0; w < p; ++w) {
