@@ -23,12 +23,14 @@
 #include "tensor/ops.h"
 #include "tensor/stream.h"
 #include "tests/cuda/gpu_test.h"
+#include "tests/pipeline/pipe_test_util.h"
 
 namespace pipewright::testing {
 namespace {
 
 using pipeline::Checkpoint;
 using pipeline::Pipe;
+using pipeline::testing::ThrowInForward;
 
 constexpr double kTol = 2e-5;
 
@@ -140,30 +142,14 @@ TEST_CASE("many steps on one GPU: copy-stream memory is not reused early", "[cud
   }
 }
 
-// Identity that throws std::domain_error on the forward of its k-th call.
-class ThrowInForward : public nn::Module {
- public:
-  explicit ThrowInForward(std::shared_ptr<std::atomic<int>> countdown)
-      : countdown_(std::move(countdown)) {}
-  using nn::Module::forward;
-  Tensor forward(const Tensor& x) override {
-    if (countdown_->fetch_sub(1) == 1) throw std::domain_error("stage exploded on the GPU");
-    return x;
-  }
-  std::string str() const override { return "ThrowInForward()"; }
-
- private:
-  std::shared_ptr<std::atomic<int>> countdown_;
-};
-
 TEST_CASE("a stage's exception on a GPU reaches the caller; the Pipe stays usable",
           "[cuda][pipe]") {
   if (!gpu_available_or_skip()) return;
   auto countdown = std::make_shared<std::atomic<int>>(3);  // the 3rd micro-batch's forward
   Generator g(1);
   GeneratorGuard guard(g);
-  nn::Sequential model(nn::Linear(16, 32), nn::ReLU(), ThrowInForward(countdown),
-                       nn::Linear(32, 8));
+  nn::Sequential model(nn::Linear(16, 32), nn::ReLU(),
+                       ThrowInForward(countdown, "stage exploded on the GPU"), nn::Linear(32, 8));
   Pipe pipe(std::move(model), {.balance = {2, 2},
                                .devices = {Device::cuda(0), Device::cuda(0)},
                                .chunks = 4});

@@ -20,28 +20,12 @@ using namespace pipewright::pipeline::testing;
 
 namespace {
 
-// Identity that throws std::domain_error on the forward of its k-th call (countdown = k).
-class ThrowInForward : public nn::Module {
- public:
-  explicit ThrowInForward(std::shared_ptr<std::atomic<int>> countdown)
-      : countdown_(std::move(countdown)) {}
-  using nn::Module::forward;
-  Tensor forward(const Tensor& x) override {
-    if (countdown_->fetch_sub(1) == 1) throw std::domain_error("stage 1 exploded");
-    return x;
-  }
-  std::string str() const override { return "ThrowInForward()"; }
-
- private:
-  std::shared_ptr<std::atomic<int>> countdown_;
-};
-
 // Linear(4,8) BatchNorm1d(8) | ThrowInForward Linear(8,3), from `seed`.
 nn::Sequential model(uint64_t seed, std::shared_ptr<std::atomic<int>> countdown) {
   Generator g(seed);
   GeneratorGuard guard(g);
   nn::Sequential m(nn::Linear(4, 8), nn::BatchNorm1d(8));
-  m.push_back(ThrowInForward(std::move(countdown)));
+  m.push_back(ThrowInForward(std::move(countdown), "stage 1 exploded"));
   m.push_back(nn::Linear(8, 3));
   return m;
 }

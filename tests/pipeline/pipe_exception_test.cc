@@ -18,22 +18,6 @@ using namespace pipewright::pipeline::testing;
 
 namespace {
 
-// Identity that throws std::domain_error on the forward of its k-th call while armed.
-class ThrowInForward : public nn::Module {
- public:
-  explicit ThrowInForward(std::shared_ptr<std::atomic<int>> countdown)
-      : countdown_(std::move(countdown)) {}
-  using nn::Module::forward;
-  Tensor forward(const Tensor& x) override {
-    if (countdown_->fetch_sub(1) == 1) throw std::domain_error("stage exploded in forward");
-    return x;
-  }
-  std::string str() const override { return "ThrowInForward()"; }
-
- private:
-  std::shared_ptr<std::atomic<int>> countdown_;
-};
-
 // y = x, recorded with a node whose backward throws std::overflow_error while armed.
 class ThrowingNode : public autograd::Node {
  public:
@@ -86,7 +70,8 @@ TEST_CASE("an exception in a stage's forward reaches the caller unchanged") {
   const std::vector<int> balance = GENERATE(values<std::vector<int>>({{3, 3}, {2, 2, 2}, {6}}));
   CAPTURE(throw_at, balance);
   auto countdown = std::make_shared<std::atomic<int>>(throw_at);
-  Pipe pipe(with_module(std::make_shared<ThrowInForward>(countdown), 1),
+  auto thrower = std::make_shared<ThrowInForward>(countdown, "stage exploded in forward");
+  Pipe pipe(with_module(thrower, 1),
             {.balance = balance, .devices = cpus(0, 3), .chunks = 4});
   const Tensor x = randn({8, 4}, 2);
 

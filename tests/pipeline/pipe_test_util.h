@@ -1,9 +1,13 @@
-// Helpers shared by the Pipe tests: identical models from a seed, random tensors, and
-// comparisons that name what differs.
+// Helpers shared by the Pipe tests (CPU and CUDA): identical models from a seed, random
+// tensors, comparisons that name what differs, and a layer that throws on cue.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/sequential.h"
@@ -30,5 +34,23 @@ double max_grad_diff(const nn::Module& a, const nn::Module& b);
 
 /// The largest |value| of `t`.
 double max_abs(const Tensor& t);
+
+/// Identity layer that throws std::domain_error(message) on the forward of its k-th call,
+/// counted down from `countdown` = k (shared, so the test can re-arm it; any thread).
+class ThrowInForward : public nn::Module {
+ public:
+  ThrowInForward(std::shared_ptr<std::atomic<int>> countdown, std::string message)
+      : countdown_(std::move(countdown)), message_(std::move(message)) {}
+  using nn::Module::forward;
+  Tensor forward(const Tensor& x) override {
+    if (countdown_->fetch_sub(1) == 1) throw std::domain_error(message_);
+    return x;
+  }
+  std::string str() const override { return "ThrowInForward()"; }
+
+ private:
+  std::shared_ptr<std::atomic<int>> countdown_;
+  std::string message_;
+};
 
 }  // namespace pipewright::pipeline::testing
