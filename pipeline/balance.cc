@@ -13,6 +13,7 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "nn/batch_norm.h"
+#include "pipeline/partition.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
 #include "tensor/stream.h"
@@ -20,12 +21,6 @@
 namespace pipewright::pipeline {
 
 namespace {
-
-std::string str(const std::vector<int>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
 
 void check_partitions(int partitions, size_t layers) {
   if (partitions <= 0) {
@@ -97,19 +92,7 @@ std::vector<int> block_partition(const std::vector<int64_t>& costs, int partitio
 }
 
 int64_t max_block_cost(const std::vector<int64_t>& costs, const std::vector<int>& balance) {
-  int64_t total = 0;
-  for (int b : balance) {
-    if (b <= 0) {
-      throw std::invalid_argument("all balance numbers must be positive integer (balance: " +
-                                  str(balance) + ")");
-    }
-    total += b;
-  }
-  if (total != static_cast<int64_t>(costs.size())) {
-    throw std::invalid_argument("costs and sum of balance have different length (costs: " +
-                                std::to_string(costs.size()) +
-                                ", sum of balance: " + std::to_string(total) + ")");
-  }
+  verify_balance_sum(balance, costs.size(), "costs");
   int64_t worst = std::numeric_limits<int64_t>::min();
   size_t i = 0;
   for (int b : balance) {

@@ -54,8 +54,8 @@ namespace pipewright::pipeline {
 std::vector<int> block_partition(const std::vector<int64_t>& costs, int partitions);
 
 /// The largest block sum of `costs` cut by `balance` (what block_partition minimises).
-/// Throws std::invalid_argument when balance has an entry <= 0 or does not sum to
-/// costs.size() (naming both).
+/// Throws std::invalid_argument when balance is empty, has an entry <= 0 or does not sum to
+/// costs.size() (naming both): partition.h's verify_balance_sum.
 int64_t max_block_cost(const std::vector<int64_t>& costs, const std::vector<int>& balance);
 
 // ---- by time ----

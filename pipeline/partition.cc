@@ -28,8 +28,7 @@ void verify_module(const nn::Sequential& module) {
   }
 }
 
-void verify_balance(const nn::Sequential& module, const std::vector<int>& balance,
-                    int virtual_stages) {
+void verify_balance_sum(const std::vector<int>& balance, size_t count, const std::string& what) {
   if (balance.empty()) throw std::invalid_argument("balance is required (got an empty balance)");
   for (int b : balance) {
     if (b <= 0) {
@@ -38,11 +37,16 @@ void verify_balance(const nn::Sequential& module, const std::vector<int>& balanc
     }
   }
   const long sum = std::accumulate(balance.begin(), balance.end(), 0L);
-  if (sum != static_cast<long>(module.size())) {
-    throw std::invalid_argument("module and sum of balance have different length (module: " +
-                                std::to_string(module.size()) +
+  if (sum != static_cast<long>(count)) {
+    throw std::invalid_argument(what + " and sum of balance have different length (" + what +
+                                ": " + std::to_string(count) +
                                 ", sum of balance: " + std::to_string(sum) + ")");
   }
+}
+
+void verify_balance(const nn::Sequential& module, const std::vector<int>& balance,
+                    int virtual_stages) {
+  verify_balance_sum(balance, module.size(), "module");
   if (virtual_stages <= 0) {
     throw std::invalid_argument("virtual_stages must be positive (virtual_stages: " +
                                 std::to_string(virtual_stages) + ")");

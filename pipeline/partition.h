@@ -13,6 +13,8 @@
 //   a parameter shared by stages on different workers, fewer devices than workers.
 #pragma once
 
+#include <cstddef>
+#include <string>
 #include <vector>
 
 #include "nn/sequential.h"
@@ -29,6 +31,11 @@ void verify_module(const nn::Sequential& module);
 /// not a multiple of `virtual_stages` (>= 1).
 void verify_balance(const nn::Sequential& module, const std::vector<int>& balance,
                     int virtual_stages = 1);
+
+/// The part of verify_balance that needs no module: balance non-empty, every entry > 0, and
+/// Σ balance == `count` ("<what> and sum of balance have different length (<what>: 4, sum of
+/// balance: 3)"). `what` names the sequence being cut (e.g. "module", "costs").
+void verify_balance_sum(const std::vector<int>& balance, size_t count, const std::string& what);
 
 /// Throws std::out_of_range when fewer devices than workers are given
 /// ("too few devices to hold given partitions (devices: 1, partitions: 2)").

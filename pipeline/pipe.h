@@ -30,8 +30,9 @@
 //
 // Threads: one per worker, alive as long as the Pipe, joined by ~Pipe. Each uses
 // max(1, hardware_threads() / workers) intra-op threads (ThreadBudgetGuard; or
-// PipeOptions::threads_per_worker), so the workers together use the machine's cores once. One call at a time per Pipe (forward, backward of
-// its outputs, train_step are serialised); any number of Pipes may coexist.
+// PipeOptions::threads_per_worker), so the workers together use the machine's cores once.
+// One call at a time per Pipe (forward, backward of its outputs, train_step are serialised);
+// any number of Pipes may coexist.
 #pragma once
 
 #include <memory>

@@ -3,12 +3,12 @@
 namespace pipewright::pipeline {
 
 Step::Step(int stages, int workers, MicroBatches batches, CellMode cell_mode,
-           std::vector<std::vector<char>> recomputed)
+           std::vector<std::vector<char>> checkpointed_cells)
     : num_stages(stages),
       num_workers(workers),
       num_microbatches(batches.count()),
       mode(cell_mode),
-      checkpointed(std::move(recomputed)),
+      checkpointed(std::move(checkpointed_cells)),
       inputs(std::move(batches)),
       output_grads(num_microbatches),
       cells(num_stages),

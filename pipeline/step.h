@@ -47,10 +47,10 @@ struct StepCounters {
 
 class Step {
  public:
-  /// `recomputed[s][j]`: whether cell (s, j) runs as a checkpointed cell (the schedule has
-  /// an R for it). `cell_mode` is kRecord (training with grad) or kNoGrad.
+  /// `checkpointed_cells[s][j]`: whether cell (s, j) runs as a checkpointed cell (the
+  /// schedule has an R for it). `cell_mode` is kRecord (training with grad) or kNoGrad.
   Step(int stages, int workers, MicroBatches batches, CellMode cell_mode,
-       std::vector<std::vector<char>> recomputed);
+       std::vector<std::vector<char>> checkpointed_cells);
   Step(const Step&) = delete;
   Step& operator=(const Step&) = delete;
 

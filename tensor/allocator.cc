@@ -9,12 +9,12 @@
 // any destruction order we could choose, and their Storage must still find its allocator.
 #include "tensor/allocator.h"
 
-#include "tensor/cpu_allocator.h"
-
 #include <array>
 #include <map>
 #include <mutex>
 #include <stdexcept>
+
+#include "tensor/cpu_allocator.h"
 
 namespace pipewright {
 

@@ -5,14 +5,14 @@
 // heap token (never dereferenced) so that different streams have different handles.
 #include "tensor/stream.h"
 
-#include "tensor/tensor.h"
-
 #include <array>
 #include <atomic>
 #include <cstring>
 #include <map>
 #include <stdexcept>
 #include <string>
+
+#include "tensor/tensor.h"
 
 namespace pipewright {
 namespace {
