@@ -1,0 +1,130 @@
+// The runtime's process-wide state (a leaked singleton: stream worker threads are never joined
+// at exit and no destructor runs then) and the one path every stream operation takes:
+//
+//   enqueue(request)            under the runtime lock
+//     resolve the stream ─ sticky? ─ check pointers ─ clocks/deps (race.h) ─ race check
+//     ─ commit: stream clock, shadow accesses, on_commit, push to the worker
+//
+// Host synchronisation helpers join the waited-for clocks into the host thread's clock.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cudasim/cudasim.h"
+#include "cudasim/memory.h"
+#include "cudasim/race.h"
+#include "cudasim/sim_internal.h"
+#include "cudasim/streams.h"
+
+namespace cudasim::detail {
+
+struct DeviceState {
+  Sticky sticky;
+  std::shared_ptr<Stream> legacy;                // created on first use
+  std::vector<std::shared_ptr<Stream>> streams;  // live created streams (not legacy)
+  std::vector<bool> peer_enabled;                // [peer]: cudaDeviceEnablePeerAccess(peer)
+};
+
+struct Runtime {
+  Runtime();
+
+  std::mutex mu;  // guards everything below except the devices' Sticky (own lock)
+  int device_count;
+  size_t memory_limit;  // bytes per device
+  uint64_t chaos_seed;  // 0: off
+  RacePolicy race_policy;
+  std::vector<std::unique_ptr<DeviceState>> devices;
+  MemoryRegistry memory;
+  RaceDetector race;
+  std::map<uintptr_t, std::shared_ptr<Stream>> streams;  // handle token -> stream
+  std::map<uintptr_t, std::shared_ptr<Event>> events;    // handle token -> event
+  uintptr_t next_token = 0x10000;
+  int next_stream_id = 0;
+  std::vector<std::string> race_reports;
+
+  /// A fresh handle value: never reused, never dereferenced.
+  uintptr_t new_token() { return next_token += 16; }
+  std::shared_ptr<Stream> new_stream(int device, bool legacy, bool blocking);
+};
+
+Runtime& rt();
+
+/// The calling host thread's current device (cudaSetDevice) and vector clock.
+int& current_device();
+VectorClock& host_clock();
+
+/// Sets the last error to `error` with the device's sticky detail when error is that
+/// device's sticky error; returns error.
+cudaError_t fail(cudaError_t error, const std::string& detail);
+
+/// Under rt().mu: checks that there is a device `device` (cudaErrorNoDevice /
+/// cudaErrorInvalidDevice otherwise) and that it is not sticky (its sticky error otherwise);
+/// sets the last error on failure.
+cudaError_t check_device_locked(int device);
+
+/// Under rt().mu: the stream for a handle (nullptr / cudaStreamLegacy: the legacy stream of
+/// the current device). Sets the last error and returns nullptr for an invalid handle.
+std::shared_ptr<Stream> resolve_stream_locked(cudaStream_t handle);
+
+/// Under rt().mu: the event for a handle; sets the last error and returns nullptr if invalid.
+std::shared_ptr<Event> find_event_locked(cudaEvent_t handle);
+
+/// How the pointers of a request are checked.
+enum class PointerRules {
+  kKernel,  // device memory of the stream's device or an enabled peer; else sticky
+            // cudaErrorIllegalAddress (the op is not queued)
+  kCopy,    // inside one live allocation of any device; else cudaErrorInvalidValue
+};
+
+struct Request {
+  cudaStream_t stream = nullptr;
+  Site site;
+  std::vector<Access> accesses;
+  PointerRules rules = PointerRules::kKernel;
+  std::function<void()> work;
+  std::shared_ptr<EventRecord> wait;  // cudaStreamWaitEvent: wait for this record first
+  /// Called under the lock once the op is committed (event records fill in their record).
+  std::function<void(const std::shared_ptr<Stream>&, uint64_t seq)> on_commit;
+};
+
+struct Enqueued {
+  cudaError_t status = cudaSuccess;
+  std::shared_ptr<Stream> stream;
+  uint64_t seq = 0;
+  VectorClock vc;  // the stream's clock right after the op (what a host wait on it joins)
+};
+
+/// Queues a stream operation (see the picture above). On failure the status is also the
+/// thread's last error.
+Enqueued enqueue(Request request);
+
+/// Host waits: for ops 1..seq of stream (joining clock `vc`), for a whole stream, for every
+/// stream of a device. Return the device's sticky error (set as last error) or cudaSuccess.
+cudaError_t host_wait(const std::shared_ptr<Stream>& stream, uint64_t seq,
+                      const VectorClock& vc);
+cudaError_t sync_stream(const std::shared_ptr<Stream>& stream);
+cudaError_t sync_device(int device);
+
+/// cudaMalloc on `device` (not the current one); sets *ptr (nullptr for size 0).
+cudaError_t device_malloc(int device, size_t size, void** ptr);
+/// cudaFree: waits for the block's device, poisons and quarantines the block.
+cudaError_t device_free(void* ptr);
+
+/// Returns cudaErrorNotPermitted (set as last error) inside a cudaLaunchHostFunc callback.
+#define CUDASIM_NO_CALLBACK(api)                                                      \
+  do {                                                                                \
+    if (::cudasim::detail::in_host_callback()) {                                      \
+      return ::cudasim::set_last_error(cudaErrorNotPermitted,                         \
+                                       api " called from a cudaLaunchHostFunc callback"); \
+    }                                                                                 \
+  } while (0)
+
+}  // namespace cudasim::detail

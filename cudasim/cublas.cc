@@ -1,0 +1,262 @@
+// The cuBLAS subset pipewright calls: handles (bound to the device current at cublasCreate,
+// on the legacy default stream until cublasSetStream), math mode, workspace, S/D GEMM.
+//
+// A GEMM is a stream operation like a kernel: its operands are checked (kernel pointer rules)
+// and recorded with the race detector — A and B read over exactly their column-major extents,
+// C written (and read when beta != 0), and the handle's workspace written. Each handle owns a
+// small default workspace (device memory made at cublasCreate), so one handle used on two
+// unordered streams shows as a race on its workspace, as it can corrupt results on a GPU.
+// The product runs on the stream's thread with Eigen in the operand type; with
+// CUBLAS_TF32_TENSOR_OP_MATH, Sgemm first rounds A and B to TF32 (10 mantissa bits, nearest
+// even), as tensor cores do.
+#include <cublas_api.h>
+
+#include <Eigen/Core>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+#include "cudasim/context.h"
+#include "cudasim/errors.h"
+
+using namespace cudasim::detail;  // NOLINT: the C API below is all this file is
+
+namespace {
+
+constexpr size_t kDefaultWorkspaceBytes = 4096;
+
+struct Handle {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cublasMath_t math = CUBLAS_DEFAULT_MATH;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  void* default_workspace = nullptr;
+};
+
+struct Handles {
+  std::mutex mu;
+  std::map<uintptr_t, Handle> live;
+  uintptr_t next = 0x7000000;
+};
+
+Handles& handles() {
+  static Handles* h = new Handles();  // leaked like the runtime
+  return *h;
+}
+
+cublasStatus_t invalid(const std::string& detail) {
+  return set_blas_detail(CUBLAS_STATUS_INVALID_VALUE, detail);
+}
+
+// Copies the handle's state; NOT_INITIALIZED for an unknown handle.
+cublasStatus_t find(cublasHandle_t handle, Handle* out) {
+  Handles& h = handles();
+  std::lock_guard<std::mutex> lock(h.mu);
+  auto it = h.live.find(reinterpret_cast<uintptr_t>(handle));
+  if (it == h.live.end()) {
+    return set_blas_detail(CUBLAS_STATUS_NOT_INITIALIZED, "not a live cublasHandle_t");
+  }
+  *out = it->second;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+template <typename F>
+cublasStatus_t update(cublasHandle_t handle, F change) {
+  Handles& h = handles();
+  std::lock_guard<std::mutex> lock(h.mu);
+  auto it = h.live.find(reinterpret_cast<uintptr_t>(handle));
+  if (it == h.live.end()) {
+    return set_blas_detail(CUBLAS_STATUS_NOT_INITIALIZED, "not a live cublasHandle_t");
+  }
+  change(it->second);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+float round_tf32(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  if ((bits & 0x7F800000u) == 0x7F800000u) return x;  // inf, NaN: unchanged
+  bits += 0x0FFFu + ((bits >> 13) & 1u);              // round to nearest even at bit 13
+  bits &= ~0x1FFFu;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+// Bytes a column-major rows x cols operand with leading dimension ld spans (0 if empty).
+size_t extent(int rows, int cols, int ld, size_t elem) {
+  if (rows == 0 || cols == 0) return 0;
+  return (static_cast<size_t>(cols - 1) * static_cast<size_t>(ld) + static_cast<size_t>(rows)) *
+         elem;
+}
+
+const char* op_name(cublasOperation_t op) {
+  return op == CUBLAS_OP_N ? "N" : op == CUBLAS_OP_T ? "T" : "C";
+}
+
+template <typename T>
+void compute(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, T alpha,
+             const T* A, int lda, const T* B, int ldb, T beta, T* C, int ldc, bool tf32) {
+  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+  using CMap = Eigen::Map<const Mat, 0, Eigen::OuterStride<>>;
+  Eigen::Map<Mat, 0, Eigen::OuterStride<>> c(C, m, n, Eigen::OuterStride<>(ldc));
+  if (k == 0) {
+    if (beta == T(0)) c.setZero();
+    else c *= beta;
+    return;
+  }
+  const bool na = ta == CUBLAS_OP_N, nb = tb == CUBLAS_OP_N;
+  CMap a(A, na ? m : k, na ? k : m, Eigen::OuterStride<>(lda));
+  CMap b(B, nb ? k : n, nb ? n : k, Eigen::OuterStride<>(ldb));
+  Mat op_a = na ? Mat(a) : Mat(a.transpose());
+  Mat op_b = nb ? Mat(b) : Mat(b.transpose());
+  if constexpr (std::is_same_v<T, float>) {
+    if (tf32) {
+      op_a = op_a.unaryExpr([](float x) { return round_tf32(x); });
+      op_b = op_b.unaryExpr([](float x) { return round_tf32(x); });
+    }
+  }
+  Mat product = op_a * op_b;
+  if (beta == T(0)) c = alpha * product;  // C is never read: NaN there is ignored
+  else c = alpha * product + beta * c;
+}
+
+template <typename T>
+cublasStatus_t gemm(const char* api, cublasHandle_t handle, cublasOperation_t ta,
+                    cublasOperation_t tb, int m, int n, int k, const T* alpha, const T* A,
+                    int lda, const T* B, int ldb, const T* beta, T* C, int ldc) {
+  if (in_host_callback()) {
+    return set_blas_detail(CUBLAS_STATUS_EXECUTION_FAILED,
+                           std::string(api) + " called from a cudaLaunchHostFunc callback");
+  }
+  Handle h;
+  if (cublasStatus_t s = find(handle, &h); s != CUBLAS_STATUS_SUCCESS) return s;
+  auto valid_op = [](cublasOperation_t op) {
+    return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C;
+  };
+  std::ostringstream what;
+  what << api << " " << (valid_op(ta) ? op_name(ta) : "?") << (valid_op(tb) ? op_name(tb) : "?")
+       << " m=" << m << " n=" << n << " k=" << k << " lda=" << lda << " ldb=" << ldb
+       << " ldc=" << ldc;
+  if (!valid_op(ta) || !valid_op(tb)) return invalid(what.str() + ": invalid operation");
+  if (m < 0 || n < 0 || k < 0) return invalid(what.str() + ": negative size");
+  const bool na = ta == CUBLAS_OP_N, nb = tb == CUBLAS_OP_N;
+  if (lda < std::max(1, na ? m : k)) return invalid(what.str() + ": lda too small");
+  if (ldb < std::max(1, nb ? k : n)) return invalid(what.str() + ": ldb too small");
+  if (ldc < std::max(1, m)) return invalid(what.str() + ": ldc too small");
+  if (alpha == nullptr || beta == nullptr) return invalid(what.str() + ": alpha/beta null");
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  const T a_scale = *alpha, b_scale = *beta;  // host pointer mode: read at the call
+  const bool tf32 = std::is_same_v<T, float> && (h.math & 0xF) == CUBLAS_TF32_TENSOR_OP_MATH;
+
+  Request req;
+  req.stream = h.stream;
+  req.site.what = what.str();
+  req.rules = PointerRules::kKernel;
+  const size_t a_bytes = extent(na ? m : k, na ? k : m, lda, sizeof(T));
+  const size_t b_bytes = extent(nb ? k : n, nb ? n : k, ldb, sizeof(T));
+  if (a_bytes > 0) req.accesses.push_back({A, a_bytes, false, 0});
+  if (b_bytes > 0) req.accesses.push_back({B, b_bytes, false, 1});
+  // C: read (beta != 0) and written; the write alone already conflicts with any access.
+  req.accesses.push_back({C, extent(m, n, ldc, sizeof(T)), true, 2});
+  if (h.workspace != nullptr && h.workspace_bytes > 0) {
+    req.accesses.push_back({h.workspace, h.workspace_bytes, true, 3});
+  }
+  req.work = [=] { compute<T>(ta, tb, m, n, k, a_scale, A, lda, B, ldb, b_scale, C, ldc, tf32); };
+  if (h.stream == nullptr || h.stream == cudaStreamLegacy) {
+    // The legacy stream of the handle's device, whatever the caller's current device is.
+    const int saved = current_device();
+    current_device() = h.device;
+    const Enqueued done = enqueue(std::move(req));
+    current_device() = saved;
+    if (done.status == cudaSuccess) return CUBLAS_STATUS_SUCCESS;
+  } else if (enqueue(std::move(req)).status == cudaSuccess) {
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  const cudaError_t error = peek_last_error();
+  return set_blas_detail(CUBLAS_STATUS_EXECUTION_FAILED,
+                         std::string(error_name(error)) + ": " + error_string(error));
+}
+
+}  // namespace
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
+  if (handle == nullptr) return invalid("cublasCreate: handle is null");
+  Handle h;
+  h.device = current_device();
+  if (device_malloc(h.device, kDefaultWorkspaceBytes, &h.default_workspace) != cudaSuccess) {
+    return set_blas_detail(CUBLAS_STATUS_ALLOC_FAILED,
+                           std::string("default workspace: ") + error_string(peek_last_error()));
+  }
+  h.workspace = h.default_workspace;
+  h.workspace_bytes = kDefaultWorkspaceBytes;
+  Handles& all = handles();
+  std::lock_guard<std::mutex> lock(all.mu);
+  all.next += 16;
+  all.live[all.next] = h;
+  *handle = reinterpret_cast<cublasHandle_t>(all.next);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
+  void* workspace = nullptr;
+  {
+    Handles& all = handles();
+    std::lock_guard<std::mutex> lock(all.mu);
+    auto it = all.live.find(reinterpret_cast<uintptr_t>(handle));
+    if (it == all.live.end()) {
+      return set_blas_detail(CUBLAS_STATUS_NOT_INITIALIZED, "not a live cublasHandle_t");
+    }
+    workspace = it->second.default_workspace;
+    all.live.erase(it);
+  }
+  (void)device_free(workspace);  // synchronises the device, as cublasDestroy does
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
+  return update(handle, [&](Handle& h) { h.stream = stream; });
+}
+
+cublasStatus_t cublasGetStream_v2(cublasHandle_t handle, cudaStream_t* stream) {
+  if (stream == nullptr) return invalid("cublasGetStream: stream is null");
+  return update(handle, [&](Handle& h) { *stream = h.stream; });
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  return update(handle, [&](Handle& h) { h.math = mode; });
+}
+
+cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t* mode) {
+  if (mode == nullptr) return invalid("cublasGetMathMode: mode is null");
+  return update(handle, [&](Handle& h) { *mode = h.math; });
+}
+
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace, size_t bytes) {
+  if (bytes > 0 && workspace == nullptr) return invalid("cublasSetWorkspace: null workspace");
+  return update(handle, [&](Handle& h) {
+    h.workspace = bytes > 0 ? workspace : nullptr;
+    h.workspace_bytes = bytes;
+  });
+}
+
+cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
+                              cublasOperation_t transb, int m, int n, int k, const float* alpha,
+                              const float* A, int lda, const float* B, int ldb,
+                              const float* beta, float* C, int ldc) {
+  return gemm<float>("cublasSgemm", handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta,
+                     C, ldc);
+}
+
+cublasStatus_t cublasDgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
+                              cublasOperation_t transb, int m, int n, int k, const double* alpha,
+                              const double* A, int lda, const double* B, int ldb,
+                              const double* beta, double* C, int ldc) {
+  return gemm<double>("cublasDgemm", handle, transa, transb, m, n, k, alpha, A, lda, B, ldb,
+                      beta, C, ldc);
+}
+
+const char* cublasGetStatusString(cublasStatus_t status) { return blas_status_string(status); }
+const char* cublasGetStatusName(cublasStatus_t status) { return blas_status_name(status); }

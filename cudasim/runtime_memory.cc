@@ -1,0 +1,226 @@
+// The CUDA runtime's memory functions: cudaMalloc, cudaFree, cudaMemcpy(Async), peer copies,
+// cudaMemsetAsync. Copies are validated against the registry (memory.h): each device range
+// must lie inside one live allocation and match the copy kind.
+#include <cstring>
+#include <sstream>
+
+#include "cudasim/context.h"
+#include "cudasim/errors.h"
+
+using namespace cudasim::detail;  // NOLINT: the C API below is all this file is
+
+namespace cudasim::detail {
+
+cudaError_t device_malloc(int device, size_t size, void** ptr) {
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const cudaError_t status = check_device_locked(device);
+  if (status != cudaSuccess) return status;
+  *ptr = nullptr;
+  if (size == 0) return cudaSuccess;
+  const Allocation* a = r.memory.allocate(device, size, r.memory_limit);
+  if (a == nullptr) {
+    return fail(cudaErrorMemoryAllocation,
+                "cudaMalloc of " + std::to_string(size) + " B on device " +
+                    std::to_string(device) + ": " + std::to_string(r.memory.used(device)) +
+                    " B in use of " + std::to_string(r.memory_limit) +
+                    " B (PIPEWRIGHT_CUDASIM_MEMORY_MB)");
+  }
+  r.race.forget(a->id);
+  *ptr = a->base;
+  return cudaSuccess;
+}
+
+cudaError_t device_free(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  Runtime& r = rt();
+  int device;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    const Allocation* a = r.memory.find_base(ptr);
+    if (a == nullptr) {
+      std::ostringstream why;
+      why << "cudaFree(" << ptr << "): ";
+      if (const Allocation* f = r.memory.find_freed(ptr)) {
+        why << "already freed: " << f->describe(/*with_sites=*/true);
+      } else if (const Allocation* l = r.memory.find_live(ptr)) {
+        why << "not the start of " << l->describe(false);
+      } else {
+        why << "not a device allocation";
+      }
+      return fail(cudaErrorInvalidValue, why.str());
+    }
+    device = a->device;
+    const cudaError_t status = check_device_locked(device);
+    if (status != cudaSuccess) return status;
+  }
+  const cudaError_t status = sync_device(device);  // cudaFree synchronises, as on CUDA
+  if (status != cudaSuccess) return status;
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.memory.find_base(ptr) == nullptr) {
+    return fail(cudaErrorInvalidValue, "cudaFree: freed concurrently by another thread");
+  }
+  r.race.forget(r.memory.release(ptr));
+  return cudaSuccess;
+}
+
+}  // namespace cudasim::detail
+
+namespace {
+
+enum class Where { kHost, kDevice, kBad };
+
+struct Place {
+  Where where = Where::kHost;
+  int device = -1;
+  std::string why;  // kBad
+};
+
+Place classify(const void* p, size_t count) {
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::ostringstream why;
+  if (const Allocation* a = r.memory.find_live(p)) {
+    const size_t offset = static_cast<size_t>(static_cast<const char*>(p) - a->base);
+    if (count <= a->size - offset) return {Where::kDevice, a->device, ""};
+    why << p << " + " << count << " B passes the end of " << a->describe(true);
+    return {Where::kBad, a->device, why.str()};
+  }
+  if (const Allocation* f = r.memory.find_freed(p)) {
+    why << p << " is freed memory: " << f->describe(true);
+    return {Where::kBad, f->device, why.str()};
+  }
+  return {};
+}
+
+const char* kind_name(cudaMemcpyKind kind) {
+  switch (kind) {
+    case cudaMemcpyHostToHost: return "HostToHost";
+    case cudaMemcpyHostToDevice: return "HostToDevice";
+    case cudaMemcpyDeviceToHost: return "DeviceToHost";
+    case cudaMemcpyDeviceToDevice: return "DeviceToDevice";
+    case cudaMemcpyDefault: return "Default";
+  }
+  return "?";
+}
+
+// Validates, then runs a copy on `stream`. synchronous: cudaMemcpy (host waits, except for
+// device-to-device copies, which CUDA leaves asynchronous to the host).
+cudaError_t copy(const char* api, void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                 cudaStream_t stream, bool synchronous) {
+  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) {
+    return fail(cudaErrorInvalidMemcpyDirection, std::string(api) + ": kind " +
+                                                     std::to_string(static_cast<int>(kind)));
+  }
+  const std::string what = std::string(api) + " " + kind_name(kind) + " " +
+                           std::to_string(count) + " B";
+  if (count == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return fail(cudaErrorInvalidValue, what + ": null pointer");
+  const Place d = classify(dst, count), s = classify(src, count);
+  if (d.where == Where::kBad) return fail(cudaErrorInvalidValue, what + ": destination " + d.why);
+  if (s.where == Where::kBad) return fail(cudaErrorInvalidValue, what + ": source " + s.why);
+  const bool dst_dev = d.where == Where::kDevice, src_dev = s.where == Where::kDevice;
+  auto mismatch = [&](const char* which, const void* p, bool is_device) {
+    std::ostringstream out;
+    out << what << ": " << which << " " << p << " is " << (is_device ? "device" : "host")
+        << " memory";
+    return fail(cudaErrorInvalidValue, out.str());
+  };
+  if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost) {
+    if (src_dev) return mismatch("source", src, true);
+  } else if (kind != cudaMemcpyDefault && !src_dev) {
+    return mismatch("source", src, false);
+  }
+  if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost) {
+    if (dst_dev) return mismatch("destination", dst, true);
+  } else if (kind != cudaMemcpyDefault && !dst_dev) {
+    return mismatch("destination", dst, false);
+  }
+  CUDASIM_NO_CALLBACK("cudaMemcpy");
+  if (!src_dev && !dst_dev) {  // host to host: synchronous on CUDA too
+    std::memmove(dst, src, count);
+    return cudaSuccess;
+  }
+  Request req;
+  req.stream = stream;
+  req.site.what = what;
+  req.rules = PointerRules::kCopy;
+  if (src_dev) req.accesses.push_back({src, count, /*write=*/false});
+  if (dst_dev) req.accesses.push_back({dst, count, /*write=*/true});
+  if (!src_dev) {
+    // Pageable host source: read at the call, so the caller may reuse it on return.
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + count);
+    req.work = [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); };
+  } else {
+    req.work = [dst, src, count] { std::memmove(dst, src, count); };
+  }
+  Enqueued done = enqueue(std::move(req));
+  if (done.status != cudaSuccess || !synchronous || (src_dev && dst_dev)) return done.status;
+  return host_wait(done.stream, done.seq, done.vc);
+}
+
+}  // namespace
+
+cudaError_t cudaMalloc(void** ptr, size_t size) {
+  CUDASIM_NO_CALLBACK("cudaMalloc");
+  if (ptr == nullptr) return fail(cudaErrorInvalidValue, "cudaMalloc: devPtr is null");
+  return device_malloc(current_device(), size, ptr);
+}
+
+cudaError_t cudaFree(void* ptr) {
+  CUDASIM_NO_CALLBACK("cudaFree");
+  return device_free(ptr);
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  return copy("cudaMemcpy", dst, src, count, kind, nullptr, /*synchronous=*/true);
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  return copy("cudaMemcpyAsync", dst, src, count, kind, stream, /*synchronous=*/false);
+}
+
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
+                                size_t count, cudaStream_t stream) {
+  const int n = rt().device_count;
+  if (dst_device < 0 || dst_device >= n || src_device < 0 || src_device >= n) {
+    return fail(cudaErrorInvalidDevice, "cudaMemcpyPeerAsync: device " +
+                                            std::to_string(src_device) + " -> " +
+                                            std::to_string(dst_device));
+  }
+  if (count == 0) return cudaSuccess;
+  const Place d = classify(dst, count), s = classify(src, count);
+  auto wrong = [&](const char* which, const void* p, const Place& place, int want) {
+    std::ostringstream out;
+    out << "cudaMemcpyPeerAsync " << count << " B: " << which << " " << p << " is ";
+    if (place.where == Where::kBad) out << place.why;
+    else if (place.where == Where::kHost) out << "host memory";
+    else out << "memory of device " << place.device;
+    out << ", not of device " << want;
+    return fail(cudaErrorInvalidValue, out.str());
+  };
+  if (d.where != Where::kDevice || d.device != dst_device) return wrong("destination", dst, d, dst_device);
+  if (s.where != Where::kDevice || s.device != src_device) return wrong("source", src, s, src_device);
+  return copy("cudaMemcpyPeerAsync", dst, src, count, cudaMemcpyDeviceToDevice, stream, false);
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
+  CUDASIM_NO_CALLBACK("cudaMemsetAsync");
+  if (count == 0) return cudaSuccess;
+  const Place p = classify(ptr, count);
+  if (p.where != Where::kDevice) {
+    std::ostringstream out;
+    out << "cudaMemsetAsync " << count << " B: " << ptr << " is "
+        << (p.where == Where::kBad ? p.why : "host memory");
+    return fail(cudaErrorInvalidValue, out.str());
+  }
+  Request req;
+  req.stream = stream;
+  req.site.what = "cudaMemsetAsync " + std::to_string(count) + " B";
+  req.rules = PointerRules::kCopy;
+  req.accesses.push_back({ptr, count, /*write=*/true});
+  req.work = [ptr, value, count] { std::memset(ptr, value, count); };
+  return enqueue(std::move(req)).status;
+}
