@@ -1,0 +1,236 @@
+// The cuBLAS subset: GEMM against a naive double reference, argument checks, beta == 0,
+// TF32 rounding, and the race on a handle's workspace shared by two streams.
+#include <catch2/catch.hpp>
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/cudasim/test_util.h"
+
+using namespace cudasim::testing;
+
+namespace {
+
+template <typename T>
+std::vector<T> random_matrix(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(dist(rng));
+  return v;
+}
+
+// C = alpha op(A) op(B) + beta C, column-major, in double.
+template <typename T>
+std::vector<double> reference(bool ta, bool tb, int m, int n, int k, double alpha,
+                              const std::vector<T>& A, int lda, const std::vector<T>& B, int ldb,
+                              double beta, const std::vector<T>& C, int ldc) {
+  std::vector<double> out(C.begin(), C.end());
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {
+      double sum = 0;
+      for (int p = 0; p < k; ++p) {
+        const double a = ta ? A[static_cast<size_t>(p + i * lda)] : A[static_cast<size_t>(i + p * lda)];
+        const double b = tb ? B[static_cast<size_t>(j + p * ldb)] : B[static_cast<size_t>(p + j * ldb)];
+        sum += a * b;
+      }
+      const size_t c = static_cast<size_t>(i + j * ldc);
+      out[c] = alpha * sum + (beta == 0 ? 0.0 : beta * static_cast<double>(C[c]));
+    }
+  }
+  return out;
+}
+
+template <typename T>
+T* to_device(const std::vector<T>& v) {
+  T* p = nullptr;
+  (void)cudaMalloc(reinterpret_cast<void**>(&p), v.size() * sizeof(T));
+  (void)cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return p;
+}
+
+template <typename T>
+std::vector<T> to_host(const T* p, size_t n) {
+  std::vector<T> v(n);
+  (void)cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+  return v;
+}
+
+// Runs one GEMM through cuBLAS; returns the max abs error against the double reference.
+template <typename T>
+double gemm_error(cublasHandle_t h, bool ta, bool tb, int m, int n, int k, int pad, double beta,
+                  unsigned seed) {
+  const int lda = std::max(1, ta ? k : m) + pad, ldb = std::max(1, tb ? n : k) + pad,
+            ldc = m + pad;
+  const auto A = random_matrix<T>(static_cast<size_t>(lda * (ta ? m : k)), seed);
+  const auto B = random_matrix<T>(static_cast<size_t>(ldb * (tb ? k : n)), seed + 1);
+  const auto C = random_matrix<T>(static_cast<size_t>(ldc * n), seed + 2);
+  T *a = to_device(A), *b = to_device(B), *c = to_device(C);
+  const T alpha = T(1.5), beta_t = static_cast<T>(beta);
+  const auto op = [](bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; };
+  cublasStatus_t status;
+  if constexpr (std::is_same_v<T, float>) {
+    status = cublasSgemm(h, op(ta), op(tb), m, n, k, &alpha, a, lda, b, ldb, &beta_t, c, ldc);
+  } else {
+    status = cublasDgemm(h, op(ta), op(tb), m, n, k, &alpha, a, lda, b, ldb, &beta_t, c, ldc);
+  }
+  REQUIRE(status == CUBLAS_STATUS_SUCCESS);
+  const auto got = to_host(c, C.size());
+  const auto want = reference(ta, tb, m, n, k, 1.5, A, lda, B, ldb, beta, C, ldc);
+  double err = 0;
+  for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::abs(got[i] - want[i]));
+  (void)cudaFree(a);
+  (void)cudaFree(b);
+  (void)cudaFree(c);
+  return err;
+}
+
+}  // namespace
+
+TEST_CASE("gemm: every transpose combination, odd leading dimensions, S and D") {
+  clean();
+  cublasHandle_t h;
+  REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (int pad : {0, 3}) {
+        INFO("ta " << ta << " tb " << tb << " pad " << pad);
+        CHECK(gemm_error<double>(h, ta, tb, 7, 5, 9, pad, 0.5, 11) < 1e-12);
+        CHECK(gemm_error<float>(h, ta, tb, 7, 5, 9, pad, 0.5, 12) < 1e-5);
+        CHECK(gemm_error<double>(h, ta, tb, 3, 4, 0, pad, -2.0, 13) < 1e-15);  // k = 0
+      }
+    }
+  }
+  REQUIRE(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+  CHECK(cublasDestroy(h) == CUBLAS_STATUS_NOT_INITIALIZED);
+}
+
+TEST_CASE("gemm: invalid arguments are rejected, m = 0 is a no-op") {
+  cublasHandle_t h;
+  REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  const float one = 1, zero = 0;
+  float* p = nullptr;
+  REQUIRE_CUDA(cudaMalloc(reinterpret_cast<void**>(&p), 64 * sizeof(float)));
+  CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, p, 3, p, 4, &zero, p, 4) ==
+        CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(std::string(cublasGetStatusString(CUBLAS_STATUS_INVALID_VALUE)).find("lda") !=
+        std::string::npos);
+  CHECK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, 4, 4, 5, &one, p, 4, p, 5, &zero, p, 4) ==
+        CUBLAS_STATUS_INVALID_VALUE);  // lda >= k for T
+  CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, 4, 6, 4, &one, p, 4, p, 4, &zero, p, 4) ==
+        CUBLAS_STATUS_INVALID_VALUE);  // ldb >= n for T
+  CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, p, 4, p, 4, &zero, p, 3) ==
+        CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(cublasSgemm(h, static_cast<cublasOperation_t>(7), CUBLAS_OP_N, 4, 4, 4, &one, p, 4, p, 4,
+                    &zero, p, 4) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, -1, 4, 4, &one, p, 4, p, 4, &zero, p, 4) ==
+        CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 0, 4, 4, &one, nullptr, 1, nullptr, 4, &zero,
+                    nullptr, 1) == CUBLAS_STATUS_SUCCESS);
+  CHECK(std::string(cublasGetStatusName(CUBLAS_STATUS_INVALID_VALUE)) ==
+        "CUBLAS_STATUS_INVALID_VALUE");
+  // an operand out of its allocation is an illegal address (sticky), like a kernel's
+  CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 9, 9, 9, &one, p, 9, p, 9, &zero, p, 9) ==
+        CUBLAS_STATUS_EXECUTION_FAILED);
+  CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+  clean();
+  REQUIRE_CUDA(cudaFree(p));
+  REQUIRE(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+}
+
+TEST_CASE("gemm: beta == 0 never reads C (NaN there is ignored)") {
+  cublasHandle_t h;
+  REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  const std::vector<float> a{1, 2, 3, 4}, nan(4, std::numeric_limits<float>::quiet_NaN());
+  float *da = to_device(a), *dc = to_device(nan);
+  const float one = 1, zero = 0;
+  REQUIRE(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, da, 2, da, 2, &zero, dc, 2) ==
+          CUBLAS_STATUS_SUCCESS);
+  const auto c = to_host(dc, 4);
+  CHECK(c == std::vector<float>{7, 10, 15, 22});
+  (void)cudaFree(da);
+  (void)cudaFree(dc);
+  REQUIRE(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+}
+
+TEST_CASE("gemm: TF32 math rounds the operands; default math is full FP32") {
+  cublasHandle_t h;
+  REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  const int n = 64;
+  const auto A = random_matrix<float>(n * n, 21), B = random_matrix<float>(n * n, 22);
+  float *a = to_device(A), *b = to_device(B), *c = nullptr;
+  REQUIRE_CUDA(cudaMalloc(reinterpret_cast<void**>(&c), n * n * sizeof(float)));
+  const auto want = reference(false, false, n, n, n, 1.0, A, n, B, n, 0.0,
+                              std::vector<float>(n * n, 0.0f), n);
+  const float one = 1, zero = 0;
+  auto max_rel_error = [&] {
+    REQUIRE(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, n, b, n, &zero, c, n) ==
+            CUBLAS_STATUS_SUCCESS);
+    const auto got = to_host(c, n * n);
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      err = std::max(err, std::abs(got[i] - want[i]));
+      scale = std::max(scale, std::abs(want[i]));
+    }
+    return err / scale;
+  };
+  cublasMath_t mode;
+  REQUIRE(cublasGetMathMode(h, &mode) == CUBLAS_STATUS_SUCCESS);
+  CHECK(mode == CUBLAS_DEFAULT_MATH);
+  const double fp32 = max_rel_error();
+  REQUIRE(cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH) == CUBLAS_STATUS_SUCCESS);
+  const double tf32 = max_rel_error();
+  CHECK(fp32 < 1e-6);
+  CHECK(tf32 > 1e-4);
+  CHECK(tf32 < 5e-3);
+  (void)cudaFree(a);
+  (void)cudaFree(b);
+  (void)cudaFree(c);
+  REQUIRE(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+}
+
+TEST_CASE("gemm: one handle's workspace shared by two streams is a race") {
+  clean();
+  cublasHandle_t h;
+  REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  cudaStream_t s1, s2;
+  REQUIRE_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  REQUIRE_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  const std::vector<float> v(16, 1.0f);
+  float *a = to_device(v), *c1 = to_device(v), *c2 = to_device(v);
+  const float one = 1, zero = 0;
+  REQUIRE(cublasSetStream(h, s1) == CUBLAS_STATUS_SUCCESS);
+  cudaStream_t got;
+  REQUIRE(cublasGetStream(h, &got) == CUBLAS_STATUS_SUCCESS);
+  CHECK(got == s1);
+  REQUIRE(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, a, 4, a, 4, &zero, c1, 4) ==
+          CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasSetStream(h, s2) == CUBLAS_STATUS_SUCCESS);
+  CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, a, 4, a, 4, &zero, c2, 4) ==
+        CUBLAS_STATUS_EXECUTION_FAILED);
+  const std::string text = cublasGetStatusString(CUBLAS_STATUS_EXECUTION_FAILED);
+  CHECK(text.find("stream race") != std::string::npos);
+  CHECK(text.find("argument 3") != std::string::npos);  // the workspace
+  CHECK(cudasim::take_race_reports().size() == 1);
+  (void)cudaGetLastError();
+  // the fix: a workspace per stream
+  void* ws = nullptr;
+  REQUIRE_CUDA(cudaMalloc(&ws, 1024));
+  REQUIRE(cublasSetWorkspace(h, ws, 1024) == CUBLAS_STATUS_SUCCESS);
+  CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, a, 4, a, 4, &zero, c2, 4) ==
+        CUBLAS_STATUS_SUCCESS);
+  CHECK(cudasim::take_race_reports().empty());
+  REQUIRE_CUDA(cudaStreamSynchronize(s2));
+  CHECK(to_host(c2, 16) == std::vector<float>(16, 4.0f));
+  REQUIRE_CUDA(cudaStreamDestroy(s1));
+  REQUIRE_CUDA(cudaStreamDestroy(s2));
+  for (float* p : {a, c1, c2}) REQUIRE_CUDA(cudaFree(p));
+  REQUIRE_CUDA(cudaFree(ws));
+  REQUIRE(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+}
