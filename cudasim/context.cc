@@ -125,7 +125,8 @@ struct Checked {
 // Checks one access; returns "" when fine, else why not.
 std::string check_access(const Access& a, PointerRules rules, const Stream& s, Checked* out) {
   Runtime& r = rt();
-  const Allocation* live = r.memory.find_live(a.ptr);
+  const Allocation* live =
+      r.memory.find_live(a.ptr, /*include_end=*/rules == PointerRules::kKernel);
   if (live == nullptr) {
     const Allocation* freed = r.memory.find_freed(a.ptr);
     if (freed != nullptr) return "freed memory: " + freed->describe(/*with_sites=*/true);

@@ -186,9 +186,12 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
   if (handle == nullptr) return invalid("cublasCreate: handle is null");
   Handle h;
   h.device = current_device();
-  if (device_malloc(h.device, kDefaultWorkspaceBytes, &h.default_workspace) != cudaSuccess) {
-    return set_blas_detail(CUBLAS_STATUS_ALLOC_FAILED,
-                           std::string("default workspace: ") + error_string(peek_last_error()));
+  if (const cudaError_t error =
+          device_malloc(h.device, kDefaultWorkspaceBytes, &h.default_workspace);
+      error != cudaSuccess) {
+    return set_blas_detail(error == cudaErrorMemoryAllocation ? CUBLAS_STATUS_ALLOC_FAILED
+                                                              : CUBLAS_STATUS_NOT_INITIALIZED,
+                           std::string("cublasCreate: ") + error_string(error));
   }
   h.workspace = h.default_workspace;
   h.workspace_bytes = kDefaultWorkspaceBytes;

@@ -44,19 +44,22 @@ const Allocation* MemoryRegistry::allocate(int device, size_t size, size_t limit
 }
 
 const Allocation* MemoryRegistry::containing(const std::map<uintptr_t, Allocation>& m,
-                                             const void* p) {
+                                             const void* p, bool include_end) {
   const auto addr = reinterpret_cast<uintptr_t>(p);
   auto it = m.upper_bound(addr);
   if (it == m.begin()) return nullptr;
   --it;
   const Allocation& a = it->second;
-  return addr <= it->first + a.size ? &a : nullptr;
+  const uintptr_t end = it->first + a.size;
+  return addr < end || (include_end && addr == end) ? &a : nullptr;
 }
 
-const Allocation* MemoryRegistry::find_live(const void* p) const { return containing(live_, p); }
+const Allocation* MemoryRegistry::find_live(const void* p, bool include_end) const {
+  return containing(live_, p, include_end);
+}
 
 const Allocation* MemoryRegistry::find_freed(const void* p) const {
-  return containing(freed_, p);
+  return containing(freed_, p, /*include_end=*/false);
 }
 
 const Allocation* MemoryRegistry::find_base(const void* p) const {

@@ -41,9 +41,9 @@ class MemoryRegistry {
   /// `limit`; returns nullptr when it would not or the host is out of memory.
   const Allocation* allocate(int device, size_t size, size_t limit);
 
-  /// The live allocation containing p (p == base + size counts, as an empty range at the end),
-  /// or nullptr.
-  const Allocation* find_live(const void* p) const;
+  /// The live allocation containing p, or nullptr. include_end: p == base + size counts too
+  /// (a kernel's pointer to an empty range at the end; host memory can start right there).
+  const Allocation* find_live(const void* p, bool include_end = false) const;
 
   /// The quarantined (freed) allocation containing p, or nullptr.
   const Allocation* find_freed(const void* p) const;
@@ -57,7 +57,8 @@ class MemoryRegistry {
   size_t used(int device) const { return used_[static_cast<size_t>(device)]; }
 
  private:
-  static const Allocation* containing(const std::map<uintptr_t, Allocation>& m, const void* p);
+  static const Allocation* containing(const std::map<uintptr_t, Allocation>& m, const void* p,
+                                      bool include_end);
   void evict_quarantine();
 
   uint64_t next_id_ = 1;

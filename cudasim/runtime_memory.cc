@@ -108,6 +108,7 @@ const char* kind_name(cudaMemcpyKind kind) {
 // device-to-device copies, which CUDA leaves asynchronous to the host).
 cudaError_t copy(const char* api, void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                  cudaStream_t stream, bool synchronous) {
+  CUDASIM_NO_CALLBACK("cudaMemcpy");
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) {
     return fail(cudaErrorInvalidMemcpyDirection, std::string(api) + ": kind " +
                                                      std::to_string(static_cast<int>(kind)));
@@ -136,7 +137,6 @@ cudaError_t copy(const char* api, void* dst, const void* src, size_t count, cuda
   } else if (kind != cudaMemcpyDefault && !dst_dev) {
     return mismatch("destination", dst, false);
   }
-  CUDASIM_NO_CALLBACK("cudaMemcpy");
   if (!src_dev && !dst_dev) {  // host to host: synchronous on CUDA too
     std::memmove(dst, src, count);
     return cudaSuccess;

@@ -51,14 +51,14 @@ template <typename T>
 T* to_device(const std::vector<T>& v) {
   T* p = nullptr;
   (void)cudaMalloc(reinterpret_cast<void**>(&p), v.size() * sizeof(T));
-  (void)cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+  REQUIRE_CUDA(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
   return p;
 }
 
 template <typename T>
 std::vector<T> to_host(const T* p, size_t n) {
   std::vector<T> v(n);
-  (void)cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost);
+  REQUIRE_CUDA(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
   return v;
 }
 

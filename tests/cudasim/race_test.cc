@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/cudasim/test_util.h"
@@ -135,6 +136,12 @@ TEST_CASE("race: copies count as accesses; report policy lets the op run") {
   Streams s;
   std::vector<float> host(4, 7.0f), back(4, 0.0f);
   REQUIRE_CUDA(cudaMemcpyAsync(buf.p, host.data(), buf.bytes(), cudaMemcpyHostToDevice, s.a));
+  // Another host thread waits for A: the copies really are ordered (so ThreadSanitizer sees no
+  // race in the simulator), but this thread's clock is not: a documented limit of the detector
+  // (Note [Race detection]), reported as a race.
+  cudaError_t synced = cudaErrorUnknown;
+  std::thread([&] { synced = cudaStreamSynchronize(s.a); }).join();
+  REQUIRE_CUDA(synced);
   const auto previous = cudasim::set_race_policy(cudasim::RacePolicy::kReport);
   REQUIRE_CUDA(cudaMemcpyAsync(back.data(), buf.p, buf.bytes(), cudaMemcpyDeviceToHost, s.b));
   cudasim::set_race_policy(previous);
@@ -143,6 +150,7 @@ TEST_CASE("race: copies count as accesses; report policy lets the op run") {
   CHECK(reports[0].find("cudaMemcpyAsync HostToDevice") != std::string::npos);
   CHECK(reports[0].find("cudaMemcpyAsync DeviceToHost") != std::string::npos);
   REQUIRE_CUDA(cudaDeviceSynchronize());
+  CHECK(back == host);  // report policy: the copy ran
 }
 
 TEST_CASE("a fresh cudaMalloc starts with no history") {
