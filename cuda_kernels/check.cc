@@ -34,9 +34,4 @@ void check(cublasStatus_t status, const char* expr, const char* file, int line) 
        static_cast<int>(status));
 }
 
-void check(cudnnStatus_t status, const char* expr, const char* file, int line) {
-  if (status == CUDNN_STATUS_SUCCESS) return;
-  fail(expr, file, line, cudnnGetErrorString(status), static_cast<int>(status));
-}
-
 }  // namespace pipewright::cuda

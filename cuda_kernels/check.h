@@ -2,7 +2,9 @@
 //
 //   PW_CUDA_CHECK(cudaMalloc(&p, bytes));              // cudaError_t
 //   PW_CUDA_CHECK(cublasSgemm(handle, ...));           // cublasStatus_t
-//   PW_CUDA_CHECK(cudnnBatchNormalizationForward...);  // cudnnStatus_t
+//
+// (cuDNN is used by the GPU benchmark only, which checks its status itself: the library does
+// not link cuDNN, so --config=cudasim has nothing of it to simulate.)
 //
 // On failure it throws CudaError, a std::runtime_error whose message names the file:line, the
 // failing expression and the library's own error text, e.g.
@@ -17,15 +19,14 @@
 
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
-#include <cudnn_graph.h>
 
 #include <stdexcept>
 #include <string>
 
 namespace pipewright::cuda {
 
-/// Thrown for every failed CUDA runtime, cuBLAS or cuDNN call. code() is the raw status value
-/// (cudaError_t, cublasStatus_t or cudnnStatus_t, as an int).
+/// Thrown for every failed CUDA runtime or cuBLAS call. code() is the raw status value
+/// (cudaError_t or cublasStatus_t, as an int).
 class CudaError : public std::runtime_error {
  public:
   CudaError(const std::string& message, int code) : std::runtime_error(message), code_(code) {}
@@ -39,7 +40,6 @@ class CudaError : public std::runtime_error {
 /// the expression text and the call site; overloaded per library status type.
 void check(cudaError_t status, const char* expr, const char* file, int line);
 void check(cublasStatus_t status, const char* expr, const char* file, int line);
-void check(cudnnStatus_t status, const char* expr, const char* file, int line);
 
 /// The CUDA runtime's text for `status`, e.g. "out of memory (cudaErrorMemoryAllocation)".
 std::string error_text(cudaError_t status);

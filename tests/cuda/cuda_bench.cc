@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <stdexcept>
+#include <string>
 
 #include "cuda_kernels/blas.h"
 #include "cuda_kernels/check.h"
@@ -23,6 +25,16 @@
 #include "tensor/kernels.h"
 #include "tensor/stream.h"
 #include "tensor/tensor.h"
+
+// cuDNN's status, checked like PW_CUDA_CHECK does the runtime's (the library has no cuDNN).
+#define CUDNN_CHECK(expr)                                                                   \
+  do {                                                                                      \
+    const cudnnStatus_t status_ = (expr);                                                   \
+    if (status_ != CUDNN_STATUS_SUCCESS) {                                                  \
+      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +    \
+                               ": " #expr " failed: " + cudnnGetErrorString(status_));      \
+    }                                                                                       \
+  } while (0)
 
 // The legacy BatchNorm API is deprecated in cuDNN 9 but is what cuDNN users call; it is the
 // fair comparison for a hand-written BatchNorm.
@@ -99,16 +111,16 @@ struct CudnnBn {
   cudnnTensorDescriptor_t x = nullptr, param = nullptr;
   cudnnBatchNormMode_t mode;
   CudnnBn(cudaStream_t stream, int64_t n, int64_t c, int64_t l) {
-    PW_CUDA_CHECK(cudnnCreate(&handle));
-    PW_CUDA_CHECK(cudnnSetStream(handle, stream));
-    PW_CUDA_CHECK(cudnnCreateTensorDescriptor(&x));
-    PW_CUDA_CHECK(cudnnCreateTensorDescriptor(&param));
-    PW_CUDA_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+    CUDNN_CHECK(cudnnCreate(&handle));
+    CUDNN_CHECK(cudnnSetStream(handle, stream));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&param));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
                                              static_cast<int>(n), static_cast<int>(c),
                                              static_cast<int>(l), 1));
     // [N, C]: per-activation over N equals per-channel; [N, C, L]: spatial.
     mode = l == 1 ? CUDNN_BATCHNORM_PER_ACTIVATION : CUDNN_BATCHNORM_SPATIAL;
-    PW_CUDA_CHECK(cudnnDeriveBNTensorDescriptor(param, x, mode));
+    CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(param, x, mode));
   }
   ~CudnnBn() {
     cudnnDestroyTensorDescriptor(x);
@@ -131,8 +143,9 @@ void bench_batch_norm(cudaStream_t stream) {
     Tensor mean = Tensor::empty({s.c}, {DType::kFloat32, kGpu}), invstd = mean.clone();
     Tensor gg = mean.clone(), gb = mean.clone(), rm = Tensor::zeros({s.c}, {DType::kFloat32, kGpu}),
            rv = Tensor::ones({s.c}, {DType::kFloat32, kGpu});
+    Tensor var = Tensor::empty({s.c}, {DType::kFloat64, kGpu});  // for the running statistics
     const double ours_fwd = time_ms([&] {
-      gpu().batch_norm_train(x, gamma, beta, 1e-5, s.n, s.c, s.l, y, mean, invstd);
+      gpu().batch_norm_train(x, gamma, beta, 1e-5, s.n, s.c, s.l, y, mean, invstd, var);
     });
     const double ours_bwd = time_ms([&] {
       gpu().batch_norm_backward(g, x, gamma, mean, invstd, s.n, s.c, s.l, gx, gg, gb);
@@ -140,13 +153,13 @@ void bench_batch_norm(cudaStream_t stream) {
     CudnnBn bn(stream, s.n, s.c, s.l);
     const float one = 1.0f, zero = 0.0f;
     const double cudnn_fwd = time_ms([&] {
-      PW_CUDA_CHECK(cudnnBatchNormalizationForwardTraining(
+      CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
           bn.handle, bn.mode, &one, &zero, bn.x, x.data<float>(), bn.x, y.data<float>(), bn.param,
           gamma.data<float>(), beta.data<float>(), 0.1, rm.data<float>(), rv.data<float>(), 1e-5,
           mean.data<float>(), invstd.data<float>()));
     });
     const double cudnn_bwd = time_ms([&] {
-      PW_CUDA_CHECK(cudnnBatchNormalizationBackward(
+      CUDNN_CHECK(cudnnBatchNormalizationBackward(
           bn.handle, bn.mode, &one, &zero, &one, &zero, bn.x, x.data<float>(), bn.x,
           g.data<float>(), bn.x, gx.data<float>(), bn.param, gamma.data<float>(),
           gg.data<float>(), gb.data<float>(), 1e-5, mean.data<float>(), invstd.data<float>()));

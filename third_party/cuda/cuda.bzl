@@ -20,9 +20,16 @@ nvcc is the toolkit's own binary at its real path (`ROOT/bin/nvcc`, from @cuda//
 like /usr/bin/gcc for the C++ toolchain: it finds its own include/, nvvm/ and ptxas there.
 sm_90 SASS (H100/H200) plus compute_90 PTX, which the driver can JIT for later GPUs.
 
+Under --config=cudasim (--define=cudasim=on) there is no nvcc: the same .cu files are
+compiled by the C++ toolchain as C++ (`-x c++`), with cudasim/device.h included first. That
+header supplies what nvcc would (threadIdx, __syncthreads, __shfl_down_sync, atomics,
+`__shared__`) and the PW_LAUNCH macro that cuda_kernels/launch.cuh otherwise defines as
+`<<<>>>`; the objects link against //cudasim (the simulated runtime and executor) instead of
+libcudart. See docs/cuda.md.
+
 Every target made here is CUDA-only: incompatible (skipped by `bazel build //...`) unless
---config=cuda (--define=cuda=on) is set AND the toolkit was found (otherwise @cuda is a stub
-whose targets are incompatible too, and nvcc is never run).
+--config=cuda or --config=cudasim is set AND the toolkit was found (its headers are needed
+either way; otherwise @cuda is a stub whose targets are incompatible too).
 """
 
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
@@ -31,6 +38,20 @@ load("@cuda//:defs.bzl", CUDA_PRESENT = "PRESENT", CUDA_ROOT = "ROOT")
 # The constraint a CUDA-only target carries: compatible only with --config=cuda, and never
 # when the toolkit is absent (then @cuda is a stub).
 CUDA_ONLY = select({
+    "@//third_party/build:cuda_on": [],
+    "@//third_party/build:cudasim_on": [],
+    "//conditions:default": ["@//third_party/build:incompatible"],
+}) if CUDA_PRESENT else ["@//third_party/build:incompatible"]
+
+# Only under --config=cudasim (the simulator itself; it compiles against the toolkit's headers).
+CUDASIM_ONLY = select({
+    "@//third_party/build:cudasim_on": [],
+    "//conditions:default": ["@//third_party/build:incompatible"],
+}) if CUDA_PRESENT else ["@//third_party/build:incompatible"]
+
+# Only with the real toolkit (--config=cuda): nvcc objects, and targets that need a library
+# cudasim does not simulate (cuDNN in the GPU benchmark).
+CUDA_REAL_ONLY = select({
     "@//third_party/build:cuda_on": [],
     "//conditions:default": ["@//third_party/build:incompatible"],
 }) if CUDA_PRESENT else ["@//third_party/build:incompatible"]
@@ -121,22 +142,32 @@ def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], alwayslink =
       alwayslink: keep every object at link time (static registration).
       **kwargs: passed to the cc_library (visibility, testonly, tags, ...).
     """
-    cuda_deps = ["@cuda//:cudart"]
     _cuda_objects(
         name = name + "_cu",
         srcs = srcs,
         hdrs = hdrs,
-        deps = deps + cuda_deps,
+        deps = deps + ["@cuda//:cudart"],
         copts = copts,
-        target_compatible_with = CUDA_ONLY,
+        target_compatible_with = CUDA_REAL_ONLY,
         testonly = kwargs.get("testonly", False),
         visibility = ["//visibility:private"],
     )
     native.cc_library(
         name = name,
-        srcs = [":" + name + "_cu"],
+        # nvcc's objects, or under cudasim the .cu files themselves, compiled as C++.
+        srcs = select({
+            "@//third_party/build:cudasim_on": srcs,
+            "//conditions:default": [":" + name + "_cu"],
+        }),
         hdrs = hdrs,
-        deps = deps + cuda_deps,
+        copts = select({
+            "@//third_party/build:cudasim_on": ["-x", "c++", "-include", "cudasim/device.h"],
+            "//conditions:default": [],
+        }),
+        deps = deps + select({
+            "@//third_party/build:cudasim_on": ["@//cudasim"],
+            "//conditions:default": ["@cuda//:cudart"],
+        }),
         alwayslink = alwayslink,
         target_compatible_with = CUDA_ONLY,
         **kwargs
