@@ -106,13 +106,16 @@ Tensor batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta
   Tensor xc = x.contiguous();
   Tensor y = Tensor::empty(x.shape(), opts);
   Tensor mean = Tensor::empty(Shape{d.c}, opts), invstd = Tensor::empty(Shape{d.c}, opts);
+  // The double variance only when the caller keeps the statistics (running stats).
+  Tensor var = stats != nullptr ? Tensor::empty(Shape{d.c}, {DType::kFloat64, x.device()})
+                                : Tensor();
   PW_KERNEL(x.device(), batch_norm_train)(xc, gamma.defined() ? gamma.contiguous() : gamma,
                                           beta.defined() ? beta.contiguous() : beta, eps, d.n,
-                                          d.c, d.l, y, mean, invstd);
+                                          d.c, d.l, y, mean, invstd, var);
   record_op({x, gamma, beta}, {&y}, [&] {
     return std::make_shared<BatchNormBackward>(xc, gamma, mean, invstd, d);
   });
-  if (stats != nullptr) *stats = {mean, invstd};
+  if (stats != nullptr) *stats = {mean, invstd, var};
   return y;
 }
 

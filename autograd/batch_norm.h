@@ -10,10 +10,11 @@
 
 namespace pipewright::autograd {
 
-/// The batch statistics a training-mode forward used, per channel [C], in x's dtype.
+/// The batch statistics a training-mode forward used, per channel [C].
 struct BatchNormStats {
-  Tensor mean;    // Σ x / M
-  Tensor invstd;  // 1 / sqrt(biased variance + eps), biased variance = Σ (x - mean)² / M
+  Tensor mean;    // Σ x / M, in x's dtype
+  Tensor invstd;  // 1 / sqrt(biased variance + eps), in x's dtype
+  Tensor var;     // biased variance Σ (x - mean)² / M, float64 as the kernel accumulated it
 };
 
 /// Training mode (torch.nn.functional.batch_norm(training=True)):

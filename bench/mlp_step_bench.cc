@@ -173,14 +173,15 @@ void kernel_batch_norm(benchmark::State& state) {
          invstd = Tensor::empty({kHidden});
   Tensor gx = Tensor::empty({kBatch, kHidden}), ggamma = Tensor::empty({kHidden}),
          gbeta = Tensor::empty({kHidden});
-  PW_KERNEL(cpu, batch_norm_train)(x, gamma, beta, 1e-5, kBatch, kHidden, 1, y, mean, invstd);
+  Tensor var;  // not wanted (undefined): the library asks for it only for running statistics
+  PW_KERNEL(cpu, batch_norm_train)(x, gamma, beta, 1e-5, kBatch, kHidden, 1, y, mean, invstd, var);
   for (auto _ : state) {
     if (backward) {
       PW_KERNEL(cpu, batch_norm_backward)(g, x, gamma, mean, invstd, kBatch, kHidden, 1, gx,
                                           ggamma, gbeta);
     } else {
       PW_KERNEL(cpu, batch_norm_train)(x, gamma, beta, 1e-5, kBatch, kHidden, 1, y, mean,
-                                       invstd);
+                                       invstd, var);
     }
     benchmark::ClobberMemory();
   }

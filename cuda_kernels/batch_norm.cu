@@ -225,27 +225,29 @@ T* optional_out(Tensor& t) {
 }  // namespace
 
 void batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
-                      int64_t n, int64_t c, int64_t l, Tensor& y, Tensor& mean, Tensor& invstd) {
+                      int64_t n, int64_t c, int64_t l, Tensor& y, Tensor& mean, Tensor& invstd,
+                      Tensor& var) {
   if (c == 0) return;
   LaunchContext ctx(y);
   const int64_t total = n * c * l;
   const double m = static_cast<double>(n * l);  // M = 0 gives NaN statistics, like the CPU
   Scratch<double> stats(y.device(), 4 * c, ctx.stream);   // mean | var | scale | shift
   double* mean_d = stats.get();
-  double* var_d = mean_d + c;
-  double* scale_d = var_d + c;
+  // The double variance goes straight into `var` (float64 [C]) when the caller wants it.
+  double* var_d = var.defined() ? var.data<double>() : mean_d + c;
+  double* scale_d = mean_d + 2 * c;
   double* shift_d = scale_d + c;
   dispatch_floating(x.dtype(), "batch_norm_train", [&](auto zero) {
     using T = decltype(zero);
     channel_sums(SumX<T>{x.data<T>()}, n, c, l, m, mean_d, nullptr, ctx.stream);
     channel_sums(SumSquaredDeviation<T>{x.data<T>(), mean_d}, n, c, l, m, var_d, nullptr,
                  ctx.stream);
-    train_coefficients<T><<<grid_for(c), kBlock, 0, ctx.stream>>>(
+    PW_LAUNCH(train_coefficients<T>, grid_for(c), kBlock, 0, ctx.stream)(
         mean_d, var_d, optional<T>(gamma), optional<T>(beta), eps, c, scale_d, shift_d,
         mean.data<T>(), invstd.data<T>());
     PW_CUDA_CHECK_LAUNCH();
     if (total == 0) return;
-    affine_kernel<T><<<grid_for(total), kBlock, 0, ctx.stream>>>(x.data<T>(), scale_d, shift_d,
+    PW_LAUNCH(affine_kernel<T>, grid_for(total), kBlock, 0, ctx.stream)(x.data<T>(), scale_d, shift_d,
                                                                  y.data<T>(), total, c, l);
     PW_CUDA_CHECK_LAUNCH();
   });

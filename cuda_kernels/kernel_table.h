@@ -50,7 +50,8 @@ void cross_entropy_backward(const Tensor& logp, const Tensor& target, double eps
 
 // batch_norm.cu
 void batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
-                      int64_t n, int64_t c, int64_t l, Tensor& y, Tensor& mean, Tensor& invstd);
+                      int64_t n, int64_t c, int64_t l, Tensor& y, Tensor& mean, Tensor& invstd,
+                      Tensor& var);
 void batch_norm_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                      const Tensor& running_mean, const Tensor& running_var, double eps,
                      int64_t n, int64_t c, int64_t l, Tensor& y);

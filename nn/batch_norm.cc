@@ -49,12 +49,18 @@ Tensor BatchNorm1d::forward(const Tensor& x) {
   Tensor y = autograd::batch_norm_train(x, weight_, bias_, eps_, &stats);
   if (!is_training() || !tracking || autograd::is_recomputing()) return y;
 
-  // Per-channel float64 mean and biased variance (1/invstd² - eps) of this batch.
+  // Per-channel float64 mean and biased variance of this batch.
+  //
+  // Note [Running variance from the kernel's double variance]
+  // The kernel accumulates the variance in double and returns it as such (stats.var). It
+  // must not be rebuilt from invstd as 1/invstd² - eps: invstd is rounded to x's dtype, so in
+  // float32 1/invstd² carries an absolute error of ~1e-7·(var + eps), which swamps var when
+  // var ≪ eps (e.g. var 1e-12, eps 1e-3: the result was 3.7e-11, 100 times too large, and
+  // could as well have been negative). Same on CPU and GPU: both kernels fill stats.var.
   autograd::NoGradGuard no_grad;
   const int64_t count = x.numel() / num_features_;
   Tensor mean = stats.mean.to(DType::kFloat64);
-  Tensor invstd = stats.invstd.to(DType::kFloat64);
-  Tensor biased_var = ops::sub(ops::rdiv(ops::square(invstd), 1.0), eps_);
+  const Tensor& biased_var = stats.var;
   if (!deferred_) {
     update_running_stats(mean, biased_var, count);
     return y;

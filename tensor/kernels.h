@@ -65,10 +65,13 @@ struct Kernels {
                                  const Tensor& grad_loss, Tensor& grad_logits) = nullptr;
   /// BatchNorm training forward on x viewed as [N, C, L] (L = 1 for 2-D input):
   /// mean[c], invstd[c] = 1/sqrt(biased var + eps), y = (x - mean) * invstd * gamma + beta.
-  /// gamma/beta may be undefined (affine = false: 1 and 0).
+  /// gamma/beta may be undefined (affine = false: 1 and 0). var, float64 [C] whatever x's
+  /// dtype, receives the biased variance Σ(x - mean)²/M as accumulated in double, before any
+  /// rounding to x's dtype (the running statistics need it: rebuilding it from invstd cancels
+  /// catastrophically when var ≪ eps); undefined = not wanted.
   void (*batch_norm_train)(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
                            int64_t n, int64_t c, int64_t l, Tensor& y, Tensor& mean,
-                           Tensor& invstd) = nullptr;
+                           Tensor& invstd, Tensor& var) = nullptr;
   /// Eval forward: y = (x - rm) / sqrt(rv + eps) * gamma + beta.
   void (*batch_norm_eval)(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                           const Tensor& running_mean, const Tensor& running_var, double eps,

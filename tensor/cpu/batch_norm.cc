@@ -126,7 +126,8 @@ void affine(const T* x, const std::vector<double>& scale, const std::vector<doub
 
 template <class T>
 void train_typed(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, int64_t n,
-                 int64_t c, int64_t l, Tensor& y, Tensor& mean_out, Tensor& invstd_out) {
+                 int64_t c, int64_t l, Tensor& y, Tensor& mean_out, Tensor& invstd_out,
+                 Tensor& var_out) {
   const double m = static_cast<double>(n * l);
   const T* xs = x.data<T>();
   parallel_for(c, n * l, [&](int64_t c0, int64_t c1) {
@@ -145,13 +146,15 @@ void train_typed(const Tensor& x, const Tensor& gamma, const Tensor& beta, doubl
     std::vector<double> invstd(r.size()), scale = param<T>(gamma, r, 1.0),
                                           shift = param<T>(beta, r, 0.0);
     for (int64_t i = 0; i < r.size(); ++i) {
-      invstd[i] = 1.0 / std::sqrt(sq[i] / m + eps);  // biased variance, like torch
+      sq[i] /= m;                              // biased variance, like torch
+      invstd[i] = 1.0 / std::sqrt(sq[i] + eps);
       scale[i] *= invstd[i];
       shift[i] -= mean[i] * scale[i];
     }
     affine(xs, scale, shift, r, y.data<T>());
     store<T>(mean, r, mean_out);
     store<T>(invstd, r, invstd_out);
+    if (var_out.defined()) store<double>(sq, r, var_out);
   });
 }
 
@@ -213,9 +216,10 @@ void backward_typed(const Tensor& grad_y, const Tensor& x, const Tensor& gamma,
 }  // namespace
 
 void batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
-                      int64_t n, int64_t c, int64_t l, Tensor& y, Tensor& mean, Tensor& invstd) {
+                      int64_t n, int64_t c, int64_t l, Tensor& y, Tensor& mean, Tensor& invstd,
+                      Tensor& var) {
   dispatch_floating(x.dtype(), "batch_norm_train", [&](auto zero) {
-    train_typed<decltype(zero)>(x, gamma, beta, eps, n, c, l, y, mean, invstd);
+    train_typed<decltype(zero)>(x, gamma, beta, eps, n, c, l, y, mean, invstd, var);
   });
 }
 

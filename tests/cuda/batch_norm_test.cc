@@ -36,14 +36,16 @@ TEST_CASE("cuda batch_norm_train and eval match cpu", "[cuda][batch_norm]") {
         const double t = tol(dtype, 1e-5, 1e-12);
 
         Tensor y = cpu_empty(xs, dtype), mean = cpu_empty({s.c}, dtype),
-               invstd = cpu_empty({s.c}, dtype);
+               invstd = cpu_empty({s.c}, dtype), var = cpu_empty({s.c}, DType::kFloat64);
         Tensor y_g = gpu_empty(xs, dtype), mean_g = gpu_empty({s.c}, dtype),
-               invstd_g = gpu_empty({s.c}, dtype);
-        cpu_kernels().batch_norm_train(x, gamma, beta, 1e-5, s.n, s.c, s.l, y, mean, invstd);
+               invstd_g = gpu_empty({s.c}, dtype), var_g = gpu_empty({s.c}, DType::kFloat64);
+        cpu_kernels().batch_norm_train(x, gamma, beta, 1e-5, s.n, s.c, s.l, y, mean, invstd,
+                                       var);
         gpu_kernels().batch_norm_train(x.to(gpu()), gamma_g, beta_g, 1e-5, s.n, s.c, s.l, y_g,
-                                       mean_g, invstd_g);
+                                       mean_g, invstd_g, var_g);
         check_close(mean_g, mean, t, t);
         check_close(invstd_g, invstd, t, t);
+        check_close(var_g, var, 1e-12, 1e-12);  // both in double, summed in different orders
         check_close(y_g, y, t, t);
 
         const Tensor rm = random_tensor({s.c}, dtype, 54);
@@ -69,7 +71,9 @@ TEST_CASE("cuda batch_norm_backward matches cpu", "[cuda][batch_norm]") {
       const Tensor gamma = random_tensor({s.c}, dtype, 58, 0.5, 1.5);
       Tensor y = cpu_empty(xs, dtype), mean = cpu_empty({s.c}, dtype),
              invstd = cpu_empty({s.c}, dtype);
-      cpu_kernels().batch_norm_train(x, gamma, Tensor(), 1e-5, s.n, s.c, s.l, y, mean, invstd);
+      Tensor no_var;
+      cpu_kernels().batch_norm_train(x, gamma, Tensor(), 1e-5, s.n, s.c, s.l, y, mean, invstd,
+                                     no_var);
       const double t = tol(dtype, 4e-5, 4e-12);
       const double sum_t = t * static_cast<double>(s.n * s.l);  // Σ over M terms
 

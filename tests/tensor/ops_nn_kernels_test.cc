@@ -140,13 +140,18 @@ TEST_CASE("batch_norm_train and batch_norm_eval match naive loops (float64)") {
     const Tensor x = tensor_of<double>(xv, {s.n, s.c, s.l});
     Tensor y = Tensor::empty(x.shape(), {DType::kFloat64});
     Tensor mean = Tensor::empty({s.c}, {DType::kFloat64}), invstd = Tensor::empty({s.c}, {DType::kFloat64});
+    Tensor var = Tensor::empty({s.c}, {DType::kFloat64});
     cpu().batch_norm_train(x, maybe(s.affine, gamma, s.c), maybe(s.affine, beta, s.c), eps, s.n,
-                           s.c, s.l, y, mean, invstd);
+                           s.c, s.l, y, mean, invstd, var);
     std::vector<double> ey, emean, einvstd;
     naive_bn_train(xv, gamma, beta, eps, s, ey, emean, einvstd);
     REQUIRE(max_rel_err(y.to_vector<double>(), ey) < 1e-12);
     REQUIRE(max_rel_err(mean.to_vector<double>(), emean) < 1e-12);
     REQUIRE(max_rel_err(invstd.to_vector<double>(), einvstd) < 1e-12);
+    // var is the biased variance itself: invstd = 1/sqrt(var + eps).
+    std::vector<double> evar;
+    for (double is : einvstd) evar.push_back(1.0 / (is * is) - eps);
+    REQUIRE(max_rel_err(var.to_vector<double>(), evar) < 1e-9);
 
     // Eval with running stats: y = (x - rm) / sqrt(rv + eps) * gamma + beta.
     const auto rm = random_values(s.c, 54), rv = random_values(s.c, 55, 0.5, 2.0);
@@ -170,7 +175,8 @@ TEST_CASE("batch_norm float32 agrees with float64") {
     const Tensor gamma = tensor_of<double>(gv, {s.c}).to(dt);
     Tensor y = Tensor::empty(x.shape(), {dt}), mean = Tensor::empty({s.c}, {dt}),
            invstd = Tensor::empty({s.c}, {dt});
-    cpu().batch_norm_train(x, gamma, Tensor(), 1e-5, s.n, s.c, s.l, y, mean, invstd);
+    Tensor no_var;
+    cpu().batch_norm_train(x, gamma, Tensor(), 1e-5, s.n, s.c, s.l, y, mean, invstd, no_var);
     return y.to_vector<double>();
   };
   REQUIRE(max_rel_err(run(DType::kFloat32), run(DType::kFloat64)) < 1e-5);
@@ -212,8 +218,9 @@ TEST_CASE("batch_norm_backward matches finite differences of the training forwar
     const Tensor gamma_t = maybe(s.affine, gamma, s.c);
     Tensor y = Tensor::empty(x.shape(), {DType::kFloat64});
     Tensor mean = Tensor::empty({s.c}, {DType::kFloat64}), invstd = Tensor::empty({s.c}, {DType::kFloat64});
+    Tensor no_var;
     cpu().batch_norm_train(x, gamma_t, maybe(s.affine, beta, s.c), eps, s.n, s.c, s.l, y, mean,
-                           invstd);
+                           invstd, no_var);
     Tensor gx = Tensor::empty(x.shape(), {DType::kFloat64});
     Tensor gg = s.affine ? Tensor::empty({s.c}, {DType::kFloat64}) : Tensor();
     Tensor gb = s.affine ? Tensor::empty({s.c}, {DType::kFloat64}) : Tensor();
@@ -250,7 +257,8 @@ TEST_CASE("batch_norm kernels give the same bits on 1 thread and on all threads"
       std::vector<Tensor> out = {Tensor::empty(x.shape()), Tensor::empty({s.c}),
                                  Tensor::empty({s.c}), Tensor::empty(x.shape()),
                                  Tensor::empty({s.c}), Tensor::empty({s.c})};
-      cpu().batch_norm_train(x, gamma, beta, 1e-5, s.n, s.c, s.l, out[0], out[1], out[2]);
+      Tensor no_var;
+      cpu().batch_norm_train(x, gamma, beta, 1e-5, s.n, s.c, s.l, out[0], out[1], out[2], no_var);
       cpu().batch_norm_backward(g, x, gamma, out[1], out[2], s.n, s.c, s.l, out[3], out[4],
                                 out[5]);
       return out;
@@ -274,7 +282,8 @@ TEST_CASE("batch_norm_backward float32 agrees with float64") {
     Tensor y = Tensor::empty(x.shape(), {dt}), mean = Tensor::empty({s.c}, {dt}),
            invstd = Tensor::empty({s.c}, {dt}), gx = Tensor::empty(x.shape(), {dt}),
            gg = Tensor::empty({s.c}, {dt}), gb = Tensor::empty({s.c}, {dt});
-    cpu().batch_norm_train(x, gm, Tensor(), 1e-5, s.n, s.c, s.l, y, mean, invstd);
+    Tensor no_var;
+    cpu().batch_norm_train(x, gm, Tensor(), 1e-5, s.n, s.c, s.l, y, mean, invstd, no_var);
     cpu().batch_norm_backward(g, x, gm, mean, invstd, s.n, s.c, s.l, gx, gg, gb);
     return std::vector<std::vector<double>>{values(gx), values(gg), values(gb)};
   };
