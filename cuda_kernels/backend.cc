@@ -36,16 +36,6 @@ namespace {
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 cudaEvent_t as_event(void* e) { return static_cast<cudaEvent_t>(e); }
 
-/// The device a copy runs under: the stream's own device, else the GPU side of the copy.
-int copy_device(Device dst, Device src, void* stream) {
-  if (stream != nullptr) {
-    int device = 0;
-    PW_CUDA_CHECK(cudaStreamGetDevice(as_stream(stream), &device));
-    return device;
-  }
-  return dst.is_cuda() ? dst.index : src.index;
-}
-
 class CudaBackend final : public DeviceBackend {
  public:
   int device_count() override { return cuda_device_count(); }
@@ -122,14 +112,23 @@ class CudaBackend final : public DeviceBackend {
     return ms;
   }
 
+  // The copy runs under the stream's device: with a null stream that choice *is* the stream
+  // (each GPU's legacy default stream is a different one), so it is the caller's to make,
+  // never guessed from the copy's direction (Note [Copies between devices], tensor.cc).
   void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
-            void* stream) override {
+            int stream_device_index, void* stream) override {
     if (bytes == 0) return;
     if (dst_device.is_cpu() && src_device.is_cpu()) {
       throw std::invalid_argument("CUDA backend asked to copy " + src_device.str() + " -> " +
                                   dst_device.str() + " (a CPU-to-CPU copy)");
     }
-    DeviceGuard guard(copy_device(dst_device, src_device, stream));
+    const Device stream_device = Device::cuda(stream_device_index);
+    if (stream_device != dst_device && stream_device != src_device) {
+      throw std::invalid_argument("CUDA backend asked to copy " + src_device.str() + " -> " +
+                                  dst_device.str() + " on a stream of " + stream_device.str() +
+                                  " (a stream of either side expected)");
+    }
+    DeviceGuard guard(stream_device_index);
     cudaStream_t s = as_stream(stream);
     if (dst_device.is_cuda() && src_device.is_cuda()) {
       if (dst_device.index == src_device.index) {

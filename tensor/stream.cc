@@ -29,7 +29,7 @@ class CpuBackend final : public DeviceBackend {
   void stream_wait_event(int, void*, void*) override {}
   void synchronize_event(int, void*) override {}
   float event_elapsed_ms(int, void*, void*) override { return 0.0f; }
-  void copy(void* dst, Device, const void* src, Device, size_t bytes, void*) override {
+  void copy(void* dst, Device, const void* src, Device, size_t bytes, int, void*) override {
     if (bytes > 0) std::memmove(dst, src, bytes);
   }
 };
@@ -164,7 +164,8 @@ void copy_on_stream(void* dst, Device dst_device, const void* src, Device src_de
                                 dst_device.str() + " runs on a stream of " + expected.str() +
                                 ", got one of " + stream.device().str());
   }
-  backend_for(expected.type).copy(dst, dst_device, src, src_device, bytes, stream.handle());
+  backend_for(expected.type).copy(dst, dst_device, src, src_device, bytes, expected.index,
+                                  stream.handle());
 }
 
 void record_stream(const Tensor& tensor, const Stream& stream) {

@@ -36,9 +36,11 @@ class DeviceBackend {
   /// Milliseconds between two recorded events.
   virtual float event_elapsed_ms(int device_index, void* start, void* end) = 0;
   /// Copies `bytes` from src (on src_device) to dst (on dst_device), asynchronously on
-  /// `stream` (a stream of whichever side is this backend's device).
+  /// `stream`, a stream of device `stream_device_index` of this backend's type, which must be
+  /// one side of the copy (nullptr: that device's default stream; the index is what says
+  /// *which* default stream when both sides are of this type).
   virtual void copy(void* dst, Device dst_device, const void* src, Device src_device,
-                    size_t bytes, void* stream) = 0;
+                    size_t bytes, int stream_device_index, void* stream) = 0;
   /// The allocation `ptr` (the start of a block from this type's allocator on
   /// `device_index`) is used by work on `stream` (on device `stream_device_index`, same
   /// type): its allocator must not reuse it before that work is done. Default: nothing to do

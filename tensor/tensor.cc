@@ -29,21 +29,76 @@ Tensor make_view(const std::shared_ptr<Storage>& storage, Shape shape,
   return Tensor(std::move(impl));
 }
 
-/// Copies `bytes` between two devices. CPU to CPU is a memcpy; anything involving CUDA goes
-/// through the CUDA backend on the current stream of the CUDA side (the source's when both
-/// are CUDA), which is then synchronized unless the destination is a CUDA device and the
-/// source a CPU one (pageable host memory is staged before cudaMemcpyAsync returns).
-void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
-                size_t bytes) {
+// Note [Copies between devices]
+// Tensor::to(device) and copy_from between devices order the copy against the calling
+// thread's current streams, like PyTorch's copy_ (aten/src/ATen/native/cuda/Copy.cu):
+//
+//   CPU  -> CPU    memcpy.
+//   CPU  -> GPU j  on current(j), which owns dst (to()); pageable host memory is staged
+//                  before cudaMemcpyAsync returns, so the host source is free at once.
+//   GPU i -> CPU   on current(i), then that stream is synchronized: the host reads dst.
+//   GPU i -> GPU j on current(i), the *source's* stream, with a two-way barrier:
+//
+//     current(j): ──(pending work on dst's device)──● dst_ready ──────────└wait─► (users of y)
+//                                                   ╎                      ╎
+//     current(i): ──(writes x)──────────────────────└wait─►══copy x→y══● copied
+//
+//     - the copy starts after pending work on *both* devices' current streams: x is written,
+//       and nobody on j still reads or writes the memory y is written into;
+//     - current(j) waits for `copied`, so whatever the caller issues on j next sees y;
+//       current(i) runs the copy itself, so a later in-place write of x on i cannot overtake
+//       it (a record_stream alone would protect only x's memory from reuse, not its values).
+//   Both blocks are also recorded on the stream that carries the copy (record_stream, a no-op
+//   for the block's own stream): x or y may belong to another stream (a pipeline worker's,
+//   or copy_from's destination), whose allocator would otherwise reuse the block the moment
+//   it is freed, while the copy may still read or write it. Nothing blocks the host.
+//
+// The previous version issued the GPU-to-GPU copy on current(i) but, on a default stream,
+// the backend ran it on *j*'s legacy default stream, then synchronized only i's: the copy
+// could still be running, unordered with i, when to() returned (cuda-review.md, bug 1).
+
+/// Copies `bytes` from host memory into a CPU or CUDA device (on its current stream).
+void copy_from_host(void* dst, Device dst_device, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  copy_on_stream(dst, dst_device, src, Device::cpu(0), bytes, Stream::current(dst_device));
+}
+
+/// dst.nbytes() bytes from src into dst, both contiguous, on different devices. Note [Copies
+/// between devices].
+void copy_across_devices(const Tensor& dst, const Tensor& src) {
+  const size_t bytes = dst.nbytes();
+  const Device dst_device = dst.device(), src_device = src.device();
   if (bytes == 0) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
-    std::memcpy(dst, src, bytes);
+    std::memcpy(dst.raw_data(), src.raw_data(), bytes);
     return;
   }
-  const Device stream_device = src_device.is_cuda() ? src_device : dst_device;
-  const Stream stream = Stream::current(stream_device);
-  backend_for(DeviceType::kCUDA).copy(dst, dst_device, src, src_device, bytes, stream.handle());
-  if (src_device.is_cuda()) stream.synchronize();
+  DeviceBackend& cuda = backend_for(DeviceType::kCUDA);
+  if (src_device.is_cpu()) {  // host -> GPU
+    const Stream stream = Stream::current(dst_device);
+    cuda.copy(dst.raw_data(), dst_device, src.raw_data(), src_device, bytes, dst_device.index,
+              stream.handle());
+    record_stream(dst, stream);
+    return;
+  }
+  const Stream stream = Stream::current(src_device);
+  if (dst_device.is_cpu()) {  // GPU -> host: done when this returns
+    cuda.copy(dst.raw_data(), dst_device, src.raw_data(), src_device, bytes, src_device.index,
+              stream.handle());
+    stream.synchronize();
+    return;
+  }
+  const Stream dst_stream = Stream::current(dst_device);
+  Event dst_ready(dst_device);
+  dst_ready.record(dst_stream);
+  dst_ready.wait(stream);
+  cuda.copy(dst.raw_data(), dst_device, src.raw_data(), src_device, bytes, src_device.index,
+            stream.handle());
+  record_stream(src, stream);
+  record_stream(dst, stream);
+  Event copied(src_device);
+  copied.record(stream);
+  copied.wait(dst_stream);
 }
 
 }  // namespace
@@ -94,7 +149,7 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Dev
                                 std::to_string(shape.numel()) + " elements)");
   }
   Tensor t = empty(shape, {DTypeOf<T>::value, device});
-  copy_bytes(t.raw_data(), device, values.data(), Device::cpu(0), t.nbytes());
+  copy_from_host(t.raw_data(), device, values.data(), t.nbytes());
   return t;
 }
 
@@ -197,7 +252,7 @@ Tensor Tensor::to(Device target) const {
   if (target == device()) return *this;
   const Tensor src = contiguous();
   Tensor out = empty(shape(), {dtype(), target});
-  copy_bytes(out.raw_data(), target, src.raw_data(), src.device(), nbytes());
+  copy_across_devices(out, src);
   return out;
 }
 
@@ -222,8 +277,7 @@ void Tensor::copy_from(const Tensor& src) {
     PW_KERNEL(device(), copy_strided)(src, *this);
     return;
   }
-  const Tensor s = src.contiguous();
-  copy_bytes(raw_data(), device(), s.raw_data(), s.device(), nbytes());
+  copy_across_devices(*this, src.contiguous());
 }
 
 double Tensor::item() const {

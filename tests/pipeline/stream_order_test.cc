@@ -145,7 +145,7 @@ class RecordingBackend final : public DeviceBackend {
   }
   float event_elapsed_ms(int, void*, void*) override { return 0.0f; }
   void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
-            void* s) override {
+            int /*stream_device_index*/, void* s) override {
     recorder().log("copy " + src_device.str() + "->" + dst_device.str() + " on " +
                    recorder().stream(s) + ": " + recorder().block(src) + " -> " +
                    recorder().block(dst));

@@ -2,6 +2,8 @@
 // allocator backed by host memory (this binary registers them for its whole process).
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "tensor/allocator.h"
@@ -16,29 +18,65 @@ namespace {
 struct CopyCall {
   Device dst, src;
   size_t bytes;
+  int stream_device;
   void* stream;
 };
 
-/// Records every call; copies with memcpy.
+/// Records every call; copies with memcpy. `log` names streams by the names given with
+/// name(), events by their creation order ("e1", "e2", ...), blocks as "block".
 class FakeCudaBackend final : public DeviceBackend {
  public:
   std::vector<CopyCall> copies;
   std::vector<void*> synchronized;
+  std::vector<std::string> log;
+  std::map<void*, std::string> names;
+  std::string name(void* s) {
+    if (s == nullptr) return "default";
+    auto it = names.find(s);
+    return it == names.end() ? "?" : it->second;
+  }
+  /// Forgets what was recorded; events are numbered from e1 again.
+  void start() {
+    copies.clear();
+    synchronized.clear();
+    log.clear();
+    events_ = 0;
+  }
   int device_count() override { return 2; }
   void* create_stream(int) override { return new char; }
   void destroy_stream(int, void* s) override { delete static_cast<char*>(s); }
-  void synchronize_stream(int, void* s) override { synchronized.push_back(s); }
-  void* create_event(int) override { return nullptr; }
-  void destroy_event(int, void*) override {}
-  void record_event(int, void*, void*) override {}
-  void stream_wait_event(int, void*, void*) override {}
+  void synchronize_stream(int d, void* s) override {
+    synchronized.push_back(s);
+    log.push_back("synchronize cuda:" + std::to_string(d) + "." + name(s));
+  }
+  void* create_event(int) override {
+    char* e = new char;
+    names[e] = "e" + std::to_string(++events_);
+    return e;
+  }
+  void destroy_event(int, void* e) override { delete static_cast<char*>(e); }
+  void record_event(int d, void* e, void* s) override {
+    log.push_back("record " + name(e) + " on cuda:" + std::to_string(d) + "." + name(s));
+  }
+  void stream_wait_event(int d, void* s, void* e) override {
+    log.push_back("cuda:" + std::to_string(d) + "." + name(s) + " waits " + name(e));
+  }
   void synchronize_event(int, void*) override {}
   float event_elapsed_ms(int, void*, void*) override { return 0.0f; }
   void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
-            void* stream) override {
-    copies.push_back({dst_device, src_device, bytes, stream});
+            int stream_device, void* stream) override {
+    copies.push_back({dst_device, src_device, bytes, stream_device, stream});
+    log.push_back("copy " + src_device.str() + "->" + dst_device.str() + " on cuda:" +
+                  std::to_string(stream_device) + "." + name(stream));
     std::memcpy(dst, src, bytes);
   }
+  void record_stream(int d, void*, int sd, void* s) override {
+    log.push_back("record_stream block of cuda:" + std::to_string(d) + " on cuda:" +
+                  std::to_string(sd) + "." + name(s));
+  }
+
+ private:
+  int events_ = 0;
 };
 
 class HostAllocator final : public Allocator {
@@ -131,4 +169,49 @@ TEST_CASE("device_count reports the registered backend") {
   fake();
   REQUIRE(device_count(DeviceType::kCUDA) == 2);
   REQUIRE(&backend_for(DeviceType::kCUDA) == &fake());
+}
+
+// Review bug 1 (../shared/notes/cuda-review.md): Note [Copies between devices] (tensor.cc).
+TEST_CASE("CUDA -> CUDA copies on the source's current stream between both current streams") {
+  FakeCudaBackend& b = fake();
+  register_kernels(DeviceType::kCUDA, &fake_kernels());
+  const Stream s0 = Stream::create(Device::cuda(0)), s1 = Stream::create(Device::cuda(1));
+  b.names[s0.handle()] = "s0";
+  b.names[s1.handle()] = "s1";
+  StreamGuard on_s0(s0), on_s1(s1);
+  const Tensor x = Tensor::full({4}, 1.5, {DType::kFloat32, Device::cuda(0)});
+  b.start();
+  const Tensor y = x.to(Device::cuda(1));
+  REQUIRE(y.to_vector<float>() == std::vector<float>(4, 1.5f));  // (logs its own D2H copy)
+  CHECK(b.log == std::vector<std::string>{
+      "record e1 on cuda:1.s1",                         // pending work on the destination
+      "cuda:0.s0 waits e1",                             // ...comes before the copy,
+      "copy cuda:0->cuda:1 on cuda:0.s0",               // on the source's current stream
+      "record_stream block of cuda:0 on cuda:0.s0",     // x and y are used there
+      "record_stream block of cuda:1 on cuda:0.s0",
+      "record e2 on cuda:0.s0",
+      "cuda:1.s1 waits e2",                             // users of y on s1 come after it
+      "copy cuda:1->cpu:0 on cuda:1.s1",                // to_vector: D2H on y's stream
+      "synchronize cuda:1.s1",
+  });
+  CHECK(b.synchronized == std::vector<void*>{s1.handle()});  // only for the host's read
+}
+
+TEST_CASE("CUDA -> CUDA on default streams runs on the source's default stream") {
+  FakeCudaBackend& b = fake();
+  register_kernels(DeviceType::kCUDA, &fake_kernels());
+  const Tensor x = Tensor::full({2}, 3.0, {DType::kFloat32, Device::cuda(0)});
+  b.start();
+  Tensor y = Tensor::zeros({2}, {DType::kFloat32, Device::cuda(1)});
+  y.copy_from(x);
+  REQUIRE(b.copies.size() == 1);
+  // cuda:0's legacy default stream: the backend needs the device to tell it from cuda:1's.
+  CHECK(b.copies[0].stream_device == 0);
+  CHECK(b.copies[0].stream == nullptr);
+  CHECK(b.log == std::vector<std::string>{
+      "record e1 on cuda:1.default", "cuda:0.default waits e1",
+      "copy cuda:0->cuda:1 on cuda:0.default",
+      "record_stream block of cuda:0 on cuda:0.default",
+      "record_stream block of cuda:1 on cuda:0.default",
+      "record e2 on cuda:0.default", "cuda:1.default waits e2"});
 }

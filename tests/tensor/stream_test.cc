@@ -12,7 +12,7 @@ TEST_CASE("the CPU backend is built in; CUDA needs a CUDA build") {
   REQUIRE_THROWS_WITH(backend_for(DeviceType::kCUDA),
                       "no backend for cuda: built without --config=cuda");
   char src[4] = {1, 2, 3, 4}, dst[4] = {};
-  backend_for(DeviceType::kCPU).copy(dst, Device::cpu(1), src, Device::cpu(0), 4, nullptr);
+  backend_for(DeviceType::kCPU).copy(dst, Device::cpu(1), src, Device::cpu(0), 4, 1, nullptr);
   REQUIRE(std::equal(src, src + 4, dst));
 }
 
