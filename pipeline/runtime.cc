@@ -78,16 +78,50 @@ void Runtime::manual_seed(uint64_t seed) {
   for (auto& w : workers_) w->generator().set_state(mix_seed(seed, w->index()), 0);
 }
 
+// Note [The caller's streams]
+// The caller may issue on any stream it likes (a StreamGuard of its own, or the default
+// stream), and the workers issue on theirs, so execute() fences the two at both ends, with
+// events, per worker device d (torchgpipe did the same with its Wait/Copy functions):
+//
+//   caller, current(d):  ─(x, params)─● entered ·····························└wait─► (gather, opt)
+//                                     ╎                                       ╎
+//   worker w on d:                    └wait─► actions of this step ─● done ───┘
+//
+//   entry: an event recorded on the caller's current stream of d, waited for by the worker's
+//          compute stream before its first action: its kernels see what the caller wrote
+//          (inputs, parameters after an optimizer step, output gradients);
+//   exit:  an event the worker records after its last action, waited for by the caller's
+//          current stream of d before execute() returns; then every tensor handed back
+//          (outputs, input gradients, parameter .grad) is record_stream'ed on that stream: its
+//          block belongs to a worker's stream, which would otherwise reuse it as soon as the
+//          caller frees it, while the caller's kernels may still read it.
+// The exit fence also runs when an action failed, before the exception is rethrown (its
+// own errors are then dropped: the first exception wins). On CPU every event and
+// record_stream is a no-op: nothing changes there but a few virtual calls per step.
 void Runtime::execute(Step& step, const std::vector<std::vector<Action>>& actions) {
   std::lock_guard<std::mutex> lock(execute_mutex_);
+  std::vector<Event> entered, done;  // per worker, both on the worker's device
+  for (const auto& worker : workers_) {
+    entered.emplace_back(worker->device());
+    entered.back().record(Stream::current(worker->device()));  // the caller's stream
+    done.emplace_back(worker->device());
+  }
   auto countdown = std::make_shared<Countdown>(num_workers());
   for (int w = 0; w < num_workers(); ++w) {
     const std::vector<Action>* list = &actions.at(static_cast<size_t>(w));
-    workers_[w]->submit([this, &step, w, list, countdown] {
+    Event* entry = &entered[static_cast<size_t>(w)];
+    Event* exit = &done[static_cast<size_t>(w)];
+    workers_[w]->submit([this, &step, w, list, countdown, entry, exit] {
       try {
+        entry->wait(workers_[w]->compute_stream());
         run_actions(step, w, *list);
       } catch (const RunCancelled&) {
         // Another worker failed first; its exception is the one the caller sees.
+      } catch (...) {
+        step.fail(std::current_exception());
+      }
+      try {
+        exit->record(workers_[w]->compute_stream());
       } catch (...) {
         step.fail(std::current_exception());
       }
@@ -95,7 +129,28 @@ void Runtime::execute(Step& step, const std::vector<std::vector<Action>>& action
     });
   }
   countdown->wait();
-  if (std::exception_ptr error = step.error()) std::rethrow_exception(error);
+  std::exception_ptr error = step.error();
+  try {
+    hand_back(step, done);
+  } catch (...) {
+    if (error == nullptr) throw;
+  }
+  if (error != nullptr) std::rethrow_exception(error);
+}
+
+// The exit half of Note [The caller's streams].
+void Runtime::hand_back(Step& step, const std::vector<Event>& done) {
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    done[w].wait(Stream::current(workers_[w]->device()));
+  }
+  auto to_caller = [](const Tensor& t) {
+    if (t.defined()) record_stream(t, Stream::current(t.device()));
+  };
+  for (const nn::Tensors& out : step.outputs) std::for_each(out.begin(), out.end(), to_caller);
+  for (const nn::Tensors& g : step.input_grads) std::for_each(g.begin(), g.end(), to_caller);
+  for (const nn::Sequential& partition : partitions_) {
+    for (const Tensor& p : partition.parameters()) to_caller(p.grad());
+  }
 }
 
 void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& actions) {

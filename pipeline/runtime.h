@@ -15,8 +15,9 @@
 // against both workers' streams, so nothing here synchronizes a device. On a GPU an action's
 // traced time is therefore the host's time to *issue* it, not the device's time to run it
 // (exact only where an action waits for the device, e.g. reading the loss with item()).
-// When execute() returns, work may still be queued on the workers' streams; they are blocking
-// streams (cuda_kernels/backend.h), so what the caller issues on the default stream runs after it.
+// When execute() returns, work may still be queued on the workers' streams; the caller's
+// current streams wait for it with events (Note [The caller's streams], runtime.cc), whichever
+// streams the caller uses, and what is handed back is record_stream'ed on them.
 //
 // Failure (Note [First exception wins]): the first exception of any action is stored in the
 // Step with its original type (std::exception_ptr), the Step's transport is cancelled so
@@ -61,6 +62,11 @@ class Runtime {
 
   /// Runs actions[w] on worker w for every w and waits for all of them. Rethrows the first
   /// exception an action raised. Not reentrant: one execute() per Runtime at a time.
+  /// Ordered against the calling thread's current streams at both ends (Note [The caller's
+  /// streams], runtime.cc): the workers' first kernels come after what the caller issued
+  /// before the call, and what the caller issues after it (on its current streams of the
+  /// workers' devices) comes after the workers' last kernels; outputs, input gradients and
+  /// parameter gradients are record_stream'ed on the caller's current stream of their device.
   void execute(Step& step, const std::vector<std::vector<Action>>& actions);
 
   /// Re-seeds every worker's generator (worker w: mix_seed(seed, w), offset 0).
@@ -73,6 +79,7 @@ class Runtime {
 
  private:
   void run_actions(Step& step, int worker, const std::vector<Action>& actions);
+  void hand_back(Step& step, const std::vector<Event>& done);
   void run_action(Step& step, int worker, const Action& action);
   void forward(Step& step, int worker, const Action& action, TraceEvent& event);
   void backward(Step& step, const Action& action, TraceEvent& event);

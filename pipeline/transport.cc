@@ -57,6 +57,12 @@ void InProcessTransport::send(const MessageKey& key, std::vector<Tensor> tensors
   }
   std::vector<Recorded> produced;  // step 1, per source device
   std::vector<Stream> used;        // copy streams that carry this message
+  // Note [One wait per copy stream and source]: step 2 is owed once per (copy stream, source
+  // device) pair, not once per copy stream. Tensors of one message may come from several
+  // devices whose copies share a stream (cpu:0 and cuda:0 both into cuda:1 use cuda:1's
+  // stream); each source has its own `ready` event, and a copy stream that waited for the
+  // first source's only must still wait for the second's before copying from it.
+  std::vector<std::pair<Stream, Device>> waited;
   Message message{{}, destination, {}};
   for (Tensor& x : tensors) {
     if (!x.defined()) continue;
@@ -64,13 +70,16 @@ void InProcessTransport::send(const MessageKey& key, std::vector<Tensor> tensors
     Event& ready = recorded_on_current(produced, source);
     if (source == destination) continue;  // no copy: the receiver waits for `ready` itself
     const Stream stream = copy_stream(copy_stream_device(source, destination), key.direction);
-    const bool first_use = std::none_of(used.begin(), used.end(), [&](const Stream& s) {
+    auto same_stream = [&](const Stream& s) {
       return s.handle() == stream.handle() && s.device() == stream.device();
-    });
-    if (first_use) {
+    };
+    if (std::none_of(waited.begin(), waited.end(), [&](const auto& w) {
+          return same_stream(w.first) && w.second == source;
+        })) {
       ready.wait(stream);  // step 2
-      used.push_back(stream);
+      waited.emplace_back(stream, source);
     }
+    if (std::none_of(used.begin(), used.end(), same_stream)) used.push_back(stream);
     Tensor y;
     {
       StreamGuard on_copy_stream(stream);  // y's block belongs to the copy stream (step 3)

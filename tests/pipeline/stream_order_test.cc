@@ -13,6 +13,7 @@
 // stream it was allocated for ("block(cuda:1.s2)"; the caller's blocks are "block(default)").
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "pipeline/pipe.h"
+#include "pipeline/transport.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
 #include "tensor/kernels.h"
@@ -266,8 +268,12 @@ TEST_CASE("two GPUs: the copy stream waits for the producer, the consumer for th
   CHECK(w0 != w1);
 
   // Worker 0: F (input marked as used by C0; output copied to cuda:1 on K1 once C0 has
-  // produced it), then B (waits for the gradient's copy on K0 before computing).
+  // produced it), then B (waits for the gradient's copy on K0 before computing). Each
+  // execute() (forward, then backward) starts by waiting for the caller's stream and ends by
+  // recording `done` (Note [The caller's streams], runtime.cc); the caller is on the default
+  // streams here, whose events are default.e1 (cuda:0), default.e2 (cuda:1), then e3, e4.
   CHECK(calls_of(log, w0) == std::vector<std::string>{
+      "stream_wait_event " + C0 + " waits default.e1",          //    entry (forward)
       "record_stream block(default) on " + C0,                  // the caller's micro-batch
       "record_event " + C0 + ".e1 on " + C0,                    // 1. producer's point
       "create_stream " + K1,                                    //    (first use)
@@ -276,23 +282,30 @@ TEST_CASE("two GPUs: the copy stream waits for the producer, the consumer for th
       "record_stream block(" + C0 + ") on " + K1,               //    x read on K1
       "record_event " + K1 + ".e1 on " + K1,                    // 4. copy's point
       "destroy_event " + C0 + ".e1",
+      "record_event " + C0 + ".e2 on " + C0,                    //    done (forward)
+      "stream_wait_event " + C0 + " waits default.e3",          //    entry (backward)
       "stream_wait_event " + C0 + " waits " + K0 + ".e1",       // 5. B waits for the copy
       "record_stream block(" + K0 + ") on " + C0,               // 6. y used on C0
       "destroy_event " + K0 + ".e1",
+      "record_event " + C0 + ".e3 on " + C0,                    //    done (backward)
   });
   // Worker 1: F waits for the activation's copy; B sends the gradient the same way.
   CHECK(calls_of(log, w1) == std::vector<std::string>{
+      "stream_wait_event " + C1 + " waits default.e2",
       "stream_wait_event " + C1 + " waits " + K1 + ".e1",
       "record_stream block(" + K1 + ") on " + C1,
       "destroy_event " + K1 + ".e1",
-      "record_stream block(default) on " + C1,                  // the user's dOut
       "record_event " + C1 + ".e1 on " + C1,
+      "stream_wait_event " + C1 + " waits default.e4",
+      "record_stream block(default) on " + C1,                  // the user's dOut
+      "record_event " + C1 + ".e2 on " + C1,
       "create_stream " + K0,
-      "stream_wait_event " + K0 + " waits " + C1 + ".e1",
+      "stream_wait_event " + K0 + " waits " + C1 + ".e2",
       "copy cuda:1->cuda:0 on " + K0 + ": block(" + C1 + ") -> block(" + K0 + ")",
       "record_stream block(" + C1 + ") on " + K0,
       "record_event " + K0 + ".e1 on " + K0,
-      "destroy_event " + C1 + ".e1",
+      "destroy_event " + C1 + ".e2",
+      "record_event " + C1 + ".e3 on " + C1,
   });
   // The events a consumer waits for were recorded before (the log is one ordered sequence).
   auto index_of = [&](const std::string& text) {
@@ -333,18 +346,26 @@ TEST_CASE("one GPU: no copy; the consumer's stream waits for the producer's") {
   const std::thread::id w0 = thread_of(log, "record_stream block(default) on " + A);
   const std::thread::id w1 = thread_of(log, "stream_wait_event " + B + " waits " + A + ".e1");
   CHECK(calls_of(log, w0) == std::vector<std::string>{
+      "stream_wait_event " + A + " waits default.e1",   // entry (forward)
       "record_stream block(default) on " + A,
       "record_event " + A + ".e1 on " + A,         // the activation is ready on A
-      "stream_wait_event " + A + " waits " + B + ".e1",
+      "record_event " + A + ".e2 on " + A,         // done (forward)
+      "stream_wait_event " + A + " waits default.e3",   // entry (backward)
+      "stream_wait_event " + A + " waits " + B + ".e2",
       "record_stream block(" + B + ") on " + A,    // B's gradient is now used on A
-      "destroy_event " + B + ".e1",
+      "destroy_event " + B + ".e2",
+      "record_event " + A + ".e3 on " + A,         // done (backward)
   });
   CHECK(calls_of(log, w1) == std::vector<std::string>{
+      "stream_wait_event " + B + " waits default.e2",
       "stream_wait_event " + B + " waits " + A + ".e1",
       "record_stream block(" + A + ") on " + B,
       "destroy_event " + A + ".e1",
-      "record_stream block(default) on " + B,
       "record_event " + B + ".e1 on " + B,
+      "stream_wait_event " + B + " waits default.e4",
+      "record_stream block(default) on " + B,
+      "record_event " + B + ".e2 on " + B,
+      "record_event " + B + ".e3 on " + B,
   });
   CHECK(only_allocs(allocs_of(log, w0), {"cuda:0 for " + A}));
   CHECK(only_allocs(allocs_of(log, w1), {"cuda:0 for " + B}));
@@ -374,18 +395,23 @@ TEST_CASE("host and GPU stages: both copies run on the GPU's copy streams; the h
       "synchronize_event " + Kout + ".e1",          // a host "stream" waits by blocking
       "destroy_event " + Kout + ".e1",
   });
+  // (The CPU worker's entry and exit events are CPU ones: no-ops, not logged.)
   CHECK(calls_of(log, gpu) == std::vector<std::string>{
+      "stream_wait_event " + C + " waits default.e1",   // entry (forward)
       "stream_wait_event " + C + " waits " + Kin + ".e1",
       "record_stream block(" + Kin + ") on " + C,
       "destroy_event " + Kin + ".e1",
+      "record_event " + C + ".e1 on " + C,              // done (forward)
+      "stream_wait_event " + C + " waits default.e2",   // entry (backward)
       "record_stream block(default) on " + C,
-      "record_event " + C + ".e1 on " + C,
+      "record_event " + C + ".e2 on " + C,
       "create_stream " + Kout,                      // D2H runs on cuda:0's gradient stream
-      "stream_wait_event " + Kout + " waits " + C + ".e1",
+      "stream_wait_event " + Kout + " waits " + C + ".e2",
       "copy cuda:0->cpu:0 on " + Kout + ": block(" + C + ") -> host",
       "record_stream block(" + C + ") on " + Kout,
       "record_event " + Kout + ".e1 on " + Kout,
-      "destroy_event " + C + ".e1",
+      "destroy_event " + C + ".e2",
+      "record_event " + C + ".e3 on " + C,              // done (backward)
   });
 }
 
@@ -462,4 +488,132 @@ TEST_CASE("stream helpers the transport relies on (tensor/stream.h)") {
       "create_stream cuda:1.s1",
       "stream_wait_event cuda:1.s1 waits cuda:0.s1.e1",
   });
+}
+
+namespace {
+
+/// Index in `log` of the first entry `text` (log.size() when absent).
+size_t index_in(const std::vector<Entry>& log, const std::string& text) {
+  for (size_t i = 0; i < log.size(); ++i) {
+    if (log[i].text == text) return i;
+  }
+  return log.size();
+}
+
+/// True when `log` has `text`, issued by `thread`.
+bool has_call(const std::vector<Entry>& log, std::thread::id thread, const std::string& text) {
+  for (const Entry& e : log) {
+    if (e.thread == thread && e.text == text) return true;
+  }
+  UNSCOPED_INFO("missing: " << text);
+  return false;
+}
+
+}  // namespace
+
+// Review bug 2 (../shared/notes/cuda-review.md): Note [The caller's streams] (runtime.cc).
+TEST_CASE("the caller's own streams: execute() fences them at both ends, results are recorded") {
+  install_fake_cuda();
+  recorder().start();
+  std::vector<Entry> log;
+  nn::Sequential plain = two_stage_mlp(1);
+  const Tensor x0 = randn({2, 4}, 2);
+  Tensor xp, out, out_ref;
+  {
+    Pipe pipe(two_stage_mlp(1), {.balance = {2, 1},
+                                 .devices = {Device::cuda(0), Device::cuda(1)},
+                                 .chunks = 1,
+                                 .checkpoint = Checkpoint::kNever});
+    // The caller computes on created streams of its own (cuda:0.s2 and cuda:1.s2: the Pipe
+    // made the workers' cuda:0.s1 and cuda:1.s1 first), as a training loop overlapping its
+    // data loading would.
+    const Stream p0 = Stream::create(Device::cuda(0)), p1 = Stream::create(Device::cuda(1));
+    StreamGuard on_p0(p0), on_p1(p1);
+    xp = x0.to(Device::cuda(0)).set_requires_grad(true);
+    out = pipe.forward(xp);
+    out.backward(Tensor::ones(out.shape(), {.device = Device::cuda(1)}));
+    log = recorder().stop();
+    out_ref = plain.forward(x0);
+  }
+  const std::string P0 = "cuda:0.s2", P1 = "cuda:1.s2";
+  const std::thread::id caller = std::this_thread::get_id();
+  const std::thread::id w0 = thread_of(log, "record_stream block(" + P0 + ") on " + C0);
+  const std::thread::id w1 = thread_of(log, "stream_wait_event " + C1 + " waits " + P1 + ".e1");
+  REQUIRE(w0 != caller);
+  REQUIRE(w1 != caller);
+
+  // Entry: each worker's first call of each execute() (forward, then backward) waits for the
+  // caller's stream of its device, at the point recorded when the call began.
+  const std::vector<std::string> calls0 = calls_of(log, w0), calls1 = calls_of(log, w1);
+  REQUIRE(!calls0.empty());
+  REQUIRE(!calls1.empty());
+  CHECK(calls0.front() == "stream_wait_event " + C0 + " waits " + P0 + ".e1");
+  CHECK(calls1.front() == "stream_wait_event " + C1 + " waits " + P1 + ".e1");
+  CHECK(has_call(log, caller, "record_event " + P0 + ".e1 on " + P0));
+  CHECK(has_call(log, caller, "record_event " + P1 + ".e1 on " + P1));
+  CHECK(has_call(log, w0, "stream_wait_event " + C0 + " waits " + P0 + ".e2"));  // backward
+  CHECK(has_call(log, w1, "stream_wait_event " + C1 + " waits " + P1 + ".e2"));
+
+  // Exit: each worker's last call records its `done` event, which the caller's stream of
+  // that device waits for before execute() returns.
+  const std::string done0 = calls0.back(), done1 = calls1.back();
+  CHECK(done0.rfind("record_event " + C0 + ".e", 0) == 0);
+  CHECK(done1.rfind("record_event " + C1 + ".e", 0) == 0);
+  auto event_of = [](const std::string& record) {  // "record_event E on S" -> "E"
+    const size_t start = std::string("record_event ").size();
+    return record.substr(start, record.find(" on ") - start);
+  };
+  const std::string done0_event = event_of(done0), done1_event = event_of(done1);
+  CHECK(has_call(log, caller, "stream_wait_event " + P0 + " waits " + done0_event));
+  CHECK(has_call(log, caller, "stream_wait_event " + P1 + " waits " + done1_event));
+  CHECK(index_in(log, done1) < index_in(log, "stream_wait_event " + P1 + " waits " + done1_event));
+
+  // Handed back: the output (on worker 1's block), the input gradient and stage 0's
+  // parameter gradients (worker 0's blocks), stage 1's parameter gradients (worker 1's), each
+  // recorded on the caller's stream of its device, by the caller.
+  CHECK(has_call(log, caller, "record_stream block(" + C1 + ") on " + P1));
+  CHECK(has_call(log, caller, "record_stream block(" + C0 + ") on " + P0));
+
+  // And the numbers are the plain model's.
+  CHECK(max_diff(out, out_ref) <= 2e-6);
+}
+
+// Review bug 4 (../shared/notes/cuda-review.md): Note [One wait per copy stream and source]
+// (transport.cc). cpu:0 -> cuda:1 and cuda:0 -> cuda:1 share cuda:1's copy stream; the copy
+// from cuda:0 must still wait for cuda:0's `ready`, even though the stream already waited for
+// cpu:0's (a no-op CPU event) first.
+TEST_CASE("a message from two devices sharing a copy stream waits for each source's producer") {
+  install_fake_cuda();
+  recorder().start();
+  std::vector<Entry> log;
+  std::vector<Tensor> received;
+  {
+    const Stream producer = Stream::create(Device::cuda(0));  // cuda:0.s1
+    StreamGuard on_producer(producer);
+    const Tensor on_host = Tensor::full({3}, 2.0);
+    const Tensor on_gpu = Tensor::full({2}, 5.0, {.device = Device::cuda(0)});  // on cuda:0.s1
+    InProcessTransport transport;
+    const MessageKey key{0, 0, Direction::kActivation};
+    transport.send(key, {on_host, on_gpu}, Device::cuda(1));
+    received = transport.recv(key);
+    log = recorder().stop();
+  }
+  const std::string K = "cuda:1.s1";  // cuda:1's activation copy stream
+  const std::vector<std::string> calls = calls_of(log, std::this_thread::get_id());
+  auto at = [&](const std::string& text) {
+    const auto it = std::find(calls.begin(), calls.end(), text);
+    UNSCOPED_INFO("looking for: " << text);
+    return static_cast<size_t>(it - calls.begin());
+  };
+  const size_t ready = at("record_event cuda:0.s1.e1 on cuda:0.s1");
+  const size_t wait = at("stream_wait_event " + K + " waits cuda:0.s1.e1");
+  const size_t copy = at("copy cuda:0->cuda:1 on " + K + ": block(cuda:0.s1) -> block(" + K + ")");
+  CHECK(ready < calls.size());
+  CHECK(wait < calls.size());
+  CHECK(copy < calls.size());
+  CHECK(ready < wait);
+  CHECK(wait < copy);
+  REQUIRE(received.size() == 2);
+  CHECK(received[0].to_vector<float>() == std::vector<float>(3, 2.0f));
+  CHECK(received[1].to_vector<float>() == std::vector<float>(2, 5.0f));
 }
