@@ -1,9 +1,34 @@
-// cuBLAS handle pool (see blas.h).
+// cuBLAS handle pool and per-(handle, stream) workspaces (see blas.h).
+//
+// Note [One workspace per handle and stream]
+// cuBLAS kernels use a workspace: by default a pool the handle owns, shared by every stream
+// the handle is ever bound to. A handle moves between threads (returned to the pool when its
+// thread exits, with its GEMMs possibly still queued) and between streams (cublasSetStream on
+// each call), so with the default pool a GEMM on one stream could overwrite the workspace a
+// GEMM of another stream is still reading:
+//
+//   thread A (exits):  handle h on stream SA: ══ gemm (workspace W_h) ══►   (still running)
+//   thread B (later):  handle h on stream SB:     ══ gemm (workspace W_h) ══►  same bytes!
+//
+// As PyTorch does (CublasHandlePool.cpp), every (handle, stream) pair gets its own workspace,
+// installed with cublasSetWorkspace *after* cublasSetStream (which resets the handle to its
+// default pool, says the cuBLAS documentation). Work on one workspace is then always on one
+// stream, in that stream's order, whichever thread issues it.
+//
+// The workspaces are cudaMalloc'ed once and kept for the life of the process, not taken
+// from the caching allocator: a pair can be used again at any time (streams and handles are
+// pooled and never destroyed, Note [Pooled streams] in backend.cc), so a workspace is never
+// freed and the allocator's reuse would buy nothing; its counters (allocated, peak, tested
+// to match the CPU's exactly) stay free of a cuBLAS implementation detail; and empty_cache()
+// can never release memory a queued GEMM still uses. Their number is bounded by handles ×
+// streams per device actually paired (a few per worker); each is kBlasWorkspaceBytes.
 #include "cuda_kernels/blas.h"
 
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_kernels/check.h"
@@ -50,7 +75,44 @@ cublasHandle_t acquire(int device_index) {
   return h;
 }
 
+/// Note [One workspace per handle and stream]: never freed, like the handles.
+struct Workspaces {
+  std::mutex mutex;
+  std::map<std::pair<cublasHandle_t, cudaStream_t>, void*> by_pair;
+};
+
+Workspaces& workspaces() {
+  static Workspaces* w = new Workspaces();
+  return *w;
+}
+
+/// The workspace of (h, stream), cudaMalloc'ed on the current device on first use.
+void* workspace(int device_index, cublasHandle_t h, cudaStream_t stream) {
+  Workspaces& w = workspaces();
+  std::lock_guard<std::mutex> lock(w.mutex);
+  void*& slot = w.by_pair[{h, stream}];
+  if (slot == nullptr) {
+    const cudaError_t status = cudaMalloc(&slot, kBlasWorkspaceBytes);
+    if (status != cudaSuccess) {
+      slot = nullptr;
+      w.by_pair.erase({h, stream});
+      (void)cudaGetLastError();
+      throw CudaError("cuBLAS workspace of " + std::to_string(kBlasWorkspaceBytes) +
+                      " bytes on cuda:" + std::to_string(device_index) +
+                      ": cudaMalloc failed: " + cudaGetErrorString(status),
+                      static_cast<int>(status));
+    }
+  }
+  return slot;
+}
+
 }  // namespace
+
+size_t blas_workspace_count() {
+  Workspaces& w = workspaces();
+  std::lock_guard<std::mutex> lock(w.mutex);
+  return w.by_pair.size();
+}
 
 cublasHandle_t blas_handle(int device_index, cudaStream_t stream) {
   thread_local ThreadHandles handles;
@@ -60,6 +122,9 @@ cublasHandle_t blas_handle(int device_index, cudaStream_t stream) {
   }
   cublasHandle_t h = it->second;
   PW_CUDA_CHECK(cublasSetStream(h, stream));
+  // After cublasSetStream, which resets the workspace (Note [One workspace per handle and
+  // stream]).
+  PW_CUDA_CHECK(cublasSetWorkspace(h, workspace(device_index, h, stream), kBlasWorkspaceBytes));
   PW_CUDA_CHECK(cublasSetMathMode(
       h, g_allow_tf32.load(std::memory_order_relaxed) ? CUBLAS_TF32_TENSOR_OP_MATH
                                                       : CUBLAS_DEFAULT_MATH));

@@ -4,16 +4,29 @@
 // blas_handle() gives each (thread, device) its own handle, taken from a process-wide pool and
 // returned to it when the thread exits (pipeline workers come and go; handles are costly to
 // create and are never destroyed, which also keeps process exit free of cuBLAS teardown).
+// Each (handle, stream) pair gets a workspace of its own (Note [One workspace per handle and
+// stream], blas.cc), so no two streams ever share one, whoever held the handle before.
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+
 namespace pipewright::cuda {
 
-/// The calling thread's cuBLAS handle for CUDA device `device_index`, bound to `stream`.
-/// Call with that device current (DeviceGuard). Throws CudaError if cuBLAS cannot start.
+/// The calling thread's cuBLAS handle for CUDA device `device_index`, bound to `stream` and
+/// to the workspace of (handle, stream), allocated on first use. Call with that device
+/// current (DeviceGuard). Throws CudaError if cuBLAS cannot start or the workspace cannot be
+/// allocated (the message names its size and device).
 cublasHandle_t blas_handle(int device_index, cudaStream_t stream);
+
+/// Bytes of each (handle, stream) workspace: 32 MiB, what the cuBLAS documentation
+/// (cublasSetWorkspace) recommends for Hopper, the architecture this build targets.
+inline constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
+
+/// Number of (handle, stream) workspaces allocated so far on all devices (tests).
+size_t blas_workspace_count();
 
 /// TF32 for float32 GEMMs (process-wide, default false).
 ///

@@ -1,0 +1,222 @@
+// Bugs 1-4 of ../shared/notes/cuda-review.md ("Bugs and hazards"), each made observable.
+//
+// Every case issues work whose ordering the fix provides and nothing else would: on created
+// (non-default) streams, which are not ordered with each other, or on the default streams of
+// two GPUs, which are not ordered with each other either. Under --config=cudasim the stream
+// race detector refuses the first unordered access (PW_CUDA_CHECK throws a CudaError whose
+// text is the race report), so before the fixes these cases fail with "race" in the message;
+// on a real GPU the same mistakes give wrong values only sometimes, which the value checks
+// then catch. No host synchronisation is added anywhere that could hide a missing event.
+//
+// Needs two GPUs for bugs 1, 2 and 4 (cudasim simulates two); one for bug 3.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <exception>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda_kernels/blas.h"
+#include "nn/activation.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "nn/optim_sgd.h"
+#include "pipeline/pipe.h"
+#include "pipeline/transport.h"
+#include "tensor/generator.h"
+#include "tensor/ops.h"
+#include "tensor/stream.h"
+#include "tests/cuda/gpu_test.h"
+#include "tests/pipeline/pipe_test_util.h"
+
+namespace pipewright::testing {
+namespace {
+
+const Device kGpu0 = Device::cuda(0), kGpu1 = Device::cuda(1);
+
+bool two_gpus_or_skip() {
+  if (!gpu_available_or_skip()) return false;
+  if (device_count(DeviceType::kCUDA) >= 2) return true;
+  WARN("SKIPPED: needs two GPUs, found " << device_count(DeviceType::kCUDA));
+  return false;
+}
+
+/// x on the current stream of x's device: x + 1, `times` times, in place (queued kernels
+/// that write x, so a reader on another stream must be ordered after all of them).
+void bump(Tensor& x, int times) {
+  const Tensor one = Tensor::ones(x.shape(), {x.dtype(), x.device()});
+  for (int i = 0; i < times; ++i) ops::add_(x, one);
+}
+
+/// Leaves, in the caching allocator of `device`, a free block of `numel` floats for the
+/// current stream there, last written by a kernel still possibly queued on that stream: the
+/// next allocation of that size on that stream reuses it at once (Note [Stream-aware reuse]).
+void leave_busy_block(Device device, int64_t numel) {
+  Tensor scratch = Tensor::zeros({numel}, {DType::kFloat32, device});
+  bump(scratch, 3);
+}  // freed here
+
+/// Runs `f` on a new thread and joins it; an exception of `f` is rethrown here (a CudaError
+/// escaping a std::thread would terminate the whole test binary).
+template <class F>
+void on_thread(F f) {
+  std::exception_ptr error;
+  std::thread t([&] {
+    try {
+      f();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+// Bug 1: x.to(other GPU) must run after pending work on the source's current stream and on
+// the destination's current stream, and the destination's stream must wait for it.
+TEST_CASE("review bug 1: cross-GPU to() on the default streams is ordered on both GPUs",
+          "[cuda][review]") {
+  if (!two_gpus_or_skip()) return;
+  // x written by queued kernels on cuda:0's default stream. Before the fix the copy ran on
+  // cuda:1's default stream (the backend's guess for a null stream), not ordered after them.
+  Tensor x = Tensor::zeros({1 << 14}, {DType::kFloat32, kGpu0});
+  bump(x, 4);
+  const Tensor y = x.to(kGpu1);
+  // Read y with a kernel on cuda:1's default stream, then overwrite x on cuda:0's: both must
+  // be ordered with the copy (the latter is the copy's write-after-read hazard).
+  const Tensor z = ops::mul(y, 2.0);
+  bump(x, 1);
+  check_close(z, Tensor::full({1 << 14}, 8.0), 0.0, 0.0);
+  check_close(x, Tensor::full({1 << 14}, 5.0), 0.0, 0.0);
+}
+
+TEST_CASE("review bug 1: cross-GPU to() on created streams waits for the destination's stream",
+          "[cuda][review]") {
+  if (!two_gpus_or_skip()) return;
+  const Stream s0 = Stream::create(kGpu0), s1 = Stream::create(kGpu1);
+  StreamGuard on_s0(s0), on_s1(s1);
+  constexpr int64_t n = 1 << 14;
+  Tensor x = Tensor::zeros({n}, {DType::kFloat32, kGpu0});
+  bump(x, 2);
+  // y's block on cuda:1 is one that s1's queued kernels still write: the copy (on s0) must
+  // wait for them, which only the destination-side event provides.
+  leave_busy_block(kGpu1, n);
+  const Tensor y = x.to(kGpu1);
+  const Tensor z = ops::add(y, 1.0);  // on s1: must wait for the copy
+  bump(x, 1);                         // on s0: must not overtake the copy's read
+  check_close(z, Tensor::full({n}, 3.0), 0.0, 0.0);
+  check_close(x, Tensor::full({n}, 3.0), 0.0, 0.0);
+}
+
+// Bug 2: a caller computing on its own streams gets the pipeline's results ordered (outputs,
+// input gradients, parameter gradients) and its inputs seen by the workers.
+TEST_CASE("review bug 2: a caller on created streams uses the pipe's results safely",
+          "[cuda][review][pipe]") {
+  if (!two_gpus_or_skip()) return;
+  using pipeline::Checkpoint;
+  using pipeline::Pipe;
+  const std::string schedule = GENERATE(std::string("forward/backward"), std::string("1f1b"));
+  CAPTURE(schedule);
+  nn::Sequential plain = pipeline::testing::small_mlp(3);
+  Pipe pipe(pipeline::testing::small_mlp(3), {.balance = {3, 2},
+                                              .devices = {kGpu0, kGpu1},
+                                              .chunks = 4,
+                                              .checkpoint = Checkpoint::kExceptLast});
+  const Tensor x0 = pipeline::testing::randn({8, 4}, 4), target = pipeline::testing::randn({8, 3}, 5);
+  auto mse = [](const Tensor& o, const Tensor& t) { return nn::mse_loss(o, t); };
+
+  Tensor x_ref = x0.clone().set_requires_grad(true);
+  nn::mse_loss(plain.forward(x_ref), target).backward();
+
+  const Stream p0 = Stream::create(kGpu0), p1 = Stream::create(kGpu1);
+  StreamGuard on_p0(p0), on_p1(p1);
+  // The caller's input: copied and then written on p0 (x * 1), so worker 0 must wait for p0.
+  Tensor x = ops::mul(x0.to(kGpu0), 1.0);
+  if (schedule == "1f1b") {
+    const pipeline::StepResult r = pipe.train_step(x, target, mse, "1f1b");
+    CHECK(std::abs(r.loss - nn::mse_loss(plain.forward(x0), target).item()) <= 2e-5);
+  } else {
+    x.set_requires_grad(true);
+    const Tensor out = pipe.forward(x);  // gathered on p1 from worker 1's blocks
+    const Tensor loss = nn::mse_loss(out, target.to(kGpu1));  // read on p1
+    loss.backward();                     // the output gradient is written on p1
+    check_close(x.grad(), x_ref.grad(), 2e-5, 2e-5);  // the input gradient, read on p0
+  }
+  // The parameter gradients, read (and the parameters written) by the optimizer on p0 / p1.
+  const nn::NamedTensors pp = pipe.module().named_parameters(), rp = plain.named_parameters();
+  REQUIRE(pp.size() == rp.size());
+  for (size_t i = 0; i < pp.size(); ++i) {
+    INFO(pp[i].first);
+    check_close(ops::mul(pp[i].second.grad(), 1.0), rp[i].second.grad(), 2e-5, 2e-5);
+  }
+  nn::SGD opt(pipe.module().parameters(), {.lr = 0.1}), opt_ref(plain.parameters(), {.lr = 0.1});
+  opt.step();
+  opt_ref.step();
+  // The next call's workers read the parameters the optimizer wrote on p0 / p1.
+  const Tensor again = pipe.forward(x.detach());
+  check_close(again, plain.forward(x0), 2e-5, 2e-5);
+}
+
+// Bug 3: GEMMs of two threads on two streams, the second thread taking over the first's
+// cuBLAS handle (returned to the pool at thread exit with its GEMMs possibly still queued).
+TEST_CASE("review bug 3: a recycled cuBLAS handle does not share its workspace across streams",
+          "[cuda][review][gemm]") {
+  if (!gpu_available_or_skip()) return;
+  constexpr int64_t n = 96;
+  const Tensor a_host = random_tensor({n, n}, DType::kFloat32, 31);
+  const Tensor b_host = random_tensor({n, n}, DType::kFloat32, 32);
+  const Tensor expected = ops::matmul(a_host, b_host);
+  const size_t workspaces_before = cuda::blas_workspace_count();
+
+  // Two distinct streams, kept alive here (a stream made inside the first thread would go
+  // back to the stream pool at its exit and could be handed to the second one).
+  const Stream s_first = Stream::create(kGpu0), s_second = Stream::create(kGpu0);
+  Tensor first, second;
+  auto gemms_on = [&](const Stream& s, Tensor* out) {
+    StreamGuard guard(s);
+    const Tensor a = a_host.to(kGpu0), b = b_host.to(kGpu0);
+    Tensor c;
+    for (int i = 0; i < 4; ++i) c = ops::matmul(a, b);  // queued; no synchronize
+    *out = c;
+  };  // the thread exits right after: its handle goes back to the pool, GEMMs still queued
+  on_thread([&] { gemms_on(s_first, &first); });
+  on_thread([&] { gemms_on(s_second, &second); });  // takes that handle (LIFO pool)
+  check_close(first, expected, 1e-5, 1e-4);
+  check_close(second, expected, 1e-5, 1e-4);
+  // Workspaces exist per (handle, stream) pair (a pair may have been made by an earlier test).
+  CHECK(cuda::blas_workspace_count() >= workspaces_before);
+  CHECK(cuda::blas_workspace_count() >= 2);
+}
+
+// Bug 4: a message whose tensors come from two devices whose copies share one copy stream
+// (cpu:0 -> cuda:1 and cuda:0 -> cuda:1 both use cuda:1's): the copy from cuda:0 must wait
+// for cuda:0's producer even though the stream already waited for the host's (no-op) event.
+TEST_CASE("review bug 4: a copy stream waits for every source device of a message",
+          "[cuda][review][transport]") {
+  if (!two_gpus_or_skip()) return;
+  const Stream producer = Stream::create(kGpu0), consumer = Stream::create(kGpu1);
+  constexpr int64_t n = 1 << 14;
+  pipeline::InProcessTransport transport;
+  const pipeline::MessageKey key{0, 0, pipeline::Direction::kActivation};
+  {
+    StreamGuard on_producer(producer);
+    Tensor on_gpu = Tensor::zeros({n}, {DType::kFloat32, kGpu0});
+    bump(on_gpu, 3);  // queued on the producer's stream
+    transport.send(key, {Tensor::full({5}, 7.0), on_gpu}, kGpu1);
+  }
+  std::vector<Tensor> got;
+  on_thread([&] {
+    StreamGuard on_consumer(consumer);
+    got = transport.recv(key);
+    got[1] = ops::mul(got[1], 1.0);  // read on the consumer's stream
+  });
+  REQUIRE(got.size() == 2);
+  check_close(got[0], Tensor::full({5}, 7.0), 0.0, 0.0);
+  check_close(got[1], Tensor::full({n}, 3.0), 0.0, 0.0);
+}
+
+}  // namespace pipewright::testing
