@@ -127,10 +127,11 @@ void channel_sums(const Map& map, int64_t n, int64_t c, int64_t l, double diviso
                   double* out_b, cudaStream_t stream) {
   if (l == 1) {
     const int64_t tiles = (c + kTileChannels - 1) / kTileChannels;
-    channel_sums_2d<<<row_grid(tiles), dim3(kTileChannels, kTileRows), 0, stream>>>(
+    PW_LAUNCH(channel_sums_2d<Map>, row_grid(tiles), dim3(kTileChannels, kTileRows), 0, stream)(
         map, n, c, divisor, out_a, out_b);
   } else {
-    channel_sums_3d<<<row_grid(c), kBlock, 0, stream>>>(map, n, c, l, divisor, out_a, out_b);
+    PW_LAUNCH(channel_sums_3d<Map>, row_grid(c), kBlock, 0, stream)(
+        map, n, c, l, divisor, out_a, out_b);
   }
   PW_CUDA_CHECK_LAUNCH();
 }
@@ -208,7 +209,8 @@ __global__ void grad_x_kernel(const T* g, const T* x, const T* gamma, const doub
     const int64_t ch = (e / l) % c;
     const double x_hat = (static_cast<double>(x[e]) - mean[ch]) * invstd[ch];
     const double k = param(gamma, ch, 1.0) * invstd[ch] / m;
-    grad_x[e] = static_cast<T>((static_cast<double>(g[e]) * m - sum_g[ch] - x_hat * sum_g_xhat[ch]) * k);
+    grad_x[e] =
+        static_cast<T>((static_cast<double>(g[e]) * m - sum_g[ch] - x_hat * sum_g_xhat[ch]) * k);
   }
 }
 
@@ -247,8 +249,8 @@ void batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
         mean.data<T>(), invstd.data<T>());
     PW_CUDA_CHECK_LAUNCH();
     if (total == 0) return;
-    PW_LAUNCH(affine_kernel<T>, grid_for(total), kBlock, 0, ctx.stream)(x.data<T>(), scale_d, shift_d,
-                                                                 y.data<T>(), total, c, l);
+    PW_LAUNCH(affine_kernel<T>, grid_for(total), kBlock, 0, ctx.stream)(
+        x.data<T>(), scale_d, shift_d, y.data<T>(), total, c, l);
     PW_CUDA_CHECK_LAUNCH();
   });
 }
@@ -264,12 +266,12 @@ void batch_norm_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   double* shift_d = scale_d + c;
   dispatch_floating(x.dtype(), "batch_norm_eval", [&](auto zero) {
     using T = decltype(zero);
-    eval_coefficients<T><<<grid_for(c), kBlock, 0, ctx.stream>>>(
+    PW_LAUNCH(eval_coefficients<T>, grid_for(c), kBlock, 0, ctx.stream)(
         optional<T>(running_mean), optional<T>(running_var), optional<T>(gamma),
         optional<T>(beta), eps, c, scale_d, shift_d);
     PW_CUDA_CHECK_LAUNCH();
-    affine_kernel<T><<<grid_for(total), kBlock, 0, ctx.stream>>>(x.data<T>(), scale_d, shift_d,
-                                                                 y.data<T>(), total, c, l);
+    PW_LAUNCH(affine_kernel<T>, grid_for(total), kBlock, 0, ctx.stream)(
+        x.data<T>(), scale_d, shift_d, y.data<T>(), total, c, l);
     PW_CUDA_CHECK_LAUNCH();
   });
 }
@@ -278,7 +280,8 @@ void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& ga
                          const Tensor& mean, const Tensor& invstd, int64_t n, int64_t c,
                          int64_t l, Tensor& grad_x, Tensor& grad_gamma, Tensor& grad_beta) {
   if (c == 0) return;
-  const Tensor& any_out = grad_x.defined() ? grad_x : (grad_gamma.defined() ? grad_gamma : grad_beta);
+  const Tensor& any_out =
+      grad_x.defined() ? grad_x : (grad_gamma.defined() ? grad_gamma : grad_beta);
   if (!any_out.defined()) return;  // no gradient wanted
   LaunchContext ctx(any_out);
   const int64_t total = n * c * l;
@@ -289,18 +292,18 @@ void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& ga
   double* sum_g_xhat = sum_g + c;
   dispatch_floating(x.dtype(), "batch_norm_backward", [&](auto zero) {
     using T = decltype(zero);
-    to_double<T><<<grid_for(c), kBlock, 0, ctx.stream>>>(mean.data<T>(), invstd.data<T>(), c,
-                                                         mean_d, invstd_d);
+    PW_LAUNCH(to_double<T>, grid_for(c), kBlock, 0, ctx.stream)(
+        mean.data<T>(), invstd.data<T>(), c, mean_d, invstd_d);
     PW_CUDA_CHECK_LAUNCH();
     channel_sums(SumGradients<T>{grad_y.data<T>(), x.data<T>(), mean_d, invstd_d}, n, c, l, 1.0,
                  sum_g, sum_g_xhat, ctx.stream);
     if (grad_gamma.defined() || grad_beta.defined()) {
-      write_param_grads<T><<<grid_for(c), kBlock, 0, ctx.stream>>>(
+      PW_LAUNCH(write_param_grads<T>, grid_for(c), kBlock, 0, ctx.stream)(
           sum_g, sum_g_xhat, c, optional_out<T>(grad_gamma), optional_out<T>(grad_beta));
       PW_CUDA_CHECK_LAUNCH();
     }
     if (!grad_x.defined() || total == 0) return;
-    grad_x_kernel<T><<<grid_for(total), kBlock, 0, ctx.stream>>>(
+    PW_LAUNCH(grad_x_kernel<T>, grid_for(total), kBlock, 0, ctx.stream)(
         grad_y.data<T>(), x.data<T>(), optional<T>(gamma), mean_d, invstd_d, sum_g, sum_g_xhat,
         grad_x.data<T>(), total, c, l, static_cast<double>(n * l));
     PW_CUDA_CHECK_LAUNCH();

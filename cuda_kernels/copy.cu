@@ -62,11 +62,11 @@ void copy_strided(const Tensor& src, Tensor& dst) {
     layout.strides[d] = src.strides()[d];
   }
   if (element_size(src.dtype()) == 4) {
-    copy_strided_kernel<uint32_t><<<grid_for(n), kBlock, 0, ctx.stream>>>(
+    PW_LAUNCH(copy_strided_kernel<uint32_t>, grid_for(n), kBlock, 0, ctx.stream)(
         static_cast<const uint32_t*>(src.raw_data()), static_cast<uint32_t*>(dst.raw_data()), n,
         layout);
   } else {
-    copy_strided_kernel<uint64_t><<<grid_for(n), kBlock, 0, ctx.stream>>>(
+    PW_LAUNCH(copy_strided_kernel<uint64_t>, grid_for(n), kBlock, 0, ctx.stream)(
         static_cast<const uint64_t*>(src.raw_data()), static_cast<uint64_t*>(dst.raw_data()), n,
         layout);
   }
@@ -81,7 +81,8 @@ void cast(const Tensor& src, Tensor& dst) {
     dispatch_all(dst.dtype(), "cast", [&](auto dst_zero) {
       using S = decltype(src_zero);
       using D = decltype(dst_zero);
-      cast_kernel<S, D><<<grid_for(n), kBlock, 0, ctx.stream>>>(src.data<S>(), dst.data<D>(), n);
+      PW_LAUNCH((cast_kernel<S, D>), grid_for(n), kBlock, 0, ctx.stream)(
+          src.data<S>(), dst.data<D>(), n);
     });
   });
   PW_CUDA_CHECK_LAUNCH();

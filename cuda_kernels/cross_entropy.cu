@@ -83,7 +83,7 @@ void cross_entropy(const Tensor& logp, const Tensor& target, double eps, Tensor&
   IndexCheck check(loss.device(), ctx.stream);
   dispatch_floating(logp.dtype(), "cross_entropy", [&](auto zero) {
     using T = decltype(zero);
-    cross_entropy_kernel<T><<<row_grid(n), row_block(c), 0, ctx.stream>>>(
+    PW_LAUNCH(cross_entropy_kernel<T>, row_grid(n), row_block(c), 0, ctx.stream)(
         logp.data<T>(), target.data<int64_t>(), loss.data<T>(), n, c, static_cast<T>(1.0 - eps),
         static_cast<T>(eps / static_cast<double>(c)), eps != 0.0, check.slot());
   });
@@ -99,7 +99,7 @@ void cross_entropy_backward(const Tensor& logp, const Tensor& target, double eps
   IndexCheck check(grad_logits.device(), ctx.stream);
   dispatch_floating(logp.dtype(), "cross_entropy_backward", [&](auto zero) {
     using T = decltype(zero);
-    cross_entropy_backward_kernel<T><<<grid_for(n * c), kBlock, 0, ctx.stream>>>(
+    PW_LAUNCH(cross_entropy_backward_kernel<T>, grid_for(n * c), kBlock, 0, ctx.stream)(
         logp.data<T>(), target.data<int64_t>(), grad_loss.data<T>(), grad_logits.data<T>(), n, c,
         static_cast<T>(1.0 - eps), static_cast<T>(eps / static_cast<double>(c)), check.slot());
   });

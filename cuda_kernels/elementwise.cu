@@ -113,7 +113,8 @@ void fill(Tensor& out, double value) {
   LaunchContext ctx(out);
   dispatch_all(out.dtype(), "fill", [&](auto zero) {
     using T = decltype(zero);
-    fill_kernel<T><<<grid_for(n), kBlock, 0, ctx.stream>>>(out.data<T>(), n, static_cast<T>(value));
+    PW_LAUNCH(fill_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
+        out.data<T>(), n, static_cast<T>(value));
   });
   PW_CUDA_CHECK_LAUNCH();
 }
@@ -125,7 +126,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   dispatch_floating(a.dtype(), "binary", [&](auto zero) {
     using T = decltype(zero);
     dispatch_binary(op, [&](auto op_c) {
-      binary_kernel<T, decltype(op_c)::value><<<grid_for(n), kBlock, 0, ctx.stream>>>(
+      PW_LAUNCH((binary_kernel<T, decltype(op_c)::value>), grid_for(n), kBlock, 0, ctx.stream)(
           a.data<T>(), b.data<T>(), out.data<T>(), n, period);
     });
   });
@@ -139,7 +140,8 @@ void binary_scalar(BinaryOp op, const Tensor& a, double s, Tensor& out) {
   dispatch_floating(a.dtype(), "binary_scalar", [&](auto zero) {
     using T = decltype(zero);
     dispatch_binary(op, [&](auto op_c) {
-      binary_scalar_kernel<T, decltype(op_c)::value><<<grid_for(n), kBlock, 0, ctx.stream>>>(
+      PW_LAUNCH((binary_scalar_kernel<T, decltype(op_c)::value>), grid_for(n), kBlock, 0,
+                ctx.stream)(
           a.data<T>(), static_cast<T>(s), out.data<T>(), n);
     });
   });
@@ -153,7 +155,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out) {
   dispatch_floating(x.dtype(), "unary", [&](auto zero) {
     using T = decltype(zero);
     dispatch_unary(op, [&](auto op_c) {
-      unary_kernel<T, decltype(op_c)::value><<<grid_for(n), kBlock, 0, ctx.stream>>>(
+      PW_LAUNCH((unary_kernel<T, decltype(op_c)::value>), grid_for(n), kBlock, 0, ctx.stream)(
           x.data<T>(), out.data<T>(), n);
     });
   });
@@ -166,7 +168,7 @@ void relu_backward(const Tensor& grad, const Tensor& y, Tensor& out) {
   LaunchContext ctx(out);
   dispatch_floating(grad.dtype(), "relu_backward", [&](auto zero) {
     using T = decltype(zero);
-    relu_backward_kernel<T><<<grid_for(n), kBlock, 0, ctx.stream>>>(
+    PW_LAUNCH(relu_backward_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
         grad.data<T>(), y.data<T>(), out.data<T>(), n);
   });
   PW_CUDA_CHECK_LAUNCH();
@@ -178,8 +180,8 @@ void axpy(double alpha, const Tensor& x, Tensor& y) {
   LaunchContext ctx(y);
   dispatch_floating(x.dtype(), "axpy", [&](auto zero) {
     using T = decltype(zero);
-    axpy_kernel<T><<<grid_for(n), kBlock, 0, ctx.stream>>>(static_cast<T>(alpha), x.data<T>(),
-                                                           y.data<T>(), n);
+    PW_LAUNCH(axpy_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
+        static_cast<T>(alpha), x.data<T>(), y.data<T>(), n);
   });
   PW_CUDA_CHECK_LAUNCH();
 }

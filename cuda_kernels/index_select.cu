@@ -38,12 +38,12 @@ void index_select(const Tensor& src, const Tensor& index, Tensor& out) {
   const int64_t elements = row == 0 ? k : k * row;
   const int64_t row_for_kernel = row == 0 ? 1 : row;
   if (element_size(src.dtype()) == 4) {
-    index_select_kernel<uint32_t><<<grid_for(elements), kBlock, 0, ctx.stream>>>(
+    PW_LAUNCH(index_select_kernel<uint32_t>, grid_for(elements), kBlock, 0, ctx.stream)(
         static_cast<const uint32_t*>(src.raw_data()), index.data<int64_t>(),
         row == 0 ? nullptr : static_cast<uint32_t*>(out.raw_data()), k, row_for_kernel, rows,
         check.slot());
   } else {
-    index_select_kernel<uint64_t><<<grid_for(elements), kBlock, 0, ctx.stream>>>(
+    PW_LAUNCH(index_select_kernel<uint64_t>, grid_for(elements), kBlock, 0, ctx.stream)(
         static_cast<const uint64_t*>(src.raw_data()), index.data<int64_t>(),
         row == 0 ? nullptr : static_cast<uint64_t*>(out.raw_data()), k, row_for_kernel, rows,
         check.slot());

@@ -19,22 +19,34 @@
 
 #include "cuda_kernels/check.h"
 #include "cuda_kernels/device_guard.h"
+#include "cuda_kernels/launch_limits.h"
 #include "tensor/tensor.h"
+
+// PW_LAUNCH(kernel, grid, block, shared_bytes, stream)(args...) launches a kernel: under nvcc
+// it is kernel<<<grid, block, shared_bytes, stream>>>(args...); under --config=cudasim,
+// cudasim/device.h (included before this file) defines it to run on simulated GPUs. A kernel
+// name with a comma in it is parenthesised: PW_LAUNCH((cast_kernel<S, D>), ...).
+#ifndef PW_LAUNCH
+#define PW_LAUNCH(kernel, grid, block, shared_bytes, stream) \
+  kernel<<<grid, block, shared_bytes, stream>>>
+#endif
 
 namespace pipewright::cuda {
 
-constexpr int kBlock = 256;          // threads per block of elementwise kernels
-constexpr int64_t kMaxGrid = 65536;  // blocks; the grid-stride loop covers the rest
+constexpr int kBlock = 256;  // threads per block of elementwise kernels
 
-/// Blocks for n elements at kBlock threads each (at least 1, at most kMaxGrid).
+/// Blocks for n elements at kBlock threads each (at least 1, at most launch_limits().max_grid;
+/// the grid-stride loop covers the rest).
 inline unsigned grid_for(int64_t n) {
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > kMaxGrid ? kMaxGrid : blocks));
+  const int64_t blocks = (n + kBlock - 1) / kBlock, cap = launch_limits().max_grid;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > cap ? cap : blocks));
 }
 
-/// Blocks for one-block-per-row kernels (at least 1, at most kMaxGrid; they loop over the rest).
+/// Blocks for one-block-per-row kernels (at least 1, at most launch_limits().max_grid; they
+/// loop over the rest).
 inline unsigned row_grid(int64_t rows) {
-  return static_cast<unsigned>(rows < 1 ? 1 : (rows > kMaxGrid ? kMaxGrid : rows));
+  const int64_t cap = launch_limits().max_grid;
+  return static_cast<unsigned>(rows < 1 ? 1 : (rows > cap ? cap : rows));
 }
 
 /// The device and stream a kernel runs on: the output tensor's device, made current for the
@@ -75,6 +87,16 @@ void dispatch_all(DType dtype, const char* op, F&& f) {
     return;
   }
   dispatch_floating(dtype, op, static_cast<F&&>(f));
+}
+
+/// The smallest value of T: -inf for floating types, the minimum for integers.
+template <class T>
+__host__ __device__ constexpr T lowest() {
+  if constexpr (std::is_floating_point_v<T>) {
+    return -std::numeric_limits<T>::infinity();
+  } else {
+    return std::numeric_limits<T>::lowest();
+  }
 }
 
 // ---- block-wide reductions (device side) ----
@@ -120,27 +142,19 @@ __device__ T block_max(T v, T* shared) {
   __syncthreads();
   if (lane == 0) shared[warp] = v;
   __syncthreads();
-  v = threadIdx.x < warps ? shared[threadIdx.x] : shared[0];
+  v = threadIdx.x < warps ? shared[threadIdx.x] : lowest<T>();
   if (warp == 0) v = warp_max(v);
   if (threadIdx.x == 0) shared[0] = v;
   __syncthreads();
   return shared[0];
 }
 
-/// The smallest value of T: -inf for floating types, the minimum for integers.
-template <class T>
-__host__ __device__ constexpr T lowest() {
-  if constexpr (std::is_floating_point_v<T>) {
-    return -std::numeric_limits<T>::infinity();
-  } else {
-    return std::numeric_limits<T>::lowest();
-  }
-}
-
-/// Threads per block for a row of `cols` elements: a power of two from 32 to 512.
+/// Threads per block for a row of `cols` elements: a power of two from 32 to
+/// launch_limits().max_row_block (512).
 inline int row_block(int64_t cols) {
+  const int cap = launch_limits().max_row_block;
   int threads = 32;
-  while (threads < cols && threads < 512) threads *= 2;
+  while (threads < cols && threads < cap) threads *= 2;
   return threads;
 }
 

@@ -76,7 +76,7 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double
                                momentum != 0.0,
                                nesterov,
                                first_step};
-    sgd_kernel<T><<<grid_for(n), kBlock, 0, ctx.stream>>>(
+    PW_LAUNCH(sgd_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
         param.data<T>(), grad.data<T>(), momentum != 0.0 ? momentum_buffer.data<T>() : nullptr,
         n, k);
   });
@@ -107,9 +107,8 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
                                 static_cast<T>(1.0 - lr * weight_decay),
                                 decoupled,
                                 weight_decay != 0.0};
-    adam_kernel<T><<<grid_for(n), kBlock, 0, ctx.stream>>>(param.data<T>(), grad.data<T>(),
-                                                           exp_avg.data<T>(),
-                                                           exp_avg_sq.data<T>(), n, k);
+    PW_LAUNCH(adam_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
+        param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(), n, k);
   });
   PW_CUDA_CHECK_LAUNCH();
 }

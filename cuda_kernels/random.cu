@@ -92,7 +92,7 @@ void philox_uniform(uint64_t seed, uint64_t offset, double lo, double hi, Tensor
   const BlockRange blocks = blocks_for(offset, static_cast<uint64_t>(n));
   dispatch_floating(out.dtype(), "philox_uniform", [&](auto zero) {
     using T = decltype(zero);
-    uniform_kernel<T><<<grid_for(blocks.count), kBlock, 0, ctx.stream>>>(
+    PW_LAUNCH(uniform_kernel<T>, grid_for(blocks.count), kBlock, 0, ctx.stream)(
         seed, offset, lo, hi, out.data<T>(), n, blocks);
   });
   PW_CUDA_CHECK_LAUNCH();
@@ -106,7 +106,7 @@ void philox_normal(uint64_t seed, uint64_t offset, double mean, double std, Tens
   const BlockRange blocks = blocks_for(offset, 2 * static_cast<uint64_t>((n + 1) / 2));
   dispatch_floating(out.dtype(), "philox_normal", [&](auto zero) {
     using T = decltype(zero);
-    normal_kernel<T><<<grid_for(blocks.count), kBlock, 0, ctx.stream>>>(
+    PW_LAUNCH(normal_kernel<T>, grid_for(blocks.count), kBlock, 0, ctx.stream)(
         seed, offset, mean, std, out.data<T>(), n, blocks);
   });
   PW_CUDA_CHECK_LAUNCH();
@@ -120,7 +120,7 @@ void dropout(uint64_t seed, uint64_t offset, double p, const Tensor& x, Tensor& 
   const BlockRange blocks = blocks_for(offset, static_cast<uint64_t>(n));
   dispatch_floating(x.dtype(), "dropout", [&](auto zero) {
     using T = decltype(zero);
-    dropout_kernel<T><<<grid_for(blocks.count), kBlock, 0, ctx.stream>>>(
+    PW_LAUNCH(dropout_kernel<T>, grid_for(blocks.count), kBlock, 0, ctx.stream)(
         seed, offset, p, x.data<T>(), out.data<T>(), mask.data<T>(), n, blocks);
   });
   PW_CUDA_CHECK_LAUNCH();

@@ -30,7 +30,8 @@ __global__ void reduce_rows_kernel(const T* x, T* out, int64_t outer, int64_t n,
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
     const T* p = x + row * n;
     T acc = is_max ? lowest<T>() : T(0);
-    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) acc = is_max ? max_nan(acc, p[k]) : acc + p[k];
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x)
+      acc = is_max ? max_nan(acc, p[k]) : acc + p[k];
     acc = is_max ? block_max(acc, shared) : block_sum(acc, shared);
     if (threadIdx.x == 0) out[row] = is_max ? acc : acc * scale;
   }
@@ -114,10 +115,10 @@ void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inne
     // kMean: the sum times 1/n (0 * inf = NaN for an empty dim, like torch.mean).
     const T scale = op == ReduceOp::kMean ? T(1) / static_cast<T>(n) : T(1);
     if (inner == 1) {
-      reduce_rows_kernel<T><<<row_grid(outer), row_block(n), 0, ctx.stream>>>(
+      PW_LAUNCH(reduce_rows_kernel<T>, row_grid(outer), row_block(n), 0, ctx.stream)(
           x.data<T>(), out.data<T>(), outer, n, is_max, scale);
     } else {
-      reduce_columns_kernel<T><<<grid_for(outer * inner), kBlock, 0, ctx.stream>>>(
+      PW_LAUNCH(reduce_columns_kernel<T>, grid_for(outer * inner), kBlock, 0, ctx.stream)(
           x.data<T>(), out.data<T>(), outer, n, inner, is_max, scale);
     }
   });
@@ -130,10 +131,10 @@ void argmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& ou
   dispatch_floating(x.dtype(), "argmax", [&](auto zero) {
     using T = decltype(zero);
     if (inner == 1) {
-      argmax_rows_kernel<T><<<row_grid(outer), row_block(n), 0, ctx.stream>>>(
+      PW_LAUNCH(argmax_rows_kernel<T>, row_grid(outer), row_block(n), 0, ctx.stream)(
           x.data<T>(), out.data<int64_t>(), outer, n);
     } else {
-      argmax_columns_kernel<T><<<grid_for(outer * inner), kBlock, 0, ctx.stream>>>(
+      PW_LAUNCH(argmax_columns_kernel<T>, grid_for(outer * inner), kBlock, 0, ctx.stream)(
           x.data<T>(), out.data<int64_t>(), outer, n, inner);
     }
   });

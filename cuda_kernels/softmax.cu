@@ -60,7 +60,7 @@ void softmax(const Tensor& x, bool log, Tensor& out) {
   LaunchContext ctx(out);
   dispatch_floating(x.dtype(), "softmax", [&](auto zero) {
     using T = decltype(zero);
-    softmax_kernel<T><<<row_grid(rows), row_block(cols), 0, ctx.stream>>>(
+    PW_LAUNCH(softmax_kernel<T>, row_grid(rows), row_block(cols), 0, ctx.stream)(
         x.data<T>(), out.data<T>(), rows, cols, log);
   });
   PW_CUDA_CHECK_LAUNCH();
@@ -72,7 +72,7 @@ void softmax_backward(const Tensor& grad, const Tensor& y, bool log, Tensor& out
   LaunchContext ctx(out);
   dispatch_floating(grad.dtype(), "softmax_backward", [&](auto zero) {
     using T = decltype(zero);
-    softmax_backward_kernel<T><<<row_grid(rows), row_block(cols), 0, ctx.stream>>>(
+    PW_LAUNCH(softmax_backward_kernel<T>, row_grid(rows), row_block(cols), 0, ctx.stream)(
         grad.data<T>(), y.data<T>(), out.data<T>(), rows, cols, log);
   });
   PW_CUDA_CHECK_LAUNCH();

@@ -1,25 +1,35 @@
-// What nvcc gives a .cu file, for g++: included first into every cuda_kernels/*.cu file under
-// --config=cudasim (the cuda_library rule passes `-include cudasim/device.h`), so the kernel
-// source compiles unchanged as C++ and runs on the executor (executor.h).
+// What nvcc gives a .cu file, for g++: included first into every
+// cuda_kernels/*.cu file under
+// --config=cudasim (the cuda_library rule passes `-include cudasim/device.h`),
+// so the kernel source compiles unchanged as C++ and runs on the executor
+// (executor.h).
 //
-//   __global__, __device__, __host__   nothing: kernels and device functions are C++ functions
-//   __shared__                         `static thread_local`: one copy per OS thread, and a
-//                                      block's threads are fibers of one OS thread, so one copy
-//                                      per running block (not cleared between blocks: a GPU
-//                                      does not clear it either)
-//   threadIdx, blockIdx, blockDim,     the running CUDA thread's values (executor)
-//   gridDim, warpSize
-//   __syncthreads, __syncwarp,         the executor's barrier and warp collectives, with their
+//   __global__, __device__, __host__   nothing: kernels and device functions
+//   are C++ functions
+//   __shared__                         `static thread_local`: one copy per OS
+//   thread, and a
+//                                      block's threads are fibers of one OS
+//                                      thread, so one copy per running block
+//                                      (not cleared between blocks: a GPU does
+//                                      not clear it either)
+//   threadIdx, blockIdx, blockDim,     the running CUDA thread's values
+//   (executor) gridDim, warpSize
+//   __syncthreads, __syncwarp,         the executor's barrier and warp
+//   collectives, with their
 //   __shfl_sync / _up / _down / _xor   checks (executor.h)
-//   atomicAdd/Min/Max/Exch/CAS         std::atomic_ref: blocks of two streams run at once
-//   PW_LAUNCH(kernel, grid, block,     cudasim::Launch (launch.h); nvcc spells it
-//             shared_bytes, stream)    kernel<<<grid, block, shared_bytes, stream>>>
+//   atomicAdd/Min/Max/Exch/CAS         std::atomic_ref: blocks of two streams
+//   run at once PW_LAUNCH(kernel, grid, block,     cudasim::Launch (launch.h);
+//   nvcc spells it
+//             shared_bytes, stream)    kernel<<<grid, block, shared_bytes,
+//             stream>>>
 //
-// The static shared memory limit (48 KiB per block) is not checked here: ptxas refuses a
-// kernel over it in the --config=cuda build, which CI runs on every change.
+// The static shared memory limit (48 KiB per block) is not checked here: ptxas
+// refuses a kernel over it in the --config=cuda build, which CI runs on every
+// change.
 #pragma once
 
-// Before the CUDA headers, which define these only where they are not defined yet.
+// Before the CUDA headers, which define these only where they are not defined
+// yet.
 #define __global__
 #define __device__
 #define __host__
@@ -30,6 +40,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <source_location>
 #include <type_traits>
 
 #include "cudasim/executor.h"
@@ -64,43 +75,47 @@ T from_bits(uint64_t bits) {
 
 }  // namespace cudasim::detail
 
-// noinline: the return address names the call site, so two threads at two different barriers
-// (or shuffles) are told apart.
-[[gnu::noinline]] inline void __syncthreads() {
-  ::cudasim::syncthreads(__builtin_return_address(0));
+// Each builtin takes its caller's source location as a defaulted last argument:
+// two threads at two different barriers (or shuffles) are told apart by it
+// (executor.h).
+using cudasim_site = std::source_location;
+
+inline void __syncthreads(cudasim_site site = cudasim_site::current()) {
+  ::cudasim::syncthreads(site);
 }
 
-[[gnu::noinline]] inline void __syncwarp(unsigned mask = 0xffffffffu) {
-  (void)::cudasim::shuffle(::cudasim::ShuffleKind::kSyncWarp, mask, 0, 0, 32,
-                           __builtin_return_address(0));
-}
-
-template <class T>
-[[gnu::noinline]] T __shfl_sync(unsigned mask, T var, int src_lane, int width = 32) {
-  return ::cudasim::detail::from_bits<T>(
-      ::cudasim::shuffle(::cudasim::ShuffleKind::kIdx, mask, ::cudasim::detail::to_bits(var),
-                         src_lane, width, __builtin_return_address(0)));
+inline void __syncwarp(unsigned mask = 0xffffffffu, cudasim_site site = cudasim_site::current()) {
+  (void)::cudasim::shuffle(::cudasim::ShuffleKind::kSyncWarp, mask, 0, 0, 32, site);
 }
 
 template <class T>
-[[gnu::noinline]] T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32) {
-  return ::cudasim::detail::from_bits<T>(
-      ::cudasim::shuffle(::cudasim::ShuffleKind::kUp, mask, ::cudasim::detail::to_bits(var),
-                         static_cast<int>(delta), width, __builtin_return_address(0)));
+T __shfl_sync(unsigned mask, T var, int src_lane, int width = 32,
+              cudasim_site site = cudasim_site::current()) {
+  return ::cudasim::detail::from_bits<T>(::cudasim::shuffle(
+      ::cudasim::ShuffleKind::kIdx, mask, ::cudasim::detail::to_bits(var), src_lane, width, site));
 }
 
 template <class T>
-[[gnu::noinline]] T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32) {
-  return ::cudasim::detail::from_bits<T>(
-      ::cudasim::shuffle(::cudasim::ShuffleKind::kDown, mask, ::cudasim::detail::to_bits(var),
-                         static_cast<int>(delta), width, __builtin_return_address(0)));
+T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32,
+                 cudasim_site site = cudasim_site::current()) {
+  return ::cudasim::detail::from_bits<T>(::cudasim::shuffle(::cudasim::ShuffleKind::kUp, mask,
+                                                            ::cudasim::detail::to_bits(var),
+                                                            static_cast<int>(delta), width, site));
 }
 
 template <class T>
-[[gnu::noinline]] T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32) {
-  return ::cudasim::detail::from_bits<T>(
-      ::cudasim::shuffle(::cudasim::ShuffleKind::kXor, mask, ::cudasim::detail::to_bits(var),
-                         lane_mask, width, __builtin_return_address(0)));
+T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32,
+                   cudasim_site site = cudasim_site::current()) {
+  return ::cudasim::detail::from_bits<T>(::cudasim::shuffle(::cudasim::ShuffleKind::kDown, mask,
+                                                            ::cudasim::detail::to_bits(var),
+                                                            static_cast<int>(delta), width, site));
+}
+
+template <class T>
+T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32,
+                  cudasim_site site = cudasim_site::current()) {
+  return ::cudasim::detail::from_bits<T>(::cudasim::shuffle(
+      ::cudasim::ShuffleKind::kXor, mask, ::cudasim::detail::to_bits(var), lane_mask, width, site));
 }
 
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }

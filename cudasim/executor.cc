@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
@@ -46,7 +47,7 @@ struct CudaThread {
   Fiber* fiber = nullptr;
   std::exception_ptr error;
   // What it waits at.
-  const void* site = nullptr;
+  std::source_location site;
   ShuffleKind kind = ShuffleKind::kIdx;
   unsigned mask = 0;
   uint64_t value = 0;
@@ -105,6 +106,16 @@ const char* kind_name(ShuffleKind k) {
     case ShuffleKind::kSyncWarp: return "__syncwarp";
   }
   return "?";
+}
+
+bool same_site(const std::source_location& a, const std::source_location& b) {
+  return a.line() == b.line() && a.column() == b.column() &&
+         std::strcmp(a.file_name(), b.file_name()) == 0;
+}
+
+std::string where(const std::source_location& s) {
+  return std::string(s.file_name()) + ":" + std::to_string(s.line()) + ":" +
+         std::to_string(s.column());
 }
 
 std::string hex(unsigned v) {
@@ -203,7 +214,7 @@ bool resolve_shuffles(BlockRun& r) {
                            std::to_string(n) + " threads, not a multiple of 32");
         }
         const CudaThread& o = r.threads[32 * w + m];
-        if (o.state != State::kAtShuffle || o.site != t.site || o.kind != t.kind ||
+        if (o.state != State::kAtShuffle || !same_site(o.site, t.site) || o.kind != t.kind ||
             o.mask != t.mask) {
           fault(r, &t, std::string(kind_name(t.kind)) + " mask " + hex(t.mask) + " names lane " +
                            std::to_string(m) + ", which " +
@@ -263,9 +274,10 @@ void resolve_barrier(BlockRun& r) {
                         " exited without reaching it (a barrier in divergent code)");
   }
   for (const CudaThread& t : r.threads) {
-    if (t.site != first->site) {
+    if (!same_site(t.site, first->site)) {
       fault(r, &t, "threads wait at two different __syncthreads (thread " + str(first->idx) +
-                       " at one, this thread at another): a barrier in divergent code");
+                       " at " + where(first->site) + ", this thread at " + where(t.site) +
+                       "): a barrier in divergent code");
     }
   }
   for (CudaThread& t : r.threads) t.state = State::kRunnable;
@@ -371,7 +383,7 @@ const uint3& block_idx() { return run().block_idx; }
 const dim3& block_dim() { return run().block; }
 const dim3& grid_dim() { return run().grid; }
 
-void syncthreads(const void* site) {
+void syncthreads(std::source_location site) {
   BlockRun& r = run();
   CUDASIM_TSAN_IGNORE_BEGIN();
   r.current->site = site;
@@ -382,7 +394,7 @@ void syncthreads(const void* site) {
 }
 
 uint64_t shuffle(ShuffleKind kind, unsigned mask, uint64_t value, int lane_arg, int width,
-                 const void* site) {
+                 std::source_location site) {
   BlockRun& r = run();
   CUDASIM_TSAN_IGNORE_BEGIN();
   CudaThread* t = r.current;

@@ -23,6 +23,7 @@
 #include <vector_types.h>
 
 #include <cstdint>
+#include <source_location>
 #include <string>
 
 namespace cudasim {
@@ -51,7 +52,10 @@ const dim3& block_dim();
 const dim3& grid_dim();
 
 /// __syncthreads(): waits until every thread of the block waits at the barrier at `site`.
-void syncthreads(const void* site);
+/// Sites are source locations, not code addresses: g++ may duplicate one barrier call into
+/// two branches (it does not know the call is convergent, as nvcc does), and that must stay
+/// one barrier.
+void syncthreads(std::source_location site);
 
 enum class ShuffleKind { kIdx, kUp, kDown, kXor, kSyncWarp };
 
@@ -59,6 +63,6 @@ enum class ShuffleKind { kIdx, kUp, kDown, kXor, kSyncWarp };
 /// caller's type bit-copied) of the source lane that `kind`, `lane_arg` and `width` select,
 /// as __shfl_sync / _up_ / _down_ / _xor_ define it (or its own value where they say so).
 uint64_t shuffle(ShuffleKind kind, unsigned mask, uint64_t value, int lane_arg, int width,
-                 const void* site);
+                 std::source_location site);
 
 }  // namespace cudasim
