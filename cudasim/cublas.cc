@@ -219,8 +219,14 @@ cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// Like cuBLAS, setting a stream resets the workspace to the handle's default: a workspace set
+// before cublasSetStream does not survive it (cublasSetWorkspace must come after).
 cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
-  return update(handle, [&](Handle& h) { h.stream = stream; });
+  return update(handle, [&](Handle& h) {
+    h.stream = stream;
+    h.workspace = h.default_workspace;
+    h.workspace_bytes = kDefaultWorkspaceBytes;
+  });
 }
 
 cublasStatus_t cublasGetStream_v2(cublasHandle_t handle, cudaStream_t* stream) {

@@ -228,6 +228,14 @@ TEST_CASE("gemm: one handle's workspace shared by two streams is a race") {
   CHECK(cudasim::take_race_reports().empty());
   REQUIRE_CUDA(cudaStreamSynchronize(s2));
   CHECK(to_host(c2, 16) == std::vector<float>(16, 4.0f));
+  // cublasSetStream resets the workspace to the handle's default, as cuBLAS does: a workspace
+  // set before it is gone, so the shared default workspace races again.
+  REQUIRE(cublasSetStream(h, s2) == CUBLAS_STATUS_SUCCESS);
+  CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, a, 4, a, 4, &zero, c2, 4) ==
+        CUBLAS_STATUS_EXECUTION_FAILED);
+  CHECK(cudasim::take_race_reports().size() == 1);
+  (void)cudaGetLastError();
+  REQUIRE_CUDA(cudaDeviceSynchronize());
   REQUIRE_CUDA(cudaStreamDestroy(s1));
   REQUIRE_CUDA(cudaStreamDestroy(s2));
   for (float* p : {a, c1, c2}) REQUIRE_CUDA(cudaFree(p));
