@@ -110,7 +110,7 @@ const char* kind_name(ShuffleKind k) {
 
 bool same_site(const std::source_location& a, const std::source_location& b) {
   return a.line() == b.line() && a.column() == b.column() &&
-         std::strcmp(a.file_name(), b.file_name()) == 0;
+         (a.file_name() == b.file_name() || std::strcmp(a.file_name(), b.file_name()) == 0);
 }
 
 std::string where(const std::source_location& s) {
