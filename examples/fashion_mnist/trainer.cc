@@ -285,6 +285,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
   const int last_epoch = config.stop_after > 0 ? std::min(config.stop_after, config.epochs) : config.epochs;
   for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
     for (int s = 0; s < config.stages; ++s) allocator_for(devices[s]).reset_peak();
+    EpochStats stats;
     Progress progress(out, epoch + 1, config.epochs, loader.num_batches(), config.progress);
     double loss_sum = 0, bubble_sum = 0;
     int64_t samples = 0, steps = 0;
@@ -299,13 +300,13 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
         step.trace.write_chrome_json(config.trace);
         traced = true;
       }
+      stats.step_losses.push_back(step.loss);
       loss_sum += step.loss * static_cast<double>(batch.size());
       bubble_sum += step.trace.bubble_fraction();
       samples += batch.size();
       ++steps;
       progress.update(steps, samples, seconds_since(start), loss_sum / static_cast<double>(samples));
     }
-    EpochStats stats;
     stats.epoch = epoch + 1;
     stats.seconds = seconds_since(start);
     progress.finish();

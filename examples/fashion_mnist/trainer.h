@@ -34,6 +34,7 @@ struct EpochStats {
   double samples_per_second = 0;
   std::vector<int64_t> peak_bytes;    // per stage: peak allocated bytes of its device
   double bubble = 0;                  // measured bubble fraction, mean over the epoch's steps
+  std::vector<double> step_losses;    // per step: the mini-batch's mean cross-entropy
 };
 
 struct TrainResult {
