@@ -88,11 +88,7 @@ TEST_CASE("events time GPU work", "[cuda][backend]") {
 }
 
 TEST_CASE("peer copies between two GPUs", "[cuda][backend]") {
-  if (!gpu_available_or_skip()) return;
-  if (device_count(DeviceType::kCUDA) < 2) {
-    std::cout << "SKIPPED: peer copy needs 2 GPUs\n";
-    return;
-  }
+  if (!gpus_available_or_skip(2)) return;
   const Tensor host = random_tensor({12345}, DType::kFloat64, 102);
   const Tensor on1 = host.to(Device::cuda(0)).to(Device::cuda(1));
   CHECK(on1.device() == Device::cuda(1));

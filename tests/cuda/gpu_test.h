@@ -1,10 +1,16 @@
-// Helpers shared by the CUDA tests: skipping without a GPU, random inputs, CPU/GPU comparison.
+// Helpers shared by the CUDA tests: skipping without a GPU, random inputs, CPU/GPU comparison,
+// small launch caps.
 //
 // Every CUDA test starts with
-//     if (!gpu_available_or_skip()) return;
-// On a machine without a GPU (CI) that prints "SKIPPED: no GPU" and the test passes, unless
-// PIPEWRIGHT_REQUIRE_GPU=1 is set (the device machine), where it FAILs: a GPU run must never
-// pass by skipping. Catch2 v2 has no SKIP(), hence this function.
+//     if (!gpu_available_or_skip()) return;        (or gpus_available_or_skip(2) for two GPUs)
+// Catch2 v2 has no SKIP(), so a skipped test case reports PASSED. To keep a skip from reading
+// as a pass:
+//   - PIPEWRIGHT_REQUIRE_GPU=N (N >= 1) turns every skip of a test needing at most N GPUs into
+//     a FAIL. The device machine runs with N = 1; --config=cudasim sets N = 2 (cudasim
+//     simulates two devices), so under cudasim no test may skip at all.
+//   - every skip is a Catch2 WARN (printed even when the test passes) and is counted; at the
+//     end of the run a banner "SKIPPED: k test case(s) did not run" goes to stdout and stderr
+//     and, under `bazel test`, to TEST_WARNINGS_OUTPUT_FILE.
 //
 // Kernels are checked against the CPU reference of the same entry of struct Kernels: the
 // inputs are made on the CPU, copied to cuda:0, both tables run, the results are compared.
@@ -12,16 +18,39 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "cuda_kernels/launch_limits.h"
 #include "tensor/kernels.h"
 #include "tensor/tensor.h"
 
 namespace pipewright::testing {
 
-/// True when a CUDA device is present; otherwise prints "SKIPPED: no GPU (<reason>)" and
-/// returns false, or FAILs the test when the environment has PIPEWRIGHT_REQUIRE_GPU=1.
-bool gpu_available_or_skip();
+/// True when at least `count` CUDA devices are present. Otherwise FAILs the test when the
+/// environment has PIPEWRIGHT_REQUIRE_GPU=N with N >= count, or else WARNs "SKIPPED: ...",
+/// counts the skip (skipped_test_cases) and returns false.
+bool gpus_available_or_skip(int count);
+
+/// gpus_available_or_skip(1).
+inline bool gpu_available_or_skip() { return gpus_available_or_skip(1); }
+
+/// How many times a test case skipped in this process (reported at the end of the run).
+int skipped_test_cases();
+
+/// Launch caps under which small inputs take the loops that only huge inputs take with the
+/// default caps (cuda_kernels/launch_limits.h): grid-stride loops wrap after 256, 512 or 768
+/// elements, one-block-per-row kernels loop over rows past 1, 2 or 3 blocks, and rows longer
+/// than 32 or 64 elements are strided by a block. Use with cuda::ScopedLaunchLimits; tests
+/// pick sizes that are multiples of none of these.
+inline constexpr cuda::LaunchLimits kSmallLaunchLimits[] = {
+    {.max_grid = 1, .max_row_block = 32},
+    {.max_grid = 3, .max_row_block = 64},
+    {.max_grid = 2, .max_row_block = 32},
+};
+
+/// "max_grid 3, max_row_block 64", for INFO.
+std::string describe(const cuda::LaunchLimits& limits);
 
 inline Device gpu() { return Device::cuda(0); }
 inline const Kernels& cpu_kernels() { return kernels_for(DeviceType::kCPU); }

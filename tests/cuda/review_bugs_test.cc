@@ -36,12 +36,7 @@ namespace {
 
 const Device kGpu0 = Device::cuda(0), kGpu1 = Device::cuda(1);
 
-bool two_gpus_or_skip() {
-  if (!gpu_available_or_skip()) return false;
-  if (device_count(DeviceType::kCUDA) >= 2) return true;
-  WARN("SKIPPED: needs two GPUs, found " << device_count(DeviceType::kCUDA));
-  return false;
-}
+bool two_gpus_or_skip() { return gpus_available_or_skip(2); }
 
 /// x on the current stream of x's device: x + 1, `times` times, in place (queued kernels
 /// that write x, so a reader on another stream must be ordered after all of them).
