@@ -1,8 +1,12 @@
 // Pipe on GPUs (Note [Streams in the pipeline], pipeline/transport.h): each worker computes on
 // its own stream and messages cross on copy streams with events. Checked against the plain
-// model on the CPU: two stages on cuda:0, two stages on cuda:0 and cuda:1 (when there are two
-// GPUs: peer copies), a host stage feeding a GPU stage, GPipe and 1F1B, with checkpointing;
-// and a stage's exception reaching the caller with the Pipe usable afterwards.
+// model on the CPU (outputs, losses, input and parameter gradients): two stages on cuda:0,
+// two stages on cuda:0 and cuda:1 (peer copies; these need two GPUs: they fail under
+// PIPEWRIGHT_REQUIRE_GPU=2, as under cudasim, and otherwise skip loudly), three stages going
+// cuda:0 -> cuda:1 -> cuda:0, a host stage feeding a GPU stage, GPipe and 1F1B, with and
+// without checkpointing; many steps reusing cached blocks across streams (every step's loss
+// and gradients compared), on one GPU and on two; and a stage's exception reaching the caller
+// with the Pipe usable afterwards.
 //
 // Tolerance: float32 GEMMs in cuBLAS (full FP32, TF32 off) and in Eigen sum in different
 // orders; at these sizes the results agree to ~1e-6 relative.
@@ -67,9 +71,13 @@ double max_grad_diff(const nn::Module& a, const nn::Module& b) {
 
 /// Runs the plain model on the CPU and the Pipe on `devices`, forward + loss.backward()
 /// (GPipe) and then train_step under "1f1b"; checks outputs, losses and every gradient.
-void check_transparent(const std::vector<Device>& devices, int chunks, Checkpoint mode) {
+void check_transparent(const std::vector<Device>& devices, int chunks, Checkpoint mode,
+                       std::vector<int> balance = {3, 2}) {
   nn::Sequential plain = mlp(3);
-  Pipe pipe(mlp(3), {.balance = {3, 2}, .devices = devices, .chunks = chunks, .checkpoint = mode});
+  Pipe pipe(mlp(3), {.balance = std::move(balance),
+                     .devices = devices,
+                     .chunks = chunks,
+                     .checkpoint = mode});
   const Tensor x0 = randn({32, 16}, 4), target = randn({32, 8}, 5);
 
   Tensor x = x0.clone().set_requires_grad(true);
@@ -79,7 +87,7 @@ void check_transparent(const std::vector<Device>& devices, int chunks, Checkpoin
 
   Tensor xp = x0.clone().to(devices[0]).set_requires_grad(true);
   Tensor out = pipe.forward(xp);
-  REQUIRE(out.device() == devices[1]);
+  REQUIRE(out.device() == devices.back());
   Tensor loss = nn::mse_loss(out, target.to(out.device()));
   loss.backward();
   CHECK(ops::max_abs_diff(out, ref_out) <= kTol);
@@ -105,14 +113,18 @@ TEST_CASE("two stages on one GPU equal the plain model", "[cuda][pipe]") {
 }
 
 TEST_CASE("two stages on two GPUs (peer copies) equal the plain model", "[cuda][pipe]") {
-  if (!gpu_available_or_skip()) return;
-  if (device_count(DeviceType::kCUDA) < 2) {
-    WARN("SKIPPED: one GPU; the cross-device pipe needs two");
-    return;
-  }
-  const int chunks = GENERATE(1, 4);
-  CAPTURE(chunks);
-  check_transparent({Device::cuda(0), Device::cuda(1)}, chunks, Checkpoint::kExceptLast);
+  if (!gpus_available_or_skip(2)) return;
+  const int chunks = GENERATE(1, 4, 8);
+  const Checkpoint mode = GENERATE(Checkpoint::kNever, Checkpoint::kExceptLast);
+  CAPTURE(chunks, pipeline::to_string(mode));
+  check_transparent({Device::cuda(0), Device::cuda(1)}, chunks, mode);
+}
+
+TEST_CASE("three stages cuda:0 -> cuda:1 -> cuda:0 equal the plain model", "[cuda][pipe]") {
+  if (!gpus_available_or_skip(2)) return;
+  const Checkpoint mode = GENERATE(Checkpoint::kNever, Checkpoint::kAlways);
+  CAPTURE(pipeline::to_string(mode));
+  check_transparent({Device::cuda(0), Device::cuda(1), Device::cuda(0)}, 4, mode, {2, 2, 1});
 }
 
 TEST_CASE("a host stage feeding a GPU stage equals the plain model", "[cuda][pipe]") {
@@ -120,14 +132,18 @@ TEST_CASE("a host stage feeding a GPU stage equals the plain model", "[cuda][pip
   check_transparent({Device::cpu(0), Device::cuda(0)}, 4, Checkpoint::kExceptLast);
 }
 
-TEST_CASE("many steps on one GPU: copy-stream memory is not reused early", "[cuda][pipe]") {
+TEST_CASE("many steps: copy-stream memory is not reused early; losses and gradients match",
+          "[cuda][pipe]") {
   // Repeated steps reuse cached blocks across the compute and copy streams; a block reused
-  // before record_stream's events allowed it would corrupt activations and show up here as
-  // a mismatch somewhere along the steps.
-  if (!gpu_available_or_skip()) return;
+  // before record_stream's events allowed it would corrupt activations or gradients and show
+  // up here as a mismatch somewhere along the steps. Every step compares the loss and every
+  // parameter gradient with the plain model's.
+  const bool two = GENERATE(false, true);
+  CAPTURE(two);
+  if (!gpus_available_or_skip(two ? 2 : 1)) return;
   nn::Sequential plain = mlp(11);
   Pipe pipe(mlp(11), {.balance = {3, 2},
-                      .devices = {Device::cuda(0), Device::cuda(0)},
+                      .devices = {Device::cuda(0), Device::cuda(two ? 1 : 0)},
                       .chunks = 8,
                       .checkpoint = Checkpoint::kAlways});
   auto mse = [](const Tensor& o, const Tensor& t) { return nn::mse_loss(o, t); };
@@ -136,9 +152,11 @@ TEST_CASE("many steps on one GPU: copy-stream memory is not reused early", "[cud
     const Tensor x = randn({256, 16}, 100 + step), target = randn({256, 8}, 200 + step);
     plain.zero_grad();
     pipe.zero_grad();
-    const double ref = nn::mse_loss(plain.forward(x), target).item();
+    Tensor ref_loss = nn::mse_loss(plain.forward(x), target);
+    ref_loss.backward();
     const double got = pipe.train_step(x, target, mse, step % 2 == 0 ? "gpipe" : "1f1b").loss;
-    REQUIRE(std::abs(got - ref) <= kTol);
+    REQUIRE(std::abs(got - ref_loss.item()) <= kTol);
+    REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
   }
 }
 
