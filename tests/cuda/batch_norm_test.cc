@@ -1,11 +1,15 @@
 // CUDA BatchNorm (train, eval, backward) against the CPU, for 2-D [N, C] (the tiled layout)
 // and 3-D [N, C, L] (one block per channel), with and without affine parameters, and with
-// only some gradients wanted.
+// only some gradients wanted, without gamma, with N·L = 0 (N = 0 or L = 0); and under small
+// launch caps (kSmallLaunchLimits), where channel_sums_2d loops over channel tiles past the
+// grid, channel_sums_3d over channels past it, and the per-channel and elementwise kernels'
+// grid-stride loops wrap (C = 300 or 1000 channels, 2,121-5,000 elements).
 // Tolerances: both sides accumulate in double and round once to the dtype, but add in
 // different orders: float32 rtol/atol 1e-5, float64 1e-12 (backward: x 4, the sums of
 // products of M terms).
 #include <catch2/catch.hpp>
 
+#include "cuda_kernels/launch_limits.h"
 #include "tests/cuda/gpu_test.h"
 
 namespace pipewright::testing {
@@ -15,15 +19,22 @@ struct BnShape {
   int64_t n, c, l;
 };
 const BnShape kShapes[] = {{256, 1024, 1}, {7, 33, 1}, {1000, 3, 1}, {8, 16, 49}, {2, 5, 3001},
-                           {1, 4, 1}};
+                           {1, 4, 1},      {0, 5, 1},  {0, 3, 4},   {4, 3, 0}};
+// Under kSmallLaunchLimits (1-3 blocks): 2-D with 4, 10 and 32 tiles of 32 channels, 300 and
+// 1000 channels for the one-thread-per-channel kernels; 3-D with 7 and 5 channels of 303 and
+// 258 values each (more than a 256-thread block), 2,121-5,000 elements.
+const BnShape kSmallCapsShapes[] = {{37, 100, 1}, {3, 300, 1}, {5, 1000, 1}, {3, 7, 101},
+                                    {2, 5, 129}};
 
 Tensor cpu_empty(Shape s, DType d) { return Tensor::empty(s, {d, Device::cpu(0)}); }
 Tensor gpu_empty(Shape s, DType d) { return Tensor::empty(s, {d, gpu()}); }
 
-TEST_CASE("cuda batch_norm_train and eval match cpu", "[cuda][batch_norm]") {
-  if (!gpu_available_or_skip()) return;
+/// Train (its statistics and the double variance) and eval forward, with and without gamma
+/// and beta, on both devices. M = 0 gives NaN statistics on both (NaN equals NaN here).
+template <size_t N>
+void check_forward(const BnShape (&shapes)[N]) {
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
-    for (const BnShape& s : kShapes) {
+    for (const BnShape& s : shapes) {
       for (bool affine : {true, false}) {
         INFO(dtype_name(dtype) << " [" << s.n << ", " << s.c << ", " << s.l << "] affine "
                                << affine);
@@ -60,47 +71,100 @@ TEST_CASE("cuda batch_norm_train and eval match cpu", "[cuda][batch_norm]") {
   }
 }
 
+TEST_CASE("cuda batch_norm_train and eval match cpu", "[cuda][batch_norm]") {
+  if (!gpu_available_or_skip()) return;
+  check_forward(kShapes);
+}
+
+TEST_CASE("cuda batch_norm_train and eval match cpu past the grid (small launch caps)",
+          "[cuda][batch_norm][limits]") {
+  if (!gpu_available_or_skip()) return;
+  for (const cuda::LaunchLimits& limits : kSmallLaunchLimits) {
+    cuda::ScopedLaunchLimits scoped(limits);
+    INFO(describe(limits));
+    check_forward(kSmallCapsShapes);
+  }
+}
+
+/// Backward with every subset of gradients wanted, on both devices, with gamma or without
+/// (affine = false: gamma undefined, taken as 1). The statistics come from a CPU training
+/// forward, except with M = 0 (its statistics are NaN): there they are finite made-up values,
+/// the sums are empty, so grad_gamma = grad_beta = 0 on both devices. (With the NaN statistics
+/// themselves the CUDA kernel still gives grad_gamma = 0, the empty Σ g x̂ of kernels.h and
+/// PyTorch's zeros, but the CPU kernel gives NaN: it computes invstd * Σ g (x - mean).)
+template <size_t N>
+void check_backward(const BnShape (&shapes)[N]) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const BnShape& s : shapes) {
+      for (bool with_gamma : {true, false}) {
+        INFO(dtype_name(dtype) << " [" << s.n << ", " << s.c << ", " << s.l << "] gamma "
+                               << with_gamma);
+        const Shape xs{s.n, s.c, s.l};
+        const Tensor x = random_tensor(xs, dtype, 56, -3.0, 5.0);
+        const Tensor g = random_tensor(xs, dtype, 57);
+        const Tensor gamma = with_gamma ? random_tensor({s.c}, dtype, 58, 0.5, 1.5) : Tensor();
+        const Tensor gamma_g = with_gamma ? gamma.to(gpu()) : Tensor();
+        Tensor y = cpu_empty(xs, dtype), mean = cpu_empty({s.c}, dtype),
+               invstd = cpu_empty({s.c}, dtype);
+        Tensor no_var;
+        cpu_kernels().batch_norm_train(x, gamma, Tensor(), 1e-5, s.n, s.c, s.l, y, mean, invstd,
+                                       no_var);
+        if (s.n * s.l == 0) {
+          // The training statistics are NaN: the CUDA kernel's gradients are still the empty
+          // sums, 0 (the CPU's grad_gamma is NaN, see above).
+          Tensor gg_nan = gpu_empty({s.c}, dtype), gb_nan = gpu_empty({s.c}, dtype), no_x;
+          gpu_kernels().batch_norm_backward(g.to(gpu()), x.to(gpu()), gamma_g, mean.to(gpu()),
+                                            invstd.to(gpu()), s.n, s.c, s.l, no_x, gg_nan,
+                                            gb_nan);
+          check_bitwise_equal(gg_nan, Tensor::zeros({s.c}, {dtype, Device::cpu(0)}));
+          check_bitwise_equal(gb_nan, Tensor::zeros({s.c}, {dtype, Device::cpu(0)}));
+          mean = random_tensor({s.c}, dtype, 59);
+          invstd = random_tensor({s.c}, dtype, 60, 0.5, 2.0);
+        }
+        const double t = tol(dtype, 4e-5, 4e-12);
+        const double sum_t = t * static_cast<double>(s.n * s.l);  // Σ over M terms
+
+        Tensor gx = cpu_empty(xs, dtype), gg = cpu_empty({s.c}, dtype),
+               gb = cpu_empty({s.c}, dtype);
+        Tensor gx_g = gpu_empty(xs, dtype), gg_g = gpu_empty({s.c}, dtype),
+               gb_g = gpu_empty({s.c}, dtype);
+        cpu_kernels().batch_norm_backward(g, x, gamma, mean, invstd, s.n, s.c, s.l, gx, gg, gb);
+        gpu_kernels().batch_norm_backward(g.to(gpu()), x.to(gpu()), gamma_g, mean.to(gpu()),
+                                          invstd.to(gpu()), s.n, s.c, s.l, gx_g, gg_g, gb_g);
+        check_close(gx_g, gx, t, t);
+        check_close(gg_g, gg, t, sum_t);
+        check_close(gb_g, gb, t, sum_t);
+
+        // Only grad_x wanted (parameters frozen), and only the parameter gradients.
+        Tensor none_gamma, none_beta, none_x;
+        Tensor gx_only = gpu_empty(xs, dtype);
+        gpu_kernels().batch_norm_backward(g.to(gpu()), x.to(gpu()), gamma_g, mean.to(gpu()),
+                                          invstd.to(gpu()), s.n, s.c, s.l, gx_only, none_gamma,
+                                          none_beta);
+        check_close(gx_only, gx, t, t);
+        Tensor gg_only = gpu_empty({s.c}, dtype), gb_only = gpu_empty({s.c}, dtype);
+        gpu_kernels().batch_norm_backward(g.to(gpu()), x.to(gpu()), gamma_g, mean.to(gpu()),
+                                          invstd.to(gpu()), s.n, s.c, s.l, none_x, gg_only,
+                                          gb_only);
+        check_close(gg_only, gg, t, sum_t);
+        check_close(gb_only, gb, t, sum_t);
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda batch_norm_backward matches cpu", "[cuda][batch_norm]") {
   if (!gpu_available_or_skip()) return;
-  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
-    for (const BnShape& s : kShapes) {
-      INFO(dtype_name(dtype) << " [" << s.n << ", " << s.c << ", " << s.l << "]");
-      const Shape xs{s.n, s.c, s.l};
-      const Tensor x = random_tensor(xs, dtype, 56, -3.0, 5.0);
-      const Tensor g = random_tensor(xs, dtype, 57);
-      const Tensor gamma = random_tensor({s.c}, dtype, 58, 0.5, 1.5);
-      Tensor y = cpu_empty(xs, dtype), mean = cpu_empty({s.c}, dtype),
-             invstd = cpu_empty({s.c}, dtype);
-      Tensor no_var;
-      cpu_kernels().batch_norm_train(x, gamma, Tensor(), 1e-5, s.n, s.c, s.l, y, mean, invstd,
-                                     no_var);
-      const double t = tol(dtype, 4e-5, 4e-12);
-      const double sum_t = t * static_cast<double>(s.n * s.l);  // Σ over M terms
+  check_backward(kShapes);
+}
 
-      Tensor gx = cpu_empty(xs, dtype), gg = cpu_empty({s.c}, dtype), gb = cpu_empty({s.c}, dtype);
-      Tensor gx_g = gpu_empty(xs, dtype), gg_g = gpu_empty({s.c}, dtype),
-             gb_g = gpu_empty({s.c}, dtype);
-      cpu_kernels().batch_norm_backward(g, x, gamma, mean, invstd, s.n, s.c, s.l, gx, gg, gb);
-      gpu_kernels().batch_norm_backward(g.to(gpu()), x.to(gpu()), gamma.to(gpu()), mean.to(gpu()),
-                                        invstd.to(gpu()), s.n, s.c, s.l, gx_g, gg_g, gb_g);
-      check_close(gx_g, gx, t, t);
-      check_close(gg_g, gg, t, sum_t);
-      check_close(gb_g, gb, t, sum_t);
-
-      // Only grad_x wanted (parameters frozen), and only the parameter gradients.
-      Tensor none_gamma, none_beta, none_x;
-      Tensor gx_only = gpu_empty(xs, dtype);
-      gpu_kernels().batch_norm_backward(g.to(gpu()), x.to(gpu()), gamma.to(gpu()), mean.to(gpu()),
-                                        invstd.to(gpu()), s.n, s.c, s.l, gx_only, none_gamma,
-                                        none_beta);
-      check_close(gx_only, gx, t, t);
-      Tensor gg_only = gpu_empty({s.c}, dtype), gb_only = gpu_empty({s.c}, dtype);
-      gpu_kernels().batch_norm_backward(g.to(gpu()), x.to(gpu()), gamma.to(gpu()), mean.to(gpu()),
-                                        invstd.to(gpu()), s.n, s.c, s.l, none_x, gg_only,
-                                        gb_only);
-      check_close(gg_only, gg, t, sum_t);
-      check_close(gb_only, gb, t, sum_t);
-    }
+TEST_CASE("cuda batch_norm_backward matches cpu past the grid (small launch caps)",
+          "[cuda][batch_norm][limits]") {
+  if (!gpu_available_or_skip()) return;
+  for (const cuda::LaunchLimits& limits : kSmallLaunchLimits) {
+    cuda::ScopedLaunchLimits scoped(limits);
+    INFO(describe(limits));
+    check_backward(kSmallCapsShapes);
   }
 }
 

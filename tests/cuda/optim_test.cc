@@ -1,8 +1,10 @@
 // Fused CUDA SGD and Adam steps against the CPU, over several steps and every option.
 // Tolerances: float32 rtol 1e-5 / atol 1e-6 after 5 steps (nvcc fuses a*b+c into FMAs, the
-// CPU compiler may not: an ulp per operation), float64 1e-13.
+// CPU compiler may not: an ulp per operation), float64 1e-13. Also under small launch caps
+// (kSmallLaunchLimits), where 1,237 elements wrap the grid-stride loops.
 #include <catch2/catch.hpp>
 
+#include "cuda_kernels/launch_limits.h"
 #include "tests/cuda/gpu_test.h"
 
 namespace pipewright::testing {
@@ -10,8 +12,8 @@ namespace {
 
 constexpr int kSteps = 5;
 
-TEST_CASE("cuda sgd_step matches cpu", "[cuda][optim]") {
-  if (!gpu_available_or_skip()) return;
+/// kSteps of SGD with every option set on a param of `shape`, on both devices, compared.
+void check_sgd(const Shape& shape) {
   struct Options {
     double momentum, dampening, weight_decay;
     bool nesterov;
@@ -22,7 +24,7 @@ TEST_CASE("cuda sgd_step matches cpu", "[cuda][optim]") {
     for (const Options& o : options) {
       INFO(dtype_name(dtype) << " momentum " << o.momentum << " dampening " << o.dampening
                              << " wd " << o.weight_decay << " nesterov " << o.nesterov);
-      Tensor p = random_tensor({1000, 3}, dtype, 71);
+      Tensor p = random_tensor(shape, dtype, 71);
       Tensor buf = Tensor::zeros(p.shape(), {dtype, Device::cpu(0)});
       Tensor p_g = p.to(gpu()), buf_g = buf.to(gpu());
       for (int step = 0; step < kSteps; ++step) {
@@ -38,13 +40,18 @@ TEST_CASE("cuda sgd_step matches cpu", "[cuda][optim]") {
   }
 }
 
-TEST_CASE("cuda adam_step matches cpu (Adam and AdamW)", "[cuda][optim]") {
+TEST_CASE("cuda sgd_step matches cpu", "[cuda][optim]") {
   if (!gpu_available_or_skip()) return;
+  check_sgd({1000, 3});
+}
+
+/// kSteps of Adam and AdamW, with and without weight decay, on a param of `shape`, compared.
+void check_adam(const Shape& shape) {
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
     for (bool decoupled : {false, true}) {
       for (double wd : {0.0, 1e-2}) {
         INFO(dtype_name(dtype) << " decoupled " << decoupled << " wd " << wd);
-        Tensor p = random_tensor({777}, dtype, 81);
+        Tensor p = random_tensor(shape, dtype, 81);
         Tensor m = Tensor::zeros(p.shape(), {dtype, Device::cpu(0)});
         Tensor v = Tensor::zeros(p.shape(), {dtype, Device::cpu(0)});
         Tensor p_g = p.to(gpu()), m_g = m.to(gpu()), v_g = v.to(gpu());
@@ -59,6 +66,22 @@ TEST_CASE("cuda adam_step matches cpu (Adam and AdamW)", "[cuda][optim]") {
         check_close(v_g, v, tol(dtype, 1e-5, 1e-13), tol(dtype, 1e-7, 1e-15));
       }
     }
+  }
+}
+
+TEST_CASE("cuda adam_step matches cpu (Adam and AdamW)", "[cuda][optim]") {
+  if (!gpu_available_or_skip()) return;
+  check_adam({777});
+}
+
+TEST_CASE("cuda sgd_step and adam_step match cpu past the grid (small launch caps)",
+          "[cuda][optim][limits]") {
+  if (!gpu_available_or_skip()) return;
+  for (const cuda::LaunchLimits& limits : kSmallLaunchLimits) {
+    cuda::ScopedLaunchLimits scoped(limits);
+    INFO(describe(limits));
+    check_sgd({1237});
+    check_adam({1237});
   }
 }
 

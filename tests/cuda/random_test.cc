@@ -1,8 +1,15 @@
 // Philox fills and dropout on CUDA are bit-identical to the CPU (tensor/philox.h, Note
 // [Bit-identical random numbers]): uniform, normal (odd lengths too) and dropout, float32 and
-// float64, at offsets that are and are not multiples of 4, and through Generator.
+// float64, at offsets that are and are not multiples of 4, dropout with p = 0 and p = 1, and
+// through Generator; and under small launch caps (kSmallLaunchLimits), where 1,237 and 5,003
+// elements (310 and 1,251 Philox blocks, one thread each) wrap the grid-stride loops.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "cuda_kernels/launch_limits.h"
 #include "tensor/generator.h"
 #include "tests/cuda/gpu_test.h"
 
@@ -48,7 +55,7 @@ TEST_CASE("cuda philox_normal is bit-identical to cpu", "[cuda][random]") {
 TEST_CASE("cuda dropout mask and output are bit-identical to cpu", "[cuda][random]") {
   if (!gpu_available_or_skip()) return;
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
-    for (double p : {0.0, 0.1, 0.5, 0.9}) {
+    for (double p : {0.0, 0.1, 0.5, 0.9, 1.0}) {  // p = 1: mask and output all zero
       for (uint64_t offset : kOffsets) {
         INFO(dtype_name(dtype) << " p " << p << " offset " << offset);
         const Tensor x = random_tensor({123, 457}, dtype, 61);
@@ -60,6 +67,46 @@ TEST_CASE("cuda dropout mask and output are bit-identical to cpu", "[cuda][rando
         gpu_kernels().dropout(kSeed, offset, p, x.to(gpu()), out_g, mask_g);
         check_bitwise_equal(mask_g, mask);
         check_bitwise_equal(out_g, out);
+        if (p == 1.0) {  // everything dropped: not only equal to the CPU, but zero
+          const std::vector<double> m = mask_g.to_vector<double>();
+          CHECK(std::count(m.begin(), m.end(), 0.0) == static_cast<std::ptrdiff_t>(m.size()));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda philox fills and dropout are bit-identical to cpu past the grid (small caps)",
+          "[cuda][random][limits]") {
+  if (!gpu_available_or_skip()) return;
+  for (const cuda::LaunchLimits& limits : kSmallLaunchLimits) {
+    cuda::ScopedLaunchLimits scoped(limits);
+    for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+      for (int64_t n : {int64_t{1237}, int64_t{5003}}) {
+        for (uint64_t offset : {uint64_t{0}, uint64_t{3}, uint64_t{4098}}) {
+          INFO(describe(limits) << ", " << dtype_name(dtype) << " n " << n << " offset "
+                                << offset);
+          Tensor expected = Tensor::empty({n}, {dtype, Device::cpu(0)});
+          Tensor actual = Tensor::empty({n}, {dtype, gpu()});
+          cpu_kernels().philox_uniform(kSeed, offset, -2.0, 3.0, expected);
+          gpu_kernels().philox_uniform(kSeed, offset, -2.0, 3.0, actual);
+          check_bitwise_equal(actual, expected);
+          cpu_kernels().philox_normal(kSeed, offset, 0.5, 2.0, expected);
+          gpu_kernels().philox_normal(kSeed, offset, 0.5, 2.0, actual);
+          check_bitwise_equal(actual, expected);
+          const Tensor x = random_tensor({n}, dtype, 62);
+          for (double p : {0.0, 0.3, 1.0}) {
+            INFO("dropout p " << p);
+            Tensor out = Tensor::empty({n}, {dtype, Device::cpu(0)});
+            Tensor mask = Tensor::empty({n}, {dtype, Device::cpu(0)});
+            Tensor out_g = Tensor::empty({n}, {dtype, gpu()});
+            Tensor mask_g = Tensor::empty({n}, {dtype, gpu()});
+            cpu_kernels().dropout(kSeed, offset, p, x, out, mask);
+            gpu_kernels().dropout(kSeed, offset, p, x.to(gpu()), out_g, mask_g);
+            check_bitwise_equal(mask_g, mask);
+            check_bitwise_equal(out_g, out);
+          }
+        }
       }
     }
   }

@@ -1,10 +1,13 @@
 // CUDA reductions against the CPU: sum / mean / max and argmax over [outer, n, inner] for
-// row reductions (inner = 1), column reductions (inner > 1), long rows and empty dims.
+// row reductions (inner = 1), column reductions (inner > 1), long rows and empty dims; and
+// under small launch caps (kSmallLaunchLimits), where 10-37 rows loop past the grid and
+// ~1,000 columns wrap the column kernels' grid-stride loops.
 // Tolerances: sums are added in a different order (tree vs blocks), so float32 is compared
 // with rtol 1e-5 plus atol 1e-6 * n (inputs in [-1, 1]), float64 with 1e-12; max and argmax
 // are exact.
 #include <catch2/catch.hpp>
 
+#include "cuda_kernels/launch_limits.h"
 #include "tests/cuda/gpu_test.h"
 
 namespace pipewright::testing {
@@ -19,10 +22,18 @@ const Case kCases[] = {
     {4, 33, 129},   {2, 1, 17},    {64, 256, 64},  {1, 1 << 20, 1},
 };
 
-TEST_CASE("cuda reduce matches cpu", "[cuda][reduce]") {
-  if (!gpu_available_or_skip()) return;
+// Under kSmallLaunchLimits: rows past the grid (10, 37 rows for 1-3 blocks), rows longer than
+// the 32- or 64-thread block (100, 1000) and shorter than a warp (5); columns past the
+// grid-stride (900, 1237 and 777 outputs for 256-768 threads).
+const Case kSmallCapsCases[] = {
+    {10, 100, 1}, {37, 5, 1}, {4, 1000, 1}, {3, 7, 300}, {1, 5, 1237}, {2, 1, 777},
+};
+
+/// reduce (sum, mean, max) of each case on both devices, compared.
+template <size_t N>
+void check_reduce_cases(const Case (&cases)[N]) {
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
-    for (const Case& c : kCases) {
+    for (const Case& c : cases) {
       const Tensor x = random_tensor({c.outer, c.n, c.inner}, dtype, 21);
       const Tensor x_gpu = x.to(gpu());
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax}) {
@@ -44,6 +55,20 @@ TEST_CASE("cuda reduce matches cpu", "[cuda][reduce]") {
   }
 }
 
+TEST_CASE("cuda reduce matches cpu", "[cuda][reduce]") {
+  if (!gpu_available_or_skip()) return;
+  check_reduce_cases(kCases);
+}
+
+TEST_CASE("cuda reduce matches cpu past the grid (small launch caps)", "[cuda][reduce][limits]") {
+  if (!gpu_available_or_skip()) return;
+  for (const cuda::LaunchLimits& limits : kSmallLaunchLimits) {
+    cuda::ScopedLaunchLimits scoped(limits);
+    INFO(describe(limits));
+    check_reduce_cases(kSmallCapsCases);
+  }
+}
+
 TEST_CASE("cuda reduce over an empty dim: sum 0, mean NaN", "[cuda][reduce]") {
   if (!gpu_available_or_skip()) return;
   const Tensor x = Tensor::empty({3, 0, 2}, {DType::kFloat32, gpu()});
@@ -56,10 +81,11 @@ TEST_CASE("cuda reduce over an empty dim: sum 0, mean NaN", "[cuda][reduce]") {
   }
 }
 
-TEST_CASE("cuda argmax matches cpu, first maximum on ties", "[cuda][reduce]") {
-  if (!gpu_available_or_skip()) return;
+/// argmax of each case on both devices (few distinct values: many ties), compared exactly.
+template <size_t N>
+void check_argmax_cases(const Case (&cases)[N]) {
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
-    for (const Case& c : kCases) {
+    for (const Case& c : cases) {
       // Few distinct values: many ties, so "first maximum" is really exercised.
       const Tensor x = random_tensor({c.outer, c.n, c.inner}, DType::kInt64, 22, 0, 5)
                            .to(DType::kFloat64)
@@ -71,6 +97,20 @@ TEST_CASE("cuda argmax matches cpu, first maximum on ties", "[cuda][reduce]") {
       gpu_kernels().argmax(x.to(gpu()), c.outer, c.n, c.inner, actual);
       check_bitwise_equal(actual, expected);
     }
+  }
+}
+
+TEST_CASE("cuda argmax matches cpu, first maximum on ties", "[cuda][reduce]") {
+  if (!gpu_available_or_skip()) return;
+  check_argmax_cases(kCases);
+}
+
+TEST_CASE("cuda argmax matches cpu past the grid (small launch caps)", "[cuda][reduce][limits]") {
+  if (!gpu_available_or_skip()) return;
+  for (const cuda::LaunchLimits& limits : kSmallLaunchLimits) {
+    cuda::ScopedLaunchLimits scoped(limits);
+    INFO(describe(limits));
+    check_argmax_cases(kSmallCapsCases);
   }
 }
 
