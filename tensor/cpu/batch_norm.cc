@@ -192,7 +192,11 @@ void backward_typed(const Tensor& grad_y, const Tensor& x, const Tensor& gamma,
       const double g = gs[k];
       return std::array<double, 2>{g, g * (static_cast<double>(xs[k]) - mu[i])};
     });
-    for (int64_t i = 0; i < r.size(); ++i) sum_g_xhat[i] *= invstd[i];
+    // With M = 0 the sums are empty and the training statistics NaN: Σ g x̂ is the empty
+    // sum, 0 (kernels.h; PyTorch gives zeros), not NaN * 0.
+    if (n * l > 0) {
+      for (int64_t i = 0; i < r.size(); ++i) sum_g_xhat[i] *= invstd[i];
+    }
     if (grad_beta.defined()) store<T>(sum_g, r, grad_beta);
     if (grad_gamma.defined()) store<T>(sum_g_xhat, r, grad_gamma);
     if (!grad_x.defined()) return;

@@ -89,9 +89,9 @@ TEST_CASE("cuda batch_norm_train and eval match cpu past the grid (small launch 
 /// Backward with every subset of gradients wanted, on both devices, with gamma or without
 /// (affine = false: gamma undefined, taken as 1). The statistics come from a CPU training
 /// forward, except with M = 0 (its statistics are NaN): there they are finite made-up values,
-/// the sums are empty, so grad_gamma = grad_beta = 0 on both devices. (With the NaN statistics
-/// themselves the CUDA kernel still gives grad_gamma = 0, the empty Σ g x̂ of kernels.h and
-/// PyTorch's zeros, but the CPU kernel gives NaN: it computes invstd * Σ g (x - mean).)
+/// the sums are empty, so grad_gamma = grad_beta = 0 on both devices. With the NaN statistics
+/// themselves both kernels give grad_gamma = 0 too, the empty Σ g x̂ of kernels.h and
+/// PyTorch's zeros.
 template <size_t N>
 void check_backward(const BnShape (&shapes)[N]) {
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
@@ -110,14 +110,19 @@ void check_backward(const BnShape (&shapes)[N]) {
         cpu_kernels().batch_norm_train(x, gamma, Tensor(), 1e-5, s.n, s.c, s.l, y, mean, invstd,
                                        no_var);
         if (s.n * s.l == 0) {
-          // The training statistics are NaN: the CUDA kernel's gradients are still the empty
-          // sums, 0 (the CPU's grad_gamma is NaN, see above).
+          // The training statistics are NaN: the gradients are still the empty sums, 0, on
+          // both devices.
           Tensor gg_nan = gpu_empty({s.c}, dtype), gb_nan = gpu_empty({s.c}, dtype), no_x;
           gpu_kernels().batch_norm_backward(g.to(gpu()), x.to(gpu()), gamma_g, mean.to(gpu()),
                                             invstd.to(gpu()), s.n, s.c, s.l, no_x, gg_nan,
                                             gb_nan);
           check_bitwise_equal(gg_nan, Tensor::zeros({s.c}, {dtype, Device::cpu(0)}));
           check_bitwise_equal(gb_nan, Tensor::zeros({s.c}, {dtype, Device::cpu(0)}));
+          Tensor gg_cpu = cpu_empty({s.c}, dtype), gb_cpu = cpu_empty({s.c}, dtype);
+          cpu_kernels().batch_norm_backward(g, x, gamma, mean, invstd, s.n, s.c, s.l, no_x,
+                                            gg_cpu, gb_cpu);
+          check_bitwise_equal(gg_cpu, Tensor::zeros({s.c}, {dtype, Device::cpu(0)}));
+          check_bitwise_equal(gb_cpu, Tensor::zeros({s.c}, {dtype, Device::cpu(0)}));
           mean = random_tensor({s.c}, dtype, 59);
           invstd = random_tensor({s.c}, dtype, 60, 0.5, 2.0);
         }
