@@ -38,6 +38,7 @@
 #include "examples/fashion_mnist/trainer.h"
 #include "tensor/ops.h"
 #include "tensor/stream.h"
+#include "tests/cuda/gpu_test.h"
 
 namespace {
 
@@ -84,27 +85,6 @@ TrainConfig config(const std::string& devices, const std::string& schedule, Chec
   return c;
 }
 
-// True with two CUDA devices. Otherwise WARNs "SKIPPED" and returns false, or FAILs when
-// PIPEWRIGHT_REQUIRE_GPU is set to a positive number (--config=cudasim, the device machine):
-// a GPU run must never pass by skipping. (tests/cuda/gpu_test.h's helper, kept local: this
-// test needs nothing else from there.)
-bool two_gpus_or_skip() {
-  int count = 0;
-  std::string reason;
-  try {
-    count = pipewright::device_count(pipewright::DeviceType::kCUDA);
-  } catch (const std::exception& e) {
-    reason = e.what();
-  }
-  if (count >= 2) return true;
-  const char* require = std::getenv("PIPEWRIGHT_REQUIRE_GPU");
-  const std::string text = "SKIPPED: needs 2 GPUs, found " + std::to_string(count) +
-                           (reason.empty() ? "" : " (" + reason + ")");
-  if (require != nullptr && std::atoi(require) > 0) FAIL(text << " with PIPEWRIGHT_REQUIRE_GPU=" << require);
-  WARN(text);
-  return false;
-}
-
 // Largest |gpu - cpu| / (atol + rtol·|cpu|) over every element of every state tensor: <= 1
 // means within the bound.
 double worst_state_ratio(const TrainResult& gpu, const TrainResult& cpu, std::string* where) {
@@ -132,7 +112,7 @@ double worst_state_ratio(const TrainResult& gpu, const TrainResult& cpu, std::st
 
 void check_gpu_matches_cpu(const std::string& schedule, Checkpoint checkpoint,
                            const std::string& optimizer, const Bounds& bounds) {
-  if (!two_gpus_or_skip()) return;
+  if (!pipewright::testing::gpus_available_or_skip(2)) return;
   std::ostringstream log;
   const auto start = std::chrono::steady_clock::now();
   const TrainResult gpu = train(config("cuda", schedule, checkpoint, optimizer), log);
