@@ -90,6 +90,19 @@ Fiber::~Fiber() {
 void Fiber::start(void (*body)(void*), void* arg) {
   body_ = body;
   arg_ = arg;
+#if CUDASIM_TSAN
+  // A run never returns from entry() (it switches away in finish()), so TSan's shadow call
+  // stack of this fiber keeps every run's frames; past 65,536 frames TSan aborts. So every
+  // kTsanRuns runs the TSan fiber is replaced, the new one ordered after the old one's last
+  // act (the release in switch_out), whose stack memory it reuses. Only then: runs on one TSan
+  // fiber are one thread to TSan anyway, and ordering every run after the previous one would
+  // only hide more.
+  if (++tsan_runs_ % kTsanRuns == 0) {
+    __tsan_destroy_fiber(tsan_fiber_);
+    tsan_fiber_ = __tsan_create_fiber(0);
+    tsan_fresh_ = true;
+  }
+#endif
 #if CUDASIM_ASAN
   // A fiber abandoned mid-block (its kernel faulted) may have left poisoned stack frames.
   __asan_unpoison_memory_region(stack_bottom_, stack_bytes_);
@@ -113,6 +126,12 @@ void Fiber::start(void (*body)(void*), void* arg) {
 void Fiber::entry() {
   CUDASIM_TSAN_IGNORE_BEGIN();  // the fiber's own bookkeeping; its body ends the ignoring
   Fiber* self = t_starting;
+#if CUDASIM_TSAN
+  if (self->tsan_fresh_) {
+    __tsan_acquire(self);  // after the replaced TSan fiber's last act on this stack
+    self->tsan_fresh_ = false;
+  }
+#endif
 #if CUDASIM_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &self->caller_stack_bottom_,
                                   &self->caller_stack_bytes_);
@@ -144,7 +163,10 @@ void Fiber::resume() {
 void Fiber::switch_out(bool finishing) {
 #if CUDASIM_TSAN
   void* caller = tsan_caller_;
-  if (finishing) CUDASIM_TSAN_IGNORE_END();  // balances entry()'s, after the last field read
+  if (finishing) {
+    __tsan_release(this);        // what a replacement TSan fiber acquires (see start())
+    CUDASIM_TSAN_IGNORE_END();  // balances entry()'s, after the last field read
+  }
   __tsan_switch_to_fiber(caller, __tsan_switch_to_fiber_no_sync);
 #endif
 #if CUDASIM_ASAN

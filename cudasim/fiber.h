@@ -69,8 +69,11 @@ class Fiber {
   void (*body_)(void*) = nullptr;
   void* arg_ = nullptr;
   // Sanitizer bookkeeping.
+  static constexpr int kTsanRuns = 1024;  // runs per TSan fiber (see start())
   void* tsan_fiber_ = nullptr;
   void* tsan_caller_ = nullptr;
+  int tsan_runs_ = 0;
+  bool tsan_fresh_ = false;
   void* asan_fake_stack_ = nullptr;
   const void* caller_stack_bottom_ = nullptr;
   size_t caller_stack_bytes_ = 0;
