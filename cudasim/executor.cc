@@ -11,7 +11,9 @@
 // So two threads of a block touching the same shared or global memory in one barrier interval,
 // one of them writing, is a TSan data race report, although the fibers run one at a time.
 // Blocks of a grid are ordered one after another in that picture (a race between blocks is
-// not reported). The executor's own bookkeeping (thread states, fibers), which the scheduler
+// not reported), and so are threads that run start to finish one after another: they reuse
+// one fiber, which TSan sees as one thread. What is checked is the threads alive at once,
+// each waiting at a barrier or shuffle on a fiber of its own: the block reductions. The executor's own bookkeeping (thread states, fibers), which the scheduler
 // and the fibers share with no such ordering, is hidden from TSan (CUDASIM_TSAN_IGNORE_*):
 // only what the kernel body touches is checked.
 #include "cudasim/executor.h"
