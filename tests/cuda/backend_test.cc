@@ -3,10 +3,9 @@
 // copies (with two GPUs), and CudaError messages.
 #include <catch2/catch.hpp>
 
-#include <chrono>
-
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <iostream>
 #include <string>
 #include <type_traits>
