@@ -73,6 +73,13 @@ T from_bits(uint64_t bits) {
   return v;
 }
 
+/// A shuffle of `var` (any trivially copyable type of at most 8 bytes) through the executor.
+template <class T>
+T shuffle_value(ShuffleKind kind, unsigned mask, T var, int lane_arg, int width,
+                std::source_location site) {
+  return from_bits<T>(shuffle(kind, mask, to_bits(var), lane_arg, width, site));
+}
+
 }  // namespace cudasim::detail
 
 // Each builtin takes its caller's source location as a defaulted last argument:
@@ -91,31 +98,29 @@ inline void __syncwarp(unsigned mask = 0xffffffffu, cudasim_site site = cudasim_
 template <class T>
 T __shfl_sync(unsigned mask, T var, int src_lane, int width = 32,
               cudasim_site site = cudasim_site::current()) {
-  return ::cudasim::detail::from_bits<T>(::cudasim::shuffle(
-      ::cudasim::ShuffleKind::kIdx, mask, ::cudasim::detail::to_bits(var), src_lane, width, site));
+  return ::cudasim::detail::shuffle_value(::cudasim::ShuffleKind::kIdx, mask, var, src_lane, width,
+                                          site);
 }
 
 template <class T>
 T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32,
                  cudasim_site site = cudasim_site::current()) {
-  return ::cudasim::detail::from_bits<T>(::cudasim::shuffle(::cudasim::ShuffleKind::kUp, mask,
-                                                            ::cudasim::detail::to_bits(var),
-                                                            static_cast<int>(delta), width, site));
+  return ::cudasim::detail::shuffle_value(::cudasim::ShuffleKind::kUp, mask, var,
+                                          static_cast<int>(delta), width, site);
 }
 
 template <class T>
 T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32,
                    cudasim_site site = cudasim_site::current()) {
-  return ::cudasim::detail::from_bits<T>(::cudasim::shuffle(::cudasim::ShuffleKind::kDown, mask,
-                                                            ::cudasim::detail::to_bits(var),
-                                                            static_cast<int>(delta), width, site));
+  return ::cudasim::detail::shuffle_value(::cudasim::ShuffleKind::kDown, mask, var,
+                                          static_cast<int>(delta), width, site);
 }
 
 template <class T>
 T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32,
                   cudasim_site site = cudasim_site::current()) {
-  return ::cudasim::detail::from_bits<T>(::cudasim::shuffle(
-      ::cudasim::ShuffleKind::kXor, mask, ::cudasim::detail::to_bits(var), lane_mask, width, site));
+  return ::cudasim::detail::shuffle_value(::cudasim::ShuffleKind::kXor, mask, var, lane_mask, width,
+                                          site);
 }
 
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
