@@ -15,6 +15,7 @@
 #include "pipeline/runtime.h"
 #include "pipeline/schedule_validate.h"
 #include "pipeline/schedules.h"
+#include "pipeline/skip_layout.h"
 
 namespace pipewright::pipeline {
 
@@ -40,9 +41,10 @@ Pipe::Pipe(nn::Sequential module, PipeOptions options)
   verify_no_shared_parameters(partitions, stage_worker);
   for (int s = 0; s < num_stages; ++s) partitions[s].to(stage_devices[s]);
 
+  SkipLayout skips(module_, options_.balance);
   runtime_ = std::make_shared<Runtime>(std::move(partitions), std::move(stage_devices),
                                        std::move(stage_worker), num_workers, options_.seed,
-                                       options_.threads_per_worker);
+                                       options_.threads_per_worker, std::move(skips));
   if (options_.deferred_batch_norm) deferred_ = std::make_unique<DeferredBatchNorm>(module_);
 }
 

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "nn/skip.h"
+#include "pipeline/stage_skips.h"
 #include "tensor/stream.h"
 #include "tensor/threads.h"
 
@@ -59,10 +61,11 @@ std::vector<Device> worker_devices(const std::vector<Device>& stage_devices,
 
 Runtime::Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> stage_devices,
                  std::vector<int> stage_worker, int num_workers, uint64_t seed,
-                 int intra_op_threads)
+                 int intra_op_threads, SkipLayout skips)
     : partitions_(std::move(partitions)),
       stage_devices_(std::move(stage_devices)),
-      stage_worker_(std::move(stage_worker)) {
+      stage_worker_(std::move(stage_worker)),
+      skips_(std::move(skips)) {
   const int budget = intra_op_threads > 0
                          ? intra_op_threads
                          : std::max(1, hardware_threads() / std::max(1, num_workers));
@@ -160,25 +163,65 @@ void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& act
   }
 }
 
-// The function a cell runs: the stage, plus the loss on the last stage of train_step.
+// The function a cell runs: the stage, with its skip connections (Note [Portals]: the tensors
+// popped from portals are its last inputs, the tensors stashed for later stages its last
+// outputs), plus the loss on the last stage of train_step.
 StageFn Runtime::stage_fn(Step& step, int s, int j) {
   nn::Sequential& module = partitions_.at(static_cast<size_t>(s));
-  if (!(step.is_last(s) && step.loss_fn)) {
+  bool has_skips = false;
+  for (const SkipRoute& route : skips_.routes()) {
+    has_skips = has_skips || route.stash_stage == s || route.pop_stage == s;
+  }
+  const bool with_loss = step.is_last(s) && step.loss_fn != nullptr;
+  if (!has_skips && !with_loss) {
     return [&module](const nn::Tensors& in) { return module.forward(in); };
   }
-  return [&module, &step, j](const nn::Tensors& in) {
-    nn::Tensors out = module.forward(in);
-    if (out.size() != 1) {
-      throw std::invalid_argument("train_step: the last stage must return one tensor for the "
-                                  "loss, got " + std::to_string(out.size()));
+  return [this, &module, &step, s, j, has_skips, with_loss](const nn::Tensors& in) {
+    nn::Tensors out, stashed;
+    if (has_skips) {
+      const auto regular = static_cast<std::ptrdiff_t>(in.size() - skips_.portals_in(s).size());
+      StageSkips skips(skips_, s, j, nn::Tensors(in.begin() + regular, in.end()));
+      nn::SkipTrackerGuard installed(skips);
+      out = module.forward(nn::Tensors(in.begin(), in.begin() + regular));
+      stashed = skips.finish();
+    } else {
+      out = module.forward(in);
     }
-    Tensor loss = step.loss_fn(out[0], step.targets[j]);
-    if (!loss.defined() || loss.numel() != 1) {
-      throw std::invalid_argument("train_step: loss_fn must return a one-element tensor, got " +
-                                  (loss.defined() ? loss.shape().str() : "undefined"));
+    if (with_loss) {
+      if (out.size() != 1) {
+        throw std::invalid_argument("train_step: the last stage must return one tensor for the "
+                                    "loss, got " + std::to_string(out.size()));
+      }
+      Tensor loss = step.loss_fn(out[0], step.targets[j]);
+      if (!loss.defined() || loss.numel() != 1) {
+        throw std::invalid_argument(
+            "train_step: loss_fn must return a one-element tensor, got " +
+            (loss.defined() ? loss.shape().str() : "undefined"));
+      }
+      out = {loss};
     }
-    return nn::Tensors{loss};
+    out.insert(out.end(), stashed.begin(), stashed.end());
+    return out;
   };
+}
+
+nn::Tensors Runtime::recv_portals(Step& step, const std::vector<int>& routes, int j,
+                                  Direction d) {
+  nn::Tensors tensors;
+  for (int r : routes) tensors.push_back(step.transport().recv({0, j, d, r}).at(0));
+  return tensors;
+}
+
+void Runtime::send_portals(Step& step, const std::vector<int>& routes, int j, Direction d,
+                           nn::Tensors& tensors) {
+  const size_t first = tensors.size() - routes.size();
+  for (size_t k = 0; k < routes.size(); ++k) {
+    const SkipRoute& route = skips_.route(routes[k]);
+    const int to = d == Direction::kActivation ? route.pop_stage : route.stash_stage;
+    step.transport().send({0, j, d, routes[k]}, {std::move(tensors[first + k])},
+                          stage_devices_[static_cast<size_t>(to)]);
+  }
+  tensors.resize(first);
 }
 
 // One action of the interpreter. A receive happens before the clock starts (waiting is
@@ -218,6 +261,11 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
   const Device device = stage_devices_[s];
   nn::Tensors in = s == 0 ? step.inputs.batches[j]
                           : step.transport().recv({s - 1, j, Direction::kActivation});
+  const std::vector<int>& portals_in = skips_.portals_in(s);
+  if (!portals_in.empty()) {
+    nn::Tensors popped = recv_portals(step, portals_in, j, Direction::kActivation);
+    in.insert(in.end(), popped.begin(), popped.end());
+  }
   event.start_us = micros_since(step.epoch);
   if (s == 0) in = to_stage(in, device);
   CellMode mode = step.mode;
@@ -228,6 +276,7 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
   nn::Tensors out = step.cell(action).forward(stage_fn(step, s, j), in, mode,
                                               workers_[worker]->generator(),
                                               s == 0 ? step.input_needs_grad : kEveryFloatingInput);
+  send_portals(step, skips_.portals_out(s), j, Direction::kActivation, out);
   if (!step.is_last(s)) {
     step.transport().send({s, j, Direction::kActivation}, std::move(out), stage_devices_[s + 1]);
   } else if (step.loss_fn) {
@@ -253,10 +302,16 @@ void Runtime::backward(Step& step, const Action& action, TraceEvent& event) {
   } else {
     grads = to_stage(step.output_grads.at(static_cast<size_t>(j)), stage_devices_[s]);
   }
+  const std::vector<int>& portals_out = skips_.portals_out(s);
+  if (!portals_out.empty()) {
+    nn::Tensors skip_grads = recv_portals(step, portals_out, j, Direction::kGradient);
+    grads.insert(grads.end(), skip_grads.begin(), skip_grads.end());
+  }
   event.start_us = micros_since(step.epoch);
   Cell& cell = step.cell(action);
   nn::Tensors grad_inputs = action.kind == ActionKind::kBackward ? cell.backward(grads)
                                                                 : cell.backward_input(grads);
+  send_portals(step, skips_.portals_in(s), j, Direction::kGradient, grad_inputs);
   if (s == 0) {
     step.input_grads[j] = std::move(grad_inputs);
   } else {

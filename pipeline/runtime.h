@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "pipeline/schedule.h"
+#include "pipeline/skip_layout.h"
 #include "pipeline/step.h"
 #include "pipeline/worker.h"
 
@@ -44,9 +45,11 @@ class Runtime {
   /// worker stage_worker[s]; worker w computes on a stream of its stages' device. Throws
   /// std::invalid_argument when a worker's stages are on different devices or a stage names
   /// no worker, and the backend's error when a stream cannot be created there.
+  /// `skips` routes the model's skip connections between the stages (Note [Portals],
+  /// stage_skips.h); empty when the model has none.
   Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> stage_devices,
           std::vector<int> stage_worker, int num_workers, uint64_t seed,
-          int intra_op_threads = 0);
+          int intra_op_threads = 0, SkipLayout skips = {});
   /// Joins the workers.
   ~Runtime() = default;
   Runtime(const Runtime&) = delete;
@@ -57,6 +60,7 @@ class Runtime {
   nn::Sequential& partition(int s) { return partitions_.at(static_cast<size_t>(s)); }
   const std::vector<Device>& stage_devices() const { return stage_devices_; }
   const std::vector<int>& stage_worker() const { return stage_worker_; }
+  const SkipLayout& skips() const { return skips_; }
   int num_workers() const { return static_cast<int>(workers_.size()); }
   Worker& worker(int w) { return *workers_.at(static_cast<size_t>(w)); }
 
@@ -83,11 +87,17 @@ class Runtime {
   void run_action(Step& step, int worker, const Action& action);
   void forward(Step& step, int worker, const Action& action, TraceEvent& event);
   void backward(Step& step, const Action& action, TraceEvent& event);
+  /// Receives the portal messages of `routes` for micro-batch j (one tensor each).
+  nn::Tensors recv_portals(Step& step, const std::vector<int>& routes, int j, Direction d);
+  /// Sends the last routes.size() entries of `tensors` through their portals and removes them.
+  void send_portals(Step& step, const std::vector<int>& routes, int j, Direction d,
+                    nn::Tensors& tensors);
   StageFn stage_fn(Step& step, int stage, int microbatch);
 
   std::vector<nn::Sequential> partitions_;
   std::vector<Device> stage_devices_;
   std::vector<int> stage_worker_;
+  SkipLayout skips_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::mutex execute_mutex_;
   mutable std::mutex last_mutex_;

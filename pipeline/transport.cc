@@ -7,8 +7,10 @@
 namespace pipewright::pipeline {
 
 std::string MessageKey::str() const {
-  return std::string(direction == Direction::kActivation ? "activation" : "gradient") +
-         " edge " + std::to_string(edge) + " micro-batch " + std::to_string(microbatch);
+  const std::string where =
+      skip >= 0 ? " of skip " + std::to_string(skip) : " edge " + std::to_string(edge);
+  return std::string(direction == Direction::kActivation ? "activation" : "gradient") + where +
+         " micro-batch " + std::to_string(microbatch);
 }
 
 std::shared_ptr<InProcessTransport::Queue> InProcessTransport::queue(const MessageKey& key) {

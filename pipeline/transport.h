@@ -68,17 +68,21 @@ namespace pipewright::pipeline {
 enum class Direction : uint8_t { kActivation, kGradient };
 
 /// Names one message. `edge` is the boundary between stage `edge` and stage `edge + 1`:
-/// activations travel edge -> edge + 1, gradients edge + 1 -> edge.
+/// activations travel edge -> edge + 1, gradients edge + 1 -> edge. A skip connection's
+/// portal (Note [Portals], stage_skips.h) sets `skip` to its route in the Pipe's SkipLayout:
+/// its activation travels from the stashing stage straight to the popping stage, its gradient
+/// straight back, and `edge` is unused (0).
 struct MessageKey {
   int edge = 0;
   int microbatch = 0;
   Direction direction = Direction::kActivation;
+  int skip = -1;  // route of a portal message; -1 for the messages between neighbours
 
   friend bool operator<(const MessageKey& a, const MessageKey& b) {
-    return std::tie(a.edge, a.microbatch, a.direction) <
-           std::tie(b.edge, b.microbatch, b.direction);
+    return std::tie(a.skip, a.edge, a.microbatch, a.direction) <
+           std::tie(b.skip, b.edge, b.microbatch, b.direction);
   }
-  /// "activation edge 1 micro-batch 3".
+  /// "activation edge 1 micro-batch 3", "gradient of skip 0 micro-batch 2".
   std::string str() const;
 };
 
