@@ -106,8 +106,8 @@ class MapSkipTracker final : public SkipTracker {
 
 /// What a Skippable layer declares: the names it stashes and the names it pops.
 struct SkipNames {
-  std::vector<std::string> stash;
-  std::vector<std::string> pop;
+  std::vector<std::string> stash = {};
+  std::vector<std::string> pop = {};
 };
 
 /// Base class of a layer with skip connections (torchgpipe's @skippable). The declared names
