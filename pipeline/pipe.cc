@@ -78,6 +78,7 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no
 
   Schedule schedule = gpipe(num_workers(), m);
   if (record) schedule = with_recompute(schedule, checkpoint_predicate(options_.checkpoint, m));
+  schedule.skips = runtime_->skips().edges();
   validate(schedule);
   Phases phases = split_fill_drain(schedule);
 

@@ -58,6 +58,7 @@ StepResult Pipe::run_train_step(const Tensor& input, const Tensor& target,
     schedule = with_recompute(schedule, checkpoint_predicate(options_.checkpoint, m));
   }
   check_schedule_fits(schedule, p, runtime_->stage_worker(), m);
+  schedule.skips = runtime_->skips().edges();  // the model's portals, whoever made the schedule
   validate(schedule);
 
   std::vector<int64_t> sizes = batches.sizes;

@@ -17,6 +17,12 @@
 //   R(s, j)      after F(s, j)
 //   B/I(s, j)    after F(s, j), R(s, j) if present, and B/I(s+1, j)  (gradient from the right)
 //   W(s, j)      after I(s, j)
+// and for every skip connection crossing stages a -> b (Schedule::skips, Note [Portals] in
+// stage_skips.h), the portal's two messages:
+//   F(b, j)      after F(a, j)                                   (the stashed tensor)
+//   B/I(a, j)    after B/I(b, j)                                 (its gradient)
+// Both follow from the chains above when a < b; listing them lets the validator and the
+// simulator see each message (and its latency) like any other.
 // The last stage's B/I starts from the loss of its own F (train_step) or from the gradient
 // the user's loss.backward() hands over (Pipe::forward).
 //
@@ -49,6 +55,13 @@ struct Action {
   std::string str() const;
 };
 
+/// A skip connection's portal: stashed on stage `from`, popped on stage `to` (from < to).
+struct SkipEdge {
+  int from = 0;
+  int to = 0;
+  friend bool operator==(const SkipEdge&, const SkipEdge&) = default;
+};
+
 struct Schedule {
   std::string name;            // "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "custom"
   int num_workers = 0;         // p
@@ -56,6 +69,7 @@ struct Schedule {
   int num_microbatches = 0;    // m
   std::vector<int> stage_worker;               // worker of each stage, size num_stages
   std::vector<std::vector<Action>> actions;    // per worker, in execution order
+  std::vector<SkipEdge> skips;                 // portals between stages (Pipe fills them in)
 
   /// Stages owned by `worker`, ascending.
   std::vector<int> stages_of(int worker) const;

@@ -53,6 +53,9 @@ std::vector<Action> dependencies(const ActionIndex& index, const Schedule& sched
   switch (a.kind) {
     case ActionKind::kForward:
       if (a.stage > 0) add_if_present(a.stage - 1, ActionKind::kForward);
+      for (const SkipEdge& e : schedule.skips) {
+        if (e.to == a.stage) add_if_present(e.from, ActionKind::kForward);
+      }
       break;
     case ActionKind::kRecompute:
       add_if_present(a.stage, ActionKind::kForward);
@@ -65,6 +68,11 @@ std::vector<Action> dependencies(const ActionIndex& index, const Schedule& sched
         // The gradient comes from the next stage's B, or its I when that stage splits.
         add_if_present(a.stage + 1, ActionKind::kBackward);
         add_if_present(a.stage + 1, ActionKind::kBackwardInput);
+      }
+      for (const SkipEdge& e : schedule.skips) {
+        if (e.from != a.stage) continue;
+        add_if_present(e.to, ActionKind::kBackward);
+        add_if_present(e.to, ActionKind::kBackwardInput);
       }
       break;
     case ActionKind::kBackwardWeight:

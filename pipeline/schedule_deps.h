@@ -6,6 +6,7 @@
 //   B/I(s, j)    after F(s, j), R(s, j) if present,     gradient from the right
 //                and B/I(s+1, j)
 //   W(s, j)      after I(s, j)
+//   F(b, j)      after F(a, j); B/I(a, j) after B/I(b, j)   for each skip edge a -> b
 //
 // Replay: every worker runs its list in order; an action starts when its worker has finished
 // the previous action AND all its dependencies have ended (plus a communication latency when

@@ -84,6 +84,15 @@ void check_placement(const Schedule& s, Problems& problems) {
   }
 }
 
+void check_skips(const Schedule& s, Problems& problems) {
+  for (const SkipEdge& e : s.skips) {
+    if (e.from < 0 || e.to >= s.num_stages || e.from >= e.to) {
+      problems.add("skip edge " + std::to_string(e.from) + " -> " + std::to_string(e.to) +
+                   " needs 0 <= from < to <= " + std::to_string(s.num_stages - 1));
+    }
+  }
+}
+
 void check_cells(const Schedule& s, const ActionIndex& index, Problems& problems) {
   for (int st = 0; st < s.num_stages; ++st) {
     for (int j = 0; j < s.num_microbatches; ++j) {
@@ -127,6 +136,7 @@ void validate(const Schedule& s) {
   check_shape(s, problems);
   if (!problems.empty()) problems.raise(s);
   check_placement(s, problems);
+  check_skips(s, problems);
   const ActionIndex index(s);
   check_cells(s, index, problems);
   if (!problems.empty()) problems.raise(s);

@@ -121,6 +121,14 @@ int SkipLayout::find(const nn::SkipKey& key) const {
   return -1;
 }
 
+std::vector<SkipEdge> SkipLayout::edges() const {
+  std::vector<SkipEdge> edges;
+  for (const SkipRoute& route : routes_) {
+    if (!route.local()) edges.push_back({route.stash_stage, route.pop_stage});
+  }
+  return edges;
+}
+
 const std::vector<int>& SkipLayout::portals_in(int stage) const {
   static const std::vector<int> kNone;
   return stage >= 0 && static_cast<size_t>(stage) < in_.size() ? in_[static_cast<size_t>(stage)]

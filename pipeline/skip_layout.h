@@ -23,6 +23,7 @@
 
 #include "nn/sequential.h"
 #include "nn/skip.h"
+#include "pipeline/schedule.h"
 
 namespace pipewright::pipeline {
 
@@ -58,6 +59,8 @@ class SkipLayout {
   const std::vector<int>& portals_in(int stage) const;
   /// Routes stashed on `stage` for a later stage, in route order: the cell's extra outputs.
   const std::vector<int>& portals_out(int stage) const;
+  /// One SkipEdge per route that crosses stages (Schedule::skips), in route order.
+  std::vector<SkipEdge> edges() const;
 
  private:
   std::vector<SkipRoute> routes_;

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/schedule_deps.h"
 #include "pipeline/schedule_validate.h"
 #include "pipeline/schedules.h"
 
@@ -155,4 +156,25 @@ TEST_CASE("validate: a generated schedule with two actions swapped across the pi
   std::swap(s.actions[1][2], s.actions[1][3]);  // F0 B0 F1 B1 -> F0 B0 B1 F1
   CHECK(error_of(s) == "invalid schedule '1f1b': deadlock: worker 0 waits at B1@0 for B1@1; "
                        "worker 1 waits at B1@1 for F1@1");
+}
+
+// ---- skip connections' portals (Schedule::skips) ----
+
+TEST_CASE("a skip edge adds its two messages to the dependencies") {
+  Schedule s = gpipe(3, 2);
+  s.skips = {{0, 2}};
+  const ActionIndex index(s);
+  const std::vector<Action> f = dependencies(index, s, {2, F, 1});
+  REQUIRE(f == std::vector<Action>{{1, F, 1}, {0, F, 1}});
+  const std::vector<Action> b = dependencies(index, s, {0, B, 1});
+  REQUIRE(b == std::vector<Action>{{0, F, 1}, {1, B, 1}, {2, B, 1}});
+  REQUIRE_NOTHROW(validate(s));
+}
+
+TEST_CASE("a skip edge must point forward between existing stages") {
+  Schedule s = gpipe(3, 2);
+  s.skips = {{2, 1}, {0, 3}};
+  const std::string e = error_of(s);
+  REQUIRE_THAT(e, Catch::Contains("skip edge 2 -> 1 needs 0 <= from < to <= 2"));
+  REQUIRE_THAT(e, Catch::Contains("skip edge 0 -> 3 needs 0 <= from < to <= 2"));
 }
