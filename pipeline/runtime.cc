@@ -212,14 +212,30 @@ nn::Tensors Runtime::recv_portals(Step& step, const std::vector<int>& routes, in
   return tensors;
 }
 
+void Runtime::send(Step& step, const MessageKey& key, nn::Tensors tensors, int from, int to) {
+  TraceTransfer t;
+  t.worker = stage_worker_[static_cast<size_t>(from)];
+  t.from_stage = from;
+  t.to_stage = to;
+  t.microbatch = key.microbatch;
+  t.gradient = key.direction == Direction::kGradient;
+  if (key.skip >= 0) t.skip = skips_.route(key.skip).key.str();
+  for (const Tensor& x : tensors) t.bytes += x.defined() ? static_cast<int64_t>(x.nbytes()) : 0;
+  t.start_us = micros_since(step.epoch);
+  step.transport().send(key, std::move(tensors), stage_devices_[static_cast<size_t>(to)]);
+  t.end_us = micros_since(step.epoch);
+  step.transfers[static_cast<size_t>(t.worker)].push_back(std::move(t));
+}
+
 void Runtime::send_portals(Step& step, const std::vector<int>& routes, int j, Direction d,
                            nn::Tensors& tensors) {
   const size_t first = tensors.size() - routes.size();
   for (size_t k = 0; k < routes.size(); ++k) {
     const SkipRoute& route = skips_.route(routes[k]);
-    const int to = d == Direction::kActivation ? route.pop_stage : route.stash_stage;
-    step.transport().send({0, j, d, routes[k]}, {std::move(tensors[first + k])},
-                          stage_devices_[static_cast<size_t>(to)]);
+    const bool forward = d == Direction::kActivation;
+    send(step, {0, j, d, routes[k]}, {std::move(tensors[first + k])},
+         forward ? route.stash_stage : route.pop_stage,
+         forward ? route.pop_stage : route.stash_stage);
   }
   tensors.resize(first);
 }
@@ -278,7 +294,7 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
                                               s == 0 ? step.input_needs_grad : kEveryFloatingInput);
   send_portals(step, skips_.portals_out(s), j, Direction::kActivation, out);
   if (!step.is_last(s)) {
-    step.transport().send({s, j, Direction::kActivation}, std::move(out), stage_devices_[s + 1]);
+    send(step, {s, j, Direction::kActivation}, std::move(out), s, s + 1);
   } else if (step.loss_fn) {
     step.losses[j] = out.at(0).item();
     step.loss_grads[j] = Tensor::full(out[0].shape(), step.loss_scale(j),
@@ -315,8 +331,7 @@ void Runtime::backward(Step& step, const Action& action, TraceEvent& event) {
   if (s == 0) {
     step.input_grads[j] = std::move(grad_inputs);
   } else {
-    step.transport().send({s - 1, j, Direction::kGradient}, std::move(grad_inputs),
-                          stage_devices_[s - 1]);
+    send(step, {s - 1, j, Direction::kGradient}, std::move(grad_inputs), s, s - 1);
   }
   ++step.counters.backwards[s];
 }

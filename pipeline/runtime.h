@@ -87,6 +87,9 @@ class Runtime {
   void run_action(Step& step, int worker, const Action& action);
   void forward(Step& step, int worker, const Action& action, TraceEvent& event);
   void backward(Step& step, const Action& action, TraceEvent& event);
+  /// Sends `tensors` from stage `from` to stage `to` under `key`, traced as a TraceTransfer
+  /// of `from`'s worker.
+  void send(Step& step, const MessageKey& key, nn::Tensors tensors, int from, int to);
   /// Receives the portal messages of `routes` for micro-batch j (one tensor each).
   nn::Tensors recv_portals(Step& step, const std::vector<int>& routes, int j, Direction d);
   /// Sends the last routes.size() entries of `tensors` through their portals and removes them.

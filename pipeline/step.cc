@@ -18,6 +18,7 @@ Step::Step(int stages, int workers, MicroBatches batches, CellMode cell_mode,
       input_grads(num_microbatches),
       counters(num_stages),
       events(num_workers),
+      transfers(num_workers),
       transport_(std::make_unique<InProcessTransport>()) {
   for (auto& row : cells) row.resize(num_microbatches);
 }
@@ -40,6 +41,9 @@ Trace Step::trace() const {
   Trace trace(num_workers);
   for (const auto& worker_events : events) {
     for (const TraceEvent& e : worker_events) trace.add(e);
+  }
+  for (const auto& worker_transfers : transfers) {
+    for (const TraceTransfer& t : worker_transfers) trace.add(t);
   }
   return trace;
 }

@@ -9,7 +9,7 @@
 // Ownership rule that keeps it lock-free: everything indexed by stage (cells, counters) is
 // touched only by the worker owning that stage; everything indexed by micro-batch at the
 // last stage (outputs, losses) only by the last stage's worker; input_grads only by stage 0's
-// worker; events[w] only by worker w. The caller touches them before submitting and after the
+// worker; events[w] and transfers[w] only by worker w. The caller touches them before submitting and after the
 // completion countdown, whose mutex orders those accesses (no data race, TSan-clean).
 #pragma once
 
@@ -75,6 +75,7 @@ class Step {
   std::vector<nn::Tensors> input_grads;                  // stage 0, per micro-batch
   StepCounters counters;
   std::vector<std::vector<TraceEvent>> events;           // per worker
+  std::vector<std::vector<TraceTransfer>> transfers;     // per (sending) worker
 
   Transport& transport() { return *transport_; }
   Cell& cell(const Action& a) {

@@ -8,9 +8,21 @@
 
 namespace pipewright::pipeline {
 
+namespace {
+constexpr int kSendsThread = 1000;  // a tid no stage uses
+}  // namespace
+
+std::string TraceTransfer::name() const {
+  std::string s = skip.empty() ? (gradient ? "grad " : "act ")
+                               : (gradient ? "portal grad " + skip + " " : "portal " + skip + " ");
+  return s + std::to_string(from_stage) + "->" + std::to_string(to_stage) + " mb " +
+         std::to_string(microbatch);
+}
+
 void Trace::append(const Trace& other) {
   num_workers_ = std::max(num_workers_, other.num_workers_);
   events_.insert(events_.end(), other.events_.begin(), other.events_.end());
+  transfers_.insert(transfers_.end(), other.transfers_.begin(), other.transfers_.end());
 }
 
 double Trace::wall_us() const {
@@ -59,6 +71,22 @@ std::string Trace::to_chrome_json() const {
                       {"pid", e.worker},
                       {"tid", e.stage},
                       {"args", {{"stage", e.stage}, {"microbatch", e.microbatch}}}});
+  }
+  std::vector<char> sends(static_cast<size_t>(num_workers_), 0);
+  for (const TraceTransfer& t : transfers_) {
+    if (t.worker >= 0 && t.worker < num_workers_ && !sends[static_cast<size_t>(t.worker)]) {
+      sends[static_cast<size_t>(t.worker)] = 1;
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", t.worker},
+                        {"tid", kSendsThread}, {"args", {{"name", "sends"}}}});
+    }
+    events.push_back({{"name", t.name()},
+                      {"cat", t.skip.empty() ? "send" : "portal"},
+                      {"ph", "X"},
+                      {"ts", t.start_us},
+                      {"dur", t.end_us - t.start_us},
+                      {"pid", t.worker},
+                      {"tid", kSendsThread},
+                      {"args", {{"bytes", t.bytes}, {"microbatch", t.microbatch}}}});
   }
   json doc = {{"traceEvents", events},
               {"displayTimeUnit", "ms"},

@@ -14,10 +14,12 @@
 // overhead (channel hand-offs, copies), which is the point of measuring.
 //
 // to_chrome_json() writes the Trace Event Format ("ph": "X" complete events; pid = worker,
-// tid = stage) that chrome://tracing and https://ui.perfetto.dev open directly.
+// tid = stage; the worker's sends on a "sends" thread, tid = kSendsThread) that
+// chrome://tracing and https://ui.perfetto.dev open directly.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,24 @@ struct TraceEvent {
   double duration_us() const { return end_us - start_us; }
 };
 
+/// One message a worker sent (an activation, a gradient, or a skip connection's portal):
+/// the time of its send() on the sender's thread, which includes the copy to the receiver's
+/// device on CPU (on a GPU, only issuing it). Not part of busy time: sends happen inside an
+/// action's interval.
+struct TraceTransfer {
+  int worker = 0;       // the sender
+  int from_stage = 0;
+  int to_stage = 0;
+  int microbatch = 0;
+  bool gradient = false;
+  std::string skip;     // the skip's key ("'a'") for a portal message, empty otherwise
+  int64_t bytes = 0;
+  double start_us = 0;
+  double end_us = 0;
+  /// "act 0->1 mb 3", "grad 2->1 mb 0", "portal 'a' 0->2 mb 1", "portal grad 'a' 2->0 mb 1".
+  std::string name() const;
+};
+
 class Trace {
  public:
   Trace() = default;
@@ -44,6 +64,8 @@ class Trace {
   int num_workers() const { return num_workers_; }
   const std::vector<TraceEvent>& events() const { return events_; }
   void add(const TraceEvent& event) { events_.push_back(event); }
+  const std::vector<TraceTransfer>& transfers() const { return transfers_; }
+  void add(TraceTransfer transfer) { transfers_.push_back(std::move(transfer)); }
   /// Appends `other`'s events (a later phase of the same step, same epoch).
   void append(const Trace& other);
 
@@ -63,6 +85,7 @@ class Trace {
  private:
   int num_workers_ = 0;
   std::vector<TraceEvent> events_;
+  std::vector<TraceTransfer> transfers_;
 };
 
 /// The theoretical bubble fraction of GPipe / 1F1B: (p-1)/(m+p-1).

@@ -6,6 +6,7 @@
 // backward).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 
@@ -472,4 +473,29 @@ TEST_CASE("a portal's tensor lives on the popping stage only, and not past the b
   REQUIRE((a0.allocated() - base0) / kF == D * I);
   REQUIRE((a1.allocated() - base1) / kF == D * D);
   REQUIRE(a2.allocated() == base2);
+}
+
+TEST_CASE("the trace shows each portal's copies, straight from stage to stage") {
+  Pipe pipe(skip_model(13), {.balance = {2, 3, 4}, .devices = cpus(0, 3), .chunks = 2});
+  const Tensor x = randn({6, 4}, 1), t = randn({6, 3}, 2);
+  const StepResult r = pipe.train_step(x, t, mse, "1f1b");
+  REQUIRE(r.schedule.skips == std::vector<SkipEdge>{{0, 2}, {1, 2}});
+  std::vector<std::string> portals;
+  for (const TraceTransfer& tr : r.trace.transfers()) {
+    if (tr.skip.empty()) {
+      REQUIRE(std::abs(tr.to_stage - tr.from_stage) == 1);  // neighbours only
+      continue;
+    }
+    portals.push_back(tr.name());
+    REQUIRE(tr.bytes == 3 * 6 * 4);  // one [3, 6] float32 tensor per micro-batch
+    REQUIRE(tr.worker == tr.from_stage);
+    REQUIRE(tr.end_us >= tr.start_us);
+  }
+  std::sort(portals.begin(), portals.end());
+  REQUIRE(portals == std::vector<std::string>{
+                         "portal 'a' 0->2 mb 0", "portal 'a' 0->2 mb 1", "portal 'b' 1->2 mb 0",
+                         "portal 'b' 1->2 mb 1", "portal grad 'a' 2->0 mb 0",
+                         "portal grad 'a' 2->0 mb 1", "portal grad 'b' 2->1 mb 0",
+                         "portal grad 'b' 2->1 mb 1"});
+  REQUIRE_THAT(r.trace.to_chrome_json(), Catch::Contains("\"portal 'a' 0->2 mb 1\""));
 }

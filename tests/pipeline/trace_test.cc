@@ -67,3 +67,38 @@ TEST_CASE("write_chrome_json reports an unwritable path") {
   REQUIRE_THROWS_WITH(t.write_chrome_json("/nonexistent-dir/trace.json"),
                       Catch::Contains("/nonexistent-dir/trace.json"));
 }
+
+TEST_CASE("sends are complete events on their worker's sends thread, outside busy time") {
+  Trace t(2);
+  t.add(TraceEvent{0, 0, ActionKind::kForward, 1, 0.0, 10.0});
+  TraceTransfer send;
+  send.worker = 0;
+  send.from_stage = 0;
+  send.to_stage = 3;
+  send.microbatch = 1;
+  send.skip = "'a'";
+  send.bytes = 96;
+  send.start_us = 8.0;
+  send.end_us = 9.5;
+  t.add(send);
+  REQUIRE(t.busy_us(0) == 10.0);
+  REQUIRE(send.name() == "portal 'a' 0->3 mb 1");
+  send.gradient = true;
+  REQUIRE(send.name() == "portal grad 'a' 0->3 mb 1");
+  send.skip.clear();
+  REQUIRE(send.name() == "grad 0->3 mb 1");
+  nlohmann::json doc = nlohmann::json::parse(t.to_chrome_json());
+  int sends = 0, names = 0;
+  for (const auto& e : doc.at("traceEvents")) {
+    if (e.at("name") == "thread_name") ++names;
+    if (e.at("ph") == "X" && e.at("cat") == "portal") {
+      ++sends;
+      REQUIRE(e.at("name") == "portal 'a' 0->3 mb 1");
+      REQUIRE(e.at("pid") == 0);
+      REQUIRE(e.at("dur").get<double>() == 1.5);
+      REQUIRE(e.at("args").at("bytes") == 96);
+    }
+  }
+  REQUIRE(sends == 1);
+  REQUIRE(names == 1);  // only worker 0 sent anything
+}
