@@ -34,6 +34,8 @@ namespace {
 
 using pipeline::Checkpoint;
 using pipeline::Pipe;
+using pipeline::testing::Pop;
+using pipeline::testing::Stash;
 using pipeline::testing::ThrowInForward;
 
 constexpr double kTol = 2e-5;
@@ -156,6 +158,48 @@ TEST_CASE("many steps: copy-stream memory is not reused early; losses and gradie
     ref_loss.backward();
     const double got = pipe.train_step(x, target, mse, step % 2 == 0 ? "gpipe" : "1f1b").loss;
     REQUIRE(std::abs(got - ref_loss.item()) <= kTol);
+    REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
+  }
+}
+
+TEST_CASE("skip connections between GPUs and from the host: portals equal the plain model",
+          "[cuda][pipe][skip]") {
+  // Stage 0 stashes 'a' (tanh of its activation) and 'b'; stage 1 pops 'b' and stashes 'c';
+  // stage 2 pops 'a' (two stages on) and 'c'. Portals go device to device on the copy streams
+  // (or, between stages of one device, with events only), every step reusing cached blocks.
+  const bool host_first = GENERATE(false, true);
+  CAPTURE(host_first);
+  if (!gpus_available_or_skip(2)) return;
+  auto model = [](uint64_t seed) {
+    Generator g(seed);
+    GeneratorGuard guard(g);
+    return nn::Sequential(nn::Linear(16, 32), Stash("a", true), Stash("b"), nn::Linear(32, 32),
+                          Pop("b"), nn::ReLU(), Stash("c"), nn::Linear(32, 32), Pop("a", true),
+                          Pop("c"), nn::Linear(32, 8));
+  };
+  nn::Sequential plain = model(21);
+  Pipe pipe(model(21), {.balance = {3, 4, 4},
+                        .devices = {host_first ? Device::cpu(0) : Device::cuda(0),
+                                    Device::cuda(1), Device::cuda(0)},
+                        .chunks = 4,
+                        .checkpoint = Checkpoint::kExceptLast});
+  auto mse = [](const Tensor& o, const Tensor& t) { return nn::mse_loss(o, t); };
+  for (int step = 0; step < 6; ++step) {
+    CAPTURE(step);
+    const Tensor x = randn({32, 16}, 300 + step), target = randn({32, 8}, 400 + step);
+    plain.zero_grad();
+    pipe.zero_grad();
+    Tensor ref_loss = nn::mse_loss(plain.forward(x), target);
+    ref_loss.backward();
+    if (step % 3 == 2) {
+      Tensor out = pipe.forward(x);
+      Tensor loss = nn::mse_loss(out, target.to(out.device()));
+      loss.backward();
+      REQUIRE(std::abs(loss.item() - ref_loss.item()) <= kTol);
+    } else {
+      const double got = pipe.train_step(x, target, mse, step % 3 == 0 ? "1f1b" : "zb-h1").loss;
+      REQUIRE(std::abs(got - ref_loss.item()) <= kTol);
+    }
     REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
   }
 }

@@ -30,40 +30,6 @@ namespace {
 
 constexpr double kTol = 2e-6;
 
-/// Identity that stashes its input (or tanh of it) under `name`.
-class Stash : public nn::Skippable {
- public:
-  explicit Stash(std::string name, bool tanh = false)
-      : Skippable({.stash = {name}}), name_(std::move(name)), tanh_(tanh) {}
-  using nn::Module::forward;
-  Tensor forward(const Tensor& x) override {
-    stash(name_, tanh_ ? autograd::tanh(x) : x);
-    return x;
-  }
-  std::string str() const override { return "Stash(" + name_ + (tanh_ ? ", tanh" : "") + ")"; }
-
- private:
-  std::string name_;
-  bool tanh_;
-};
-
-/// y + popped (add) or y * popped (mul: the popped tensor is saved for the backward).
-class Pop : public nn::Skippable {
- public:
-  explicit Pop(std::string name, bool mul = false)
-      : Skippable({.pop = {name}}), name_(std::move(name)), mul_(mul) {}
-  using nn::Module::forward;
-  Tensor forward(const Tensor& y) override {
-    const Tensor s = pop(name_);
-    return mul_ ? autograd::mul(y, s) : autograd::add(y, s);
-  }
-  std::string str() const override { return "Pop(" + name_ + (mul_ ? ", mul" : "") + ")"; }
-
- private:
-  std::string name_;
-  bool mul_;
-};
-
 /// Nine children, two skips:
 ///   0 Linear(4,6)  1 Stash(a, tanh)  2 Linear(6,6)  3 Stash(b)  4 ReLU
 ///   5 Pop(a, mul)  6 Linear(6,6)     7 Pop(b, add)  8 Linear(6,3)

@@ -5,6 +5,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "autograd/functions.h"
 #include "nn/activation.h"
 #include "nn/linear.h"
 #include "tensor/generator.h"
@@ -51,6 +52,16 @@ double max_grad_diff(const nn::Module& a, const nn::Module& b) {
     worst = std::max(worst, max_diff(ga, gb) / std::max(1.0, max_abs(gb)));
   }
   return worst;
+}
+
+Tensor Stash::forward(const Tensor& x) {
+  stash(name_, tanh_ ? autograd::tanh(x) : x);
+  return x;
+}
+
+Tensor Pop::forward(const Tensor& y) {
+  const Tensor s = pop(name_);
+  return mul_ ? autograd::mul(y, s) : autograd::add(y, s);
 }
 
 }  // namespace pipewright::pipeline::testing

@@ -1,5 +1,5 @@
 // Helpers shared by the Pipe tests (CPU and CUDA): identical models from a seed, random
-// tensors, comparisons that name what differs, and a layer that throws on cue.
+// tensors, comparisons that name what differs, a layer that throws on cue, and skip layers.
 #pragma once
 
 #include <atomic>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "nn/sequential.h"
+#include "nn/skip.h"
 #include "tensor/tensor.h"
 
 namespace pipewright::pipeline::testing {
@@ -51,6 +52,34 @@ class ThrowInForward : public nn::Module {
  private:
   std::shared_ptr<std::atomic<int>> countdown_;
   std::string message_;
+};
+
+/// Identity that stashes its input (or tanh of it) under `name`.
+class Stash : public nn::Skippable {
+ public:
+  explicit Stash(std::string name, bool tanh = false)
+      : Skippable({.stash = {name}}), name_(std::move(name)), tanh_(tanh) {}
+  using nn::Module::forward;
+  Tensor forward(const Tensor& x) override;
+  std::string str() const override { return "Stash(" + name_ + (tanh_ ? ", tanh" : "") + ")"; }
+
+ private:
+  std::string name_;
+  bool tanh_;
+};
+
+/// y + popped (add) or y * popped (mul: the popped tensor is saved for the backward).
+class Pop : public nn::Skippable {
+ public:
+  explicit Pop(std::string name, bool mul = false)
+      : Skippable({.pop = {name}}), name_(std::move(name)), mul_(mul) {}
+  using nn::Module::forward;
+  Tensor forward(const Tensor& y) override;
+  std::string str() const override { return "Pop(" + name_ + (mul_ ? ", mul" : "") + ")"; }
+
+ private:
+  std::string name_;
+  bool mul_;
 };
 
 }  // namespace pipewright::pipeline::testing
