@@ -434,3 +434,16 @@ TEST_CASE("train_step of a placement-built Pipe equals the balance-built Pipe's"
   REQUIRE(std::abs(placed_step.loss - ref.loss) <= kTol);
   REQUIRE(max_grad_diff(placed_pipe.module(), plain) <= kTol);
 }
+
+TEST_CASE("the example of placement.h and docs/pipeline.md") {
+  nn::Linear first(784, 512), last(512, 10);
+  first.to(Device::cpu(0));
+  last.to(Device::cpu(1));
+  nn::Sequential model{std::move(first),
+                       pipeline::WithDevice(nn::ReLU(), Device::cpu(1)),  // else it runs on cpu:0
+                       std::move(last)};
+  pipeline::Pipe pipe = pipeline::make_pipe(std::move(model), {.chunks = 8});
+  REQUIRE(pipe.balance() == std::vector<int>{1, 2});
+  REQUIRE(pipe.devices() == std::vector<Device>{kCpu0, kCpu1});
+  REQUIRE(pipe.forward(randn({16, 784}, 9)).shape() == Shape{16, 10});
+}
