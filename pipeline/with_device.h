@@ -2,10 +2,10 @@
 // (torch.distributed.pipeline.sync.WithDevice).
 //
 //   nn::Sequential model;
-//   model.push_back(nn::Linear(784, 512));                           // its parameters say cpu:0
-//   model.push_back(pipeline::WithDevice(nn::ReLU(), Device::cpu(0)));  // else: the default CPU
+//   model.push_back(nn::Linear(784, 512));  // on cpu:0, where its parameters are
+//   model.push_back(pipeline::WithDevice(nn::ReLU(), Device::cpu(1)));  // not cpu:0
 //   model.push_back(pipeline::WithDevice(nn::Linear(512, 10), Device::cpu(1)));  // moved there
-//   pipeline::Pipe pipe = pipeline::make_pipe(std::move(model));      // placement.h
+//   pipeline::Pipe pipe = pipeline::make_pipe(std::move(model));  // placement.h; balance {1, 2}
 //
 // derive_placement (placement.h) reads a child's device from its parameters and buffers; a
 // child with none (ReLU, Flatten, ...) would run on the default CPU device, Device::cpu(0).
@@ -36,7 +36,8 @@ class WithDevice : public nn::Module {
   WithDevice(std::shared_ptr<nn::Module> module, Device device);
   /// Takes a module by value (moved into shared ownership).
   template <class M>
-  requires std::is_base_of_v<nn::Module, std::decay_t<M>> WithDevice(M&& module, Device device)
+    requires(std::is_base_of_v<nn::Module, std::decay_t<M>>)
+  WithDevice(M&& module, Device device)
       : WithDevice(std::make_shared<std::decay_t<M>>(std::forward<M>(module)), device) {}
   WithDevice(WithDevice&&) = default;
   WithDevice& operator=(WithDevice&&) = default;
