@@ -303,9 +303,7 @@ TEST_CASE("make_pipe: torch Pipe's defaults, the derived cut, children moved to 
 
 namespace {
 
-/// A placed model, its cut, and the same model unplaced (everything on cpu:0; the WithDevice
-/// wrappers kept, so parameter names match). Parameters are drawn from `seed` in the same
-/// order either way.
+/// The cut and devices expected of model `which` of build().
 struct Case {
   std::string name;
   std::vector<int> balance;
@@ -321,6 +319,9 @@ const std::vector<Case>& cases() {
   return all;
 }
 
+/// Model `which`, its children placed as cases()[which] says, or, with place = false, the same
+/// model on cpu:0 (WithDevice wrappers kept, so the parameter names match). Parameters are
+/// drawn from `seed` in the same order either way.
 nn::Sequential build(size_t which, uint64_t seed, bool place) {
   Generator g(seed);
   GeneratorGuard guard(g);
