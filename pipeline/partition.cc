@@ -94,4 +94,28 @@ void verify_no_shared_parameters(const std::vector<nn::Sequential>& stages,
   }
 }
 
+void verify_placement(const std::vector<int>& stage_worker, int num_stages, int num_workers) {
+  if (static_cast<int>(stage_worker.size()) != num_stages) {
+    throw std::invalid_argument("stage_worker has " + std::to_string(stage_worker.size()) +
+                                " entries but there are " + std::to_string(num_stages) +
+                                " stages");
+  }
+  std::vector<char> used(static_cast<size_t>(num_workers), 0);
+  for (int s = 0; s < num_stages; ++s) {
+    const int w = stage_worker[static_cast<size_t>(s)];
+    if (w < 0 || w >= num_workers) {
+      throw std::invalid_argument("stage_worker[" + std::to_string(s) + "] = " +
+                                  std::to_string(w) + " is not a worker (0.." +
+                                  std::to_string(num_workers - 1) + ")");
+    }
+    used[static_cast<size_t>(w)] = 1;
+  }
+  for (int w = 0; w < num_workers; ++w) {
+    if (!used[static_cast<size_t>(w)]) {
+      throw std::invalid_argument("stage_worker gives worker " + std::to_string(w) +
+                                  " no stage");
+    }
+  }
+}
+
 }  // namespace pipewright::pipeline

@@ -41,6 +41,10 @@ void verify_balance_sum(const std::vector<int>& balance, size_t count, const std
 /// ("too few devices to hold given partitions (devices: 1, partitions: 2)").
 void verify_devices(const std::vector<Device>& devices, int num_workers);
 
+/// Throws std::invalid_argument unless `stage_worker` has `num_stages` entries, each in
+/// [0, num_workers), and every worker holds at least one stage (naming the offending entry).
+void verify_placement(const std::vector<int>& stage_worker, int num_stages, int num_workers);
+
 /// The stages: slices of `module` sharing its module instances (Sequential::slice).
 /// Call verify_balance first.
 std::vector<nn::Sequential> split_module(const nn::Sequential& module,

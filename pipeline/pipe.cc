@@ -31,12 +31,13 @@ Pipe::Pipe(nn::Sequential module, PipeOptions options)
   const int num_workers = num_stages / options_.virtual_stages;
   verify_devices(options_.devices, num_workers);
 
-  std::vector<int> stage_worker(num_stages);
+  std::vector<int> stage_worker =
+      options_.stage_worker.empty()
+          ? schedule_placement(options_.schedule, num_workers, options_.virtual_stages)
+          : options_.stage_worker;
+  verify_placement(stage_worker, num_stages, num_workers);
   std::vector<Device> stage_devices(num_stages);
-  for (int s = 0; s < num_stages; ++s) {
-    stage_worker[s] = s % num_workers;
-    stage_devices[s] = options_.devices[s % num_workers];
-  }
+  for (int s = 0; s < num_stages; ++s) stage_devices[s] = options_.devices[stage_worker[s]];
   std::vector<nn::Sequential> partitions = split_module(module_, options_.balance);
   verify_no_shared_parameters(partitions, stage_worker);
   for (int s = 0; s < num_stages; ++s) partitions[s].to(stage_devices[s]);

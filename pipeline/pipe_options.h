@@ -6,8 +6,11 @@
 //                                          .chunks = 8,
 //                                          .checkpoint = Checkpoint::kExceptLast});
 //
-// Interleaved schedules (virtual_stages = v > 1): balance has p·v entries (one per virtual
-// stage), devices p entries (one per worker); stage s runs on worker s % p, on devices[s % p].
+// Interleaved and V-shaped schedules (virtual_stages = v > 1): balance has p·v entries (one
+// per virtual stage), devices p entries (one per worker). Stage s runs on worker
+// stage_worker[s], on devices[stage_worker[s]]; by default the placement of `schedule`:
+// round robin (stage s on worker s % p), or the V shape for "zb-v" and "dualpipev" (worker w
+// holds stages w and 2p-1-w; v = 2).
 #pragma once
 
 #include <cstdint>
@@ -32,10 +35,16 @@ struct PipeOptions {
   /// Put every nn::BatchNorm1d in deferred mode: running statistics over the whole
   /// mini-batch, committed once per mini-batch (torchgpipe's deferred_batch_norm).
   bool deferred_batch_norm = false;
-  /// v: model chunks per worker (stages per worker) for "interleaved-1f1b".
+  /// v: model chunks per worker (stages per worker) for "interleaved-1f1b", "interleaved-zb",
+  /// "looped-bfs"; 2 for "zb-v" and "dualpipev".
   int virtual_stages = 1;
-  /// The schedule train_step runs when not given one (make_schedule names: "gpipe", "1f1b",
-  /// "interleaved-1f1b", "zb-h1", "zb-h2").
+  /// The worker of each stage (balance.size() entries, each in [0, p) with p = balance.size()
+  /// / virtual_stages, every worker holding a stage). Empty: the placement of `schedule`
+  /// (schedule_placement in schedules/make_schedule.h). A schedule given to train_step must
+  /// place its stages the same way.
+  std::vector<int> stage_worker;
+  /// The schedule train_step runs when not given one (a make_schedule name: schedule_names()
+  /// lists them).
   std::string schedule = "gpipe";
   /// Seeds the workers' generators (worker w gets mix_seed(seed, w)); see Pipe::manual_seed.
   uint64_t seed = 0;

@@ -1,5 +1,8 @@
 #include "pipeline/schedule.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace pipewright::pipeline {
 
 char action_letter(ActionKind kind) {
@@ -27,6 +30,28 @@ std::vector<int> Schedule::stages_of(int worker) const {
     if (stage_worker[s] == worker) stages.push_back(s);
   }
   return stages;
+}
+
+std::vector<int> round_robin_placement(int p, int v) {
+  if (p < 1 || v < 1) {
+    throw std::invalid_argument("round_robin_placement: p and v must be >= 1 (got p = " +
+                                std::to_string(p) + ", v = " + std::to_string(v) + ")");
+  }
+  std::vector<int> placement(static_cast<size_t>(p * v));
+  for (int s = 0; s < p * v; ++s) placement[static_cast<size_t>(s)] = s % p;
+  return placement;
+}
+
+std::vector<int> v_placement(int p) {
+  if (p < 1) {
+    throw std::invalid_argument("v_placement: p must be >= 1 (got " + std::to_string(p) + ")");
+  }
+  std::vector<int> placement(static_cast<size_t>(2 * p));
+  for (int w = 0; w < p; ++w) {
+    placement[static_cast<size_t>(w)] = w;
+    placement[static_cast<size_t>(2 * p - 1 - w)] = w;
+  }
+  return placement;
 }
 
 }  // namespace pipewright::pipeline

@@ -75,4 +75,20 @@ struct Schedule {
   std::vector<int> stages_of(int worker) const;
 };
 
+// Stage placement (Schedule::stage_worker) is data: any map from stages to workers that
+// gives every worker a stage is valid. Two are standard:
+//
+//   round robin, p = 2, v = 2:   stage 0 1 2 3        V shape, p = 2:   stage 0 1 2 3
+//                                worker 0 1 0 1                          worker 0 1 1 0
+//
+// Round robin (stage s on worker s % p) is GPipe's, 1F1B's, Megatron's interleaving and
+// looped BFS's. The V shape (worker w holds stages w and 2p-1-w) is ZB-V's and DualPipeV's:
+// the first and last stages share a worker, so the loss's gradient starts on the worker that
+// holds the first stage, and the turn at the V's bottom needs no transfer.
+
+/// Stage s on worker s % p, for p·v stages. Throws std::invalid_argument if p < 1 or v < 1.
+std::vector<int> round_robin_placement(int p, int v = 1);
+/// Worker w holds stages w and 2p-1-w (2p stages). Throws std::invalid_argument if p < 1.
+std::vector<int> v_placement(int p);
+
 }  // namespace pipewright::pipeline

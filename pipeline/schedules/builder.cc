@@ -17,8 +17,7 @@ Schedule empty_schedule(const std::string& name, int p, int m, int v) {
   s.num_workers = p;
   s.num_stages = p * v;
   s.num_microbatches = m;
-  s.stage_worker.resize(p * v);
-  for (int stage = 0; stage < p * v; ++stage) s.stage_worker[stage] = stage % p;
+  s.stage_worker = round_robin_placement(p, v);
   s.actions.resize(p);
   return s;
 }

@@ -1,5 +1,6 @@
 #include "pipeline/schedules/make_schedule.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "pipeline/schedules/gpipe.h"
@@ -32,6 +33,10 @@ Schedule make_schedule(std::string_view name, int p, int m, int v) {
                                 std::to_string(v) + "); use 'interleaved-1f1b' for v > 1");
   }
   return generator(p, m);
+}
+
+std::vector<int> schedule_placement(std::string_view name, int p, int v) {
+  return make_schedule(name, p, std::max(p, 1), v).stage_worker;
 }
 
 }  // namespace pipewright::pipeline
