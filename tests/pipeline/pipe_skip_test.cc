@@ -465,3 +465,25 @@ TEST_CASE("the trace shows each portal's copies, straight from stage to stage") 
                          "portal grad 'b' 2->1 mb 1"});
   REQUIRE_THAT(r.trace.to_chrome_json(), Catch::Contains("\"portal 'a' 0->2 mb 1\""));
 }
+
+TEST_CASE("skips under the V-shaped and interleaved zero-bubble schedules") {
+  const std::string schedule = GENERATE(as<std::string>{}, "zb-v", "dualpipev", "interleaved-zb");
+  const Checkpoint mode = GENERATE(Checkpoint::kExceptLast, Checkpoint::kNever);
+  CAPTURE(schedule, to_string(mode));
+  nn::Sequential plain = skip_model(14);
+  // Stages {0,1} {2,3,4} {5,6} {7,8}: 'a' 0 -> 2, 'b' 1 -> 3; under the V, stage 0 and 3 are
+  // worker 0's, so 'b' goes from worker 1 to worker 0 and 'a' from worker 0 to worker 1.
+  Pipe pipe(skip_model(14), {.balance = {2, 3, 2, 2},
+                             .devices = cpus(30, 2),
+                             .chunks = 4,
+                             .checkpoint = mode,
+                             .virtual_stages = 2,
+                             .schedule = schedule});
+  const Tensor x0 = randn({8, 4}, 15), target = randn({8, 3}, 16);
+  Run ref = plain_run(plain, x0, target);
+  Tensor x = x0.clone().set_requires_grad(true);
+  StepResult r = pipe.train_step(x, target, mse);
+  REQUIRE(std::abs(r.loss - ref.loss.item()) <= kTol);
+  REQUIRE(max_diff(x.grad(), ref.input_grad) <= kTol);
+  REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
+}

@@ -119,6 +119,62 @@ TEST_CASE("interleaved 1F1B (virtual stages) equals the plain model") {
   REQUIRE_THROWS_WITH(pipe.forward(x0), Catch::Contains("virtual_stages is 2"));
 }
 
+TEST_CASE("the frontier schedules (V-shaped and interleaved zero bubble, looped BFS) equal the "
+          "plain model") {
+  const std::string schedule =
+      GENERATE(as<std::string>{}, "zb-v", "dualpipev", "interleaved-zb", "looped-bfs");
+  const Checkpoint mode =
+      GENERATE(Checkpoint::kAlways, Checkpoint::kExceptLast, Checkpoint::kNever);
+  const int chunks = GENERATE(4, 6);
+  CAPTURE(schedule, to_string(mode), chunks);
+  nn::Sequential plain = small_mlp(14);
+  // 4 stages on 2 workers: V (stages 0 and 3 on worker 0) or round robin (0 and 2).
+  Pipe pipe(small_mlp(14), {.balance = {1, 2, 1, 1},
+                            .devices = cpus(20, 2),
+                            .chunks = chunks,
+                            .checkpoint = mode,
+                            .virtual_stages = 2,
+                            .schedule = schedule});
+  const bool v_shape = schedule == "zb-v" || schedule == "dualpipev";
+  REQUIRE(pipe.devices() == (v_shape ? std::vector<Device>{Device::cpu(20), Device::cpu(21),
+                                                           Device::cpu(21), Device::cpu(20)}
+                                     : std::vector<Device>{Device::cpu(20), Device::cpu(21),
+                                                           Device::cpu(20), Device::cpu(21)}));
+  const Tensor x0 = randn({12, 4}, 15), target = randn({12, 3}, 16);
+  Run ref = plain_run(plain, x0, target);
+  Tensor x = x0.clone().set_requires_grad(true);
+  StepResult r = pipe.train_step(
+      x, target, [](const Tensor& out, const Tensor& t) { return nn::mse_loss(out, t); });
+  REQUIRE(r.schedule.name == schedule);
+  REQUIRE(std::abs(r.loss - ref.loss.item()) <= kTol);
+  REQUIRE(max_diff(x.grad(), ref.input_grad) <= kTol);
+  REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
+}
+
+TEST_CASE("a schedule placed differently from the pipe is refused, naming the stage") {
+  Pipe pipe(small_mlp(1), {.balance = {1, 2, 1, 1},
+                           .devices = cpus(0, 2),
+                           .chunks = 4,
+                           .virtual_stages = 2,
+                           .schedule = "interleaved-1f1b"});
+  const Tensor x = randn({4, 4}, 1), t = randn({4, 3}, 2);
+  auto mse = [](const Tensor& out, const Tensor& y) { return nn::mse_loss(out, y); };
+  REQUIRE_THROWS_WITH(pipe.train_step(x, t, mse, "zb-v"),
+                      "schedule 'zb-v' runs stage 2 on worker 1, the pipe on worker 0");
+  REQUIRE_THROWS_WITH(
+      Pipe(small_mlp(1), {.balance = {1, 2, 1, 1},
+                          .devices = cpus(0, 2),
+                          .virtual_stages = 2,
+                          .stage_worker = {0, 1, 1, 2}}),
+      "stage_worker[3] = 2 is not a worker (0..1)");
+  REQUIRE_THROWS_WITH(
+      Pipe(small_mlp(1), {.balance = {1, 2, 1, 1},
+                          .devices = cpus(0, 2),
+                          .virtual_stages = 2,
+                          .stage_worker = {1, 1, 1, 1}}),
+      "stage_worker gives worker 0 no stage");
+}
+
 TEST_CASE("several stages may share one device") {
   nn::Sequential plain = small_mlp(11);
   Pipe pipe(small_mlp(11), {.balance = {2, 2, 1},

@@ -2,6 +2,8 @@
 // over p in 1..4 and m in 1..16 must validate.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -160,8 +162,13 @@ TEST_CASE("every generator validates for p in 1..4, m in 1..16") {
   for (int p = 1; p <= 4; ++p) {
     for (int m = 1; m <= 16; ++m) {
       for (const std::string& name : schedule_names()) {
-        for (int v = 1; v <= (name == "interleaved-1f1b" ? 3 : 1); ++v) {
+        const bool chunked =
+            name == "interleaved-1f1b" || name == "interleaved-zb" || name == "looped-bfs";
+        const bool v_shape = name == "zb-v" || name == "dualpipev";
+        for (int v = v_shape ? 2 : 1; v <= (chunked ? 3 : v_shape ? 2 : 1); ++v) {
           if (name == "interleaved-1f1b" && m % p != 0) continue;
+          if (name == "interleaved-zb" && m % std::max(1, m / p) != 0) continue;
+          if (name == "dualpipev" && m < 2 * p) continue;
           INFO(name << " p=" << p << " m=" << m << " v=" << v);
           const Schedule s = make_schedule(name, p, m, v);
           CHECK(s.name == name);
