@@ -206,4 +206,128 @@ Schedule from_csv(std::string_view text) {
   return s;
 }
 
+namespace {
+
+[[noreturn]] void torch_fail(size_t row, size_t column, std::string_view cell,
+                             const std::string& what) {
+  throw std::invalid_argument("from_torch_csv: row " + std::to_string(row) + ", column " +
+                              std::to_string(column) + " ('" + std::string(cell) + "'): " + what);
+}
+
+/// Reads the leading decimal digits of `s` (at least one) and removes them. -1 when there are
+/// none or the value does not fit an int.
+int take_number(std::string_view& s) {
+  size_t n = 0;
+  while (n < s.size() && s[n] >= '0' && s[n] <= '9') ++n;
+  int value = 0;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + n, value);
+  if (n == 0 || ec != std::errc() || ptr != s.data() + n) return -1;
+  s.remove_prefix(n);
+  return value;
+}
+
+/// One torch action: appends the compute actions it stands for (none for communication).
+void parse_torch_action(std::string_view cell, size_t row, size_t column,
+                        std::vector<Action>& out) {
+  std::string_view text = cell;
+  const int stage = take_number(text);
+  if (stage < 0) torch_fail(row, column, cell, "an action starts with its stage index");
+  static constexpr std::string_view kComms[] = {"SEND_F", "RECV_F", "SEND_B", "RECV_B",
+                                                "UNSHARD", "RESHARD", "REDUCE_GRAD"};
+  for (std::string_view comm : kComms) {
+    if (text.substr(0, comm.size()) == comm) return;  // the transport does these
+  }
+  ActionKind kind;
+  switch (text.empty() ? '\0' : text.front()) {
+    case 'F': kind = ActionKind::kForward; break;
+    case 'I': kind = ActionKind::kBackwardInput; break;
+    case 'W': kind = ActionKind::kBackwardWeight; break;
+    case 'B': kind = ActionKind::kBackward; break;
+    default:
+      torch_fail(row, column, cell, "the type after the stage must be F, I, W, B or a "
+                                    "communication action");
+  }
+  text.remove_prefix(1);
+  const int microbatch = take_number(text);
+  if (microbatch < 0 || !text.empty()) {
+    torch_fail(row, column, cell, "a compute action ends with its micro-batch index");
+  }
+  out.push_back({stage, kind, microbatch});
+}
+
+}  // namespace
+
+std::string to_torch_csv(const Schedule& schedule) {
+  std::string out;
+  for (const auto& list : schedule.actions) {
+    for (size_t k = 0; k < list.size(); ++k) {
+      const Action& a = list[k];
+      if (a.kind == ActionKind::kRecompute) {
+        throw std::invalid_argument("to_torch_csv: " + a.str() +
+                                    ": torch's format has no recompute; write the schedule "
+                                    "before with_recompute");
+      }
+      if (k > 0) out += ',';
+      out += std::to_string(a.stage) + action_letter(a.kind) + std::to_string(a.microbatch);
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+Schedule from_torch_csv(std::string_view text, const std::string& name) {
+  std::vector<std::string_view> lines = split(text, '\n');
+  if (!lines.empty() && lines.back().empty()) lines.pop_back();  // the final newline
+  Schedule s;
+  s.name = name;
+  s.num_workers = static_cast<int>(lines.size());
+  s.actions.resize(lines.size());
+  std::map<int, int> stage_row;
+  int max_stage = -1, max_microbatch = -1;
+  for (size_t row = 0; row < lines.size(); ++row) {
+    const std::vector<std::string_view> cells = split(lines[row], ',');
+    for (size_t column = 0; column < cells.size(); ++column) {
+      std::string_view cell = cells[column];
+      if (cell.empty()) continue;  // an idle slot
+      std::vector<Action> actions;
+      if (cell.front() == '(') {  // "(0F3;3B1)OVERLAP_F_B": the pair, in order
+        const size_t close = cell.find(')');
+        if (close == std::string_view::npos || cell.substr(close + 1) != "OVERLAP_F_B") {
+          torch_fail(row, column, cell, "an overlapped pair is written (a;b)OVERLAP_F_B");
+        }
+        for (std::string_view sub : split(cell.substr(1, close - 1), ';')) {
+          parse_torch_action(sub, row, column, actions);
+        }
+      } else {
+        parse_torch_action(cell, row, column, actions);
+      }
+      for (const Action& a : actions) {
+        const auto [it, inserted] = stage_row.emplace(a.stage, static_cast<int>(row));
+        if (!inserted && it->second != static_cast<int>(row)) {
+          torch_fail(row, column, cell, "stage " + std::to_string(a.stage) +
+                                            " is also on row " + std::to_string(it->second) +
+                                            " (a stage belongs to one rank)");
+        }
+        max_stage = std::max(max_stage, a.stage);
+        max_microbatch = std::max(max_microbatch, a.microbatch);
+        s.actions[row].push_back(a);
+      }
+    }
+  }
+  s.num_stages = max_stage + 1;
+  s.num_microbatches = max_microbatch + 1;
+  s.stage_worker.assign(static_cast<size_t>(s.num_stages), -1);
+  for (int stage = 0; stage < s.num_stages; ++stage) {
+    auto it = stage_row.find(stage);
+    if (it == stage_row.end()) {
+      throw std::invalid_argument("from_torch_csv: stage " + std::to_string(stage) +
+                                  " appears on no row (stages are 0.." +
+                                  std::to_string(max_stage) + ")");
+    }
+    s.stage_worker[static_cast<size_t>(stage)] = it->second;
+  }
+  validate(s);
+  return s;
+}
+
 }  // namespace pipewright::pipeline

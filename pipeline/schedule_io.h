@@ -35,4 +35,29 @@ std::string to_csv(const Schedule& schedule);
 /// bad metadata), naming the worker for a gap in its indices, or with validate()'s message.
 Schedule from_csv(std::string_view text);
 
+// torch.distributed.pipelining's CSV (PipelineScheduleMulti._dump_csv / _load_csv): one row
+// per rank, no header, one cell per time slot, each an _Action string
+// "<stage><type><micro-batch>" with type F, I (input gradient), W (weight gradient) or B
+// (full backward); an empty cell is an idle slot. For the ZB-V order of p = 2, m = 4:
+//
+//   0F0,0F1,0F2,3F0,3I0,3W0,3F1,3I1,3W1,0F3,0I0,...
+//   ,1F0,2F0,1F1,2F1,2I0,2W0,1F2,1I0,1W0,...
+//
+// Reading also takes torch's overlapped pairs "(0F3;3B1)OVERLAP_F_B" (its sub-actions in
+// order, as torch runs them without an overlap function) and its "compute_comms" rows, whose
+// communication and sharding actions (SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD,
+// REDUCE_GRAD) are dropped: pipewright's transport sends and receives by itself.
+
+/// torch's compute-only CSV of `schedule` (no metadata: torch infers the stage placement from
+/// the rows). Throws std::invalid_argument when the schedule has R actions (torch's format
+/// has no recompute: write the schedule before with_recompute).
+std::string to_torch_csv(const Schedule& schedule);
+
+/// Parses torch's CSV into a schedule named `name`: worker = row, each stage on the one row
+/// that names it, num_stages = 1 + the largest stage, num_microbatches = 1 + the largest
+/// micro-batch; then validate()s it. Throws std::invalid_argument naming the row and column
+/// for an action it cannot read (with the text), a stage named on two rows, a stage no row
+/// names, or with validate()'s message.
+Schedule from_torch_csv(std::string_view text, const std::string& name = "torch");
+
 }  // namespace pipewright::pipeline

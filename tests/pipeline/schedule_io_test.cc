@@ -141,3 +141,56 @@ TEST_CASE("from_csv validates what it parsed") {
   CHECK_THAT(error_of("# schedule workers=1\n" + header + "1,0,0,F,0\n"),
              Catch::Contains("worker 1 but the metadata says workers=1"));
 }
+
+// ---- torch.distributed.pipelining's CSV ----
+
+TEST_CASE("torch CSV: a schedule written for torch runs here unchanged") {
+  // torch's _dump_csv of ScheduleZBVZeroBubble(p = 2, m = 4): rank 1 starts with an idle slot.
+  const std::string torch_zbv =
+      "0F0,0F1,0F2,3F0,3I0,3W0,3F1,3I1,3W1,0F3,0I0,0W0,3F2,3I2,3W2,0I1,0W1,3F3,3I3,3W3,0I2,0W2,"
+      "0I3,0W3\n"
+      ",1F0,2F0,1F1,2F1,2I0,2W0,1F2,1I0,1W0,2F2,2I1,2W1,1F3,1I1,1W1,2F3,2I2,2W2,1I2,2I3,1I3,1W2,"
+      "2W3,1W3\n";
+  const Schedule s = from_torch_csv(torch_zbv, "zb-v");
+  CHECK(same(s, zb_v(2, 4)));
+  CHECK(s.stage_worker == v_placement(2));
+  // Written back, the idle slot is gone and the rest is identical.
+  CHECK(to_torch_csv(s) == torch_zbv.substr(0, torch_zbv.find('\n') + 1) +
+                               torch_zbv.substr(torch_zbv.find('\n') + 2));
+  for (const std::string& name : schedule_names()) {
+    const bool chunked = name == "interleaved-1f1b" || name == "interleaved-zb" ||
+                         name == "looped-bfs" || name == "zb-v" || name == "dualpipev";
+    const Schedule g = make_schedule(name, 2, 4, chunked ? 2 : 1);
+    INFO(name);
+    CHECK(same(from_torch_csv(to_torch_csv(g), name), g));
+  }
+}
+
+TEST_CASE("torch CSV: overlapped pairs and communication actions") {
+  // torch's ScheduleDualPipeV(p = 2, m = 4) spells its pairs as OVERLAP_F_B; compute_comms
+  // rows add SEND/RECV actions, which the transport does by itself.
+  const std::string dualpipe =
+      "0F0,0F1,0F2,3F0,3I0,3W0,3F1,(0F3;3B1)OVERLAP_F_B,(3F2;0B0)OVERLAP_F_B,3B2,"
+      "(3F3;0B1)OVERLAP_F_B,3B3,0I2,0W2,0I3,0W3\n"
+      "1RECV_F0,1F0,2F0,1F1,2F1,1F2,2B0,(2F2;1B0)OVERLAP_F_B,1SEND_B0,(1F3;2B1)OVERLAP_F_B,"
+      "(2F3;1B1)OVERLAP_F_B,2B2,1B2,2I3,1I3,2W3,1W3,1REDUCE_GRAD\n";
+  CHECK(same(from_torch_csv(dualpipe, "dualpipev"), dualpipev(2, 4)));
+}
+
+TEST_CASE("torch CSV: errors name the row, column and text") {
+  CHECK_THROWS_WITH(from_torch_csv("0F0,0X1\n1F0\n"),
+                    "from_torch_csv: row 0, column 1 ('0X1'): the type after the stage must be "
+                    "F, I, W, B or a communication action");
+  CHECK_THROWS_WITH(from_torch_csv("F0\n"),
+                    "from_torch_csv: row 0, column 0 ('F0'): an action starts with its stage index");
+  CHECK_THROWS_WITH(from_torch_csv("0F\n"),
+                    Catch::Contains("a compute action ends with its micro-batch index"));
+  CHECK_THROWS_WITH(from_torch_csv("0F0,1F0\n1F0\n"),
+                    Catch::Contains("stage 1 is also on row 0 (a stage belongs to one rank)"));
+  CHECK_THROWS_WITH(from_torch_csv("0F0,0B0\n2F0,2B0\n"),
+                    "from_torch_csv: stage 1 appears on no row (stages are 0..2)");
+  CHECK_THROWS_WITH(from_torch_csv("0F0,0B0\n1B0,1F0\n"), Catch::Contains("F0@1"));  // validate
+  CHECK_THROWS_WITH(to_torch_csv(with_recompute(gpipe(2, 2),
+                                                checkpoint_predicate(Checkpoint::kAlways, 2))),
+                    Catch::Contains("torch's format has no recompute"));
+}
