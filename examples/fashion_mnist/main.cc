@@ -5,82 +5,27 @@
 // memory per stage. --help lists every flag.
 #include <exception>
 #include <iostream>
-#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "examples/fashion_mnist/flags.h"
 #include "examples/fashion_mnist/trainer.h"
 
-namespace {
-
-using pipewright::Device;
-using pipewright::examples::TrainConfig;
-
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> parts;
-  std::string part;
-  for (char c : text + ",") {
-    if (c == ',') {
-      if (!part.empty()) parts.push_back(part);
-      part.clear();
-    } else if (c != ' ') {
-      part += c;
-    }
-  }
-  return parts;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  TrainConfig config;
-  std::string checkpoint = "never";
-  std::string devices, balance;
+  pipewright::examples::TrainConfig config;
   std::vector<int64_t> hidden = config.hidden;
-  bool no_progress = false;
 
   CLI::App app{"Train an MLP on Fashion-MNIST through a pipewright pipeline."};
-  app.option_defaults()->always_capture_default();
-  app.add_option("--epochs", config.epochs, "Passes over the 60,000 training images");
-  app.add_option("--stop-after", config.stop_after, "Stop after this epoch (resume later with --resume; 0: run all)");
-  app.add_option("--batch-size", config.batch_size, "Images per mini-batch (split into --chunks micro-batches)");
-  app.add_option("--lr", config.lr, "Learning rate");
-  app.add_option("--lr-schedule", config.lr_schedule, "cosine (per step, from --lr down to 0) or constant")
-      ->check(CLI::IsMember({"cosine", "constant"}));
-  app.add_option("--optimizer", config.optimizer, "sgd (momentum 0.9) or adam")
-      ->check(CLI::IsMember({"sgd", "adam"}));
-  app.add_option("--weight-decay", config.weight_decay, "L2 weight decay");
+  pipewright::examples::TrainFlags flags(app, config);
   app.add_option("--hidden", hidden, "Hidden layer widths, e.g. --hidden 1024 1024");
-  app.add_option("--dropout", config.dropout, "Dropout probability after each hidden layer (0: none)");
-  app.add_option("--stages", config.stages, "Pipeline stages (one worker thread and CPU device each)");
-  app.add_option("--balance", balance, "Layers per stage, comma-separated, or auto-time / auto-size to profile the layers (default: even split by parameters)");
-  app.add_option("--chunks", config.chunks, "Micro-batches per mini-batch");
-  app.add_option("--checkpoint", checkpoint, "Activation checkpointing: always, except_last or never")
-      ->check(CLI::IsMember({"always", "except_last", "never"}));
-  app.add_option("--schedule", config.schedule, "Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1");
-  app.add_option("--devices", devices, "Device per stage, comma-separated, e.g. cpu:0,cpu:1 (default cpu:0..)");
-  app.add_option("--threads", config.threads, "Intra-op threads per stage worker (0: cores / stages)");
-  app.add_option("--seed", config.seed, "Seed of weights, shuffling and dropout");
-  app.add_option("--data-dir", config.data_dir, "Fashion-MNIST IDX files (default: Debian's dataset-fashion-mnist)");
-  app.add_option("--train-limit", config.train_limit, "Use only the first N training images (0: all)");
-  app.add_option("--test-limit", config.test_limit, "Use only the first N test images (0: all)");
-  app.add_option("--save", config.save, "Write a checkpoint (safetensors) here after every epoch");
-  app.add_option("--resume", config.resume, "Continue from a checkpoint written by --save");
-  app.add_option("--trace", config.trace, "Write the Chrome trace (chrome://tracing, Perfetto) of the first step");
-  app.add_flag("--no-progress", no_progress, "Do not draw the progress bar");
+  app.add_option("--dropout", config.dropout,
+                 "Dropout probability after each hidden layer (0: none)");
   CLI11_PARSE(app, argc, argv);
 
   try {
     if (!hidden.empty()) config.hidden = hidden;
-    config.checkpoint = pipewright::pipeline::parse_checkpoint(checkpoint);
-    for (const std::string& d : split_commas(devices)) config.devices.push_back(Device::parse(d));
-    if (balance.rfind("auto-", 0) == 0) {
-      config.auto_balance = balance.substr(5);
-    } else {
-      for (const std::string& b : split_commas(balance)) config.balance.push_back(std::stoi(b));
-    }
-    config.progress = !no_progress;
+    flags.apply();
     pipewright::examples::train(config, std::cout);
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -144,10 +144,10 @@ double test_accuracy(pipeline::Pipe& pipe, const data::Dataset& test) {
   return static_cast<double>(correct) / static_cast<double>(test.size());
 }
 
-void print_epoch(std::ostream& out, const TrainConfig& config, const EpochStats& e,
-                 const std::vector<Device>& devices) {
-  out << "epoch " << e.epoch << "/" << config.epochs << ": train loss " << format_fixed(e.train_loss, 4)
-      << " | test acc " << format_fixed(e.test_accuracy, 4) << " | " << format_fixed(e.seconds, 1)
+void print_epoch(std::ostream& out, const TrainConfig& config, const Task& task, const EpochStats& e,
+                 const std::string& score, const std::vector<Device>& devices) {
+  out << "epoch " << e.epoch << "/" << config.epochs << ": train " << task.loss_name << " "
+      << format_fixed(e.train_loss, 4) << " | " << score << " | " << format_fixed(e.seconds, 1)
       << " s | " << format_count(e.samples_per_second) << " samples/s | bubble "
       << format_fixed(e.bubble, 3) << " | peak mem";
   for (size_t s = 0; s < e.peak_bytes.size(); ++s) {
@@ -223,17 +223,34 @@ std::vector<int> choose_balance(const TrainConfig& config, nn::Sequential& model
       {.device = device, .chunks = config.chunks, .param_scale = config.optimizer == "adam" ? 5.0 : 3.0});
 }
 
+Task classifier_task() {
+  Task task;
+  task.build_model = [](const TrainConfig& c) { return build_model(c.hidden, c.dropout, c.seed); };
+  task.loss = [](const Tensor& logits, const Tensor& target) {
+    return nn::cross_entropy(logits, target);
+  };
+  task.evaluate = [](pipeline::Pipe& pipe, const data::Dataset& test, EpochStats& stats) {
+    stats.test_accuracy = test_accuracy(pipe, test);
+    return "test acc " + format_fixed(stats.test_accuracy, 4);
+  };
+  return task;
+}
+
 TrainResult train(const TrainConfig& config, std::ostream& out) {
+  return train(config, out, classifier_task());
+}
+
+TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task) {
   // The pipeline's workers own the cores while a step runs. The calling thread only does
   // light work between steps (shuffled batches, the optimizer, accuracy), so it keeps to one
   // thread: an OpenMP team of its own would spin-wait on the cores the workers need.
   ThreadBudgetGuard caller_threads(1);
-  nn::Sequential model = build_model(config.hidden, config.dropout, config.seed);
+  nn::Sequential model = task.build_model(config);
   validate(config, model.size());
   const std::vector<Device> devices = stage_devices(config);
 
   const std::string dir = config.data_dir.empty() ? data::kDefaultFashionMnistDir : config.data_dir;
-  data::FashionMnistOptions train_opts, test_opts;
+  data::FashionMnistOptions train_opts = task.images, test_opts = task.images;
   if (config.train_limit > 0) train_opts.limit = config.train_limit;
   if (config.test_limit > 0) test_opts.limit = config.test_limit;
   const Device host = data_device(devices);
@@ -274,12 +291,11 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
       << pipeline::to_string(config.checkpoint) << "\n"
       << "data: " << train_set.size() << " train / " << test_set.size() << " test images from "
       << dir << "\n";
+  if (task.describe) task.describe(pipe, out);
   if (first_epoch > 0) out << "resumed from " << config.resume << " after epoch " << first_epoch << "\n";
   out << std::flush;
 
-  const pipeline::LossFn loss_fn = [](const Tensor& logits, const Tensor& target) {
-    return nn::cross_entropy(logits, target);
-  };
+  const pipeline::LossFn& loss_fn = task.loss;
   TrainResult result;
   bool traced = false;
   const int last_epoch = config.stop_after > 0 ? std::min(config.stop_after, config.epochs) : config.epochs;
@@ -294,7 +310,10 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
       optimizer->set_lr(learning_rate(config, epoch * loader.num_batches() + steps,
                                       config.epochs * loader.num_batches()));
       optimizer->zero_grad();
-      pipeline::StepResult step = pipe.train_step(batch.inputs, batch.targets, loss_fn);
+      const auto [input, target] =
+          task.make_step ? task.make_step(config, batch, epoch * loader.num_batches() + steps)
+                         : std::pair(batch.inputs, batch.targets);
+      pipeline::StepResult step = pipe.train_step(input, target, loss_fn);
       optimizer->step();
       if (!config.trace.empty() && !traced) {
         step.trace.write_chrome_json(config.trace);
@@ -314,8 +333,14 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
     stats.samples_per_second = static_cast<double>(samples) / stats.seconds;
     stats.bubble = bubble_sum / static_cast<double>(std::max<int64_t>(1, steps));
     for (int s = 0; s < config.stages; ++s) stats.peak_bytes.push_back(allocator_for(devices[s]).peak());
-    stats.test_accuracy = test_accuracy(pipe, test_set);
-    print_epoch(out, config, stats, devices);
+    std::string score;
+    {
+      autograd::NoGradGuard no_grad;
+      pipe.eval();
+      score = task.evaluate(pipe, test_set, stats);
+      pipe.train();
+    }
+    print_epoch(out, config, task, stats, score, devices);
     result.epochs.push_back(stats);
     if (!config.save.empty()) {
       nn::save_checkpoint(config.save, pipe.module(), *optimizer,

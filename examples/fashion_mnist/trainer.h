@@ -16,25 +16,31 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <ostream>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/fashion_mnist.h"
 #include "examples/fashion_mnist/config.h"
 #include "nn/module.h"
 #include "nn/sequential.h"
+#include "pipeline/pipe.h"
 
 namespace pipewright::examples {
 
 struct EpochStats {
   int epoch = 0;                      // 1-based
-  double train_loss = 0;              // mean cross-entropy over the epoch's samples
+  double train_loss = 0;              // mean of the task's loss over the epoch's samples
   double test_accuracy = 0;           // fraction of test images classified correctly
+  double test_loss = 0;               // the task's test loss when it reports one (autoencoder)
   double seconds = 0;                 // wall time of the epoch's training (not evaluation)
   double samples_per_second = 0;
   std::vector<int64_t> peak_bytes;    // per stage: peak allocated bytes of its device
   double bubble = 0;                  // measured bubble fraction, mean over the epoch's steps
-  std::vector<double> step_losses;    // per step: the mini-batch's mean cross-entropy
+  std::vector<double> step_losses;    // per step: the mini-batch's mean loss
 };
 
 struct TrainResult {
@@ -59,9 +65,38 @@ std::vector<int> balance_by_parameters(const nn::Sequential& model, int stages);
 std::vector<int> choose_balance(const TrainConfig& config, nn::Sequential& model,
                                 const data::Dataset& train_set);
 
+/// What train() trains and how it scores it. classifier_task() is the MLP above; the other
+/// Fashion-MNIST examples (a residual network, a denoising autoencoder) bring their own.
+struct Task {
+  /// The model (weights drawn from a Generator seeded with config.seed).
+  std::function<nn::Sequential(const TrainConfig&)> build_model;
+  /// How the images are loaded (normalisation; the limit comes from the config).
+  data::FashionMnistOptions images;
+  /// Optional: the (input, target) that train_step gets for mini-batch `batch`, the run's
+  /// step-th (0-based, counted across epochs); unset: (batch.inputs, batch.targets).
+  std::function<std::pair<Tensor, Tensor>(const TrainConfig& config, const data::Batch& batch,
+                                          int64_t step)>
+      make_step;
+  /// Per micro-batch on the last stage; printed as "train <loss_name>".
+  pipeline::LossFn loss;
+  std::string loss_name = "loss";
+  /// After each epoch, with the pipe in eval mode under NoGradGuard: scores the test set,
+  /// fills stats.test_accuracy / test_loss and returns what the epoch's line shows
+  /// ("test acc 0.9001").
+  std::function<std::string(pipeline::Pipe& pipe, const data::Dataset& test, EpochStats& stats)>
+      evaluate;
+  /// Optional: more lines for the run's header, after the pipeline's (e.g. the skip routes).
+  std::function<void(const pipeline::Pipe& pipe, std::ostream& out)> describe;
+};
+
+/// The MLP above with cross-entropy, scored by test accuracy.
+Task classifier_task();
+
 /// Trains per `config`, printing progress and per-epoch results to `out`. Throws
 /// std::invalid_argument for bad settings (see validate), std::runtime_error for missing
 /// data or a bad checkpoint (naming the path), and whatever the pipeline throws.
 TrainResult train(const TrainConfig& config, std::ostream& out);
+/// The same for another task.
+TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task);
 
 }  // namespace pipewright::examples

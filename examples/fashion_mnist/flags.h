@@ -1,0 +1,46 @@
+// The command-line flags every Fashion-MNIST example shares (training, pipeline, data,
+// output), bound to a TrainConfig. Each example adds the flags of its own model (--hidden,
+// --width, ...) next to them.
+//
+//   TrainConfig config;                  // the example's defaults, which --help shows
+//   CLI::App app{"Train ..."};
+//   TrainFlags flags(app, config);
+//   app.add_option("--hidden", config.hidden, "Hidden layer widths");
+//   CLI11_PARSE(app, argc, argv);
+//   flags.apply();                       // --checkpoint, --devices, --balance, --no-progress
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "examples/fashion_mnist/config.h"
+
+namespace pipewright::examples {
+
+class TrainFlags {
+ public:
+  /// Adds the shared flags to `app`, each defaulting to `config`'s value.
+  TrainFlags(CLI::App& app, TrainConfig& config);
+  TrainFlags(const TrainFlags&) = delete;
+  TrainFlags& operator=(const TrainFlags&) = delete;
+
+  /// After parsing: puts the flags given as text into the config, and makes the relative
+  /// paths of --save, --resume and --trace relative to where `bazel run` was typed
+  /// (user_path). Throws std::invalid_argument for a device or balance entry that does not
+  /// parse (naming it).
+  void apply();
+
+ private:
+  TrainConfig& config_;
+  std::string checkpoint_;
+  std::string devices_;
+  std::string balance_;
+  bool no_progress_ = false;
+};
+
+/// `bazel run` starts a binary inside its runfiles tree: a relative `path` is taken from the
+/// directory the command was typed in (BUILD_WORKING_DIRECTORY) when there is one.
+std::string user_path(const std::string& path);
+
+}  // namespace pipewright::examples
