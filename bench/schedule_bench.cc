@@ -4,7 +4,8 @@
 // Model: kLayers identical blocks Linear(kWidth→kWidth)·ReLU (so every cut at block
 // boundaries gives stages of equal cost), batch kBatch, MSE loss against zeros on the last
 // stage, input requiring grad (stage 0 computes dX like the others). Cut into p stages of
-// kLayers/p blocks, or p·v virtual stages for interleaved 1F1B (v = 2); worker w on cpu:w,
+// kLayers/p blocks, or p·v virtual stages (v = 2) for interleaved 1F1B, interleaved zero
+// bubble, looped BFS (round robin) and ZB-V, DualPipeV (V placement); worker w on cpu:w,
 // each worker ONE intra-op thread. No optimizer step and no zero_grad (gradients accumulate
 // into the existing .grad tensors, so every measured step allocates the same things).
 //
@@ -27,7 +28,9 @@
 //                   (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v·m+p-1) for interleaved
 //                   (idle (p-1)(tF+tB)/v per worker), (p-1)/(3m+p-1) for zb-h1 and zb-h2
 //                   (idle (p-1)(tF+tI-tW) with tF = tI = tW; within one step ZB-H2's makespan
-//                   equals ZB-H1's at equal costs, see docs/schedules.md)
+//                   equals ZB-H1's at equal costs, see docs/schedules.md),
+//                   (p-1)/(v·m+p-1) for looped-bfs, (p-1)/(3vm+p-1) for interleaved-zb, zb-v
+//                   and dualpipev (idle p-1 chunk-actions with tF = tI = tW)
 //   peak_kib_wN     peak bytes allocated on worker N's device during a step, above what it
 //                   held before (KiB, the largest over the timed steps): activations kept
 //                   for backward, messages received early, and one action's working memory
@@ -78,16 +81,28 @@ nn::Sequential make_mlp() {
   return m;
 }
 
+/// Model chunks per worker: 2 for the interleaved, looped and V-shaped schedules.
+int chunks_per_worker(const std::string& schedule) {
+  return schedule == "interleaved-1f1b" || schedule == "interleaved-zb" ||
+                 schedule == "looped-bfs" || schedule == "zb-v" || schedule == "dualpipev"
+             ? 2
+             : 1;
+}
+
 double formula_bubble(const std::string& schedule, int p, int m, int v) {
   const double idle = p - 1;
-  if (schedule == "interleaved-1f1b") return idle / (v * m + idle);
+  if (schedule == "interleaved-1f1b" || schedule == "looped-bfs") return idle / (v * m + idle);
   if (schedule == "zb-h1" || schedule == "zb-h2") return idle / (3.0 * m + idle);
+  // Idle (p-1) chunk-actions against 3·m·v per worker (schedule_frontier_test).
+  if (schedule == "interleaved-zb" || schedule == "zb-v" || schedule == "dualpipev") {
+    return idle / (3.0 * v * m + idle);
+  }
   return idle / (m + idle);
 }
 
 void schedule_step(benchmark::State& state, const std::string& schedule, int p, int m,
                    bool input_grad = true) {
-  const int v = schedule == "interleaved-1f1b" ? 2 : 1;
+  const int v = chunks_per_worker(schedule);
   const int stages = p * v;
   std::vector<Device> devices;
   for (int w = 0; w < p; ++w) devices.push_back(Device::cpu(w));
@@ -150,8 +165,12 @@ void schedule_step(benchmark::State& state, const std::string& schedule, int p, 
 void register_all() {
   for (int p : {2, 4}) {
     for (int m : {4, 8, 16}) {
-      for (const std::string schedule : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2"}) {
+      for (const std::string schedule :
+           {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "interleaved-zb", "looped-bfs",
+            "zb-v", "dualpipev"}) {
         if (schedule == "interleaved-1f1b" && m % p != 0) continue;  // Megatron's requirement
+        if (schedule == "interleaved-zb" && m % std::max(1, m / p) != 0) continue;
+        if (schedule == "dualpipev" && m < 2 * p) continue;
         const std::string name = "schedule/p:" + std::to_string(p) + "/m:" + std::to_string(m) +
                                  "/" + schedule;
         benchmark::RegisterBenchmark(name.c_str(), [schedule, p, m](benchmark::State& state) {
@@ -162,7 +181,7 @@ void register_all() {
   }
   for (int p : {2, 4}) {
     for (int m : {8, 16}) {
-      for (const std::string schedule : {"gpipe", "1f1b", "zb-h1"}) {
+      for (const std::string schedule : {"gpipe", "1f1b", "zb-h1", "zb-v", "dualpipev"}) {
         const std::string name = "memory/p:" + std::to_string(p) + "/m:" + std::to_string(m) +
                                  "/" + schedule;
         benchmark::RegisterBenchmark(name.c_str(), [schedule, p, m](benchmark::State& state) {

@@ -5,6 +5,9 @@
 //   tools/bazel run //pipeline:schedule_svg -- interleaved-1f1b 4 8 2 --ascii
 //   tools/bazel run //pipeline:schedule_svg -- gpipe 4 8 --recompute except_last --stats
 //   tools/bazel run //pipeline:schedule_svg -- zb-h1 4 8 --trace > /tmp/zb-h1.json
+//   tools/bazel run //pipeline:schedule_svg -- zb-v 4 8 --torch-csv   # for torch.distributed
+//
+// V-shaped schedules (zb-v, dualpipev) take V = 2 by default.
 //
 // Costs: tF = 1, tB = 2, tI = tW = 1, tR = 1 (simulator.h), unless --costs F,B or
 // --costs F,I,W is given.
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "pipeline/schedule_ascii.h"
+#include "pipeline/schedule_io.h"
 #include "pipeline/schedule_svg.h"
 #include "pipeline/schedule_trace.h"
 #include "pipeline/schedules.h"
@@ -64,6 +68,7 @@ int main(int argc, char** argv) {
   bool ascii = false;
   bool print_stats = false;
   bool trace = false;
+  bool torch_csv = false;
   std::string recompute = "never";
   Costs costs;
   try {
@@ -75,6 +80,8 @@ int main(int argc, char** argv) {
         print_stats = true;
       } else if (arg == "--trace") {
         trace = true;
+      } else if (arg == "--torch-csv") {
+        torch_csv = true;
       } else if (arg == "--recompute" && i + 1 < argc) {
         recompute = argv[++i];
       } else if (arg == "--costs" && i + 1 < argc) {
@@ -92,18 +99,21 @@ int main(int argc, char** argv) {
     }
     if (positional.size() < 3 || positional.size() > 4) {
       std::fprintf(stderr,
-                   "usage: schedule_svg NAME P M [V] [--ascii | --stats | --trace] [--recompute always|except_last|never] "
+                   "usage: schedule_svg NAME P M [V] [--ascii | --stats | --trace | --torch-csv] [--recompute always|except_last|never] "
                    "[--costs F,B | F,I,W]\n");
       return 2;
     }
     const int p = std::stoi(positional[1]);
     const int m = std::stoi(positional[2]);
-    const int v = positional.size() == 4 ? std::stoi(positional[3]) : 1;
+    const bool v_shape = positional[0] == "zb-v" || positional[0] == "dualpipev";
+    const int v = positional.size() == 4 ? std::stoi(positional[3]) : v_shape ? 2 : 1;
     Schedule s = make_schedule(positional[0], p, m, v);
     s = with_recompute(s, checkpoint_predicate(parse_checkpoint(recompute), m));
     std::string out;
     if (print_stats) {
       out = stats(s, costs);
+    } else if (torch_csv) {
+      out = to_torch_csv(s);
     } else if (trace) {
       out = to_chrome_trace(s, costs);
     } else {
