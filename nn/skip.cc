@@ -104,7 +104,7 @@ void Skippable::isolate(const Namespace& ns, const std::vector<std::string>& onl
   for (const std::string& name : only) key(name);  // throws for an undeclared name
   for (const auto* list : {&names_.stash, &names_.pop}) {
     for (const std::string& name : *list) {
-      if (only.empty() || contains(only, name)) namespaces_[name] = ns;
+      if (only.empty() || contains(only, name)) namespaces_.insert_or_assign(name, ns);
     }
   }
 }

@@ -487,3 +487,14 @@ TEST_CASE("skips under the V-shaped and interleaved zero-bubble schedules") {
   REQUIRE(max_diff(x.grad(), ref.input_grad) <= kTol);
   REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
 }
+
+TEST_CASE("each new namespace takes the next id, and isolating reuses the given one") {
+  nn::Namespace a, b;
+  REQUIRE(b.id() == a.id() + 1);
+  Stash s("x");
+  s.isolate(a);
+  s.isolate(b);  // re-isolating must not consume ids
+  nn::Namespace c;
+  REQUIRE(c.id() == b.id() + 1);
+  REQUIRE(s.key("x").ns == b);
+}
