@@ -12,6 +12,7 @@
 #include "pipeline/partition.h"
 #include "pipeline/pipe_backward.h"
 #include "pipeline/plan.h"
+#include "pipeline/processes.h"
 #include "pipeline/runtime.h"
 #include "pipeline/schedule_validate.h"
 #include "pipeline/schedules.h"
@@ -43,6 +44,7 @@ Pipe::Pipe(nn::Sequential module, PipeOptions options)
   runtime_ = std::make_shared<Runtime>(std::move(partitions), std::move(stage_devices),
                                        std::move(stage_worker), num_workers, options_.seed,
                                        options_.threads_per_worker);
+  runtime_->set_processes(options_.processes);
   if (options_.deferred_batch_norm) deferred_ = std::make_unique<DeferredBatchNorm>(module_);
 }
 
@@ -69,6 +71,11 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no
     throw std::invalid_argument(
         "Pipe::forward runs GPipe with one stage per worker, but virtual_stages is " +
         std::to_string(options_.virtual_stages) + "; use train_step with an interleaved schedule");
+  }
+  if (options_.processes != nullptr) {
+    throw std::invalid_argument(
+        "Pipe::forward runs every stage in this process, but this Pipe's workers are spread "
+        "over processes (PipeOptions::processes); use train_step");
   }
   MicroBatches batches = scatter(inputs, no_chunk, options_.chunks);
   const int m = batches.count();

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@
 #include "tensor/device.h"
 
 namespace pipewright::pipeline {
+
+class Processes;
 
 struct PipeOptions {
   /// Children per stage, in order; Σ balance = number of children of the Sequential.
@@ -43,6 +46,11 @@ struct PipeOptions {
   /// hardware_threads() / workers), so that the workers computing at once use every core
   /// once (tensor/threads.h).
   int threads_per_worker = 0;
+  /// Null: every worker is a thread of this process. Otherwise which workers run here and
+  /// how messages leave the process (processes.h; distributed/mpi_processes.h makes one per
+  /// MPI rank). Every process then builds the same Pipe; train_step runs only the local
+  /// workers, and Pipe::forward throws std::invalid_argument.
+  std::shared_ptr<Processes> processes;
 };
 
 }  // namespace pipewright::pipeline
