@@ -221,8 +221,8 @@ std::vector<char> MpiLink::take(const std::vector<int64_t>& id, const std::atomi
     if (thread_error_) throw MpiError(name_ + ": communication thread: " + *thread_error_);
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout &&
         Clock::now() >= deadline) {
-      throw MpiTimeout(name_ + ": waited " + std::to_string(timeout_seconds()) +
-                       " s for " + what + " (PIPEWRIGHT_MPI_TIMEOUT)");
+      throw MpiTimeout("waited " + std::to_string(timeout_seconds()) + " s for the " + what +
+                       " (PIPEWRIGHT_MPI_TIMEOUT)");
     }
   }
 }
@@ -333,13 +333,14 @@ void MpiLink::loop() {
     }
     std::unique_lock<std::mutex> lock(mutex_);
     if (stop_) {
-      // Drain: the posted sends must complete before the communicator goes (a receiver that
-      // is alive takes them); give up after the timeout or once a failure is known.
-      if (!drain_deadline) drain_deadline = Clock::now() + as_duration(timeout_seconds());
-      if ((in_flight_.empty() && outbox_.empty()) || remote_failure_ || notified_ ||
-          Clock::now() > *drain_deadline) {
-        return;
+      // Drain: the posted sends (failure notices included) must complete before the
+      // communicator goes; a receiver that is alive takes them. Give up after the timeout,
+      // or after two seconds once a failure is known (a dead peer never takes its message).
+      const bool failing = remote_failure_ || notified_;
+      if (!drain_deadline) {
+        drain_deadline = Clock::now() + as_duration(failing ? 2.0 : timeout_seconds());
       }
+      if ((in_flight_.empty() && outbox_.empty()) || Clock::now() > *drain_deadline) return;
     }
     if (active) {
       pause = std::chrono::microseconds(20);

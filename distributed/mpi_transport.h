@@ -68,8 +68,8 @@ class MpiLink {
   /// job, for failure notices. Both are duplicated here (freed at destruction). `name`
   /// describes this rank in errors ("rank 1 (replica 0, worker 1)"). Starts the thread.
   MpiLink(MPI_Comm pipeline, MPI_Comm control, std::string name);
-  /// Stops the thread after the posted sends complete (at most timeout_seconds(); not at
-  /// all after a failure).
+  /// Stops the thread after the posted sends complete (waiting at most timeout_seconds(),
+  /// or 2 s after a failure).
   ~MpiLink();
   MpiLink(const MpiLink&) = delete;
   MpiLink& operator=(const MpiLink&) = delete;
