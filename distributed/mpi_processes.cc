@@ -211,6 +211,23 @@ double MpiProcesses::sum_over_replicas(double value) {
   return sum;
 }
 
+double MpiProcesses::sum_over_job(double value) {
+  double sum = 0;
+  MPI_Request request;
+  check(MPI_Iallreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, world_, &request),
+        "MPI_Iallreduce (sum)");
+  wait_for(request, "sum over the job");
+  return sum;
+}
+
+void MpiProcesses::max_over_job(std::vector<double>& values) {
+  MPI_Request request;
+  check(MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE,
+                       MPI_MAX, world_, &request),
+        "MPI_Iallreduce (max)");
+  wait_for(request, "maximum over the job");
+}
+
 void MpiProcesses::share_stage_state(const pipeline::Pipe& pipe) {
   const std::vector<nn::Sequential>& partitions = pipe.partitions();
   for (size_t s = 0; s < partitions.size(); ++s) {

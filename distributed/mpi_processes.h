@@ -90,6 +90,10 @@ class MpiProcesses final : public pipeline::Processes {
   /// replica) to every rank of the replica, so each holds the whole current model (for
   /// evaluation or a checkpoint on rank 0). Collective over the replica.
   void share_stage_state(const pipeline::Pipe& pipe);
+  /// Σ of `value` over every rank of the job.
+  double sum_over_job(double value);
+  /// Element-wise maximum of `values` over every rank of the job (same length on all).
+  void max_over_job(std::vector<double>& values);
   /// Waits until every rank of the job arrives (polling, with the timeout and notices).
   void barrier();
 

@@ -1,15 +1,26 @@
 // tools/bazel run //examples:fashion_mnist -- [flags]
+// mpirun -np 4 bazel-bin/examples/fashion_mnist --stages 2 --data-parallel 2
 //
 // Trains an MLP on Fashion-MNIST through pipewright's pipeline on virtual CPU devices and
 // reports, per epoch, train loss, test accuracy, time, throughput, measured bubble and peak
 // memory per stage. --help lists every flag.
+//
+// Started by mpirun, every rank runs this program: rank = replica * stages + stage trains
+// its stage of its replica (distributed/mpi_processes.h), rank 0 prints. An error on any
+// rank is printed by the ranks that see it (naming the rank, stage and micro-batch where it
+// began) and ends the whole job (MPI_Abort) with exit status 1. Without mpirun MPI is not
+// started at all and the program runs as one process.
+#include <chrono>
 #include <exception>
 #include <iostream>
+#include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "distributed/mpi.h"
 #include "examples/fashion_mnist/trainer.h"
 
 namespace {
@@ -59,6 +70,7 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint", checkpoint, "Activation checkpointing: always, except_last or never")
       ->check(CLI::IsMember({"always", "except_last", "never"}));
   app.add_option("--schedule", config.schedule, "Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1");
+  app.add_option("--data-parallel", config.data_parallel, "Replicas of the pipeline, each on its share of every mini-batch (needs mpirun -np stages*data-parallel)");
   app.add_option("--devices", devices, "Device per stage, comma-separated, e.g. cpu:0,cpu:1 (default cpu:0..)");
   app.add_option("--threads", config.threads, "Intra-op threads per stage worker (0: cores / stages)");
   app.add_option("--seed", config.seed, "Seed of weights, shuffling and dropout");
@@ -71,7 +83,20 @@ int main(int argc, char** argv) {
   app.add_flag("--no-progress", no_progress, "Do not draw the progress bar");
   CLI11_PARSE(app, argc, argv);
 
+  std::unique_ptr<pipewright::distributed::MpiSession> mpi;
   try {
+    if (pipewright::distributed::launched_by_mpirun()) {
+      mpi = std::make_unique<pipewright::distributed::MpiSession>(&argc, &argv);
+      config.distributed = true;
+      const int needed = config.stages * config.data_parallel;
+      if (mpi->world_size() != needed) {
+        throw std::invalid_argument(
+            "mpirun started " + std::to_string(mpi->world_size()) + " processes, but --stages " +
+            std::to_string(config.stages) + " x --data-parallel " +
+            std::to_string(config.data_parallel) + " needs " + std::to_string(needed) +
+            " (mpirun -np " + std::to_string(needed) + ")");
+      }
+    }
     if (!hidden.empty()) config.hidden = hidden;
     config.checkpoint = pipewright::pipeline::parse_checkpoint(checkpoint);
     for (const std::string& d : split_commas(devices)) config.devices.push_back(Device::parse(d));
@@ -83,8 +108,15 @@ int main(int argc, char** argv) {
     config.progress = !no_progress;
     pipewright::examples::train(config, std::cout);
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
+    if (mpi == nullptr) {
+      std::cerr << "error: " << e.what() << "\n";
+      return 1;
+    }
+    std::cerr << "rank " << mpi->world_rank() << ": error: " << e.what() << "\n" << std::flush;
+    // A moment for the failure notice to reach the other ranks (they print the origin too),
+    // then end the whole job.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    mpi->abort(1);
   }
   return 0;
 }
