@@ -228,6 +228,44 @@ void MpiProcesses::max_over_job(std::vector<double>& values) {
   wait_for(request, "maximum over the job");
 }
 
+pipeline::Trace MpiProcesses::gather_trace(const pipeline::Trace& local) {
+  constexpr int kFields = 5;  // stage, kind, micro-batch, start, end
+  std::vector<double> mine;
+  for (const pipeline::TraceEvent& e : local.events()) {
+    mine.insert(mine.end(), {static_cast<double>(e.stage), static_cast<double>(e.kind),
+                             static_cast<double>(e.microbatch), e.start_us, e.end_us});
+  }
+  int size = 0;
+  check(MPI_Comm_size(world_, &size), "MPI_Comm_size");
+  const int count = static_cast<int>(mine.size());
+  std::vector<int> counts(static_cast<size_t>(size)), offsets(static_cast<size_t>(size));
+  MPI_Request request;
+  check(MPI_Igather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, world_, &request),
+        "MPI_Igather (trace sizes)");
+  wait_for(request, "gather of the trace sizes");
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    offsets[static_cast<size_t>(r)] = total;
+    total += counts[static_cast<size_t>(r)];
+  }
+  std::vector<double> all(static_cast<size_t>(std::max(total, 1)));
+  check(MPI_Igatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(), offsets.data(),
+                     MPI_DOUBLE, 0, world_, &request),
+        "MPI_Igatherv (trace)");
+  wait_for(request, "gather of the trace");
+  if (rank_ != 0) return pipeline::Trace();
+  pipeline::Trace trace(size);
+  for (int r = 0; r < size; ++r) {
+    for (int i = offsets[static_cast<size_t>(r)];
+         i < offsets[static_cast<size_t>(r)] + counts[static_cast<size_t>(r)]; i += kFields) {
+      const double* f = all.data() + i;
+      trace.add({r, static_cast<int>(f[0]), static_cast<pipeline::ActionKind>(f[1]),
+                 static_cast<int>(f[2]), f[3], f[4]});
+    }
+  }
+  return trace;
+}
+
 void MpiProcesses::share_stage_state(const pipeline::Pipe& pipe) {
   const std::vector<nn::Sequential>& partitions = pipe.partitions();
   for (size_t s = 0; s < partitions.size(); ++s) {

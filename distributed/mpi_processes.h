@@ -94,6 +94,11 @@ class MpiProcesses final : public pipeline::Processes {
   double sum_over_job(double value);
   /// Element-wise maximum of `values` over every rank of the job (same length on all).
   void max_over_job(std::vector<double>& values);
+  /// On rank 0: the events of every rank's `local` trace in one Trace whose worker w is
+  /// rank w (to_chrome_json then draws a process per rank); elsewhere an empty Trace.
+  /// Each rank's times stay relative to its own step's start: call barrier() before the
+  /// step to start the ranks' clocks together. Collective over the job.
+  pipeline::Trace gather_trace(const pipeline::Trace& local);
   /// Waits until every rank of the job arrives (polling, with the timeout and notices).
   void barrier();
 

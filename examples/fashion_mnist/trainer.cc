@@ -338,12 +338,16 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
       optimizer->set_lr(learning_rate(config, epoch * loader.num_batches() + steps,
                                       config.epochs * loader.num_batches()));
       optimizer->zero_grad();
+      const bool trace_now = !config.trace.empty() && !traced;
+      if (trace_now && processes) processes->barrier();  // the ranks' step clocks start together
       pipeline::StepResult step =
           processes ? distributed::train_step(pipe, *processes, batch.inputs, batch.targets, loss_fn)
                     : pipe.train_step(batch.inputs, batch.targets, loss_fn);
       optimizer->step();
-      if (!config.trace.empty() && !traced && leader) {
-        step.trace.write_chrome_json(config.trace);
+      if (trace_now) {
+        // Across processes: one trace, a process per rank (gathered on rank 0).
+        const pipeline::Trace trace = processes ? processes->gather_trace(step.trace) : step.trace;
+        if (leader) trace.write_chrome_json(config.trace);
         traced = true;
       }
       stats.step_losses.push_back(step.loss);

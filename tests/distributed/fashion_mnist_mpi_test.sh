@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fashion_mnist_mpi_test.sh <run_mpi.sh> <fashion_mnist>: the example across processes.
 #   - 2 ranks (--stages 2) print the same epoch results (loss, accuracy) as one process;
-#   - 4 ranks (--stages 2 --data-parallel 2) train, naming the rank layout;
+#   - 4 ranks (--stages 2 --data-parallel 2) train, naming the rank layout, and --trace
+#     writes one trace with a process per rank;
 #   - a wrong rank count and a missing data directory end every rank with an error.
 set -uo pipefail
 run_mpi=$1 program=$2
@@ -17,7 +18,12 @@ echo "2 ranks:"; echo "$two" | results
 [[ -n "$(echo "$one" | results)" ]] || fail "no epoch lines"
 [[ "$(echo "$one" | results)" == "$(echo "$two" | results)" ]] || fail "2 ranks differ from one process"
 
-four=$("$run_mpi" 4 180 "$program" "${flags[@]}" --data-parallel 2 2>&1) || fail "4 ranks: $four"
+trace="${TEST_TMPDIR:-/tmp}/trace.json"
+four=$("$run_mpi" 4 180 "$program" "${flags[@]}" --data-parallel 2 --trace "$trace" 2>&1) ||
+  fail "4 ranks: $four"
+for rank in 0 1 2 3; do  # one process per rank in the trace, each with its F actions
+  grep -q "\"cat\":\"F\"[^}]*\"pid\":$rank" "$trace" || fail "trace: no F of rank $rank"
+done
 echo "$four" | grep -q '4 MPI ranks = 2 stages x 2 data-parallel replicas' || fail "no rank layout: $four"
 (($(echo "$four" | grep -c '^epoch') == 2)) || fail "4 ranks: expected 2 epoch lines (rank 0 only): $four"
 

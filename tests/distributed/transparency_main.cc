@@ -7,6 +7,7 @@
 //   mpirun -np 2 transparency_main --replicas 1      (2 workers)
 //   mpirun -np 4 transparency_main --replicas 2      (2 workers x 2 replicas)
 //   mpirun -np 4 transparency_main --replicas 1      (4 workers)
+//   mpirun -np 2 transparency_cuda_main --cuda       (cuda:0, cuda:1; --config=cudasim)
 //
 // Exit status 0 when every comparison on every rank passed; each failure is printed with
 // its rank, configuration and the values.
@@ -34,6 +35,7 @@ using pipeline::Checkpoint;
 
 int failures = 0;
 int rank = 0;
+bool on_cuda = false;  // --cuda: worker w on cuda:w (under --config=cudasim: simulated GPUs)
 
 void expect_close(double got, double want, double tol, const std::string& what) {
   const double err = std::abs(got - want) / std::max(1.0, std::abs(want));
@@ -91,7 +93,7 @@ pipeline::PipeOptions options(const Config& c, int workers, int chunks) {
   // Eight children over the stages, the remainder to the first ones.
   for (int s = 0; s < stages; ++s) balance.push_back(8 / stages + (s < 8 % stages ? 1 : 0));
   std::vector<Device> devices;
-  for (int w = 0; w < workers; ++w) devices.push_back(Device::cpu(w));
+  for (int w = 0; w < workers; ++w) devices.push_back(on_cuda ? Device::cuda(w) : Device::cpu(w));
   return {.balance = balance,
           .devices = devices,
           .chunks = chunks,
@@ -179,6 +181,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--replicas") replicas = std::atoi(argv[i + 1]);
   }
+  for (int i = 1; i < argc; ++i) on_cuda = on_cuda || std::string(argv[i]) == "--cuda";
   const int workers = mpi.world_size() / replicas;
   const std::vector<Config> configs = {
       {"gpipe", 1, Checkpoint::kNever, false},
@@ -205,8 +208,9 @@ int main(int argc, char** argv) {
                      "MPI_Allreduce");
   if (rank == 0) {
     std::cout << configs.size() << " configurations on " << workers << " workers x " << replicas
-              << " replicas: " << (total == 0 ? "all equal the single process" :
-                                   std::to_string(total) + " comparisons FAILED")
+              << " replicas" << (on_cuda ? " (CUDA)" : "") << ": "
+              << (total == 0 ? "all equal the single process"
+                             : std::to_string(total) + " comparisons FAILED")
               << "\n";
   }
   return total == 0 ? 0 : 1;
