@@ -77,6 +77,7 @@ class MpiProcesses final : public pipeline::Processes {
 
   // ---- pipeline::Processes ----
   bool runs_worker(int worker) const override { return worker == this->worker(); }
+  int processes_on_this_machine() const override { return ranks_on_node_; }
   std::unique_ptr<pipeline::Transport> make_transport() override;
   void stage_finished(int stage, nn::Sequential& partition) override;
   void worker_finished(int worker, bool failed) override;
@@ -107,6 +108,7 @@ class MpiProcesses final : public pipeline::Processes {
   void wait_for(MPI_Request& request, const std::string& what);
 
   int workers_, replicas_, num_stages_, rank_;
+  int ranks_on_node_ = 1;
   size_t bucket_bytes_;
   double scale_;
   MPI_Comm replica_comm_ = MPI_COMM_NULL;  // collectives along a replica (losses, state)

@@ -2,6 +2,7 @@
 // pipe_train_step.cc.
 #include "pipeline/pipe.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -16,6 +17,7 @@
 #include "pipeline/runtime.h"
 #include "pipeline/schedule_validate.h"
 #include "pipeline/schedules.h"
+#include "tensor/threads.h"
 
 namespace pipewright::pipeline {
 
@@ -41,9 +43,14 @@ Pipe::Pipe(nn::Sequential module, PipeOptions options)
   verify_no_shared_parameters(partitions, stage_worker);
   for (int s = 0; s < num_stages; ++s) partitions[s].to(stage_devices[s]);
 
+  // Across processes each runs one worker, and the processes of a machine share its cores.
+  int threads = options_.threads_per_worker;
+  if (threads == 0 && options_.processes != nullptr) {
+    threads = std::max(1, hardware_threads() / options_.processes->processes_on_this_machine());
+  }
   runtime_ = std::make_shared<Runtime>(std::move(partitions), std::move(stage_devices),
                                        std::move(stage_worker), num_workers, options_.seed,
-                                       options_.threads_per_worker);
+                                       threads);
   runtime_->set_processes(options_.processes);
   if (options_.deferred_batch_norm) deferred_ = std::make_unique<DeferredBatchNorm>(module_);
 }

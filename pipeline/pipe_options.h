@@ -44,7 +44,8 @@ struct PipeOptions {
   uint64_t seed = 0;
   /// Intra-op threads of each worker (its kernels' OpenMP threads); 0 = max(1,
   /// hardware_threads() / workers), so that the workers computing at once use every core
-  /// once (tensor/threads.h).
+  /// once (tensor/threads.h); with `processes`, max(1, hardware_threads() / processes on
+  /// this machine).
   int threads_per_worker = 0;
   /// Null: every worker is a thread of this process. Otherwise which workers run here and
   /// how messages leave the process (processes.h; distributed/mpi_processes.h makes one per

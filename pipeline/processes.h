@@ -37,6 +37,9 @@ class Processes {
   virtual ~Processes() = default;
   /// Whether worker `worker` runs in this process.
   virtual bool runs_worker(int worker) const = 0;
+  /// How many processes of the run share this machine's cores: with threads_per_worker 0,
+  /// a worker gets max(1, hardware_threads() / this) intra-op threads.
+  virtual int processes_on_this_machine() const = 0;
   /// The transport of one new step (called once per step, on the caller's thread).
   virtual std::unique_ptr<Transport> make_transport() = 0;
   /// On the worker's thread, right after the last action of `stage` in a step that ran a
