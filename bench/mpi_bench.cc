@@ -162,7 +162,8 @@ int main(int argc, char** argv) {
   int64_t step_id = 0;
   for (int64_t floats : {1024L, 16384L, 32768L, 262144L, 1048576L}) {
     const int64_t rows = floats / 512;
-    const Tensor payload = Tensor::zeros({std::max<int64_t>(rows, 1), floats / std::max<int64_t>(rows, 1)});
+    const Tensor payload =
+        Tensor::zeros({std::max<int64_t>(rows, 1), floats / std::max<int64_t>(rows, 1)});
     const int reps = floats >= 262144 ? 20 : 200;
     // MpiTransport: activation to stage 1, gradient back to stage 0.
     double transport_ms = time_ms(5, reps, [&] {

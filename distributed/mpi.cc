@@ -26,18 +26,18 @@ double timeout_seconds() {
   char* end = nullptr;
   const double seconds = std::strtod(text, &end);
   if (end == text || *end != '\0' || !(seconds > 0)) {
-    throw std::invalid_argument("PIPEWRIGHT_MPI_TIMEOUT must be a positive number of seconds, "
-                                "got \"" + std::string(text) + "\"");
+    throw std::invalid_argument(
+        "PIPEWRIGHT_MPI_TIMEOUT must be a positive number of seconds, "
+        "got \"" +
+        std::string(text) + "\"");
   }
   return seconds;
 }
 
-void wait(MPI_Request& request, const std::string& what,
-          const std::function<void()>& interrupted) {
+void wait(MPI_Request& request, const std::string& what, const std::function<void()>& interrupted) {
   using Clock = std::chrono::steady_clock;
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(timeout_seconds()));
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeout_seconds()));
   auto pause = std::chrono::microseconds(20);
   for (;;) {
     int done = 0;

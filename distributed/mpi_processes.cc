@@ -126,7 +126,8 @@ void MpiProcesses::stage_finished(int stage, nn::Sequential& partition) {
   for (const Tensor& p : partition.parameters()) {
     const Tensor g = p.grad();
     if (!g.defined()) continue;  // the same on every replica: same model, same schedule
-    if (bucket != nullptr && (bucket->dtype != g.dtype() || bucket->buffer.size() >= bucket_bytes_)) {
+    if (bucket != nullptr &&
+        (bucket->dtype != g.dtype() || bucket->buffer.size() >= bucket_bytes_)) {
       start();
     }
     if (bucket == nullptr) {
@@ -188,8 +189,7 @@ void MpiProcesses::step_finished(pipeline::Step& step) {
   wait_for(request, "broadcast of the losses from worker " + std::to_string(root));
 }
 
-std::exception_ptr MpiProcesses::step_failed(const pipeline::Step& step,
-                                             std::exception_ptr error) {
+std::exception_ptr MpiProcesses::step_failed(const pipeline::Step& step, std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
   } catch (const RemoteFailure&) {
@@ -303,12 +303,12 @@ std::pair<int64_t, int64_t> replica_rows(int64_t n, int replica, int replicas) {
   return {begin, begin + base + (replica < extra ? 1 : 0)};
 }
 
-pipeline::StepResult train_step(pipeline::Pipe& pipe, MpiProcesses& processes,
-                                const Tensor& input, const Tensor& target,
-                                const pipeline::LossFn& loss_fn) {
+pipeline::StepResult train_step(pipeline::Pipe& pipe, MpiProcesses& processes, const Tensor& input,
+                                const Tensor& target, const pipeline::LossFn& loss_fn) {
   if (pipe.options().processes.get() != &processes) {
-    throw std::invalid_argument("distributed::train_step: the Pipe was built with other "
-                                "PipeOptions::processes than the MpiProcesses given");
+    throw std::invalid_argument(
+        "distributed::train_step: the Pipe was built with other "
+        "PipeOptions::processes than the MpiProcesses given");
   }
   const int64_t n = input.size(0);
   if (n < processes.replicas()) {

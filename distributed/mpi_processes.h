@@ -129,8 +129,7 @@ std::pair<int64_t, int64_t> replica_rows(int64_t n, int replica, int replicas);
 /// mean loss, on every rank; microbatch_losses / sizes are this replica's. Throws
 /// std::invalid_argument when the batch has fewer rows than replicas, and what train_step
 /// throws.
-pipeline::StepResult train_step(pipeline::Pipe& pipe, MpiProcesses& processes,
-                                const Tensor& input, const Tensor& target,
-                                const pipeline::LossFn& loss_fn);
+pipeline::StepResult train_step(pipeline::Pipe& pipe, MpiProcesses& processes, const Tensor& input,
+                                const Tensor& target, const pipeline::LossFn& loss_fn);
 
 }  // namespace pipewright::distributed

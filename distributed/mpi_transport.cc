@@ -27,8 +27,7 @@ class Reader {
   int64_t next() {
     if (pos_ + sizeof(int64_t) > bytes_.size()) {
       throw std::runtime_error("MpiTransport: malformed message (header truncated at byte " +
-                               std::to_string(pos_) + " of " + std::to_string(bytes_.size()) +
-                               ")");
+                               std::to_string(pos_) + " of " + std::to_string(bytes_.size()) + ")");
     }
     int64_t word;
     std::memcpy(&word, bytes_.data() + pos_, sizeof word);
@@ -126,7 +125,8 @@ std::vector<Tensor> unpack_message(const std::vector<char>& bytes) {
       e.dtype = static_cast<DType>(checked_word(r, 0, 2, "dtype"));
       const int64_t rank = checked_word(r, 0, 64, "rank");
       std::vector<int64_t> dims;
-      for (int64_t d = 0; d < rank; ++d) dims.push_back(checked_word(r, 0, int64_t{1} << 40, "dim"));
+      for (int64_t d = 0; d < rank; ++d)
+        dims.push_back(checked_word(r, 0, int64_t{1} << 40, "dim"));
       e.shape = Shape(std::move(dims));
       payload += static_cast<size_t>(e.shape.numel()) * element_size(e.dtype);
     }
@@ -372,12 +372,13 @@ void MpiTransport::send(const pipeline::MessageKey& key, std::vector<Tensor> ten
                                 std::to_string(stage) + " of " +
                                 std::to_string(stage_worker_.size()));
   }
-  link_->post(stage_worker_[static_cast<size_t>(stage)], pack_message(id(key), tensors, destination));
+  link_->post(stage_worker_[static_cast<size_t>(stage)],
+              pack_message(id(key), tensors, destination));
 }
 
 std::vector<Tensor> MpiTransport::recv(const pipeline::MessageKey& key) {
-  return unpack_message(link_->take(id(key), &cancelled_, key.str() + " of step " +
-                                                              std::to_string(step_)));
+  return unpack_message(
+      link_->take(id(key), &cancelled_, key.str() + " of step " + std::to_string(step_)));
 }
 
 void MpiTransport::cancel() {

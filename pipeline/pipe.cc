@@ -48,9 +48,9 @@ Pipe::Pipe(nn::Sequential module, PipeOptions options)
   if (threads == 0 && options_.processes != nullptr) {
     threads = std::max(1, hardware_threads() / options_.processes->processes_on_this_machine());
   }
-  runtime_ = std::make_shared<Runtime>(std::move(partitions), std::move(stage_devices),
-                                       std::move(stage_worker), num_workers, options_.seed,
-                                       threads);
+  runtime_ =
+      std::make_shared<Runtime>(std::move(partitions), std::move(stage_devices),
+                                std::move(stage_worker), num_workers, options_.seed, threads);
   runtime_->set_processes(options_.processes);
   if (options_.deferred_batch_norm) deferred_ = std::make_unique<DeferredBatchNorm>(module_);
 }

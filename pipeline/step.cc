@@ -3,8 +3,7 @@
 namespace pipewright::pipeline {
 
 Step::Step(int stages, int workers, MicroBatches batches, CellMode cell_mode,
-           std::vector<std::vector<char>> checkpointed_cells,
-           std::unique_ptr<Transport> transport)
+           std::vector<std::vector<char>> checkpointed_cells, std::unique_ptr<Transport> transport)
     : num_stages(stages),
       num_workers(workers),
       num_microbatches(batches.count()),

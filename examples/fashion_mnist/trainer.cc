@@ -302,15 +302,14 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
   if (!config.resume.empty()) first_epoch = resume(config, pipe, *optimizer, loader);
 
   if (processes != nullptr) {
-    log << "processes: " << config.stages * config.data_parallel << " MPI ranks = "
-        << config.stages << " stages x " << config.data_parallel
-        << " data-parallel replicas (rank = replica * " << config.stages
-        << " + stage; rank 0 prints)\n";
+    log << "processes: " << config.stages * config.data_parallel << " MPI ranks = " << config.stages
+        << " stages x " << config.data_parallel << " data-parallel replicas (rank = replica * "
+        << config.stages << " + stage; rank 0 prints)\n";
   }
   log << "model: " << pipe.module().str() << " (" << format_count(num_params) << " parameters)\n"
       << "pipeline: " << config.stages << " stages on";
   for (int s = 0; s < config.stages; ++s) {
-      log << " " << devices[s].str() << (s + 1 < config.stages ? "," : "");
+    log << " " << devices[s].str() << (s + 1 < config.stages ? "," : "");
   }
   log << " | balance";
   for (int b : balance) log << " " << b;
@@ -318,7 +317,8 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
       << pipeline::to_string(config.checkpoint) << "\n"
       << "data: " << train_set.size() << " train / " << test_set.size() << " test images from "
       << dir << "\n";
-  if (first_epoch > 0) log << "resumed from " << config.resume << " after epoch " << first_epoch << "\n";
+  if (first_epoch > 0)
+    log << "resumed from " << config.resume << " after epoch " << first_epoch << "\n";
   log << std::flush;
 
   const pipeline::LossFn loss_fn = [](const Tensor& logits, const Tensor& target) {
@@ -330,7 +330,8 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
   for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
     for (int s = 0; s < config.stages; ++s) allocator_for(devices[s]).reset_peak();
     EpochStats stats;
-    Progress progress(log, epoch + 1, config.epochs, loader.num_batches(), config.progress && leader);
+    Progress progress(log, epoch + 1, config.epochs, loader.num_batches(),
+                      config.progress && leader);
     double loss_sum = 0, bubble_sum = 0;
     int64_t samples = 0, steps = 0;
     const auto start = Clock::now();
@@ -341,8 +342,9 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
       const bool trace_now = !config.trace.empty() && !traced;
       if (trace_now && processes) processes->barrier();  // the ranks' step clocks start together
       pipeline::StepResult step =
-          processes ? distributed::train_step(pipe, *processes, batch.inputs, batch.targets, loss_fn)
-                    : pipe.train_step(batch.inputs, batch.targets, loss_fn);
+          processes
+              ? distributed::train_step(pipe, *processes, batch.inputs, batch.targets, loss_fn)
+              : pipe.train_step(batch.inputs, batch.targets, loss_fn);
       optimizer->step();
       if (trace_now) {
         // Across processes: one trace, a process per rank (gathered on rank 0).
@@ -383,7 +385,8 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
   for (auto& [name, tensor] : pipe.module().state_dict()) {
     result.final_state.emplace_back(name, tensor.to(Device::cpu(0)).clone());
   }
-  if (!config.trace.empty() && traced) log << "trace of the first step written to " << config.trace << "\n";
+  if (!config.trace.empty() && traced)
+    log << "trace of the first step written to " << config.trace << "\n";
   return result;
 }
 

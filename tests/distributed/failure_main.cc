@@ -69,8 +69,7 @@ int main(int argc, char** argv) {
     const bool planted = mpi.world_rank() == 1;
     model.push_back(Planted(planted ? mode : "none", kChunks + 2));
     model.push_back(nn::Linear(8, 3));
-    auto processes =
-        std::make_shared<distributed::MpiProcesses>(MPI_COMM_WORLD, 2, replicas, 2);
+    auto processes = std::make_shared<distributed::MpiProcesses>(MPI_COMM_WORLD, 2, replicas, 2);
     pipeline::Pipe pipe(std::move(model), {.balance = {1, 2},
                                            .devices = {Device::cpu(0), Device::cpu(1)},
                                            .chunks = kChunks,

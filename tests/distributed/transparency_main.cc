@@ -115,8 +115,8 @@ void run(const Config& c, int workers, int replicas) {
   // same statistics).
   pipeline::Pipe reference(model(3), options(c, workers, kChunks * replicas));
   pipeline::PipeOptions distributed_options = options(c, workers, kChunks);
-  auto processes = std::make_shared<distributed::MpiProcesses>(
-      MPI_COMM_WORLD, workers, replicas, workers * c.virtual_stages);
+  auto processes = std::make_shared<distributed::MpiProcesses>(MPI_COMM_WORLD, workers, replicas,
+                                                               workers * c.virtual_stages);
   distributed_options.processes = processes;
   pipeline::Pipe pipe(model(3), distributed_options);
 
@@ -148,8 +148,8 @@ void run(const Config& c, int workers, int replicas) {
       for (size_t i = 0; i < p.size(); ++i) {
         if (!p[i].grad().defined()) {
           ++failures;
-          std::cerr << "rank " << rank << ": FAILED " << at << ": stage " << s << " parameter "
-                    << i << " has no gradient\n";
+          std::cerr << "rank " << rank << ": FAILED " << at << ": stage " << s << " parameter " << i
+                    << " has no gradient\n";
           continue;
         }
         expect_close(rel_diff(p[i].grad(), q[i].grad()), 0, 1e-5,
