@@ -6,7 +6,9 @@
 #include <utility>
 
 #include "distributed/mpi.h"
+#include "distributed/nccl.h"
 #include "pipeline/step.h"
+#include "tensor/ops.h"
 
 namespace pipewright::distributed {
 namespace {
@@ -46,6 +48,12 @@ struct MpiProcesses::Bucket {
   std::vector<char> buffer;
   MPI_Request request = MPI_REQUEST_NULL;
   int stage = 0;
+};
+
+/// A stage's CUDA gradients of one dtype, packed into one device buffer summed by NCCL.
+struct MpiProcesses::DeviceBucket {
+  Tensor flat;
+  std::vector<Tensor> grads;
 };
 
 MpiProcesses::MpiProcesses(MPI_Comm world, int workers, int replicas, int num_stages,
@@ -112,8 +120,47 @@ void MpiProcesses::wait_for(MPI_Request& request, const std::string& what) {
 }
 
 // Note [Data-parallel gradients] (mpi_processes.h): pack, weight, start.
+// With NCCL: per dtype, the stage's gradients are copied into one flat buffer on their
+// device, weighted, summed in place by ncclAllReduce, all on the worker's current stream;
+// worker_finished() copies the sums back on the same stream (no host wait anywhere).
+void MpiProcesses::reduce_on_device(int stage, const std::vector<Tensor>& grads) {
+  const Device device = grads.front().device();
+  if (nccl_ == nullptr) nccl_ = std::make_unique<NcclGroup>(stage_comm_, device);
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    DeviceBucket bucket;
+    int64_t total = 0;
+    for (const Tensor& g : grads) {
+      if (g.dtype() != dtype) continue;
+      bucket.grads.push_back(g);
+      total += g.numel();
+    }
+    if (bucket.grads.empty()) continue;
+    bucket.flat = Tensor::empty({total}, {dtype, device});
+    int64_t offset = 0;
+    for (const Tensor& g : bucket.grads) {
+      Tensor slot = bucket.flat.slice(offset, offset + g.numel());
+      slot.copy_from(g.contiguous().reshape({g.numel()}));
+      offset += g.numel();
+    }
+    ops::mul_(bucket.flat, scale_);
+    nccl_->all_reduce_sum(bucket.flat, Stream::current(device));
+    pending_device_.push_back(std::move(bucket));
+  }
+  (void)stage;
+}
+
 void MpiProcesses::stage_finished(int stage, nn::Sequential& partition) {
   if (replicas_ == 1) return;
+  if (nccl_available()) {
+    std::vector<Tensor> on_gpu;
+    for (const Tensor& p : partition.parameters()) {
+      if (p.grad().defined() && p.grad().device().is_cuda()) on_gpu.push_back(p.grad());
+    }
+    if (!on_gpu.empty()) {
+      reduce_on_device(stage, on_gpu);
+      return;  // a stage lives on one device: every gradient was on the GPU
+    }
+  }
   std::unique_ptr<Bucket> bucket;
   auto start = [&] {
     if (bucket == nullptr) return;
@@ -159,6 +206,14 @@ void MpiProcesses::stage_finished(int stage, nn::Sequential& partition) {
 
 void MpiProcesses::worker_finished(int worker, bool failed) {
   if (failed) return;  // pending buckets stay alive (see ~MpiProcesses)
+  for (DeviceBucket& b : pending_device_) {
+    int64_t offset = 0;
+    for (Tensor& g : b.grads) {
+      g.copy_from(b.flat.slice(offset, offset + g.numel()).reshape(g.shape()));
+      offset += g.numel();
+    }
+  }
+  pending_device_.clear();
   std::vector<std::unique_ptr<Bucket>> buckets;
   buckets.swap(pending_);
   for (size_t i = 0; i < buckets.size(); ++i) {

@@ -30,8 +30,11 @@
 // a + b, identical bits on both; for larger D OpenMPI's reduction tree), so PP × DP equals a
 // single process to float rounding, not bitwise. Only .grad as it stands after the step is
 // reduced: zero the gradients before each step (accumulating over steps would reduce the
-// earlier steps' share again). BatchNorm statistics stay per replica (PyTorch DDP's default:
-// each replica's running mean/var see only its own rows).
+// earlier steps' share again). Gradients on a CUDA device go through host buffers, except in
+// a --config=cuda build, where one flat device buffer per stage and dtype is summed by NCCL
+// (nccl.h) on the worker's stream and copied back on that stream: never run, no GPU here. BatchNorm
+// statistics stay per replica (PyTorch DDP's default: each replica's running mean/var see only its
+// own rows).
 //
 // Note [Failure notices]
 // When a step fails on a rank, step_failed() names where (rank, replica, worker, stage,
@@ -52,6 +55,8 @@
 #include "pipeline/processes.h"
 
 namespace pipewright::distributed {
+
+class NcclGroup;
 
 class MpiProcesses final : public pipeline::Processes {
  public:
@@ -105,6 +110,8 @@ class MpiProcesses final : public pipeline::Processes {
 
  private:
   struct Bucket;
+  struct DeviceBucket;
+  void reduce_on_device(int stage, const std::vector<Tensor>& grads);
   void wait_for(MPI_Request& request, const std::string& what);
 
   int workers_, replicas_, num_stages_, rank_;
@@ -117,6 +124,8 @@ class MpiProcesses final : public pipeline::Processes {
   std::shared_ptr<MpiLink> link_;
   int64_t steps_ = 0;
   std::vector<std::unique_ptr<Bucket>> pending_;  // the local worker's, started this step
+  std::vector<DeviceBucket> pending_device_;      // same, on a GPU through NCCL
+  std::unique_ptr<NcclGroup> nccl_;               // made at the first gradient on a GPU
 };
 
 /// Rows [begin, end) of a global batch of n rows that replica r of `replicas` trains on:

@@ -87,7 +87,8 @@ struct Config {
   }
 };
 
-pipeline::PipeOptions options(const Config& c, int workers, int chunks) {
+pipeline::PipeOptions options(const Config& c, int workers, int chunks,
+                              std::shared_ptr<pipeline::Processes> processes) {
   const int stages = workers * c.virtual_stages;
   std::vector<int> balance;
   // Eight children over the stages, the remainder to the first ones.
@@ -102,7 +103,8 @@ pipeline::PipeOptions options(const Config& c, int workers, int chunks) {
           .virtual_stages = c.virtual_stages,
           .schedule = c.schedule,
           .seed = 7,
-          .threads_per_worker = 1};
+          .threads_per_worker = 1,
+          .processes = std::move(processes)};
 }
 
 void run(const Config& c, int workers, int replicas) {
@@ -113,12 +115,10 @@ void run(const Config& c, int workers, int replicas) {
   // The reference: one process, the global batch, as many micro-batches as all replicas
   // together (so each micro-batch holds the same rows as one replica's: BatchNorm sees the
   // same statistics).
-  pipeline::Pipe reference(model(3), options(c, workers, kChunks * replicas));
-  pipeline::PipeOptions distributed_options = options(c, workers, kChunks);
+  pipeline::Pipe reference(model(3), options(c, workers, kChunks * replicas, nullptr));
   auto processes = std::make_shared<distributed::MpiProcesses>(MPI_COMM_WORLD, workers, replicas,
                                                                workers * c.virtual_stages);
-  distributed_options.processes = processes;
-  pipeline::Pipe pipe(model(3), distributed_options);
+  pipeline::Pipe pipe(model(3), options(c, workers, kChunks, processes));
 
   nn::SGD ref_opt(reference.parameters(), {.lr = 0.1});
   nn::SGD opt(pipe.parameters(), {.lr = 0.1});
