@@ -7,8 +7,8 @@
 //                        (run with PIPEWRIGHT_MPI_TIMEOUT=3)
 //   [--replicas D]       D data-parallel replicas of the 2-stage pipeline
 //
-// Every rank that catches an error prints "rank R caught: <what>" and, after a second (so
-// that the failure notices reach the others and they print too), ends the job with
+// Every rank that catches an error prints "rank R caught: <what>" and, after 3 s (so that
+// the failure notices reach the others and they print too, even on a loaded machine), ends the job with
 // MPI_Abort, as a program should. A run that ends without an error exits 0 (a test failure).
 #include <csignal>
 #include <cstdlib>
@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     std::cerr << "rank " << mpi.world_rank() << " caught: " << e.what() << "\n" << std::flush;
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::this_thread::sleep_for(std::chrono::seconds(3));
     mpi.abort(3);
   }
   if (mpi.world_rank() == 0) std::cout << "no failure happened\n";
