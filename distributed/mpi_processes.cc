@@ -98,7 +98,7 @@ MpiProcesses::~MpiProcesses() {
   link_.reset();
   // Buckets still pending belong to a failed step: MPI may still use their buffers, and a
   // non-blocking collective's request cannot be freed, so they are leaked on purpose.
-  for (auto& b : pending_) {
+  for (auto& b : abandoned_) {
     if (b->request != MPI_REQUEST_NULL) (void)b.release();
   }
   MPI_Comm_free(&replica_comm_);
@@ -107,6 +107,12 @@ MpiProcesses::~MpiProcesses() {
 }
 
 std::unique_ptr<pipeline::Transport> MpiProcesses::make_transport() {
+  if (broken_) {
+    throw std::logic_error(name() +
+                           ": a previous step failed across processes; its "
+                           "collectives may be unmatched, so no further step can run (end "
+                           "the job)");
+  }
   ++steps_;
   link_->drop_before(steps_);
   link_->check_failures();  // a notice that arrived between steps fails this one at once
@@ -123,7 +129,7 @@ void MpiProcesses::wait_for(MPI_Request& request, const std::string& what) {
 // With NCCL: per dtype, the stage's gradients are copied into one flat buffer on their
 // device, weighted, summed in place by ncclAllReduce, all on the worker's current stream;
 // worker_finished() copies the sums back on the same stream (no host wait anywhere).
-void MpiProcesses::reduce_on_device(int stage, const std::vector<Tensor>& grads) {
+void MpiProcesses::reduce_on_device(const std::vector<Tensor>& grads) {
   const Device device = grads.front().device();
   if (nccl_ == nullptr) nccl_ = std::make_unique<NcclGroup>(stage_comm_, device);
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
@@ -146,7 +152,6 @@ void MpiProcesses::reduce_on_device(int stage, const std::vector<Tensor>& grads)
     nccl_->all_reduce_sum(bucket.flat, Stream::current(device));
     pending_device_.push_back(std::move(bucket));
   }
-  (void)stage;
 }
 
 void MpiProcesses::stage_finished(int stage, nn::Sequential& partition) {
@@ -157,7 +162,7 @@ void MpiProcesses::stage_finished(int stage, nn::Sequential& partition) {
       if (p.grad().defined() && p.grad().device().is_cuda()) on_gpu.push_back(p.grad());
     }
     if (!on_gpu.empty()) {
-      reduce_on_device(stage, on_gpu);
+      reduce_on_device(on_gpu);
       return;  // a stage lives on one device: every gradient was on the GPU
     }
   }
@@ -205,7 +210,15 @@ void MpiProcesses::stage_finished(int stage, nn::Sequential& partition) {
 }
 
 void MpiProcesses::worker_finished(int worker, bool failed) {
-  if (failed) return;  // pending buckets stay alive (see ~MpiProcesses)
+  if (failed) {
+    // The reductions started stay in flight: their buffers are kept (see ~MpiProcesses), and
+    // no later step may run (make_transport refuses).
+    broken_ = true;
+    for (auto& b : pending_) abandoned_.push_back(std::move(b));
+    pending_.clear();
+    pending_device_.clear();
+    return;
+  }
   for (DeviceBucket& b : pending_device_) {
     int64_t offset = 0;
     for (Tensor& g : b.grads) {
@@ -221,7 +234,8 @@ void MpiProcesses::worker_finished(int worker, bool failed) {
     try {
       wait_for(b.request, "all-reduce of stage " + std::to_string(b.stage) + "'s gradients");
     } catch (...) {
-      for (size_t k = i; k < buckets.size(); ++k) (void)buckets[k].release();  // still in use
+      broken_ = true;
+      for (size_t k = i; k < buckets.size(); ++k) abandoned_.push_back(std::move(buckets[k]));
       throw;
     }
     const char* in = b.buffer.data();
@@ -248,6 +262,7 @@ std::exception_ptr MpiProcesses::step_failed(const pipeline::Step& step, std::ex
   try {
     std::rethrow_exception(error);
   } catch (const RemoteFailure&) {
+    broken_ = true;
     return error;  // began elsewhere; its text already names where
   } catch (...) {
   }
@@ -257,6 +272,7 @@ std::exception_ptr MpiProcesses::step_failed(const pipeline::Step& step, std::ex
             std::to_string(a->microbatch) + " (" + pipeline::action_letter(a->kind) + ")";
   }
   text += ": " + what_of(error);
+  broken_ = true;
   link_->notify_failure(text);
   return std::make_exception_ptr(std::runtime_error(text));
 }

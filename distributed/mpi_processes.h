@@ -40,7 +40,10 @@
 // When a step fails on a rank, step_failed() names where (rank, replica, worker, stage,
 // micro-batch, action) and sends that text to every rank of the job; their waits (a
 // message, a reduction, the loss broadcast) then throw RemoteFailure with it, so every rank
-// reports the same origin. See Note [What MPI guarantees when a rank dies] (mpi.h).
+// reports the same origin. See Note [What MPI guarantees when a rank dies] (mpi.h). A failed
+// step may leave collectives unmatched (a replica that failed never joins the all-reduce the
+// others started), so the MpiProcesses refuses further steps: a failure ends the run, and
+// programs end the job (the example prints, then calls MPI_Abort).
 #pragma once
 
 #include <mpi.h>
@@ -111,7 +114,7 @@ class MpiProcesses final : public pipeline::Processes {
  private:
   struct Bucket;
   struct DeviceBucket;
-  void reduce_on_device(int stage, const std::vector<Tensor>& grads);
+  void reduce_on_device(const std::vector<Tensor>& grads);
   void wait_for(MPI_Request& request, const std::string& what);
 
   int workers_, replicas_, num_stages_, rank_;
@@ -123,9 +126,11 @@ class MpiProcesses final : public pipeline::Processes {
   MPI_Comm world_ = MPI_COMM_NULL;
   std::shared_ptr<MpiLink> link_;
   int64_t steps_ = 0;
-  std::vector<std::unique_ptr<Bucket>> pending_;  // the local worker's, started this step
-  std::vector<DeviceBucket> pending_device_;      // same, on a GPU through NCCL
-  std::unique_ptr<NcclGroup> nccl_;               // made at the first gradient on a GPU
+  std::vector<std::unique_ptr<Bucket>> pending_;    // the local worker's, started this step
+  std::vector<std::unique_ptr<Bucket>> abandoned_;  // of a failed step: MPI may still use them
+  bool broken_ = false;                             // a step failed: no further step
+  std::vector<DeviceBucket> pending_device_;        // same, on a GPU through NCCL
+  std::unique_ptr<NcclGroup> nccl_;                 // made at the first gradient on a GPU
 };
 
 /// Rows [begin, end) of a global batch of n rows that replica r of `replicas` trains on:
