@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <utility>
 
@@ -184,6 +185,10 @@ MpiLink::~MpiLink() {
 }
 
 void MpiLink::post(int destination, std::vector<char> bytes) {
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    throw std::invalid_argument(name_ + ": a message of " + std::to_string(bytes.size()) +
+                                " bytes exceeds MPI's int count (2^31 - 1)");
+  }
   if (destination == rank_) {
     file(std::move(bytes));
     return;

@@ -80,7 +80,7 @@ class MpiLink {
   const std::string& name() const { return name_; }
 
   /// Queues `bytes` (a packed message) for worker `destination`; delivered locally when
-  /// that is this rank. Never blocks.
+  /// that is this rank. Never blocks. Throws std::invalid_argument for 2^31 bytes or more.
   void post(int destination, std::vector<char> bytes);
   /// The bytes of the message filed under `id` (step, key words), waiting for it. Throws
   /// pipeline::RunCancelled once *cancelled is set (call wake() after setting it),
