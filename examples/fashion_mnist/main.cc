@@ -14,8 +14,9 @@
 #include <exception>
 #include <iostream>
 #include <memory>
-#include <thread>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
