@@ -62,10 +62,6 @@ void validate(const TrainConfig& c, size_t num_layers) {
         "needs one process per stage and replica: mpirun -np " +
             std::to_string(c.stages * c.data_parallel));
   }
-  if (c.distributed && (!c.save.empty() || !c.resume.empty())) {
-    bad(c.save.empty() ? "resume" : "save", c.save.empty() ? c.resume : c.save,
-        "checkpoints are not written or read across processes yet (run without mpirun)");
-  }
   if (c.threads < 0) bad("threads", std::to_string(c.threads), "must be >= 0 (0: automatic)");
   if (c.train_limit < 0) bad("train-limit", std::to_string(c.train_limit), "must be >= 0");
   if (c.test_limit < 0) bad("test-limit", std::to_string(c.test_limit), "must be >= 0");

@@ -84,7 +84,18 @@ std::string fingerprint(const TrainConfig& c) {
   return "hidden=" + hidden + " dropout=" + std::to_string(c.dropout) + " optimizer=" +
          c.optimizer + " lr_schedule=" + c.lr_schedule + " epochs=" + std::to_string(c.epochs) +
          " batch_size=" + std::to_string(c.batch_size) + " stages=" + std::to_string(c.stages) +
-         " chunks=" + std::to_string(c.chunks);
+         " chunks=" + std::to_string(c.chunks) +
+         (c.distributed ? " processes=" + std::to_string(c.stages * c.data_parallel) +
+                              " data_parallel=" + std::to_string(c.data_parallel)
+                        : "");
+}
+
+// Across processes every rank writes and reads its own shard, `<path>.rank<R>`: its stages'
+// weights (and the others' as last shared), its replica's BatchNorm statistics, its optimizer
+// state (its stages' only), the loader's and every worker's generator. The layout is in each
+// shard's fingerprint, so resuming with another one is refused.
+std::string shard_path(const std::string& path, const distributed::MpiProcesses* processes) {
+  return processes == nullptr ? path : path + ".rank" + std::to_string(processes->rank());
 }
 
 std::map<std::string, std::string> checkpoint_metadata(const TrainConfig& config, int epoch,
@@ -114,20 +125,21 @@ uint64_t meta_u64(const std::map<std::string, std::string>& meta, const std::str
 
 // Restores a checkpoint; returns the number of epochs it had completed.
 int resume(const TrainConfig& config, pipeline::Pipe& pipe, nn::Optimizer& optimizer,
-           data::DataLoader& loader) {
-  auto meta = nn::load_checkpoint(config.resume, pipe.module(), optimizer);
+           data::DataLoader& loader, const distributed::MpiProcesses* processes) {
+  const std::string path = shard_path(config.resume, processes);
+  auto meta = nn::load_checkpoint(path, pipe.module(), optimizer);
   if (meta["config"] != fingerprint(config)) {
-    throw std::runtime_error(config.resume + ": saved with different settings (" +
-                             meta["config"] + ") than now (" + fingerprint(config) + ")");
+    throw std::runtime_error(path + ": saved with different settings (" + meta["config"] +
+                             ") than now (" + fingerprint(config) + ")");
   }
-  loader.set_generator_state(meta_u64(meta, "loader.seed", config.resume),
-                             meta_u64(meta, "loader.offset", config.resume));
+  loader.set_generator_state(meta_u64(meta, "loader.seed", path),
+                             meta_u64(meta, "loader.offset", path));
   for (int w = 0; w < pipe.num_workers(); ++w) {
     const std::string prefix = "worker." + std::to_string(w);
-    pipe.generator(w).set_state(meta_u64(meta, prefix + ".seed", config.resume),
-                                meta_u64(meta, prefix + ".offset", config.resume));
+    pipe.generator(w).set_state(meta_u64(meta, prefix + ".seed", path),
+                                meta_u64(meta, prefix + ".offset", path));
   }
-  return static_cast<int>(meta_u64(meta, "epoch", config.resume));
+  return static_cast<int>(meta_u64(meta, "epoch", path));
 }
 
 // Across processes (`processes` set), every rank first receives the stages it does not train
@@ -299,7 +311,9 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
   std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(config, pipe.parameters());
 
   int first_epoch = 0;
-  if (!config.resume.empty()) first_epoch = resume(config, pipe, *optimizer, loader);
+  if (!config.resume.empty()) {
+    first_epoch = resume(config, pipe, *optimizer, loader, processes.get());
+  }
 
   if (processes != nullptr) {
     log << "processes: " << config.stages * config.data_parallel << " MPI ranks = " << config.stages
@@ -378,7 +392,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
     print_epoch(log, config, stats, devices);
     result.epochs.push_back(stats);
     if (!config.save.empty()) {
-      nn::save_checkpoint(config.save, pipe.module(), *optimizer,
+      nn::save_checkpoint(shard_path(config.save, processes.get()), pipe.module(), *optimizer,
                           checkpoint_metadata(config, epoch + 1, loader, pipe));
     }
   }
