@@ -2,6 +2,7 @@
 // pipe_train_step.cc.
 #include "pipeline/pipe.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -12,10 +13,12 @@
 #include "pipeline/partition.h"
 #include "pipeline/pipe_backward.h"
 #include "pipeline/plan.h"
+#include "pipeline/processes.h"
 #include "pipeline/runtime.h"
 #include "pipeline/schedule_validate.h"
 #include "pipeline/schedules.h"
 #include "pipeline/skip_layout.h"
+#include "tensor/threads.h"
 
 namespace pipewright::pipeline {
 
@@ -42,10 +45,16 @@ Pipe::Pipe(nn::Sequential module, PipeOptions options)
   verify_no_shared_parameters(partitions, stage_worker);
   for (int s = 0; s < num_stages; ++s) partitions[s].to(stage_devices[s]);
 
+  // Across processes each runs one worker, and the processes of a machine share its cores.
+  int threads = options_.threads_per_worker;
+  if (threads == 0 && options_.processes != nullptr) {
+    threads = std::max(1, hardware_threads() / options_.processes->processes_on_this_machine());
+  }
   SkipLayout skips(module_, options_.balance);
   runtime_ = std::make_shared<Runtime>(std::move(partitions), std::move(stage_devices),
                                        std::move(stage_worker), num_workers, options_.seed,
-                                       options_.threads_per_worker, std::move(skips));
+                                       threads, std::move(skips));
+  runtime_->set_processes(options_.processes);
   if (options_.deferred_batch_norm) deferred_ = std::make_unique<DeferredBatchNorm>(module_);
 }
 
@@ -72,6 +81,11 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no
     throw std::invalid_argument(
         "Pipe::forward runs GPipe with one stage per worker, but virtual_stages is " +
         std::to_string(options_.virtual_stages) + "; use train_step with an interleaved schedule");
+  }
+  if (options_.processes != nullptr) {
+    throw std::invalid_argument(
+        "Pipe::forward runs every stage in this process, but this Pipe's workers are spread "
+        "over processes (PipeOptions::processes); use train_step");
   }
   MicroBatches batches = scatter(inputs, no_chunk, options_.chunks);
   const int m = batches.count();

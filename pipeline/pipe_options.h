@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@
 #include "tensor/device.h"
 
 namespace pipewright::pipeline {
+
+class Processes;
 
 struct PipeOptions {
   /// Children per stage, in order; Σ balance = number of children of the Sequential.
@@ -50,8 +53,14 @@ struct PipeOptions {
   uint64_t seed = 0;
   /// Intra-op threads of each worker (its kernels' OpenMP threads); 0 = max(1,
   /// hardware_threads() / workers), so that the workers computing at once use every core
-  /// once (tensor/threads.h).
+  /// once (tensor/threads.h); with `processes`, max(1, hardware_threads() / processes on
+  /// this machine).
   int threads_per_worker = 0;
+  /// Null: every worker is a thread of this process. Otherwise which workers run here and
+  /// how messages leave the process (processes.h; distributed/mpi_processes.h makes one per
+  /// MPI rank). Every process then builds the same Pipe; train_step runs only the local
+  /// workers, and Pipe::forward throws std::invalid_argument.
+  std::shared_ptr<Processes> processes;
 };
 
 }  // namespace pipewright::pipeline

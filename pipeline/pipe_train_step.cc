@@ -15,6 +15,7 @@
 #include "pipeline/microbatch.h"
 #include "pipeline/pipe.h"
 #include "pipeline/plan.h"
+#include "pipeline/processes.h"
 #include "pipeline/runtime.h"
 #include "pipeline/schedule_validate.h"
 #include "pipeline/schedules.h"
@@ -62,8 +63,10 @@ StepResult Pipe::run_train_step(const Tensor& input, const Tensor& target,
   validate(schedule);
 
   std::vector<int64_t> sizes = batches.sizes;
+  Processes* processes = options_.processes.get();
   auto step = std::make_shared<Step>(num_stages(), p, std::move(batches), CellMode::kRecord,
-                                     recomputed_cells(schedule));
+                                     recomputed_cells(schedule),
+                                     processes ? processes->make_transport(runtime_->stage_worker()) : nullptr);
   step->input_needs_grad = {static_cast<char>(input.requires_grad())};
   step->loss_fn = loss_fn;
   const Device last_device = runtime_->stage_devices().back();
@@ -77,11 +80,12 @@ StepResult Pipe::run_train_step(const Tensor& input, const Tensor& target,
     throw;
   }
   runtime_->publish(*step);
+  if (processes != nullptr) processes->step_finished(*step);
   if (module_.is_training()) commit_batch_norm();
 
   // An input that requires grad gets its gradient like loss.backward() would give it: into
-  // .grad for a leaf, on through its own graph otherwise.
-  if (input.requires_grad()) {
+  // .grad for a leaf, on through its own graph otherwise (only where stage 0 ran).
+  if (input.requires_grad() && (processes == nullptr || processes->runs_worker(0))) {
     nn::Tensors grads =
         gather_input_grads(step->input_grads, describe_inputs({input}, {}), sizes);
     if (grads[0].defined()) autograd::backward({input}, {grads[0]});

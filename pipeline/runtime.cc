@@ -109,8 +109,12 @@ void Runtime::execute(Step& step, const std::vector<std::vector<Action>>& action
     entered.back().record(Stream::current(worker->device()));  // the caller's stream
     done.emplace_back(worker->device());
   }
-  auto countdown = std::make_shared<Countdown>(num_workers());
+  auto is_local = [this](int w) { return processes_ == nullptr || processes_->runs_worker(w); };
+  int local = 0;
+  for (int w = 0; w < num_workers(); ++w) local += is_local(w);
+  auto countdown = std::make_shared<Countdown>(local);
   for (int w = 0; w < num_workers(); ++w) {
+    if (!is_local(w)) continue;
     const std::vector<Action>* list = &actions.at(static_cast<size_t>(w));
     Event* entry = &entered[static_cast<size_t>(w)];
     Event* exit = &done[static_cast<size_t>(w)];
@@ -123,6 +127,13 @@ void Runtime::execute(Step& step, const std::vector<std::vector<Action>>& action
       } catch (...) {
         step.fail(std::current_exception());
       }
+      if (processes_ != nullptr) {
+        try {
+          processes_->worker_finished(w, step.failed());
+        } catch (...) {
+          step.fail(std::current_exception());
+        }
+      }
       try {
         exit->record(workers_[w]->compute_stream());
       } catch (...) {
@@ -133,6 +144,7 @@ void Runtime::execute(Step& step, const std::vector<std::vector<Action>>& action
   }
   countdown->wait();
   std::exception_ptr error = step.error();
+  if (error != nullptr && processes_ != nullptr) error = processes_->step_failed(step, error);
   try {
     hand_back(step, done);
   } catch (...) {
@@ -144,6 +156,7 @@ void Runtime::execute(Step& step, const std::vector<std::vector<Action>>& action
 // The exit half of Note [The caller's streams].
 void Runtime::hand_back(Step& step, const std::vector<Event>& done) {
   for (size_t w = 0; w < workers_.size(); ++w) {
+    if (processes_ != nullptr && !processes_->runs_worker(static_cast<int>(w))) continue;
     done[w].wait(Stream::current(workers_[w]->device()));
   }
   auto to_caller = [](const Tensor& t) {
@@ -156,10 +169,40 @@ void Runtime::hand_back(Step& step, const std::vector<Event>& done) {
   }
 }
 
+// Note [A stage's last action]
+// With processes (processes.h), a stage's gradients are final after its last action in the
+// worker's list, if that list has a backward of it (B, I or W): stage_finished() then
+// starts their data-parallel reduction, which overlaps the worker's remaining actions (the
+// cool-down of its other stages) and the other processes' work.
 void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& actions) {
-  for (const Action& action : actions) {
+  std::vector<int> last(partitions_.size(), -1);  // per stage: index of its reducing action
+  if (processes_ != nullptr) {
+    std::vector<char> backward(partitions_.size(), 0);
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const auto s = static_cast<size_t>(actions[i].stage);
+      last[s] = static_cast<int>(i);
+      if (actions[i].kind != ActionKind::kForward && actions[i].kind != ActionKind::kRecompute) {
+        backward[s] = 1;
+      }
+    }
+    for (size_t s = 0; s < last.size(); ++s) {
+      if (!backward[s]) last[s] = -1;
+    }
+  }
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& action = actions[i];
     if (step.failed()) return;  // stop after the failing step, do not start new work
-    run_action(step, worker, action);
+    try {
+      run_action(step, worker, action);
+    } catch (const RunCancelled&) {
+      throw;
+    } catch (...) {
+      step.fail(std::current_exception(), &action);
+      return;
+    }
+    if (last[static_cast<size_t>(action.stage)] == static_cast<int>(i)) {
+      processes_->stage_finished(action.stage, partitions_[static_cast<size_t>(action.stage)]);
+    }
   }
 }
 
@@ -208,7 +251,11 @@ StageFn Runtime::stage_fn(Step& step, int s, int j) {
 nn::Tensors Runtime::recv_portals(Step& step, const std::vector<int>& routes, int j,
                                   Direction d) {
   nn::Tensors tensors;
-  for (int r : routes) tensors.push_back(step.transport().recv({0, j, d, r}).at(0));
+  for (int r : routes) {
+    const SkipRoute& route = skips_.route(r);
+    const int edge = d == Direction::kActivation ? route.pop_stage - 1 : route.stash_stage;
+    tensors.push_back(step.transport().recv({edge, j, d, r}).at(0));
+  }
   return tensors;
 }
 
@@ -233,7 +280,8 @@ void Runtime::send_portals(Step& step, const std::vector<int>& routes, int j, Di
   for (size_t k = 0; k < routes.size(); ++k) {
     const SkipRoute& route = skips_.route(routes[k]);
     const bool forward = d == Direction::kActivation;
-    send(step, {0, j, d, routes[k]}, {std::move(tensors[first + k])},
+    const int edge = forward ? route.pop_stage - 1 : route.stash_stage;  // the receiver rule
+    send(step, {edge, j, d, routes[k]}, {std::move(tensors[first + k])},
          forward ? route.stash_stage : route.pop_stage,
          forward ? route.pop_stage : route.stash_stage);
   }

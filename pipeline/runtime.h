@@ -30,6 +30,7 @@
 #include <mutex>
 #include <vector>
 
+#include "pipeline/processes.h"
 #include "pipeline/schedule.h"
 #include "pipeline/skip_layout.h"
 #include "pipeline/step.h"
@@ -73,6 +74,11 @@ class Runtime {
   /// parameter gradients are record_stream'ed on the caller's current stream of their device.
   void execute(Step& step, const std::vector<std::vector<Action>>& actions);
 
+  /// Runs only the workers `processes` says are local and calls its hooks (processes.h);
+  /// null (the default): every worker is local. Set before the first execute().
+  void set_processes(std::shared_ptr<Processes> processes) { processes_ = std::move(processes); }
+  Processes* processes() const { return processes_.get(); }
+
   /// Re-seeds every worker's generator (worker w: mix_seed(seed, w), offset 0).
   void manual_seed(uint64_t seed);
 
@@ -102,6 +108,7 @@ class Runtime {
   std::vector<int> stage_worker_;
   SkipLayout skips_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::shared_ptr<Processes> processes_;
   std::mutex execute_mutex_;
   mutable std::mutex last_mutex_;
   Trace last_trace_;

@@ -3,7 +3,7 @@
 namespace pipewright::pipeline {
 
 Step::Step(int stages, int workers, MicroBatches batches, CellMode cell_mode,
-           std::vector<std::vector<char>> checkpointed_cells)
+           std::vector<std::vector<char>> checkpointed_cells, std::unique_ptr<Transport> transport)
     : num_stages(stages),
       num_workers(workers),
       num_microbatches(batches.count()),
@@ -19,14 +19,17 @@ Step::Step(int stages, int workers, MicroBatches batches, CellMode cell_mode,
       counters(num_stages),
       events(num_workers),
       transfers(num_workers),
-      transport_(std::make_unique<InProcessTransport>()) {
+      transport_(transport ? std::move(transport) : std::make_unique<InProcessTransport>()) {
   for (auto& row : cells) row.resize(num_microbatches);
 }
 
-void Step::fail(std::exception_ptr error) {
+void Step::fail(std::exception_ptr error, const Action* at) {
   {
     std::lock_guard<std::mutex> lock(error_mutex_);
-    if (!error_) error_ = std::move(error);
+    if (!error_) {
+      error_ = std::move(error);
+      if (at != nullptr) failed_action_ = *at;
+    }
   }
   failed_.store(true, std::memory_order_release);
   transport_->cancel();
@@ -35,6 +38,11 @@ void Step::fail(std::exception_ptr error) {
 std::exception_ptr Step::error() const {
   std::lock_guard<std::mutex> lock(error_mutex_);
   return error_;
+}
+
+std::optional<Action> Step::failed_action() const {
+  std::lock_guard<std::mutex> lock(error_mutex_);
+  return failed_action_;
 }
 
 Trace Step::trace() const {

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "nn/sequential.h"
@@ -49,8 +50,10 @@ class Step {
  public:
   /// `checkpointed_cells[s][j]`: whether cell (s, j) runs as a checkpointed cell (the
   /// schedule has an R for it). `cell_mode` is kRecord (training with grad) or kNoGrad.
+  /// `transport`: where messages travel (null: an InProcessTransport).
   Step(int stages, int workers, MicroBatches batches, CellMode cell_mode,
-       std::vector<std::vector<char>> checkpointed_cells);
+       std::vector<std::vector<char>> checkpointed_cells,
+       std::unique_ptr<Transport> transport = nullptr);
   Step(const Step&) = delete;
   Step& operator=(const Step&) = delete;
 
@@ -85,10 +88,13 @@ class Step {
 
   /// Records `error` if it is the first, and cancels the transport so no worker keeps
   /// waiting. Safe from any thread.
-  void fail(std::exception_ptr error);
+  /// `at`: the action that raised it, when known (kept with the first error).
+  void fail(std::exception_ptr error, const Action* at = nullptr);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   /// The first error, or nullptr.
   std::exception_ptr error() const;
+  /// The action that raised the first error, when it was an action's own exception.
+  std::optional<Action> failed_action() const;
 
   /// The events of every worker so far, as one Trace.
   Trace trace() const;
@@ -102,6 +108,7 @@ class Step {
   std::unique_ptr<Transport> transport_;
   mutable std::mutex error_mutex_;
   std::exception_ptr error_;
+  std::optional<Action> failed_action_;
   std::atomic<bool> failed_{false};
 };
 

@@ -7,8 +7,8 @@
 namespace pipewright::pipeline {
 
 std::string MessageKey::str() const {
-  const std::string where =
-      skip >= 0 ? " of skip " + std::to_string(skip) : " edge " + std::to_string(edge);
+  const std::string where = " edge " + std::to_string(edge) +
+                            (skip >= 0 ? " of skip " + std::to_string(skip) : std::string());
   return std::string(direction == Direction::kActivation ? "activation" : "gradient") + where +
          " micro-batch " + std::to_string(microbatch);
 }

@@ -70,8 +70,11 @@ enum class Direction : uint8_t { kActivation, kGradient };
 /// Names one message. `edge` is the boundary between stage `edge` and stage `edge + 1`:
 /// activations travel edge -> edge + 1, gradients edge + 1 -> edge. A skip connection's
 /// portal (Note [Portals], stage_skips.h) sets `skip` to its route in the Pipe's SkipLayout:
-/// its activation travels from the stashing stage straight to the popping stage, its gradient
-/// straight back, and `edge` is unused (0).
+/// its activation travels from the stashing stage straight to the popping stage b, its
+/// gradient straight back to the stashing stage a, and `edge` keeps the receiver rule of the
+/// other messages (receiver = edge + 1 for an activation, edge for a gradient): b - 1 for the
+/// activation, a for the gradient. So every transport finds a message's receiving stage the
+/// same way.
 struct MessageKey {
   int edge = 0;
   int microbatch = 0;
@@ -82,7 +85,7 @@ struct MessageKey {
     return std::tie(a.skip, a.edge, a.microbatch, a.direction) <
            std::tie(b.skip, b.edge, b.microbatch, b.direction);
   }
-  /// "activation edge 1 micro-batch 3", "gradient of skip 0 micro-batch 2".
+  /// "activation edge 1 micro-batch 3", "gradient edge 0 of skip 1 micro-batch 2".
   std::string str() const;
 };
 

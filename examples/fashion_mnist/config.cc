@@ -56,6 +56,12 @@ void validate(const TrainConfig& c, size_t num_layers) {
     bad("devices", std::to_string(c.devices.size()) + " devices",
         "fewer than the " + std::to_string(c.stages) + " stages");
   }
+  if (c.data_parallel < 1) bad("data-parallel", std::to_string(c.data_parallel), "must be >= 1");
+  if (c.data_parallel > 1 && !c.distributed) {
+    bad("data-parallel", std::to_string(c.data_parallel),
+        "needs one process per stage and replica: mpirun -np " +
+            std::to_string(c.stages * c.data_parallel));
+  }
   if (c.threads < 0) bad("threads", std::to_string(c.threads), "must be >= 0 (0: automatic)");
   if (c.train_limit < 0) bad("train-limit", std::to_string(c.train_limit), "must be >= 0");
   if (c.test_limit < 0) bad("test-limit", std::to_string(c.test_limit), "must be >= 0");

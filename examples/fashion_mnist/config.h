@@ -35,6 +35,10 @@ struct TrainConfig {
   std::string schedule = "gpipe";
   std::vector<Device> devices;            // empty: cpu:0 .. cpu:(stages-1)
   int threads = 0;                        // intra-op threads per worker; 0: cores / stages
+  // Across processes (main() sets `distributed` when started by mpirun): one MPI rank per
+  // stage and replica, stages x data_parallel ranks in all (distributed/mpi_processes.h).
+  int data_parallel = 1;                  // replicas of the pipeline, each on its batch share
+  bool distributed = false;
 
   // ---- data and files ----
   std::string data_dir;                   // empty: the Debian package's directory

@@ -12,6 +12,7 @@
 #include "autograd/grad_mode.h"
 #include "data/dataloader.h"
 #include "data/fashion_mnist.h"
+#include "distributed/mpi_processes.h"
 #include "examples/fashion_mnist/progress.h"
 #include "nn/activation.h"
 #include "nn/batch_norm.h"
@@ -83,7 +84,18 @@ std::string fingerprint(const TrainConfig& c) {
   return "hidden=" + hidden + " dropout=" + std::to_string(c.dropout) + " optimizer=" +
          c.optimizer + " lr_schedule=" + c.lr_schedule + " epochs=" + std::to_string(c.epochs) +
          " batch_size=" + std::to_string(c.batch_size) + " stages=" + std::to_string(c.stages) +
-         " chunks=" + std::to_string(c.chunks);
+         " chunks=" + std::to_string(c.chunks) +
+         (c.distributed ? " processes=" + std::to_string(c.stages * c.data_parallel) +
+                              " data_parallel=" + std::to_string(c.data_parallel)
+                        : "");
+}
+
+// Across processes every rank writes and reads its own shard, `<path>.rank<R>`: its stages'
+// weights (and the others' as last shared), its replica's BatchNorm statistics, its optimizer
+// state (its stages' only), the loader's and every worker's generator. The layout is in each
+// shard's fingerprint, so resuming with another one is refused.
+std::string shard_path(const std::string& path, const distributed::MpiProcesses* processes) {
+  return processes == nullptr ? path : path + ".rank" + std::to_string(processes->rank());
 }
 
 std::map<std::string, std::string> checkpoint_metadata(const TrainConfig& config, int epoch,
@@ -113,35 +125,62 @@ uint64_t meta_u64(const std::map<std::string, std::string>& meta, const std::str
 
 // Restores a checkpoint; returns the number of epochs it had completed.
 int resume(const TrainConfig& config, pipeline::Pipe& pipe, nn::Optimizer& optimizer,
-           data::DataLoader& loader) {
-  auto meta = nn::load_checkpoint(config.resume, pipe.module(), optimizer);
+           data::DataLoader& loader, const distributed::MpiProcesses* processes) {
+  const std::string path = shard_path(config.resume, processes);
+  auto meta = nn::load_checkpoint(path, pipe.module(), optimizer);
   if (meta["config"] != fingerprint(config)) {
-    throw std::runtime_error(config.resume + ": saved with different settings (" +
-                             meta["config"] + ") than now (" + fingerprint(config) + ")");
+    throw std::runtime_error(path + ": saved with different settings (" + meta["config"] +
+                             ") than now (" + fingerprint(config) + ")");
   }
-  loader.set_generator_state(meta_u64(meta, "loader.seed", config.resume),
-                             meta_u64(meta, "loader.offset", config.resume));
+  loader.set_generator_state(meta_u64(meta, "loader.seed", path),
+                             meta_u64(meta, "loader.offset", path));
   for (int w = 0; w < pipe.num_workers(); ++w) {
     const std::string prefix = "worker." + std::to_string(w);
-    pipe.generator(w).set_state(meta_u64(meta, prefix + ".seed", config.resume),
-                                meta_u64(meta, prefix + ".offset", config.resume));
+    pipe.generator(w).set_state(meta_u64(meta, prefix + ".seed", path),
+                                meta_u64(meta, prefix + ".offset", path));
   }
-  return static_cast<int>(meta_u64(meta, "epoch", config.resume));
+  return static_cast<int>(meta_u64(meta, "epoch", path));
 }
 
-double test_accuracy(pipeline::Pipe& pipe, const data::Dataset& test) {
+// Across processes (`processes` set), every rank first receives the stages it does not train
+// (share_stage_state), then the caller's rank runs the whole model, stage by stage on each
+// stage's device: the same computation as Pipe::forward in eval mode.
+double test_accuracy(pipeline::Pipe& pipe, const data::Dataset& test,
+                     distributed::MpiProcesses* processes) {
   autograd::NoGradGuard no_grad;
+  if (processes != nullptr) {
+    processes->share_stage_state(pipe);
+    if (processes->rank() != 0) return 0;  // rank 0 evaluates, the others go on
+  }
   pipe.eval();
+  auto forward = [&](const Tensor& x) {
+    if (processes == nullptr) return pipe.forward(x);
+    Tensor y = x;
+    size_t layer = 0;
+    for (size_t s = 0; s < pipe.balance().size(); ++s) {
+      y = y.to(pipe.devices()[s]);
+      for (int i = 0; i < pipe.balance()[s]; ++i) y = pipe.module()[layer++].forward(y);
+    }
+    return y;
+  };
   int64_t correct = 0;
   for (int64_t start = 0; start < test.size(); start += kEvalBatch) {
     data::Batch batch = test.slice(start, std::min(test.size(), start + kEvalBatch));
-    Tensor predicted = ops::argmax(pipe.forward(batch.inputs), 1);
+    Tensor predicted = ops::argmax(forward(batch.inputs), 1);
     std::vector<int64_t> p = predicted.to_vector<int64_t>();
     std::vector<int64_t> y = batch.targets.to_vector<int64_t>();
     for (size_t i = 0; i < p.size(); ++i) correct += p[i] == y[i];
   }
   pipe.train();
   return static_cast<double>(correct) / static_cast<double>(test.size());
+}
+
+// Across processes a rank's trace holds its own worker's actions only, timed from the start
+// of its step: the fraction of that time the worker did not compute.
+double local_idle_fraction(const pipeline::Trace& trace, int worker) {
+  double end = 0;
+  for (const pipeline::TraceEvent& e : trace.events()) end = std::max(end, e.end_us);
+  return end > 0 ? 1.0 - trace.busy_us(worker) / end : 0.0;
 }
 
 void print_epoch(std::ostream& out, const TrainConfig& config, const Task& task, const EpochStats& e,
@@ -230,7 +269,7 @@ Task classifier_task() {
     return nn::cross_entropy(logits, target);
   };
   task.evaluate = [](pipeline::Pipe& pipe, const data::Dataset& test, EpochStats& stats) {
-    stats.test_accuracy = test_accuracy(pipe, test);
+    stats.test_accuracy = test_accuracy(pipe, test, nullptr);
     return "test acc " + format_fixed(stats.test_accuracy, 4);
   };
   return task;
@@ -266,6 +305,15 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
 
   int64_t num_params = 0;
   for (const Tensor& p : model.parameters()) num_params += p.numel();
+  // Across processes: this rank's MpiProcesses; rank 0 alone prints (and evaluates).
+  std::shared_ptr<distributed::MpiProcesses> processes;
+  if (config.distributed) {
+    processes = std::make_shared<distributed::MpiProcesses>(MPI_COMM_WORLD, config.stages,
+                                                            config.data_parallel, config.stages);
+  }
+  const bool leader = processes == nullptr || processes->rank() == 0;
+  std::ostream silent(nullptr);
+  std::ostream& log = leader ? out : silent;
   pipeline::Pipe pipe(std::move(model),
                       {.balance = balance,
                        .devices = {devices.begin(), devices.begin() + config.stages},
@@ -273,27 +321,37 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
                        .checkpoint = config.checkpoint,
                        .deferred_batch_norm = true,
                        .schedule = config.schedule,
-                       .seed = config.seed,
-                       .threads_per_worker = config.threads});
+                       // Replica r > 0 draws other dropout masks than replica 0 (its rows differ).
+                       .seed = config.seed + (processes ? 1'000'003ULL * processes->replica() : 0),
+                       .threads_per_worker = config.threads,
+                       .processes = processes});
   std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(config, pipe.parameters());
 
   int first_epoch = 0;
-  if (!config.resume.empty()) first_epoch = resume(config, pipe, *optimizer, loader);
+  if (!config.resume.empty()) {
+    first_epoch = resume(config, pipe, *optimizer, loader, processes.get());
+  }
 
-  out << "model: " << pipe.module().str() << " (" << format_count(num_params) << " parameters)\n"
+  if (processes != nullptr) {
+    log << "processes: " << config.stages * config.data_parallel << " MPI ranks = " << config.stages
+        << " stages x " << config.data_parallel << " data-parallel replicas (rank = replica * "
+        << config.stages << " + stage; rank 0 prints)\n";
+  }
+  log << "model: " << pipe.module().str() << " (" << format_count(num_params) << " parameters)\n"
       << "pipeline: " << config.stages << " stages on";
   for (int s = 0; s < config.stages; ++s) {
-    out << " " << devices[s].str() << (s + 1 < config.stages ? "," : "");
+    log << " " << devices[s].str() << (s + 1 < config.stages ? "," : "");
   }
-  out << " | balance";
-  for (int b : balance) out << " " << b;
-  out << " | chunks " << config.chunks << " | schedule " << config.schedule << " | checkpoint "
+  log << " | balance";
+  for (int b : balance) log << " " << b;
+  log << " | chunks " << config.chunks << " | schedule " << config.schedule << " | checkpoint "
       << pipeline::to_string(config.checkpoint) << "\n"
       << "data: " << train_set.size() << " train / " << test_set.size() << " test images from "
       << dir << "\n";
-  if (task.describe) task.describe(pipe, out);
-  if (first_epoch > 0) out << "resumed from " << config.resume << " after epoch " << first_epoch << "\n";
-  out << std::flush;
+  if (task.describe) task.describe(pipe, log);
+  if (first_epoch > 0)
+    log << "resumed from " << config.resume << " after epoch " << first_epoch << "\n";
+  log << std::flush;
 
   const pipeline::LossFn& loss_fn = task.loss;
   TrainResult result;
@@ -302,7 +360,8 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
     for (int s = 0; s < config.stages; ++s) allocator_for(devices[s]).reset_peak();
     EpochStats stats;
-    Progress progress(out, epoch + 1, config.epochs, loader.num_batches(), config.progress);
+    Progress progress(log, epoch + 1, config.epochs, loader.num_batches(),
+                      config.progress && leader);
     double loss_sum = 0, bubble_sum = 0;
     int64_t samples = 0, steps = 0;
     const auto start = Clock::now();
@@ -313,15 +372,22 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       const auto [input, target] =
           task.make_step ? task.make_step(config, batch, epoch * loader.num_batches() + steps)
                          : std::pair(batch.inputs, batch.targets);
-      pipeline::StepResult step = pipe.train_step(input, target, loss_fn);
+      const bool trace_now = !config.trace.empty() && !traced;
+      if (trace_now && processes) processes->barrier();  // the ranks' step clocks start together
+      pipeline::StepResult step =
+          processes ? distributed::train_step(pipe, *processes, input, target, loss_fn)
+                    : pipe.train_step(input, target, loss_fn);
       optimizer->step();
-      if (!config.trace.empty() && !traced) {
-        step.trace.write_chrome_json(config.trace);
+      if (trace_now) {
+        // Across processes: one trace, a process per rank (gathered on rank 0).
+        const pipeline::Trace trace = processes ? processes->gather_trace(step.trace) : step.trace;
+        if (leader) trace.write_chrome_json(config.trace);
         traced = true;
       }
       stats.step_losses.push_back(step.loss);
       loss_sum += step.loss * static_cast<double>(batch.size());
-      bubble_sum += step.trace.bubble_fraction();
+      bubble_sum += processes ? local_idle_fraction(step.trace, processes->worker())
+                              : step.trace.bubble_fraction();
       samples += batch.size();
       ++steps;
       progress.update(steps, samples, seconds_since(start), loss_sum / static_cast<double>(samples));
@@ -334,23 +400,34 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
     stats.bubble = bubble_sum / static_cast<double>(std::max<int64_t>(1, steps));
     for (int s = 0; s < config.stages; ++s) stats.peak_bytes.push_back(allocator_for(devices[s]).peak());
     std::string score;
-    {
+    if (processes != nullptr) {
+      // Each rank knows its own stage's bubble and memory: the mean and the maxima over ranks.
+      stats.bubble = processes->sum_over_job(stats.bubble) / (config.stages * config.data_parallel);
+      std::vector<double> peaks(stats.peak_bytes.begin(), stats.peak_bytes.end());
+      processes->max_over_job(peaks);
+      stats.peak_bytes.assign(peaks.begin(), peaks.end());
+      // Rank 0 scores the classifier on the stages' shared state (only the main job, the
+      // classifier, runs across processes).
+      stats.test_accuracy = test_accuracy(pipe, test_set, processes.get());
+      score = "test acc " + format_fixed(stats.test_accuracy, 4);
+    } else {
       autograd::NoGradGuard no_grad;
       pipe.eval();
       score = task.evaluate(pipe, test_set, stats);
       pipe.train();
     }
-    print_epoch(out, config, task, stats, score, devices);
+    print_epoch(log, config, task, stats, score, devices);
     result.epochs.push_back(stats);
     if (!config.save.empty()) {
-      nn::save_checkpoint(config.save, pipe.module(), *optimizer,
+      nn::save_checkpoint(shard_path(config.save, processes.get()), pipe.module(), *optimizer,
                           checkpoint_metadata(config, epoch + 1, loader, pipe));
     }
   }
   for (auto& [name, tensor] : pipe.module().state_dict()) {
     result.final_state.emplace_back(name, tensor.to(Device::cpu(0)).clone());
   }
-  if (!config.trace.empty() && traced) out << "trace of the first step written to " << config.trace << "\n";
+  if (!config.trace.empty() && traced)
+    log << "trace of the first step written to " << config.trace << "\n";
   return result;
 }
 

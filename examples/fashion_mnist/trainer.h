@@ -9,6 +9,12 @@
 // computed per micro-batch on the last stage. BatchNorm runs in deferred mode, so its
 // running statistics are those of the whole mini-batch, as without a pipeline.
 //
+// Across processes (config.distributed, set by main() under mpirun): rank = replica * stages
+// + stage runs one stage of one replica (distributed/mpi_processes.h), each replica trains on
+// its share of every mini-batch, rank 0 prints, and evaluates after every rank received the
+// stages it does not train. --save / --resume there write / read one shard per rank,
+// `<path>.rank<R>`, each a bitwise resume of that rank.
+//
 // Determinism: the same flags and seed give the same loss curve and bitwise-identical weights,
 // and training k epochs, saving, and resuming for N-k more equals training N straight: the
 // checkpoint holds the weights, BatchNorm buffers, optimizer state, epoch, the data loader's
