@@ -208,6 +208,30 @@ TEST_CASE("dropout keeps elements whose uniform is >= p, scaled by 1/(1-p)") {
   REQUIRE(ops::equal(out2, x));
 }
 
+TEST_CASE("dropout and uniform_ match the scalar stream at every offset, length and dtype") {
+  // The CPU kernels compute 16 Philox blocks at a time (Note [Philox blocks in lanes] in
+  // tensor/cpu/random.cc); every start within a block and lengths around the batch size.
+  const Kernels& k = kernels_for(DeviceType::kCPU);
+  const uint64_t seed = 0x123456789abcdefULL;
+  for (uint64_t offset : {0, 1, 2, 3, 5, 63, 64, 65, 1000003}) {
+    for (int64_t n : {1, 3, 63, 64, 65, 200, 40001}) {
+      const Tensor x = testing::random_tensor<double>({n}, 7);
+      Tensor out = Tensor::empty({n}, {DType::kFloat64}), mask = Tensor::empty({n}, {DType::kFloat64});
+      k.dropout(seed, offset, 0.5, x, out, mask);
+      Tensor u = Tensor::empty({n});
+      k.philox_uniform(seed, offset, -2.0, 3.0, u);
+      const auto mv = mask.to_vector<double>();
+      const auto uv = u.to_vector<float>();
+      for (int64_t i = 0; i < n; ++i) {
+        const uint32_t value = stream_value(seed, offset + static_cast<uint64_t>(i));
+        INFO("offset " << offset << ", n " << n << ", i " << i);
+        REQUIRE(mv[i] == (static_cast<double>(value) * 0x1p-32 >= 0.5 ? 2.0 : 0.0));
+        REQUIRE(uv[i] == philox::uniform<float>(value, -2.0, 3.0));
+      }
+    }
+  }
+}
+
 TEST_CASE("randperm is a seeded permutation") {
   Generator g(8);
   const Tensor p = g.randperm(1000);
