@@ -10,7 +10,8 @@ change in the machine's load hits every variant alike:
   ours-stages1  the same with --stages 1 (no pipeline, both cores intra-op)
   torch-eager   bench/peers/torch_fashion_mnist.py --mode eager (2 threads)
   torch-pipe    bench/peers/torch_fashion_mnist.py --mode pipe (torch Pipe, 2 partitions, chunks 4)
-plus any --variant NAME="flags for ours" (e.g. ours-1f1b="--schedule 1f1b --chunks 8").
+plus any --variant NAME="flags for ours" (e.g. ours-1f1b="--schedule 1f1b --chunks 8") and any
+--binary NAME=PATH (the main job from another build, e.g. the commit before a change).
 
 A run's throughput is its training samples over the summed time of its epochs' training steps
 (both programs print per-epoch samples/s of the training loop alone; the harmonic mean of the
@@ -55,6 +56,8 @@ def main():
     p.add_argument("--clean-env", action="store_true")
     p.add_argument("--variant", action="append", default=[],
                    help='NAME="flags for ours", added after the default variants')
+    p.add_argument("--binary", action="append", default=[],
+                   help="NAME=PATH: the main job of another fashion_mnist build")
     p.add_argument("--only", default="", help="comma-separated variant names to run")
     p.add_argument("--verbose", action="store_true", help="print every run's output")
     args = p.parse_args()
@@ -72,6 +75,9 @@ def main():
     for v in args.variant:
         name, _, flags = v.partition("=")
         variants[name] = [OURS, "--no-progress"] + epochs + flags.split()
+    for b in args.binary:
+        name, _, path = b.partition("=")
+        variants[name] = [path, "--no-progress"] + epochs
     if args.only:
         variants = {k: v for k, v in variants.items() if k in args.only.split(",")}
 
