@@ -11,14 +11,18 @@ change in the machine's load hits every variant alike:
   torch-eager   bench/peers/torch_fashion_mnist.py --mode eager (2 threads)
   torch-pipe    bench/peers/torch_fashion_mnist.py --mode pipe (torch Pipe, 2 partitions, chunks 4)
 plus any --variant NAME="flags for ours" (e.g. ours-1f1b="--schedule 1f1b --chunks 8") and any
---binary NAME=PATH (the main job from another build, e.g. the commit before a change).
+--binary NAME="PATH [flags]" (the main job from another build, e.g. the commit before a
+change).
 
 A run's throughput is its training samples over the summed time of its epochs' training steps
 (both programs print per-epoch samples/s of the training loop alone; the harmonic mean of the
 epochs' rates is that figure). The table shows the median over rounds, min and max, and each
 variant's median relative to torch-eager and torch-pipe. `uptime` is printed before and after
 every run. --clean-env runs every variant without OPENBLAS_* variables (some machines set
-OPENBLAS_CORETYPE, which pins OpenBLAS's kernels, in PyTorch and in ours alike).
+OPENBLAS_CORETYPE, which pins OpenBLAS's kernels, in PyTorch and in ours alike);
+--omp-passive sets OMP_WAIT_POLICY=passive for every variant: on a machine with more runnable
+threads than cores, libgomp's default spin-wait at every barrier costs the 2-thread variants
+(ours --stages 1, PyTorch eager) up to 50x (docs/BENCHMARKS.md, "Peers").
 """
 
 import argparse
@@ -57,7 +61,9 @@ def main():
     p.add_argument("--variant", action="append", default=[],
                    help='NAME="flags for ours", added after the default variants')
     p.add_argument("--binary", action="append", default=[],
-                   help="NAME=PATH: the main job of another fashion_mnist build")
+                   help='NAME="PATH [flags]": the main job of another fashion_mnist build')
+    p.add_argument("--omp-passive", action="store_true",
+                   help="OMP_WAIT_POLICY=passive for every variant (PyTorch's libgomp too)")
     p.add_argument("--only", default="", help="comma-separated variant names to run")
     p.add_argument("--verbose", action="store_true", help="print every run's output")
     args = p.parse_args()
@@ -65,6 +71,8 @@ def main():
     env = dict(os.environ)
     if args.clean_env:
         env = {k: v for k, v in env.items() if not k.startswith("OPENBLAS_")}
+    if args.omp_passive:
+        env["OMP_WAIT_POLICY"] = "passive"
     epochs = ["--epochs", str(args.epochs)]
     variants = {
         "ours": [OURS, "--no-progress"] + epochs,
@@ -76,13 +84,14 @@ def main():
         name, _, flags = v.partition("=")
         variants[name] = [OURS, "--no-progress"] + epochs + flags.split()
     for b in args.binary:
-        name, _, path = b.partition("=")
-        variants[name] = [path, "--no-progress"] + epochs
+        name, _, rest = b.partition("=")
+        path, *flags = rest.split()
+        variants[name] = [path, "--no-progress"] + epochs + flags
     if args.only:
         variants = {k: v for k, v in variants.items() if k in args.only.split(",")}
 
-    print(f"OPENBLAS_* in the environment: "
-          f"{ {k: v for k, v in env.items() if k.startswith('OPENBLAS_')} or 'none'}")
+    print(f"OPENBLAS_* / OMP_* in the environment: "
+          f"{ {k: v for k, v in env.items() if k.startswith(('OPENBLAS_', 'OMP_'))} or 'none'}")
     results = {name: [] for name in variants}
     for r in range(args.rounds):
         for name, cmd in variants.items():
