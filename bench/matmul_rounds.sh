@@ -12,6 +12,8 @@ shift $(($# >= 2 ? 2 : 1))
 bin="$(dirname "$0")/../bazel-bin/bench/matmul_bench"
 mkdir -p "$out"
 lscpu | grep -E 'Model name' > "$out/machine.txt"
+# The first line the bench prints: which kernels OpenBLAS chose (OPENBLAS_CORETYPE overrides).
+"$bin" --benchmark_filter='^none$' 2>/dev/null | head -1 | tee -a "$out/machine.txt" || true
 for ((r = 1; r <= rounds; r++)); do
   for backend in peak ours openblas eigen blis; do
     echo "round $r $backend: load $(cut -d' ' -f1 /proc/loadavg)" | tee -a "$out/load.txt"
