@@ -48,7 +48,10 @@ struct Gemm {
   bool trans_a, trans_b;
   std::string name() const {
     return std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + "/" +
-           (trans_a ? "AtB" : trans_b ? "ABt" : "AB") + "/" + label;
+           (trans_a   ? "AtB"
+            : trans_b ? "ABt"
+                      : "AB") +
+           "/" + label;
   }
   double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * k; }
   /// Stored shapes of A and B: op(A) is [m, k], op(B) is [k, n].
@@ -57,8 +60,8 @@ struct Gemm {
 };
 
 void set_flops(benchmark::State& state, const Gemm& g) {
-  state.counters["FLOPS"] = benchmark::Counter(
-      g.flops() * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["FLOPS"] = benchmark::Counter(g.flops() * static_cast<double>(state.iterations()),
+                                               benchmark::Counter::kIsRate);
 }
 
 Tensor random(const Shape& shape) {
@@ -110,8 +113,8 @@ void openblas(benchmark::State& state, Gemm g, int threads) {
   for (auto _ : state) {
     cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
                 g.trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(g.m),
-                static_cast<blasint>(g.n), static_cast<blasint>(g.k), 1.0f, x.a.data<float>(),
-                lda, x.b.data<float>(), ldb, 0.0f, x.c.data<float>(), static_cast<blasint>(g.n));
+                static_cast<blasint>(g.n), static_cast<blasint>(g.k), 1.0f, x.a.data<float>(), lda,
+                x.b.data<float>(), ldb, 0.0f, x.c.data<float>(), static_cast<blasint>(g.n));
     benchmark::ClobberMemory();
   }
   openblas_set_num_threads(1);  // what ours expects (tensor/cpu/gemm.cc)
@@ -125,8 +128,7 @@ struct Blis {
   std::string arch = "absent";
 
   Blis() {
-    void* lib = dlopen("/usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so.4",
-                       RTLD_NOW | RTLD_LOCAL);
+    void* lib = dlopen("/usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so.4", RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) return;
     sgemm = reinterpret_cast<decltype(sgemm)>(dlsym(lib, "bli_sgemm"));
     set_num_threads =
@@ -151,8 +153,8 @@ void blis(benchmark::State& state, Gemm g, int threads) {
   for (auto _ : state) {
     lib.sgemm(g.trans_a ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE,
               g.trans_b ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, g.m, g.n, g.k, &one,
-              x.a.data<float>(), lda, 1, x.b.data<float>(), ldb, 1, &zero, x.c.data<float>(),
-              g.n, 1);
+              x.a.data<float>(), lda, 1, x.b.data<float>(), ldb, 1, &zero, x.c.data<float>(), g.n,
+              1);
     benchmark::ClobberMemory();
   }
   set_flops(state, g);
@@ -195,10 +197,10 @@ void peak_fma(benchmark::State& state) {
     benchmark::DoNotOptimize(sink);
   }
   state.counters["threads"] = threads;
-  state.counters["FLOPS"] = benchmark::Counter(
-      2.0 * kLanes * kChains * static_cast<double>(kSteps) * threads *
-          static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate);
+  state.counters["FLOPS"] =
+      benchmark::Counter(2.0 * kLanes * kChains * static_cast<double>(kSteps) * threads *
+                             static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
 }
 
 std::vector<Gemm> linear_gemms() {
@@ -223,14 +225,18 @@ bool register_all() {
     for (int threads : {1, 2}) {
       const std::string suffix = "/t" + std::to_string(threads) + "/" + g.name();
       benchmark::RegisterBenchmark(("ours" + suffix).c_str(), ours, g, threads)
-          ->UseRealTime()->Unit(benchmark::kMicrosecond);
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
       benchmark::RegisterBenchmark(("eigen" + suffix).c_str(), eigen, g, threads)
-          ->UseRealTime()->Unit(benchmark::kMicrosecond);
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
       benchmark::RegisterBenchmark(("openblas" + suffix).c_str(), openblas, g, threads)
-          ->UseRealTime()->Unit(benchmark::kMicrosecond);
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
       if (blis_lib().sgemm != nullptr && blis_lib().set_num_threads != nullptr) {
         benchmark::RegisterBenchmark(("blis" + suffix).c_str(), blis, g, threads)
-            ->UseRealTime()->Unit(benchmark::kMicrosecond);
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
       }
     }
   }

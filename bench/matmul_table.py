@@ -29,8 +29,8 @@ def main():
             backend, threads, shape = name.split("/", 2)
             samples[(shape, threads)][backend].append(b["FLOPS"] / 1e9)
     if peaks:
-        print(f"peak/fma (build's vector width, OpenMP threads): median {statistics.median(peaks):.0f}"
-              f" GFLOP/s of {len(peaks)}")
+        print(f"peak/fma (build's vector width, OpenMP threads): "
+              f"median {statistics.median(peaks):.0f} GFLOP/s of {len(peaks)}")
     print("| M×K×N | layout | GEMM | threads | " + " | ".join(BACKENDS) +
           " | ours ÷ best peer |")
     print("|---|---|---|---|" + "---|" * len(BACKENDS) + "---|")

@@ -125,7 +125,8 @@ def main():
     total_samples, total_seconds = 0, 0.0
     print(f"torch {torch.__version__} | mode {args.mode} | threads {torch.get_num_threads()} | "
           f"chunks {args.chunks if args.mode == 'pipe' else '-'} | "
-          f"balance {args.balance if args.mode == 'pipe' else '-'} | BLAS {blas_name()}", flush=True)
+          f"balance {args.balance if args.mode == 'pipe' else '-'} | BLAS {blas_name()}",
+          flush=True)
     for epoch in range(args.epochs):
         model.train()
         order = torch.randperm(n)
@@ -134,7 +135,8 @@ def main():
         for i in range(0, n, args.batch_size):
             idx = order[i:i + args.batch_size]
             xb, yb = x_train[idx], y_train[idx]
-            lr = args.lr * 0.5 * (1 + math.cos(math.pi * (epoch * steps_per_epoch + step) / total_steps))
+            progress = (epoch * steps_per_epoch + step) / total_steps
+            lr = args.lr * 0.5 * (1 + math.cos(math.pi * progress))
             for group in optimizer.param_groups:
                 group["lr"] = lr
             optimizer.zero_grad(set_to_none=True)

@@ -34,9 +34,9 @@ constexpr double kParallelFlops = double(1 << 20);
 // register), so no block ends in a partial vector that its neighbour's first one shares.
 constexpr int64_t kColumnAlign = 16;
 
-void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
-               float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
-               float beta, float* c, int64_t ldc) {
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, float alpha,
+               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+               int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
               static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
               static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
@@ -51,8 +51,8 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int
 }
 
 template <class T>
-void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, const Tensor& b_t,
-                T beta, Tensor& c_t) {
+void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, const Tensor& b_t, T beta,
+                Tensor& c_t) {
   const int64_t m = c_t.size(0), n = c_t.size(1);
   const int64_t k = trans_a ? a_t.size(0) : a_t.size(1);
   const int64_t lda = a_t.size(1), ldb = b_t.size(1), ldc = n;
@@ -70,8 +70,7 @@ void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, const Te
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k;
   const bool split_n = n >= m;
   const int64_t units = split_n ? (n + kColumnAlign - 1) / kColumnAlign : m;
-  const int64_t parts =
-      flops < kParallelFlops ? 1 : std::min<int64_t>(intra_op_threads(), units);
+  const int64_t parts = flops < kParallelFlops ? 1 : std::min<int64_t>(intra_op_threads(), units);
   if (parts <= 1) {
     blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
@@ -97,8 +96,8 @@ void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, const Te
 
 }  // namespace
 
-void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,
-          double beta, Tensor& c) {
+void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
+          Tensor& c) {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
   dispatch_floating(a.dtype(), "gemm", [&](auto zero) {

@@ -88,8 +88,8 @@ void sgd_typed(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, doubl
 /// root stays a scalar call that may set errno).
 template <class T>
 void adam_loop(T* __restrict p, const T* __restrict g_in, T* __restrict m, T* __restrict v,
-               int64_t numel, T b1, T b2, T one_minus_b1, T one_minus_b2, T bias1, T bias2,
-               T lr_t, T eps_t, T shrink, T coupled_wd) {
+               int64_t numel, T b1, T b2, T one_minus_b1, T one_minus_b2, T bias1, T bias2, T lr_t,
+               T eps_t, T shrink, T coupled_wd) {
   for (int64_t i = 0; i < numel; ++i) {
     const T g = g_in[i] + coupled_wd * p[i];
     const T mi = b1 * m[i] + one_minus_b1 * g;
@@ -101,9 +101,9 @@ void adam_loop(T* __restrict p, const T* __restrict g_in, T* __restrict m, T* __
 }
 
 template <class T>
-void adam_typed(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                double lr, double beta1, double beta2, double eps, double weight_decay,
-                bool decoupled, int64_t step) {
+void adam_typed(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr,
+                double beta1, double beta2, double eps, double weight_decay, bool decoupled,
+                int64_t step) {
   T* p = param.data<T>();
   const T* g = grad.data<T>();
   T* m = exp_avg.data<T>();
@@ -130,16 +130,16 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double
               double momentum, double dampening, double weight_decay, bool nesterov,
               bool first_step) {
   dispatch_floating(param.dtype(), "sgd_step", [&](auto zero) {
-    sgd_typed<decltype(zero)>(param, grad, momentum_buffer, lr, momentum, dampening,
-                              weight_decay, nesterov, first_step);
+    sgd_typed<decltype(zero)>(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay,
+                              nesterov, first_step);
   });
 }
 
-void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-               double lr, double beta1, double beta2, double eps, double weight_decay,
-               bool decoupled, int64_t step) {
-  if (step < 1) throw std::invalid_argument("adam_step: step must be >= 1, got " +
-                                            std::to_string(step));
+void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr,
+               double beta1, double beta2, double eps, double weight_decay, bool decoupled,
+               int64_t step) {
+  if (step < 1)
+    throw std::invalid_argument("adam_step: step must be >= 1, got " + std::to_string(step));
   dispatch_floating(param.dtype(), "adam_step", [&](auto zero) {
     adam_typed<decltype(zero)>(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps,
                                weight_decay, decoupled, step);

@@ -32,7 +32,7 @@ constexpr int kBatchValues = 4 * kBlockLanes;
 #ifdef __AVX2__
 /// lo32 and hi32 of the eight 32x32-bit products x[l] * k.
 inline void mul_hi_lo(__m256i x, __m256i k, __m256i* hi, __m256i* lo) {
-  const __m256i even = _mm256_mul_epu32(x, k);                         // lanes 0, 2, 4, 6
+  const __m256i even = _mm256_mul_epu32(x, k);                        // lanes 0, 2, 4, 6
   const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(x, 32), k);  // lanes 1, 3, 5, 7
   *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
   *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
@@ -75,8 +75,10 @@ void philox_batch(uint64_t seed, uint64_t first_block, uint32_t* out) {
   }
   // Words (c0, c1, c2, c3) of 8 blocks -> 32 consecutive values (a 4x8 transpose).
   for (int v = 0; v < kVectors; ++v) {
-    const __m256i t0 = _mm256_unpacklo_epi32(c0[v], c1[v]), t1 = _mm256_unpackhi_epi32(c0[v], c1[v]);
-    const __m256i t2 = _mm256_unpacklo_epi32(c2[v], c3[v]), t3 = _mm256_unpackhi_epi32(c2[v], c3[v]);
+    const __m256i t0 = _mm256_unpacklo_epi32(c0[v], c1[v]),
+                  t1 = _mm256_unpackhi_epi32(c0[v], c1[v]);
+    const __m256i t2 = _mm256_unpacklo_epi32(c2[v], c3[v]),
+                  t3 = _mm256_unpackhi_epi32(c2[v], c3[v]);
     const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
     const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
     __m256i* dst = reinterpret_cast<__m256i*>(out + 32 * v);
@@ -174,19 +176,16 @@ void dropout_typed(uint64_t seed, uint64_t offset, double p, const Tensor& x, Te
 }  // namespace
 
 void philox_uniform(uint64_t seed, uint64_t offset, double lo, double hi, Tensor& out) {
-  dispatch_floating(out.dtype(), "philox_uniform", [&](auto zero) {
-    uniform_typed<decltype(zero)>(seed, offset, lo, hi, out);
-  });
+  dispatch_floating(out.dtype(), "philox_uniform",
+                    [&](auto zero) { uniform_typed<decltype(zero)>(seed, offset, lo, hi, out); });
 }
 
 void philox_normal(uint64_t seed, uint64_t offset, double mean, double std, Tensor& out) {
-  dispatch_floating(out.dtype(), "philox_normal", [&](auto zero) {
-    normal_typed<decltype(zero)>(seed, offset, mean, std, out);
-  });
+  dispatch_floating(out.dtype(), "philox_normal",
+                    [&](auto zero) { normal_typed<decltype(zero)>(seed, offset, mean, std, out); });
 }
 
-void dropout(uint64_t seed, uint64_t offset, double p, const Tensor& x, Tensor& out,
-             Tensor& mask) {
+void dropout(uint64_t seed, uint64_t offset, double p, const Tensor& x, Tensor& out, Tensor& mask) {
   dispatch_floating(x.dtype(), "dropout", [&](auto zero) {
     dropout_typed<decltype(zero)>(seed, offset, p, x, out, mask);
   });

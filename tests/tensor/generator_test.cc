@@ -216,7 +216,8 @@ TEST_CASE("dropout and uniform_ match the scalar stream at every offset, length 
   for (uint64_t offset : {0, 1, 2, 3, 5, 63, 64, 65, 1000003}) {
     for (int64_t n : {1, 3, 63, 64, 65, 200, 40001}) {
       const Tensor x = testing::random_tensor<double>({n}, 7);
-      Tensor out = Tensor::empty({n}, {DType::kFloat64}), mask = Tensor::empty({n}, {DType::kFloat64});
+      Tensor out = Tensor::empty({n}, {DType::kFloat64}),
+             mask = Tensor::empty({n}, {DType::kFloat64});
       k.dropout(seed, offset, 0.5, x, out, mask);
       Tensor u = Tensor::empty({n});
       k.philox_uniform(seed, offset, -2.0, 3.0, u);

@@ -101,8 +101,8 @@ TEMPLATE_TEST_CASE("gemm_ split over two intra-op threads matches the triple loo
                     << " beta=" << beta);
           Tensor c = tensor_of<TestType>(cv, {d.m, d.n});
           ops::gemm_(c, a, b, ta, tb, 2.0, beta);
-          const auto expected = naive_gemm(rounded<TestType>(av), as, ta, rounded<TestType>(bv),
-                                           bs, tb, 2.0, beta, rounded<TestType>(cv));
+          const auto expected = naive_gemm(rounded<TestType>(av), as, ta, rounded<TestType>(bv), bs,
+                                           tb, 2.0, beta, rounded<TestType>(cv));
           REQUIRE(max_rel_err(c.template to_vector<double>(), expected) <
                   tolerance<TestType>() * std::sqrt(static_cast<double>(d.k)));
         }
