@@ -6,7 +6,8 @@
 // OpenBLAS with DYNAMIC_ARCH, so it picks the AVX-512 kernels on a CPU that has them and the
 // AVX2 ones elsewhere at start-up, while our own code stays compiled for x86-64-v3 and runs on
 // any AVX2 machine. Eigen only uses the vector width it was compiled for (AVX2 by default),
-// and at micro-batch shapes (8-256 rows) its row-major products ran at 0.3-0.6x OpenBLAS's.
+// and at micro-batch shapes (8-256 rows) its row-major products ran at 0.4-0.7x OpenBLAS's on
+// one thread.
 // OPENBLAS_CORETYPE in the environment overrides the choice (OpenBLAS's own setting).
 //
 // Threads: one runtime for intra-op threads (OpenMP, tensor/threads.h). OpenBLAS is told to use
@@ -16,10 +17,16 @@
 // cores, and concurrent calls from several workers are safe (the pthread build of OpenBLAS,
 // which third_party/openblas pins, locks its buffer pool; with one thread it never touches its
 // thread server). The block split is along the larger of M and N: each block packs only its
-// slice of the operand that dimension indexes and shares nothing with the others.
+// slice of the operand that dimension indexes and shares nothing with the others. Caveat,
+// measured: with more runnable threads than cores, libgomp's default spin-wait makes the
+// split far slower than OpenBLAS's own (yielding) threads would be (docs/BENCHMARKS.md,
+// "OpenMP under load"); the pipelined path, one thread per worker, never forks.
 #include <cblas.h>
 
+#include <limits>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 
 #include "tensor/cpu/common.h"
 #include "tensor/cpu/kernel_table.h"
@@ -60,6 +67,12 @@ void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, const Te
   const T* b = b_t.data<T>();
   T* c = c_t.data<T>();
   if (m == 0 || n == 0) return;
+  constexpr int64_t kMaxDim = std::numeric_limits<blasint>::max();  // 32-bit BLAS interface
+  if (m > kMaxDim || n > kMaxDim || k > kMaxDim || lda > kMaxDim || ldb > kMaxDim) {
+    throw std::invalid_argument("gemm: a dimension exceeds the BLAS limit of " +
+                                std::to_string(kMaxDim) + " (m=" + std::to_string(m) +
+                                ", n=" + std::to_string(n) + ", k=" + std::to_string(k) + ")");
+  }
   if (k == 0) {  // BLAS would scale c by beta; beta == 0 must also clear NaN
     for (int64_t i = 0; i < m * n; ++i) c[i] = beta == T(0) ? T(0) : beta * c[i];
     return;
