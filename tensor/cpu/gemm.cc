@@ -15,8 +15,8 @@
 // intra_op_threads() allow, one cblas call per block on an OpenMP thread. So a pipeline worker
 // with a budget of one thread runs its GEMMs on itself, two workers never oversubscribe two
 // cores, and concurrent calls from several workers are safe (the pthread build of OpenBLAS,
-// which third_party/openblas pins, locks its buffer pool; with one thread it never touches its
-// thread server). The block split is along the larger of M and N: each block packs only its
+// which third_party/openblas pins, is made for concurrent callers: its buffer pool is guarded,
+// and a call with one thread runs on the caller without its thread server). The block split is along the larger of M and N: each block packs only its
 // slice of the operand that dimension indexes and shares nothing with the others. Caveat,
 // measured: with more runnable threads than cores, libgomp's default spin-wait makes the
 // split far slower than OpenBLAS's own (yielding) threads would be (docs/BENCHMARKS.md,
