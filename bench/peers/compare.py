@@ -2,7 +2,8 @@
 """Runs the main job in pipewright and in PyTorch side by side and prints the ratios.
 
   tools/bazel build //examples:fashion_mnist
-  bench/peers/compare.py [--epochs 10] [--rounds 3] [--clean-env] [--variant NAME=FLAGS ...]
+  bench/peers/compare.py [--epochs 10] [--rounds 3] [--clean-env] [--omp-passive]
+      [--variant NAME=FLAGS ...] [--binary NAME="PATH [FLAGS]" ...] [--only NAME,...]
 
 Variants, run interleaved (round 1: all variants in order, round 2: all again, ...), so that a
 change in the machine's load hits every variant alike:
@@ -17,12 +18,12 @@ change).
 A run's throughput is its training samples over the summed time of its epochs' training steps
 (both programs print per-epoch samples/s of the training loop alone; the harmonic mean of the
 epochs' rates is that figure). The table shows the median over rounds, min and max, and each
-variant's median relative to torch-eager and torch-pipe. `uptime` is printed before and after
-every run. --clean-env runs every variant without OPENBLAS_* variables (some machines set
+variant's median relative to torch-eager and torch-pipe. The 1-minute load average is printed
+before and after every run. --clean-env runs every variant without OPENBLAS_* variables (some machines set
 OPENBLAS_CORETYPE, which pins OpenBLAS's kernels, in PyTorch and in ours alike);
 --omp-passive sets OMP_WAIT_POLICY=passive for every variant: on a machine with more runnable
 threads than cores, libgomp's default spin-wait at every barrier costs the 2-thread variants
-(ours --stages 1, PyTorch eager) up to 50x (docs/BENCHMARKS.md, "Peers").
+(ours --stages 1, PyTorch eager) up to 50x (docs/BENCHMARKS.md, "OpenMP under load").
 """
 
 import argparse
