@@ -1,21 +1,34 @@
-// GEMM throughput: pipewright's ops::matmul and ops::gemm_ against raw Eigen on the same
-// shapes, in the same binary, for op(A)·op(B) with A·B, Aᵀ·B and A·Bᵀ.
+// GEMM throughput at the shapes Linear runs, for the GEMM backend choice (tensor/cpu/gemm.cc,
+// Note [GEMM backend]; docs/BENCHMARKS.md, "GEMM backend"). Every library in one binary, on the
+// same row-major operands, 1 and 2 threads:
 //
-//   ours_matmul/MxKxN/AB   ops::matmul (allocates the [M, N] result every call)
-//   ours_gemm/MxKxN/AB     ops::gemm_ into a preallocated result
-//   eigen/MxKxN/AB         C.noalias() = A * B on Eigen::MatrixXf (column-major, Eigen's default)
-//   eigen_rowmajor/...     the same on row-major Eigen matrices: the layout of our tensors, so
-//                          ours / eigen_rowmajor is the cost of our wrapper alone
+//   ours/tN/...            ops::gemm_ into a preallocated result, intra-op threads = N
+//   eigen/tN/...           C.noalias() = op(A) * op(B) on row-major Eigen maps (the backend
+//                          before OpenBLAS), OpenMP threads = N, at the build's ISA (AVX2)
+//   openblas/tN/...        cblas_sgemm with OpenBLAS's own threads = N (its runtime-dispatched
+//                          kernels: AVX-512 on this CPU unless OPENBLAS_CORETYPE says otherwise)
+//   blis/tN/...            bli_sgemm (Debian's BLIS, OpenMP), threads = N; loaded with
+//                          dlopen(RTLD_LOCAL) so its CBLAS symbols never replace OpenBLAS's
+//                          (ours would then run on BLIS); skipped when the library is absent
 //
-//   peak/fma               the machine's measured fp32 peak: independent FMA chains on every
-//                          OpenMP thread, at the vector width the build targets (AVX2: 8
-//                          floats; AVX-512 under --config=native: 16). GEMM GFLOP/s are
-//                          quoted against this number in docs/BENCHMARKS.md.
+// Shapes: Linear(in, out) at micro-batch rows r uses three GEMMs —
+//   fwd   y = x·Wᵀ        r × in × out      A·Bᵀ
+//   dx    gx = gy·W       r × out × in      A·B
+//   dW    gW = gyᵀ·x      out × r × in      Aᵀ·B
+// for (in, out) = (784, 512), (512, 512) (the main job's layers), (1024, 1024) (the issue's)
+// and r = 8, 32, 64, 128, 256; plus 1024³ as a large reference. The "FLOPS" counter is
+// 2·M·N·K per call as a rate (G/s = GFLOP/s). peak/fma is the machine's fp32 FMA throughput at
+// the build's vector width.
 //
-// The "FLOPS" counter is 2·M·N·K per call as a rate (shown as G/s = GFLOP/s).
-// Shapes: the MLP's layers at batch 256 (256x784x1024, 256x1024x1024), one of its micro-batches
-// at chunks 8 (32x1024x1024), and 1024³.
+//   tools/bazel build //bench:matmul_bench
+//   bazel-bin/bench/matmul_bench --benchmark_min_time=0.05 --benchmark_repetitions=3
+//       --benchmark_report_aggregates_only=true --benchmark_enable_random_interleaving=true
+// OpenBLAS's cblas.h first: blis.h carries a CBLAS of its own under the same include guard.
+#include <cblas.h>
+// (keep this order)
 #include <benchmark/benchmark.h>
+#include <blis.h>
+#include <dlfcn.h>
 #include <immintrin.h>
 #include <omp.h>
 
@@ -24,16 +37,21 @@
 
 #include "tensor/generator.h"
 #include "tensor/ops.h"
+#include "tensor/threads.h"
 
 namespace pipewright {
 namespace {
 
 struct Gemm {
+  std::string label;  // fwd, dx, dW or big
   int64_t m, k, n;
   bool trans_a, trans_b;
   std::string name() const {
     return std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + "/" +
-           (trans_a ? "AtB" : trans_b ? "ABt" : "AB");
+           (trans_a   ? "AtB"
+            : trans_b ? "ABt"
+                      : "AB") +
+           "/" + label;
   }
   double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * k; }
   /// Stored shapes of A and B: op(A) is [m, k], op(B) is [k, n].
@@ -42,8 +60,8 @@ struct Gemm {
 };
 
 void set_flops(benchmark::State& state, const Gemm& g) {
-  state.counters["FLOPS"] = benchmark::Counter(
-      g.flops() * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["FLOPS"] = benchmark::Counter(g.flops() * static_cast<double>(state.iterations()),
+                                               benchmark::Counter::kIsRate);
 }
 
 Tensor random(const Shape& shape) {
@@ -52,32 +70,29 @@ Tensor random(const Shape& shape) {
   return t;
 }
 
-void ours_matmul(benchmark::State& state, Gemm g) {
-  const Tensor a = random(g.a_shape()), b = random(g.b_shape());
-  for (auto _ : state) {
-    Tensor c = ops::matmul(a, b, g.trans_a, g.trans_b);
-    benchmark::DoNotOptimize(c.raw_data());
-  }
-  set_flops(state, g);
-}
+struct Operands {
+  Tensor a, b, c;
+  explicit Operands(const Gemm& g)
+      : a(random(g.a_shape())), b(random(g.b_shape())), c(Tensor::zeros({g.m, g.n})) {}
+};
 
-void ours_gemm(benchmark::State& state, Gemm g) {
-  const Tensor a = random(g.a_shape()), b = random(g.b_shape());
-  Tensor c = Tensor::empty({g.m, g.n});
+void ours(benchmark::State& state, Gemm g, int threads) {
+  ThreadBudgetGuard budget(threads);
+  Operands x(g);
   for (auto _ : state) {
-    ops::gemm_(c, a, b, g.trans_a, g.trans_b);
-    benchmark::DoNotOptimize(c.raw_data());
+    ops::gemm_(x.c, x.a, x.b, g.trans_a, g.trans_b);
     benchmark::ClobberMemory();
   }
   set_flops(state, g);
 }
 
-template <int Order>
-void eigen(benchmark::State& state, Gemm g) {
-  using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Order>;
-  const Matrix a = Matrix::Random(g.a_shape()[0], g.a_shape()[1]);
-  const Matrix b = Matrix::Random(g.b_shape()[0], g.b_shape()[1]);
-  Matrix c(g.m, g.n);
+void eigen(benchmark::State& state, Gemm g, int threads) {
+  ThreadBudgetGuard budget(threads);
+  using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  Operands x(g);
+  Eigen::Map<const Matrix> a(x.a.data<float>(), x.a.size(0), x.a.size(1));
+  Eigen::Map<const Matrix> b(x.b.data<float>(), x.b.size(0), x.b.size(1));
+  Eigen::Map<Matrix> c(x.c.data<float>(), g.m, g.n);
   for (auto _ : state) {
     if (g.trans_a) {
       c.noalias() = a.transpose() * b;
@@ -86,7 +101,60 @@ void eigen(benchmark::State& state, Gemm g) {
     } else {
       c.noalias() = a * b;
     }
-    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, g);
+}
+
+void openblas(benchmark::State& state, Gemm g, int threads) {
+  Operands x(g);
+  openblas_set_num_threads(threads);
+  const blasint lda = static_cast<blasint>(x.a.size(1)), ldb = static_cast<blasint>(x.b.size(1));
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
+                g.trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(g.m),
+                static_cast<blasint>(g.n), static_cast<blasint>(g.k), 1.0f, x.a.data<float>(), lda,
+                x.b.data<float>(), ldb, 0.0f, x.c.data<float>(), static_cast<blasint>(g.n));
+    benchmark::ClobberMemory();
+  }
+  openblas_set_num_threads(1);  // what ours expects (tensor/cpu/gemm.cc)
+  set_flops(state, g);
+}
+
+// BLIS, resolved at run time (see the top of this file).
+struct Blis {
+  decltype(&bli_sgemm) sgemm = nullptr;
+  decltype(&bli_thread_set_num_threads) set_num_threads = nullptr;
+  std::string arch = "absent";
+
+  Blis() {
+    void* lib = dlopen("/usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return;
+    sgemm = reinterpret_cast<decltype(sgemm)>(dlsym(lib, "bli_sgemm"));
+    set_num_threads =
+        reinterpret_cast<decltype(set_num_threads)>(dlsym(lib, "bli_thread_set_num_threads"));
+    auto query = reinterpret_cast<decltype(&bli_arch_query_id)>(dlsym(lib, "bli_arch_query_id"));
+    auto name = reinterpret_cast<decltype(&bli_arch_string)>(dlsym(lib, "bli_arch_string"));
+    if (query != nullptr && name != nullptr) arch = name(query());
+  }
+};
+
+const Blis& blis_lib() {
+  static const Blis lib;
+  return lib;
+}
+
+void blis(benchmark::State& state, Gemm g, int threads) {
+  Operands x(g);
+  const Blis& lib = blis_lib();
+  lib.set_num_threads(threads);
+  float one = 1.0f, zero = 0.0f;
+  const inc_t lda = x.a.size(1), ldb = x.b.size(1);
+  for (auto _ : state) {
+    lib.sgemm(g.trans_a ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE,
+              g.trans_b ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, g.m, g.n, g.k, &one,
+              x.a.data<float>(), lda, 1, x.b.data<float>(), ldb, 1, &zero, x.c.data<float>(), g.n,
+              1);
     benchmark::ClobberMemory();
   }
   set_flops(state, g);
@@ -94,7 +162,8 @@ void eigen(benchmark::State& state, Gemm g) {
 
 // Peak fp32 throughput: each thread runs kChains independent fused multiply-adds per step, so
 // the FMA units never wait for a previous result (latency 4 cycles x 2 ports = 8 chains
-// needed; 12 leaves margin). 2 FLOPs per lane per FMA.
+// needed; 12 leaves margin). 2 FLOPs per lane per FMA. The build's vector width (AVX2: 8
+// floats; AVX-512 under --config=native: 16).
 #if defined(__AVX512F__)
 using Vec = __m512;
 constexpr int kLanes = 16;
@@ -128,28 +197,47 @@ void peak_fma(benchmark::State& state) {
     benchmark::DoNotOptimize(sink);
   }
   state.counters["threads"] = threads;
-  state.counters["FLOPS"] = benchmark::Counter(
-      2.0 * kLanes * kChains * static_cast<double>(kSteps) * threads *
-          static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate);
+  state.counters["FLOPS"] =
+      benchmark::Counter(2.0 * kLanes * kChains * static_cast<double>(kSteps) * threads *
+                             static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+}
+
+std::vector<Gemm> linear_gemms() {
+  std::vector<Gemm> gemms;
+  const int64_t layers[][2] = {{784, 512}, {512, 512}, {1024, 1024}};
+  for (const auto& [in, out] : layers) {
+    for (int64_t rows : {8, 32, 64, 128, 256}) {
+      gemms.push_back({"fwd", rows, in, out, false, true});
+      gemms.push_back({"dx", rows, out, in, false, false});
+      gemms.push_back({"dW", out, rows, in, true, false});
+    }
+  }
+  gemms.push_back({"big", 1024, 1024, 1024, false, false});
+  return gemms;
 }
 
 bool register_all() {
+  std::printf("openblas: %s (%s); blis: %s\n", openblas_get_corename(), openblas_get_config(),
+              blis_lib().arch.c_str());
   benchmark::RegisterBenchmark("peak/fma", peak_fma)->UseRealTime()->Unit(benchmark::kMillisecond);
-  const int64_t shapes[][3] = {
-      {32, 1024, 1024}, {256, 784, 1024}, {256, 1024, 1024}, {1024, 1024, 1024}};
-  for (const auto& s : shapes) {
-    for (auto [ta, tb] : {std::pair{false, false}, std::pair{true, false}, std::pair{false, true}}) {
-      const Gemm g{s[0], s[1], s[2], ta, tb};
-      benchmark::RegisterBenchmark(("ours_matmul/" + g.name()).c_str(), ours_matmul, g)
-          ->UseRealTime()->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark(("ours_gemm/" + g.name()).c_str(), ours_gemm, g)
-          ->UseRealTime()->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark(("eigen/" + g.name()).c_str(), eigen<Eigen::ColMajor>, g)
-          ->UseRealTime()->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark(("eigen_rowmajor/" + g.name()).c_str(),
-                                   eigen<Eigen::RowMajor>, g)
-          ->UseRealTime()->Unit(benchmark::kMillisecond);
+  for (const Gemm& g : linear_gemms()) {
+    for (int threads : {1, 2}) {
+      const std::string suffix = "/t" + std::to_string(threads) + "/" + g.name();
+      benchmark::RegisterBenchmark(("ours" + suffix).c_str(), ours, g, threads)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("eigen" + suffix).c_str(), eigen, g, threads)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("openblas" + suffix).c_str(), openblas, g, threads)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+      if (blis_lib().sgemm != nullptr && blis_lib().set_num_threads != nullptr) {
+        benchmark::RegisterBenchmark(("blis" + suffix).c_str(), blis, g, threads)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
     }
   }
   return true;

@@ -1,49 +1,118 @@
-// GEMM through Eigen: c = alpha * op(a) * op(b) + beta * c on row-major maps of the tensors.
-// op(x) = x.transpose() is an expression, not a copy: Eigen's product kernel reads the
-// transposed operand in place. noalias() tells Eigen c does not overlap a or b, so the product
-// is written straight into c without a temporary. Eigen parallelises the product with OpenMP
-// using the calling thread's omp_get_max_threads() (see tensor/threads.h).
+// GEMM through OpenBLAS: c = alpha * op(a) * op(b) + beta * c on the row-major tensors, op(x)
+// = x or xᵀ as a flag to cblas_?gemm (no transposed copy is ever made).
+//
+// Note [GEMM backend]
+// Why OpenBLAS and not Eigen (measured in docs/BENCHMARKS.md, "GEMM backend"): Debian builds
+// OpenBLAS with DYNAMIC_ARCH, so it picks the AVX-512 kernels on a CPU that has them and the
+// AVX2 ones elsewhere at start-up, while our own code stays compiled for x86-64-v3 and runs on
+// any AVX2 machine. Eigen only uses the vector width it was compiled for (AVX2 by default),
+// and at micro-batch shapes (8-256 rows) its row-major products ran at 0.4-0.7x OpenBLAS's on
+// one thread.
+// OPENBLAS_CORETYPE in the environment overrides the choice (OpenBLAS's own setting).
+//
+// Threads: one runtime for intra-op threads (OpenMP, tensor/threads.h). OpenBLAS is told to use
+// one thread of its own, once, and gemm() splits C into as many blocks as the calling thread's
+// intra_op_threads() allow, one cblas call per block on an OpenMP thread. So a pipeline worker
+// with a budget of one thread runs its GEMMs on itself, two workers never oversubscribe two
+// cores, and concurrent calls from several workers are safe (the pthread build of OpenBLAS,
+// which third_party/openblas pins, is made for concurrent callers: its buffer pool is guarded,
+// and a call with one thread runs on the caller without its thread server). The block split is along the larger of M and N: each block packs only its
+// slice of the operand that dimension indexes and shares nothing with the others. Caveat,
+// measured: with more runnable threads than cores, libgomp's default spin-wait makes the
+// split far slower than OpenBLAS's own (yielding) threads would be (docs/BENCHMARKS.md,
+// "OpenMP under load"); the pipelined path, one thread per worker, never forks.
+#include <cblas.h>
+
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
 #include "tensor/cpu/common.h"
 #include "tensor/cpu/kernel_table.h"
 
 namespace pipewright::cpu {
 namespace {
 
-template <class T>
-using MatrixMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+// Below this many flops a GEMM stays on the calling thread (an OpenMP fork and join costs a
+// few microseconds, what a 2^20-flop product takes on one core).
+constexpr double kParallelFlops = double(1 << 20);
+// Blocks of N are multiples of this many columns (a cache line of float32, a full AVX-512
+// register), so no block ends in a partial vector that its neighbour's first one shares.
+constexpr int64_t kColumnAlign = 16;
 
-template <class T, class A, class B>
-void gemm_into(const A& a, const B& b, T alpha, T beta, const Tensor& c_tensor) {
-  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> c(
-      c_tensor.data<T>(), c_tensor.size(0), c_tensor.size(1));
-  if (beta == T(0)) {
-    c.noalias() = alpha * a * b;  // c's old contents are never read (even NaN)
-    return;
-  }
-  if (beta != T(1)) c *= beta;
-  c.noalias() += alpha * a * b;
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, float alpha,
+               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+               int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
+              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
+               double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
+               double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
+              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
 template <class T>
-void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, const Tensor& b_t,
-                T beta, Tensor& c) {
-  const MatrixMap<T> a(a_t.data<T>(), a_t.size(0), a_t.size(1));
-  const MatrixMap<T> b(b_t.data<T>(), b_t.size(0), b_t.size(1));
-  if (trans_a && trans_b) {
-    gemm_into(a.transpose(), b.transpose(), alpha, beta, c);
-  } else if (trans_a) {
-    gemm_into(a.transpose(), b, alpha, beta, c);
-  } else if (trans_b) {
-    gemm_into(a, b.transpose(), alpha, beta, c);
-  } else {
-    gemm_into(a, b, alpha, beta, c);
+void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, const Tensor& b_t, T beta,
+                Tensor& c_t) {
+  const int64_t m = c_t.size(0), n = c_t.size(1);
+  const int64_t k = trans_a ? a_t.size(0) : a_t.size(1);
+  const int64_t lda = a_t.size(1), ldb = b_t.size(1), ldc = n;
+  const T* a = a_t.data<T>();
+  const T* b = b_t.data<T>();
+  T* c = c_t.data<T>();
+  if (m == 0 || n == 0) return;
+  constexpr int64_t kMaxDim = std::numeric_limits<blasint>::max();  // 32-bit BLAS interface
+  if (m > kMaxDim || n > kMaxDim || k > kMaxDim || lda > kMaxDim || ldb > kMaxDim) {
+    throw std::invalid_argument("gemm: a dimension exceeds the BLAS limit of " +
+                                std::to_string(kMaxDim) + " (m=" + std::to_string(m) +
+                                ", n=" + std::to_string(n) + ", k=" + std::to_string(k) + ")");
+  }
+  if (k == 0) {  // BLAS would scale c by beta; beta == 0 must also clear NaN
+    for (int64_t i = 0; i < m * n; ++i) c[i] = beta == T(0) ? T(0) : beta * c[i];
+    return;
+  }
+  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
+
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k;
+  const bool split_n = n >= m;
+  const int64_t units = split_n ? (n + kColumnAlign - 1) / kColumnAlign : m;
+  const int64_t parts = flops < kParallelFlops ? 1 : std::min<int64_t>(intra_op_threads(), units);
+  if (parts <= 1) {
+    blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static)
+#endif
+  for (int64_t p = 0; p < parts; ++p) {
+    const int64_t lo = units * p / parts, hi = units * (p + 1) / parts;
+    if (split_n) {
+      // Columns [j0, j1) of C need columns [j0, j1) of op(B): B[:, j0:j1] or rows j0:j1 of Bᵀ.
+      const int64_t j0 = lo * kColumnAlign, j1 = std::min(n, hi * kColumnAlign);
+      if (j1 <= j0) continue;
+      const T* b_block = trans_b ? b + j0 * ldb : b + j0;
+      blas_gemm(ta, tb, m, j1 - j0, k, alpha, a, lda, b_block, ldb, beta, c + j0, ldc);
+    } else {
+      // Rows [lo, hi) of C need rows [lo, hi) of op(A): A[lo:hi, :] or columns lo:hi of Aᵀ.
+      const T* a_block = trans_a ? a + lo : a + lo * lda;
+      blas_gemm(ta, tb, hi - lo, n, k, alpha, a_block, lda, b, ldb, beta, c + lo * ldc, ldc);
+    }
   }
 }
 
 }  // namespace
 
-void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,
-          double beta, Tensor& c) {
+void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
+          Tensor& c) {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
   dispatch_floating(a.dtype(), "gemm", [&](auto zero) {
     using T = decltype(zero);
     gemm_typed<T>(trans_a, trans_b, static_cast<T>(alpha), a, b, static_cast<T>(beta), c);

@@ -208,6 +208,38 @@ TEST_CASE("dropout keeps elements whose uniform is >= p, scaled by 1/(1-p)") {
   REQUIRE(ops::equal(out2, x));
 }
 
+TEST_CASE("dropout (both dtypes) and uniform_ match the scalar stream at every offset and length") {
+  // The CPU kernels compute 16 Philox blocks at a time (Note [Philox blocks in lanes] in
+  // tensor/cpu/random.cc); every start within a block and lengths around the batch size.
+  const Kernels& k = kernels_for(DeviceType::kCPU);
+  const uint64_t seed = 0x123456789abcdefULL;
+  for (uint64_t offset : {0, 1, 2, 3, 5, 63, 64, 65, 1000003}) {
+    for (int64_t n : {1, 3, 63, 64, 65, 200, 40001}) {
+      const Tensor x = testing::random_tensor<double>({n}, 7);
+      Tensor out = Tensor::empty({n}, {DType::kFloat64}),
+             mask = Tensor::empty({n}, {DType::kFloat64});
+      k.dropout(seed, offset, 0.5, x, out, mask);
+      const Tensor xf = testing::random_tensor<float>({n}, 8);
+      Tensor out_f = Tensor::empty({n}), mask_f = Tensor::empty({n});
+      k.dropout(seed, offset, 0.3, xf, out_f, mask_f);
+      Tensor u = Tensor::empty({n});
+      k.philox_uniform(seed, offset, -2.0, 3.0, u);
+      const auto mv = mask.to_vector<double>();
+      const auto mfv = mask_f.to_vector<float>();
+      const auto uv = u.to_vector<float>();
+      const float keep_f = static_cast<float>(1.0 / (1.0 - 0.3));
+      for (int64_t i = 0; i < n; ++i) {
+        const uint32_t value = stream_value(seed, offset + static_cast<uint64_t>(i));
+        INFO("offset " << offset << ", n " << n << ", i " << i);
+        REQUIRE(mv[i] == (static_cast<double>(value) * 0x1p-32 >= 0.5 ? 2.0 : 0.0));
+        const float u_f = static_cast<float>(value >> 8) * 0x1p-24f;
+        REQUIRE(mfv[i] == (static_cast<double>(u_f) >= 0.3 ? keep_f : 0.0f));
+        REQUIRE(uv[i] == philox::uniform<float>(value, -2.0, 3.0));
+      }
+    }
+  }
+}
+
 TEST_CASE("randperm is a seeded permutation") {
   Generator g(8);
   const Tensor p = g.randperm(1000);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tensor/ops.h"
+#include "tensor/threads.h"
 #include "tests/tensor/test_util.h"
 
 using namespace pipewright;
@@ -78,6 +79,45 @@ TEMPLATE_TEST_CASE("gemm_ accumulates alpha * op(a) op(b) + beta * c", "[matmul]
       }
     }
   }
+}
+
+TEMPLATE_TEST_CASE("gemm_ split over two intra-op threads matches the triple loop", "[matmul]",
+                   float, double) {
+  // Large enough to be split (tensor/cpu/gemm.cc, Note [GEMM backend]): along N in blocks of 16
+  // columns with a ragged last one (n = 70), and along M (m = 129 > n), every layout and beta.
+  ThreadBudgetGuard threads(2);
+  struct Dims {
+    int64_t m, k, n;
+  };
+  for (Dims d : {Dims{40, 300, 70}, Dims{129, 100, 50}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const Shape as = stored(d.m, d.k, ta), bs = stored(d.k, d.n, tb);
+        const auto av = random_values(as.numel(), 31), bv = random_values(bs.numel(), 32);
+        const auto cv = random_values(d.m * d.n, 33);
+        const Tensor a = tensor_of<TestType>(av, as), b = tensor_of<TestType>(bv, bs);
+        for (double beta : {0.0, 1.0, -0.5}) {
+          INFO("m=" << d.m << " k=" << d.k << " n=" << d.n << " ta=" << ta << " tb=" << tb
+                    << " beta=" << beta);
+          Tensor c = tensor_of<TestType>(cv, {d.m, d.n});
+          ops::gemm_(c, a, b, ta, tb, 2.0, beta);
+          const auto expected = naive_gemm(rounded<TestType>(av), as, ta, rounded<TestType>(bv), bs,
+                                           tb, 2.0, beta, rounded<TestType>(cv));
+          REQUIRE(max_rel_err(c.template to_vector<double>(), expected) <
+                  tolerance<TestType>() * std::sqrt(static_cast<double>(d.k)));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm_ with k = 0 scales c by beta, and clears it for beta = 0") {
+  Tensor c = Tensor::full({2, 3}, 4.0);
+  ops::gemm_(c, Tensor::ones({2, 0}), Tensor::ones({0, 3}), false, false, 1.0, 0.5);
+  REQUIRE(c.to_vector<float>() == std::vector<float>(6, 2.0f));
+  c = Tensor::full({2, 3}, NAN);
+  ops::gemm_(c, Tensor::ones({2, 0}), Tensor::ones({0, 3}), false, false, 1.0, 0.0);
+  REQUIRE(c.to_vector<float>() == std::vector<float>(6, 0.0f));
 }
 
 TEST_CASE("gemm_ with beta = 0 ignores NaN in c") {
