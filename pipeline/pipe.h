@@ -35,7 +35,9 @@
 // any number of Pipes may coexist.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -139,6 +141,15 @@ class Pipe {
   Trace last_trace() const;
   /// Actions run per stage in that step (forwards, recomputes, backwards, weight_grads).
   StepCounters last_counters() const;
+  /// Where that step failed: the stage, worker, micro-batch and action whose exception the
+  /// caller received (Failure::str() says it in one line), and how many actions other
+  /// workers started after it; nullopt when it succeeded or failed outside an action (e.g.
+  /// a bad argument). The exception itself reaches the caller unchanged.
+  std::optional<Failure> last_failure() const;
+
+  /// Test seam (fault injection, tests/pipeline/pipe_fault_test.cc): see
+  /// Runtime::set_fault_hook. Set between calls only.
+  void set_fault_hook_for_testing(std::function<void(int, int, const Action&)> hook);
 
  private:
   StepResult run_train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,

@@ -32,6 +32,43 @@ void Step::fail(std::exception_ptr error) {
   transport_->cancel();
 }
 
+void Step::fail_at(std::exception_ptr error, int worker, int index, const Action& action) {
+  {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    if (!error_) {
+      Failure f;
+      f.worker = worker;
+      f.action_index = index;
+      f.action = action;
+      f.error = error;
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        f.what = e.what();
+      } catch (...) {
+        f.what = "unknown exception";
+      }
+      failure_ = std::move(f);
+      started_at_failure_ = actions_started_.load(std::memory_order_acquire);
+    }
+  }
+  fail(std::move(error));
+}
+
+std::optional<Failure> Step::failure() const {
+  std::lock_guard<std::mutex> lock(error_mutex_);
+  if (!failure_) return std::nullopt;
+  Failure f = *failure_;
+  f.actions_after = actions_started_.load(std::memory_order_acquire) - started_at_failure_;
+  return f;
+}
+
+std::string Failure::str() const {
+  return "stage " + std::to_string(action.stage) + " (worker " + std::to_string(worker) +
+         "), micro-batch " + std::to_string(action.microbatch) + ", action " +
+         std::to_string(action_index) + " of the worker (" + action.str() + "): " + what;
+}
+
 std::exception_ptr Step::error() const {
   std::lock_guard<std::mutex> lock(error_mutex_);
   return error_;
