@@ -165,6 +165,20 @@ Schedule from_csv(std::string_view text) {
   s.num_workers = meta.workers.value_or(max_worker + 1);
   s.num_stages = meta.stages.value_or(max_stage + 1);
   s.num_microbatches = meta.microbatches.value_or(max_mb + 1);
+  // Every (stage, micro-batch) cell needs its own F row, so counts beyond the rows are wrong,
+  // and refusing them here keeps a corrupt count (microbatch 155555555, found by
+  // //fuzz:schedule_csv_fuzzer) from sizing validate()'s tables in gigabytes.
+  const auto num_rows = static_cast<int64_t>(rows.size());
+  if (static_cast<int64_t>(s.num_workers) > num_rows ||
+      static_cast<int64_t>(s.num_stages) * s.num_microbatches > num_rows) {
+    throw std::invalid_argument(
+        "from_csv: workers=" + std::to_string(s.num_workers) + ", stages=" +
+        std::to_string(s.num_stages) + ", microbatches=" + std::to_string(s.num_microbatches) +
+        " need at least " + std::to_string(std::max<int64_t>(
+                                s.num_workers, int64_t{s.num_stages} * s.num_microbatches)) +
+        " action rows (one F per stage and micro-batch), the file has " +
+        std::to_string(num_rows));
+  }
   if (max_worker >= s.num_workers) {
     throw std::invalid_argument("from_csv: a row names worker " + std::to_string(max_worker) +
                                 " but the metadata says workers=" + std::to_string(s.num_workers));
