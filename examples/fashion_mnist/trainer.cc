@@ -294,7 +294,13 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
       optimizer->set_lr(learning_rate(config, epoch * loader.num_batches() + steps,
                                       config.epochs * loader.num_batches()));
       optimizer->zero_grad();
-      pipeline::StepResult step = pipe.train_step(batch.inputs, batch.targets, loss_fn);
+      pipeline::StepResult step;
+      try {
+        step = pipe.train_step(batch.inputs, batch.targets, loss_fn);
+      } catch (...) {  // the exception is unchanged; say where in the pipeline it began
+        if (auto failure = pipe.last_failure()) out << "\nstep failed at " << failure->str() << "\n";
+        throw;
+      }
       optimizer->step();
       if (!config.trace.empty() && !traced) {
         step.trace.write_chrome_json(config.trace);
