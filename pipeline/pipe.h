@@ -105,7 +105,11 @@ class Pipe {
   /// applied; or `schedule` exactly as given (its R actions are its checkpointing). Throws
   /// std::invalid_argument when N differs between input and target, when a given schedule
   /// does not fit this pipe (workers, stages, stage placement, micro-batch count — naming
-  /// both) or fails validate(); and whatever a stage or loss_fn throws.
+  /// both) or fails validate(); std::domain_error when a micro-batch's loss is NaN or
+  /// infinite (Note [Non-finite loss], runtime.cc: the step stops before that micro-batch's
+  /// backward; other micro-batches' backwards may have run, so zero .grad before the next
+  /// step); and whatever a stage or loss_fn throws. After any failure last_failure() says
+  /// where it began; deferred BatchNorm statistics of the failed step are discarded.
   StepResult train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn);
   StepResult train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
                         const std::string& schedule);

@@ -5,13 +5,13 @@
 // no older than the last one seen; at the end, --resume runs to the last epoch and its
 // checkpoint equals, bit for bit, that of a run never interrupted. Tiny settings (200 random
 // images, hidden 16) keep each run to a fraction of a second.
-#include <catch2/catch.hpp>
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -55,11 +55,32 @@ std::string binary() {
 // Starts the example; returns its pid. stdout/stderr go to `log`.
 pid_t start(const std::string& data_dir, const std::string& save, bool resume,
             const std::string& log) {
-  std::vector<std::string> args = {
-      binary(), "--epochs", std::to_string(kEpochs), "--batch-size", "50", "--hidden", "16",
-      "--chunks", "2", "--stages", "2", "--threads", "1", "--optimizer", "sgd",
-      "--train-limit", "200", "--test-limit", "50", "--seed", "3", "--no-progress",
-      "--data-dir", data_dir, "--save", save};
+  std::vector<std::string> args = {binary(),
+                                   "--epochs",
+                                   std::to_string(kEpochs),
+                                   "--batch-size",
+                                   "50",
+                                   "--hidden",
+                                   "16",
+                                   "--chunks",
+                                   "2",
+                                   "--stages",
+                                   "2",
+                                   "--threads",
+                                   "1",
+                                   "--optimizer",
+                                   "sgd",
+                                   "--train-limit",
+                                   "200",
+                                   "--test-limit",
+                                   "50",
+                                   "--seed",
+                                   "3",
+                                   "--no-progress",
+                                   "--data-dir",
+                                   data_dir,
+                                   "--save",
+                                   save};
   if (resume) args.insert(args.end(), {"--resume", save});
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -161,7 +182,8 @@ TEST_CASE("SIGKILL during --save, 50+ times: the checkpoint is always whole, --r
                         resumed.tensors[i].second.nbytes()) ==
             std::string(static_cast<const char*>(t.raw_data()), t.nbytes()));
   }
-  std::printf("%d kills (%d inside a checkpoint write), %d runs completed before their kill; "
-              "every checkpoint whole; resume bitwise equal to the uninterrupted run\n",
-              kills, inside_write, completed);
+  std::printf(
+      "%d kills (%d inside a checkpoint write), %d runs completed before their kill; "
+      "every checkpoint whole; resume bitwise equal to the uninterrupted run\n",
+      kills, inside_write, completed);
 }

@@ -5,12 +5,12 @@
 // or the new complete checkpoint, never older than one already seen; the next child resumes
 // from what is on disk. The child is this test binary re-executed (no fork of a process
 // that may run OpenMP threads).
-#include <catch2/catch.hpp>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -98,7 +98,8 @@ TEST_CASE("SIGKILL at random moments, inside the write too: the checkpoint is al
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&actions, out[0]);
-    const std::string env = std::string(kChildEnv) + "=" + path + " " + std::to_string(last_epoch + 1);
+    const std::string env =
+        std::string(kChildEnv) + "=" + path + " " + std::to_string(last_epoch + 1);
     std::vector<char*> envp;
     for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
     envp.push_back(const_cast<char*>(env.c_str()));
@@ -154,12 +155,14 @@ TEST_CASE("SIGKILL at random moments, inside the write too: the checkpoint is al
     for (size_t i = 0; i < a.size(); ++i) REQUIRE(bytes_of(a[i].second) == bytes_of(b[i].second));
     const auto oa = opt.state_dict(), ob = expected_opt.state_dict();
     REQUIRE(oa.size() == ob.size());
-    for (size_t i = 0; i < oa.size(); ++i) REQUIRE(bytes_of(oa[i].second) == bytes_of(ob[i].second));
+    for (size_t i = 0; i < oa.size(); ++i)
+      REQUIRE(bytes_of(oa[i].second) == bytes_of(ob[i].second));
     last_epoch = epoch;
   }
-  std::printf("%d kills, %d inside a write (temporary file left), %d temporary files in all; "
-              "last complete epoch %d; every checkpoint on disk whole\n",
-              kills, inside_write, temp_files, last_epoch);
+  std::printf(
+      "%d kills, %d inside a write (temporary file left), %d temporary files in all; "
+      "last complete epoch %d; every checkpoint on disk whole\n",
+      kills, inside_write, temp_files, last_epoch);
   REQUIRE(kills == 60);
   REQUIRE(last_epoch > 0);
   fs::remove_all(dir);
