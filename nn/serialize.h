@@ -41,10 +41,11 @@ void save_checkpoint(const std::string& path, const Module& module, const Optimi
 /// Restores a save_checkpoint() file into `module` and `optimizer` and returns its metadata.
 /// Nothing is changed unless the whole file is intact: it must carry a matching checksum
 /// (Note [Checksum] in nn/safetensors.h), so a truncated or bit-flipped file is refused before
-/// any tensor is copied. Throws SafetensorsError for a bad file or one without a checksum, std::invalid_argument for a key outside "model." and
-/// "optimizer." or whatever Module::load_state_dict / Optimizer::load_state_dict reject. All or
-/// nothing: when the optimizer rejects its part, the module's previous state is restored (a
-/// copy of it is held during the load).
+/// any tensor is copied. Throws SafetensorsError for a bad file or one without a checksum,
+/// std::invalid_argument for a key outside "model." and "optimizer." or whatever
+/// Module::load_state_dict / Optimizer::load_state_dict reject. All or nothing: when the
+/// optimizer rejects its part, the module's previous state is restored (a copy of it is held
+/// during the load).
 std::map<std::string, std::string> load_checkpoint(const std::string& path, Module& module,
                                                    Optimizer& optimizer);
 

@@ -147,8 +147,9 @@ class Pipe {
   StepCounters last_counters() const;
   /// Where that step failed: the stage, worker, micro-batch and action whose exception the
   /// caller received (Failure::str() says it in one line), and how many actions other
-  /// workers started after it; nullopt when it succeeded or failed outside an action (e.g.
-  /// a bad argument). The exception itself reaches the caller unchanged.
+  /// workers started after it; nullopt when it succeeded or failed outside any action. A call
+  /// refused before its step ran (a bad argument) is no step: this still describes the one
+  /// before. The exception itself reaches the caller unchanged.
   std::optional<Failure> last_failure() const;
 
   /// Test seam (fault injection, tests/pipeline/pipe_fault_test.cc): see

@@ -298,7 +298,9 @@ TrainResult train(const TrainConfig& config, std::ostream& out) {
       try {
         step = pipe.train_step(batch.inputs, batch.targets, loss_fn);
       } catch (...) {  // the exception is unchanged; say where in the pipeline it began
-        if (auto failure = pipe.last_failure()) out << "\nstep failed at " << failure->str() << "\n";
+        if (auto failure = pipe.last_failure()) {
+          out << "\nstep failed at " << failure->str() << "\n";
+        }
         throw;
       }
       optimizer->step();
