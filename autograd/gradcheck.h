@@ -21,8 +21,8 @@ namespace pipewright::autograd {
 
 struct GradcheckOptions {
   double eps = 1e-6;   // finite-difference step
-  double atol = 1e-5;  // pass when |analytical - numerical| <= atol + rtol·|numerical|
-  double rtol = 1e-3;
+  double atol = 1e-8;  // pass when |analytical - numerical| <= atol + rtol·|numerical|
+  double rtol = 1e-6;
   uint64_t seed = 0;   // of the random output weight w
 };
 

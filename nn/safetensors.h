@@ -9,11 +9,21 @@
 // Layout: 8-byte little-endian header size N, N bytes of JSON describing each tensor's dtype,
 // shape and byte range, then the raw little-endian, row-major data (nn/safetensors_header.h
 // has the picture). Supported dtypes: F32, F64, I64 (pipewright's DTypes).
+//
+// Note [Checksum]
+// Every file save_safetensors writes carries a CRC-32 in its metadata, under the reserved key
+// kChecksumKey ("pipewright.crc32", value "crc32:" + 8 hex digits). It covers the header as
+// build_header() would write it without that key (tensor names, dtypes, shapes, offsets and
+// the other metadata) followed by the whole data section, so a bit flip anywhere that still
+// parses, or a data section cut short or altered, is refused on load. Files from other tools
+// have no such key and load unverified (SafetensorsFile::verified is false); load_checkpoint
+// (nn/serialize.h) requires it.
 #pragma once
 
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -38,12 +48,17 @@ class SafetensorsError : public std::runtime_error {
   std::string path_;
 };
 
+/// The reserved metadata key of the checksum (Note [Checksum]).
+inline constexpr const char* kChecksumKey = "pipewright.crc32";
+
 /// What load_safetensors returns.
 struct SafetensorsFile {
   /// In file order (by data offset: the order they were saved in), on Device::cpu(0).
   NamedTensors tensors;
-  /// The "__metadata__" strings (empty when the file has none).
+  /// The "__metadata__" strings (empty when the file has none), without kChecksumKey.
   std::map<std::string, std::string> metadata;
+  /// True when the file carried a checksum (Note [Checksum]) and the contents matched it.
+  bool verified = false;
 
   /// The tensor named `name`. Throws std::out_of_range naming it.
   const Tensor& at(const std::string& name) const;
@@ -56,8 +71,10 @@ struct SafetensorsFile {
 ///
 /// Atomic: the bytes go to "<path>.tmp.<pid>", which is fsync'ed and then renamed over
 /// `path`; a failed save removes its temporary file and leaves an existing `path` untouched.
+/// The metadata gains kChecksumKey (Note [Checksum]).
 /// Throws std::invalid_argument (before touching the disk) for an undefined tensor, a duplicate
-/// name, the reserved name "__metadata__" or non-UTF-8 text; SafetensorsError naming the path
+/// name, the reserved name "__metadata__", the reserved metadata key kChecksumKey or non-UTF-8
+/// text; SafetensorsError naming the path
 /// and the system's reason when a file cannot be created, written, synced or renamed.
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
@@ -66,8 +83,14 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 /// (at most 100 MB and within the file), the JSON (an object, no duplicate keys, entries with
 /// exactly dtype, shape and data_offsets), dtypes, shapes (non-negative, no overflow),
 /// data_offsets (two integers, begin <= end, inside the data section, size = numel ×
-/// element size), and that the ranges neither overlap nor leave gaps. Never crashes on a
-/// corrupted file: every problem throws SafetensorsError naming the file and the problem.
+/// element size), that the ranges neither overlap nor leave gaps, and the checksum when the
+/// file has one (a malformed value, or contents that do not match it: "checksum mismatch").
+/// Never crashes on a corrupted file: every problem throws SafetensorsError naming the file and
+/// the problem.
 SafetensorsFile load_safetensors(const std::string& path);
+
+/// load_safetensors on bytes already in memory (a file's whole contents); `name` stands for
+/// the path in error messages. Throws as load_safetensors.
+SafetensorsFile parse_safetensors(std::string_view bytes, const std::string& name);
 
 }  // namespace pipewright::nn

@@ -177,6 +177,12 @@ Header parse_header(const std::string& path, const std::string& text, uint64_t d
   if (text.empty() || text[0] != '{') {
     throw SafetensorsError(path, "header does not start with '{' (not a safetensors file?)");
   }
+  // nlohmann's lexer reads a NUL byte as the end of the input, which would let anything after
+  // one pass unread; JSON text never contains a raw NUL.
+  if (const size_t nul = text.find('\0'); nul != std::string::npos) {
+    throw SafetensorsError(path, "header has a NUL byte at offset " + std::to_string(nul) +
+                                     " (JSON text cannot contain one)");
+  }
   const Json json = parse_json(path, text);
   if (!json.is_object()) throw SafetensorsError(path, "header is not a JSON object");
 

@@ -37,6 +37,11 @@ void save_checkpoint(const std::string& path, const Module& module, const Optimi
 std::map<std::string, std::string> load_checkpoint(const std::string& path, Module& module,
                                                    Optimizer& optimizer) {
   SafetensorsFile file = load_safetensors(path);
+  if (!file.verified) {
+    throw SafetensorsError(path, std::string("no checksum (metadata '") + kChecksumKey +
+                                     "'): not a checkpoint written by save_checkpoint, or its "
+                                     "header was altered");
+  }
   NamedTensors model_state, optimizer_state;
   const std::string model_prefix = kModelPrefix, optimizer_prefix = kOptimizerPrefix;
   for (auto& [key, t] : file.tensors) {
@@ -50,8 +55,17 @@ std::map<std::string, std::string> load_checkpoint(const std::string& path, Modu
                                   "checkpoint written by save_checkpoint?)");
     }
   }
+  // All or nothing: when the optimizer rejects its part, the module gets its old state back
+  // (a copy taken here; Module::load_state_dict itself changes nothing when it throws).
+  NamedTensors previous;
+  for (const auto& [key, t] : module.state_dict()) previous.emplace_back(key, t.clone());
   module.load_state_dict(model_state);
-  optimizer.load_state_dict(optimizer_state);
+  try {
+    optimizer.load_state_dict(optimizer_state);
+  } catch (...) {
+    module.load_state_dict(previous);
+    throw;
+  }
   return file.metadata;
 }
 

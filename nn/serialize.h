@@ -27,7 +27,8 @@ void save_state_dict(const std::string& path, const Module& module,
                      const std::map<std::string, std::string>& metadata = {});
 
 /// Loads `path` into `module` in place (Module::load_state_dict: tensors are copied to each
-/// parameter's device). Throws SafetensorsError for a bad file, std::invalid_argument (from
+/// parameter's device). A file with a checksum must match it; one without (from another tool)
+/// loads unverified. Throws SafetensorsError for a bad file, std::invalid_argument (from
 /// Module::load_state_dict) listing missing/unexpected keys or naming a shape/dtype mismatch.
 /// Returns the file's metadata.
 std::map<std::string, std::string> load_state_dict(const std::string& path, Module& module);
@@ -38,10 +39,13 @@ void save_checkpoint(const std::string& path, const Module& module, const Optimi
                      const std::map<std::string, std::string>& metadata = {});
 
 /// Restores a save_checkpoint() file into `module` and `optimizer` and returns its metadata.
-/// Throws SafetensorsError for a bad file, std::invalid_argument for a key outside "model." and
-/// "optimizer." or whatever Module::load_state_dict / Optimizer::load_state_dict reject. The
-/// module is loaded first; when the optimizer then rejects its part, the module is already
-/// changed.
+/// Nothing is changed unless the whole file is intact: it must carry a matching checksum
+/// (Note [Checksum] in nn/safetensors.h), so a truncated or bit-flipped file is refused before
+/// any tensor is copied. Throws SafetensorsError for a bad file or one without a checksum,
+/// std::invalid_argument for a key outside "model." and "optimizer." or whatever
+/// Module::load_state_dict / Optimizer::load_state_dict reject. All or nothing: when the
+/// optimizer rejects its part, the module's previous state is restored (a copy of it is held
+/// during the load).
 std::map<std::string, std::string> load_checkpoint(const std::string& path, Module& module,
                                                    Optimizer& optimizer);
 

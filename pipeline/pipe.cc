@@ -158,4 +158,10 @@ Generator& Pipe::generator(int worker) { return runtime_->worker(worker).generat
 Trace Pipe::last_trace() const { return runtime_->last_trace(); }
 StepCounters Pipe::last_counters() const { return runtime_->last_counters(); }
 
+std::optional<Failure> Pipe::last_failure() const { return runtime_->last_failure(); }
+
+void Pipe::set_fault_hook_for_testing(std::function<void(int, int, const Action&)> hook) {
+  runtime_->set_fault_hook(std::move(hook));
+}
+
 }  // namespace pipewright::pipeline

@@ -35,7 +35,9 @@
 // any number of Pipes may coexist.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,7 +105,11 @@ class Pipe {
   /// applied; or `schedule` exactly as given (its R actions are its checkpointing). Throws
   /// std::invalid_argument when N differs between input and target, when a given schedule
   /// does not fit this pipe (workers, stages, stage placement, micro-batch count — naming
-  /// both) or fails validate(); and whatever a stage or loss_fn throws.
+  /// both) or fails validate(); std::domain_error when a micro-batch's loss is NaN or
+  /// infinite (Note [Non-finite loss], runtime.cc: the step stops before that micro-batch's
+  /// backward; other micro-batches' backwards may have run, so zero .grad before the next
+  /// step); and whatever a stage or loss_fn throws. After any failure last_failure() says
+  /// where it began; deferred BatchNorm statistics of the failed step are discarded.
   StepResult train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn);
   StepResult train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
                         const std::string& schedule);
@@ -139,6 +145,16 @@ class Pipe {
   Trace last_trace() const;
   /// Actions run per stage in that step (forwards, recomputes, backwards, weight_grads).
   StepCounters last_counters() const;
+  /// Where that step failed: the stage, worker, micro-batch and action whose exception the
+  /// caller received (Failure::str() says it in one line), and how many actions other
+  /// workers started after it; nullopt when it succeeded or failed outside any action. A call
+  /// refused before its step ran (a bad argument) is no step: this still describes the one
+  /// before. The exception itself reaches the caller unchanged.
+  std::optional<Failure> last_failure() const;
+
+  /// Test seam (fault injection, tests/pipeline/pipe_fault_test.cc): see
+  /// Runtime::set_fault_hook. Set between calls only.
+  void set_fault_hook_for_testing(std::function<void(int, int, const Action&)> hook);
 
  private:
   StepResult run_train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,

@@ -1,6 +1,7 @@
 #include "pipeline/runtime.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -192,18 +193,25 @@ void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& act
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& action = actions[i];
     if (step.failed()) return;  // stop after the failing step, do not start new work
+    step.count_action_start();
     try {
+      if (fault_hook_) fault_hook_(worker, static_cast<int>(i), action);
       run_action(step, worker, action);
     } catch (const RunCancelled&) {
-      throw;
+      throw;  // another worker failed first
     } catch (...) {
-      step.fail(std::current_exception(), &action);
+      step.fail_at(std::current_exception(), worker, static_cast<int>(i), action);
       return;
     }
     if (last[static_cast<size_t>(action.stage)] == static_cast<int>(i)) {
       processes_->stage_finished(action.stage, partitions_[static_cast<size_t>(action.stage)]);
     }
   }
+}
+
+void Runtime::set_fault_hook(FaultHook hook) {
+  std::lock_guard<std::mutex> lock(execute_mutex_);
+  fault_hook_ = std::move(hook);
 }
 
 // The function a cell runs: the stage, with its skip connections (Note [Portals]: the tensors
@@ -344,7 +352,14 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
   if (!step.is_last(s)) {
     send(step, {s, j, Direction::kActivation}, std::move(out), s, s + 1);
   } else if (step.loss_fn) {
+    // Note [Non-finite loss]: a NaN or infinite loss stops the step with an error before its
+    // backward can spread it into the gradients of every parameter.
     step.losses[j] = out.at(0).item();
+    if (!std::isfinite(step.losses[j])) {
+      throw std::domain_error("train_step: the loss of micro-batch " + std::to_string(j) +
+                              " is " + std::to_string(step.losses[j]) +
+                              " (not finite); the step is abandoned before its backward");
+    }
     step.loss_grads[j] = Tensor::full(out[0].shape(), step.loss_scale(j),
                                       {out[0].dtype(), out[0].device()});
   } else {
@@ -386,9 +401,16 @@ void Runtime::backward(Step& step, const Action& action, TraceEvent& event) {
 
 void Runtime::publish(const Step& step) {
   Trace trace = step.trace();
+  std::optional<Failure> failure = step.failure();
   std::lock_guard<std::mutex> lock(last_mutex_);
   last_trace_ = std::move(trace);
   last_counters_ = step.counters;
+  last_failure_ = std::move(failure);
+}
+
+std::optional<Failure> Runtime::last_failure() const {
+  std::lock_guard<std::mutex> lock(last_mutex_);
+  return last_failure_;
 }
 
 Trace Runtime::last_trace() const {

@@ -26,8 +26,10 @@
 // workers are idle again and the Pipe stays usable; nothing is left blocked or leaked.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "pipeline/processes.h"
@@ -82,10 +84,18 @@ class Runtime {
   /// Re-seeds every worker's generator (worker w: mix_seed(seed, w), offset 0).
   void manual_seed(uint64_t seed);
 
-  /// Remembers `step`'s trace and counters so far (Pipe::last_trace(), last_counters()).
+  /// Remembers `step`'s trace, counters and failure so far (Pipe::last_trace(),
+  /// last_counters(), last_failure()).
   void publish(const Step& step);
   Trace last_trace() const;
   StepCounters last_counters() const;
+  std::optional<Failure> last_failure() const;
+
+  /// Test seam (fault injection): called on the worker's thread before each action with the
+  /// worker, the action's index in its list and the action; what it throws is that action's
+  /// exception. Set between calls only; an empty function removes it.
+  using FaultHook = std::function<void(int worker, int index, const Action& action)>;
+  void set_fault_hook(FaultHook hook);
 
  private:
   void run_actions(Step& step, int worker, const std::vector<Action>& actions);
@@ -113,6 +123,8 @@ class Runtime {
   mutable std::mutex last_mutex_;
   Trace last_trace_;
   StepCounters last_counters_;
+  std::optional<Failure> last_failure_;
+  FaultHook fault_hook_;
 };
 
 }  // namespace pipewright::pipeline

@@ -165,6 +165,20 @@ Schedule from_csv(std::string_view text) {
   s.num_workers = meta.workers.value_or(max_worker + 1);
   s.num_stages = meta.stages.value_or(max_stage + 1);
   s.num_microbatches = meta.microbatches.value_or(max_mb + 1);
+  // Every (stage, micro-batch) cell needs its own F row, so counts beyond the rows are wrong,
+  // and refusing them here keeps a corrupt count (microbatch 155555555, found by
+  // //fuzz:schedule_csv_fuzzer) from sizing validate()'s tables in gigabytes.
+  const auto num_rows = static_cast<int64_t>(rows.size());
+  if (static_cast<int64_t>(s.num_workers) > num_rows ||
+      static_cast<int64_t>(s.num_stages) * s.num_microbatches > num_rows) {
+    throw std::invalid_argument(
+        "from_csv: workers=" + std::to_string(s.num_workers) + ", stages=" +
+        std::to_string(s.num_stages) + ", microbatches=" + std::to_string(s.num_microbatches) +
+        " need at least " + std::to_string(std::max<int64_t>(
+                                s.num_workers, int64_t{s.num_stages} * s.num_microbatches)) +
+        " action rows (one F per stage and micro-batch), the file has " +
+        std::to_string(num_rows));
+  }
   if (max_worker >= s.num_workers) {
     throw std::invalid_argument("from_csv: a row names worker " + std::to_string(max_worker) +
                                 " but the metadata says workers=" + std::to_string(s.num_workers));
@@ -316,6 +330,18 @@ Schedule from_torch_csv(std::string_view text, const std::string& name) {
   }
   s.num_stages = max_stage + 1;
   s.num_microbatches = max_microbatch + 1;
+  // As in from_csv: every (stage, micro-batch) needs its own F, so counts beyond the actions
+  // are wrong, and refusing them keeps a huge index from sizing the tables below.
+  int64_t num_actions = 0;
+  for (const auto& list : s.actions) num_actions += static_cast<int64_t>(list.size());
+  const int64_t cells = int64_t{s.num_stages} * s.num_microbatches;
+  if (cells > num_actions) {
+    throw std::invalid_argument("from_torch_csv: stages=" + std::to_string(s.num_stages) +
+                                ", microbatches=" + std::to_string(s.num_microbatches) +
+                                " need at least " + std::to_string(cells) +
+                                " actions (one F per stage and micro-batch), the file has " +
+                                std::to_string(num_actions));
+  }
   s.stage_worker.assign(static_cast<size_t>(s.num_stages), -1);
   for (int stage = 0; stage < s.num_stages; ++stage) {
     auto it = stage_row.find(stage);

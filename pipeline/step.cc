@@ -23,16 +23,50 @@ Step::Step(int stages, int workers, MicroBatches batches, CellMode cell_mode,
   for (auto& row : cells) row.resize(num_microbatches);
 }
 
-void Step::fail(std::exception_ptr error, const Action* at) {
+void Step::fail(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(error_mutex_);
-    if (!error_) {
-      error_ = std::move(error);
-      if (at != nullptr) failed_action_ = *at;
-    }
+    if (!error_) error_ = std::move(error);
   }
   failed_.store(true, std::memory_order_release);
   transport_->cancel();
+}
+
+void Step::fail_at(std::exception_ptr error, int worker, int index, const Action& action) {
+  {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    if (!error_) {
+      Failure f;
+      f.worker = worker;
+      f.action_index = index;
+      f.action = action;
+      f.error = error;
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        f.what = e.what();
+      } catch (...) {
+        f.what = "unknown exception";
+      }
+      failure_ = std::move(f);
+      started_at_failure_ = actions_started_.load(std::memory_order_acquire);
+    }
+  }
+  fail(std::move(error));
+}
+
+std::optional<Failure> Step::failure() const {
+  std::lock_guard<std::mutex> lock(error_mutex_);
+  if (!failure_) return std::nullopt;
+  Failure f = *failure_;
+  f.actions_after = actions_started_.load(std::memory_order_acquire) - started_at_failure_;
+  return f;
+}
+
+std::string Failure::str() const {
+  return "stage " + std::to_string(action.stage) + " (worker " + std::to_string(worker) +
+         "), micro-batch " + std::to_string(action.microbatch) + ", action " +
+         std::to_string(action_index) + " of the worker (" + action.str() + "): " + what;
 }
 
 std::exception_ptr Step::error() const {
@@ -42,7 +76,8 @@ std::exception_ptr Step::error() const {
 
 std::optional<Action> Step::failed_action() const {
   std::lock_guard<std::mutex> lock(error_mutex_);
-  return failed_action_;
+  if (!failure_) return std::nullopt;
+  return failure_->action;
 }
 
 Trace Step::trace() const {

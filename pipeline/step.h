@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "nn/sequential.h"
@@ -44,6 +45,21 @@ struct StepCounters {
   explicit StepCounters(int num_stages = 0)
       : forwards(num_stages), recomputes(num_stages), backwards(num_stages),
         weight_grads(num_stages) {}
+};
+
+/// Where a step's first exception began (Pipe::last_failure()). The exception itself reaches
+/// the caller unchanged; this says which action raised it.
+struct Failure {
+  int worker = -1;
+  int action_index = -1;      // position in the worker's action list of that phase (forward()
+                              // and its backward are two phases; train_step is one)
+  Action action;              // stage, kind (F, R, B, I, W), micro-batch
+  std::exception_ptr error;   // the original exception, as the caller received it
+  std::string what;           // its what() ("unknown exception" when not a std::exception)
+  int64_t actions_after = 0;  // actions other workers started after it (at most workers - 1)
+
+  /// "stage 1 (worker 1), micro-batch 2, action 3 of the worker (B2@1): <what>".
+  std::string str() const;
 };
 
 class Step {
@@ -88,12 +104,18 @@ class Step {
 
   /// Records `error` if it is the first, and cancels the transport so no worker keeps
   /// waiting. Safe from any thread.
-  /// `at`: the action that raised it, when known (kept with the first error).
-  void fail(std::exception_ptr error, const Action* at = nullptr);
+  void fail(std::exception_ptr error);
+  /// fail(), also remembering that `action` (index `index` of `worker`'s list) raised it.
+  void fail_at(std::exception_ptr error, int worker, int index, const Action& action);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   /// The first error, or nullptr.
   std::exception_ptr error() const;
-  /// The action that raised the first error, when it was an action's own exception.
+  /// Called by a worker before each action; counts the actions started after the failure.
+  void count_action_start() { actions_started_.fetch_add(1, std::memory_order_acq_rel); }
+  /// Where the first error began (nullopt without an error, or when it was raised outside an
+  /// action), with actions_after filled in. Call after the workers are done.
+  std::optional<Failure> failure() const;
+  /// The action of failure(), if any (the processes name it in their messages).
   std::optional<Action> failed_action() const;
 
   /// The events of every worker so far, as one Trace.
@@ -108,7 +130,9 @@ class Step {
   std::unique_ptr<Transport> transport_;
   mutable std::mutex error_mutex_;
   std::exception_ptr error_;
-  std::optional<Action> failed_action_;
+  std::optional<Failure> failure_;
+  int64_t started_at_failure_ = 0;
+  std::atomic<int64_t> actions_started_{0};
   std::atomic<bool> failed_{false};
 };
 

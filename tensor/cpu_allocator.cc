@@ -82,6 +82,12 @@ void* CpuAllocator::system_allocate(size_t block) {
 
 void* CpuAllocator::allocate(size_t bytes, void* /*stream*/) {
   if (bytes == 0) return nullptr;
+  for (int64_t c = fail_countdown_.load(); c >= 0;) {  // fail_allocation_after (a test seam)
+    if (fail_countdown_.compare_exchange_weak(c, c - 1)) {
+      if (c == 0) throw std::bad_alloc();
+      break;
+    }
+  }
   const size_t block = size_class(bytes);
   void* ptr = nullptr;
   if (options_.caching) {

@@ -35,6 +35,7 @@
 // With caching off, reserved() == allocated().
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -77,6 +78,11 @@ class CpuAllocator final : public Allocator {
   /// next of 2^k·{1.25, 1.5, 1.75, 2}.
   static size_t size_class(size_t bytes);
 
+  /// Test seam (fault injection, issue 17): the allocation `n` allocations from now (0: the
+  /// next one) of a non-zero size throws std::bad_alloc, once, as if the system refused it;
+  /// n < 0 cancels. Thread-safe.
+  void fail_allocation_after(int64_t n) { fail_countdown_.store(n); }
+
  private:
   void* system_allocate(size_t block);
   void release_cache_locked();
@@ -86,6 +92,7 @@ class CpuAllocator final : public Allocator {
   std::map<size_t, std::vector<void*>> free_;  // size class -> cached blocks
   int64_t cached_ = 0;                         // Σ size classes in free_
   int64_t in_use_ = 0;                         // Σ size classes handed out
+  std::atomic<int64_t> fail_countdown_{-1};    // fail_allocation_after; -1: off
 };
 
 }  // namespace pipewright

@@ -374,9 +374,16 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
                          : std::pair(batch.inputs, batch.targets);
       const bool trace_now = !config.trace.empty() && !traced;
       if (trace_now && processes) processes->barrier();  // the ranks' step clocks start together
-      pipeline::StepResult step =
-          processes ? distributed::train_step(pipe, *processes, input, target, loss_fn)
-                    : pipe.train_step(input, target, loss_fn);
+      pipeline::StepResult step;
+      try {
+        step = processes ? distributed::train_step(pipe, *processes, input, target, loss_fn)
+                         : pipe.train_step(input, target, loss_fn);
+      } catch (...) {  // the exception is unchanged; say where in the pipeline it began
+        if (auto failure = pipe.last_failure()) {
+          log << "\nstep failed at " << failure->str() << "\n";
+        }
+        throw;
+      }
       optimizer->step();
       if (trace_now) {
         // Across processes: one trace, a process per rank (gathered on rank 0).

@@ -131,7 +131,9 @@ TEST_CASE("round trip of dtypes, ranks 0..3, views, devices and metadata") {
 TEST_CASE("a file with no tensors") {
   const std::string path = test_dir("empty") + "/empty.safetensors";
   nn::save_safetensors(path, {});
-  REQUIRE(read_bytes(path) == le64(8) + "{}      ");
+  // The header holds only the checksum of "{}" padded to 8 bytes (Note [Checksum]).
+  const std::string header = R"({"__metadata__":{"pipewright.crc32":"crc32:e95f24c2"}})";
+  REQUIRE(read_bytes(path) == le64(56) + header + "  ");
   const nn::SafetensorsFile file = nn::load_safetensors(path);
   REQUIRE(file.tensors.empty());
   REQUIRE(file.metadata.empty());
@@ -190,7 +192,12 @@ TEST_CASE("save_safetensors writes what the specification describes") {
 
   const nlohmann::json j = nlohmann::json::parse(header);
   REQUIRE(j.size() == 4);
-  REQUIRE(j.at("__metadata__") == nlohmann::json{{"format", "pt"}});
+  // The user's metadata plus the checksum (Note [Checksum]): 8 hex digits.
+  REQUIRE(j.at("__metadata__").size() == 2);
+  REQUIRE(j.at("__metadata__").at("format") == "pt");
+  const std::string checksum = j.at("__metadata__").at(nn::kChecksumKey);
+  REQUIRE(checksum.size() == 14);
+  REQUIRE(checksum.substr(0, 6) == "crc32:");
   auto check = [&](const char* name, const char* dtype, nlohmann::json shape,
                    nlohmann::json offsets) {
     const nlohmann::json& e = j.at(name);
@@ -311,21 +318,81 @@ TEST_CASE("every truncation and single-byte corruption of a file is caught, neve
     write_bytes(path, good.substr(0, len));
     REQUIRE_THROWS_AS(nn::load_safetensors(path), nn::SafetensorsError);
   }
-  int accepted = 0;
+  // The checksum (Note [Checksum]) catches what parses: a changed data byte, a changed
+  // metadata character. What still loads is a file whose checksum key itself was renamed:
+  // it reads as a file from another tool, unverified (load_checkpoint refuses those).
+  const size_t key_begin = good.find(nn::kChecksumKey);
+  const size_t key_end = key_begin + std::string(nn::kChecksumKey).size();
   for (size_t pos = 0; pos < good.size(); ++pos) {
     for (char value : {'\0', '\xff', '"', '9', '{', ' ', '-'}) {
       std::string bytes = good;
       if (bytes[pos] == value) continue;
       bytes[pos] = value;
       write_bytes(path, bytes);
-      try {
-        nn::load_safetensors(path);
-        ++accepted;  // e.g. a changed data byte, or a changed metadata character
-      } catch (const nn::SafetensorsError&) {
+      INFO("byte " << pos << " set to " << int(value));
+      if (pos >= key_begin && pos < key_end) {
+        bool verified = false;
+        try {
+          verified = nn::load_safetensors(path).verified;
+        } catch (const nn::SafetensorsError&) {
+        }
+        REQUIRE_FALSE(verified);
+        continue;
       }
+      REQUIRE_THROWS_AS(nn::load_safetensors(path), nn::SafetensorsError);
+      REQUIRE_THROWS_AS(nn::parse_safetensors(bytes, path), nn::SafetensorsError);
     }
   }
-  REQUIRE(accepted > 0);
+}
+
+TEST_CASE("a NUL byte in the header is refused (nlohmann would stop parsing at it)") {
+  const std::string path = test_dir("nul") + "/nul.safetensors";
+  const std::string header = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  write_bytes(path, file_bytes(header + std::string("\0{\"junk", 6), std::string(4, '\0')));
+  REQUIRE_THROWS_WITH(nn::load_safetensors(path),
+                      path + ": header has a NUL byte at offset " +
+                          std::to_string(header.size()) + " (JSON text cannot contain one)");
+}
+
+TEST_CASE("checksum: verified on load, mismatches and malformed values named, key reserved") {
+  const std::string dir = test_dir("checksum");
+  const std::string path = dir + "/c.safetensors";
+  const Tensor w = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, Shape{2, 2});
+  nn::save_safetensors(path, {{"w", w}}, {{"k", "v"}});
+  const std::string good = read_bytes(path);
+  nn::SafetensorsFile file = nn::load_safetensors(path);
+  REQUIRE(file.verified);
+  REQUIRE(file.metadata == std::map<std::string, std::string>{{"k", "v"}});  // key stripped
+  nn::SafetensorsFile same = nn::parse_safetensors(good, "mem");
+  REQUIRE(same.verified);
+  REQUIRE(raw(same.at("w")) == raw(w));
+
+  // Last data byte flipped: parses, but the hash differs.
+  std::string flipped = good;
+  flipped.back() = static_cast<char>(flipped.back() ^ 0x01);
+  write_bytes(path, flipped);
+  REQUIRE_THROWS_WITH(nn::load_safetensors(path),
+                      Contains(path + ": checksum mismatch: the metadata says crc32:") &&
+                          Contains("the contents hash to crc32:"));
+
+  // A checksum value that is not 8 hex digits.
+  const size_t at = good.find("crc32:");
+  REQUIRE(at != std::string::npos);
+  std::string malformed = good;
+  malformed[at + 6] = 'X';
+  write_bytes(path, malformed);
+  REQUIRE_THROWS_WITH(nn::load_safetensors(path),
+                      Contains("metadata 'pipewright.crc32' is 'crc32:X") &&
+                          Contains("8 lowercase hex digits"));
+
+  // The key cannot be set by the caller.
+  REQUIRE_THROWS_WITH(nn::save_safetensors(path, {{"w", w}}, {{nn::kChecksumKey, "x"}}),
+                      Contains("reserved for the checksum"));
+
+  // A file from another tool (no checksum) loads, unverified.
+  const std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  write_bytes(path, file_bytes(header, std::string(4, '\0')));
+  REQUIRE_FALSE(nn::load_safetensors(path).verified);
 }
 
 TEST_CASE("save validates its arguments before touching the disk") {
@@ -467,6 +534,60 @@ TEST_CASE("save_checkpoint / load_checkpoint resume training bit for bit") {
   nn::Sequential m = small_model(1);
   nn::SGD opt(m.parameters(), {.lr = 0.1});
   nn::save_state_dict(path, m);
+  REQUIRE(nn::load_safetensors(path).verified);
   REQUIRE_THROWS_WITH(nn::load_checkpoint(path, m, opt),
                       Contains("neither under 'model.' nor under 'optimizer.'"));
+}
+
+TEST_CASE("a truncated or bit-flipped checkpoint is refused naming the file, model untouched") {
+  const std::string dir = test_dir("ckpt_corrupt");
+  const std::string path = dir + "/ckpt.safetensors";
+  nn::Sequential a = small_model(1);
+  nn::SGD opt_a(a.parameters(), {.lr = 0.05, .momentum = 0.9});
+  train(a, opt_a, 2);
+  nn::save_checkpoint(path, a, opt_a, {{"epoch", "2"}});
+  const std::string good = read_bytes(path);
+
+  nn::Sequential b = small_model(7);
+  nn::SGD opt_b(b.parameters(), {.lr = 0.5, .momentum = 0.9});
+  const nn::NamedTensors before = b.state_dict();
+  std::vector<std::string> before_raw;
+  for (const auto& [name, t] : before) before_raw.push_back(raw(t));
+  auto require_untouched = [&] {
+    const nn::NamedTensors now = b.state_dict();
+    for (size_t i = 0; i < now.size(); ++i) REQUIRE(raw(now[i].second) == before_raw[i]);
+    REQUIRE(opt_b.lr() == 0.5);
+  };
+
+  // Every truncation (a step of 7 bytes keeps the test quick; the ends are included).
+  for (size_t len = 0; len < good.size(); len += (len + 7 < good.size() ? 7 : 1)) {
+    INFO("truncated to " << len << " of " << good.size() << " bytes");
+    write_bytes(path, good.substr(0, len));
+    REQUIRE_THROWS_WITH(nn::load_checkpoint(path, b, opt_b), Contains(path + ": "));
+    require_untouched();
+  }
+  // A single flipped bit anywhere, one bit position per byte (cycling).
+  int refused = 0;
+  for (size_t pos = 0; pos < good.size(); ++pos) {
+    std::string bytes = good;
+    bytes[pos] = static_cast<char>(bytes[pos] ^ (1 << (pos % 8)));
+    write_bytes(path, bytes);
+    INFO("bit " << pos % 8 << " of byte " << pos << " flipped");
+    try {
+      nn::load_checkpoint(path, b, opt_b);
+      FAIL("a bit-flipped checkpoint loaded");
+    } catch (const nn::SafetensorsError& e) {
+      REQUIRE_THAT(e.what(), Contains(path + ": "));
+      ++refused;
+    }
+    require_untouched();
+  }
+  REQUIRE(refused == static_cast<int>(good.size()));
+
+  // A file with no checksum is not a checkpoint.
+  const std::string header = R"({"model.0.weight":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  write_bytes(path, file_bytes(header, std::string(4, '\0')));
+  REQUIRE_THROWS_WITH(nn::load_checkpoint(path, b, opt_b),
+                      Contains(path + ": no checksum") && Contains("save_checkpoint"));
+  require_untouched();
 }

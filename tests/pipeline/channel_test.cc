@@ -3,6 +3,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
+#include <optional>
 #include <thread>
 
 using pipewright::pipeline::Channel;
@@ -17,9 +20,19 @@ TEST_CASE("channel delivers in FIFO order") {
 
 TEST_CASE("pop blocks until a value arrives from another thread") {
   Channel<int> c;
-  std::thread producer([&] { c.push(42); });
-  REQUIRE(c.pop() == 42);
-  producer.join();
+  std::atomic<bool> returned{false};
+  std::optional<int> got;
+  std::thread consumer([&] {
+    got = c.pop();
+    returned = true;
+  });
+  // Nothing pushed yet: the consumer must still be inside pop() (a pop that returned without
+  // a value would show here), however long we look.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE_FALSE(returned.load());
+  c.push(42);
+  consumer.join();
+  REQUIRE(got == 42);
 }
 
 TEST_CASE("close wakes a blocked pop with nullopt and refuses later pushes") {

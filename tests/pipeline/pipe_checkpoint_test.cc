@@ -65,6 +65,16 @@ TEST_CASE("eval and no_grad forwards never checkpoint and keep no graph") {
     REQUIRE(out.grad_fn() == nullptr);
     REQUIRE(pipe.last_counters().recomputes == std::vector<int>{0, 0});
   }
+  // Eval mode with grad mode on: the same, and the output is the plain model's.
+  pipe.eval();
+  const Tensor x = randn({8, 4}, 3);
+  Tensor out = pipe.forward(x);
+  REQUIRE(out.grad_fn() == nullptr);
+  REQUIRE(pipe.last_counters().recomputes == std::vector<int>{0, 0});
+  REQUIRE(pipe.last_counters().forwards == std::vector<int>{4, 4});
+  nn::Sequential plain = small_mlp(1);
+  plain.eval();
+  REQUIRE(max_diff(out, plain.forward(x)) <= 2e-6);  // micro-batched GEMMs
 }
 
 TEST_CASE("dropout: a checkpointed pipe equals a plain-tape pipe with the same RNG") {

@@ -120,10 +120,29 @@ TEST_CASE("an exception in train_step (stage or loss_fn) reaches the caller") {
     if (++calls == 3) throw std::invalid_argument("loss exploded");
     return mse(out, t);
   };
+  pipe.zero_grad();
   REQUIRE_THROWS_MATCHES(pipe.train_step(x, target, bad_loss), std::invalid_argument,
                          Catch::Message("loss exploded"));
+  // Where it began, and what .grad holds: the loss of micro-batch 2 failed in its forward on
+  // the last stage. Under GPipe no backward had run, so every .grad is still unset; under
+  // 1F1B / ZB-H1 the backwards of micro-batches 0 and 1 may have run: .grad then holds part of
+  // the step (zero_grad() before the next one, as done here).
+  const std::optional<Failure> f = pipe.last_failure();
+  REQUIRE(f.has_value());
+  REQUIRE(f->action.stage == 1);
+  REQUIRE(f->what == "loss exploded");
+  if (schedule == "gpipe") {  // F0 F1 F2: the third loss; others interleave recomputes (R)
+    REQUIRE(f->action == Action{1, ActionKind::kForward, 2});
+    for (const Tensor& p : pipe.parameters()) REQUIRE_FALSE(p.grad().defined());
+  }
+  pipe.zero_grad();
   StepResult r = pipe.train_step(x, target, mse);
   REQUIRE(r.microbatch_losses.size() == 4);
+  // ...and equals a fresh Pipe's step.
+  Pipe fresh(with_module(std::make_shared<ThrowInBackward>(armed), 7),
+             {.balance = {3, 3}, .devices = cpus(0, 2), .chunks = 4, .schedule = schedule});
+  REQUIRE(fresh.train_step(x, target, mse).microbatch_losses == r.microbatch_losses);
+  REQUIRE(max_grad_diff(fresh.module(), pipe.module()) == 0);
 }
 
 TEST_CASE("backward after the Pipe is gone throws instead of touching dead workers") {
@@ -143,6 +162,10 @@ TEST_CASE("many Pipes created, used and destroyed; two alive at once") {
     Tensor loss = autograd::add(mse(a.forward(x), randn({6, 3}, 16)),
                                 autograd::to(mse(b.forward(x), randn({6, 3}, 16)), Device::cpu(4)));
     loss.backward();  // one backward through two pipes' PipeBackward nodes
+    REQUIRE(a.last_counters().backwards == std::vector<int>(5, 3));
+    REQUIRE(b.last_counters().backwards == std::vector<int>{2, 2});
+    for (const Tensor& p : a.parameters()) REQUIRE(p.grad().defined());
+    for (const Tensor& p : b.parameters()) REQUIRE(p.grad().defined());
   }
   // A pipe whose forward output is never backpropagated is destroyed cleanly too.
   Tensor kept;

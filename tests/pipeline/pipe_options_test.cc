@@ -7,6 +7,7 @@
 #include "nn/loss.h"
 #include "pipeline/pipe.h"
 #include "pipeline/schedules.h"
+#include "tensor/ops.h"
 #include "tests/pipeline/pipe_test_util.h"
 
 using namespace pipewright;
@@ -76,6 +77,9 @@ TEST_CASE("train/eval reaches every stage; eval keeps nothing for backward") {
   Tensor out = pipe.forward(randn({8, 4}, 2).set_requires_grad(true));
   REQUIRE(out.grad_fn() == nullptr);
   REQUIRE_FALSE(out.requires_grad());
+  nn::Sequential plain = small_mlp(1);  // the same weights
+  plain.eval();
+  REQUIRE(max_diff(out, plain.forward(randn({8, 4}, 2))) <= 2e-6);  // micro-batched GEMMs
   REQUIRE(pipe.last_counters().recomputes == std::vector<int>{0, 0});
   REQUIRE(pipe.last_counters().forwards == std::vector<int>{4, 4});
   pipe.train();

@@ -142,6 +142,30 @@ TEST_CASE("from_csv validates what it parsed") {
              Catch::Contains("worker 1 but the metadata says workers=1"));
 }
 
+// Found by //fuzz:schedule_csv_fuzzer (fuzz/regressions/schedule_csv/oom_huge_microbatch.csv):
+// a micro-batch index of 155555555 made the count 155555556 and validate() allocated tables
+// of that size (2 GB, then out of memory). Counts beyond what the rows can fill are refused.
+TEST_CASE("from_csv refuses counts the rows cannot fill, before allocating anything") {
+  const std::string huge = "worker,index,stage,kind,microbatch\n0,0,0,F,155555555\n0,1,0,B,0\n";
+  REQUIRE_THROWS_WITH(pipewright::pipeline::from_csv(huge),
+                      "from_csv: workers=1, stages=1, microbatches=155555556 need at least "
+                      "155555556 action rows (one F per stage and micro-batch), the file has 2");
+  const std::string meta =
+      "# schedule workers=2000000000 stages=1 microbatches=1\n"
+      "worker,index,stage,kind,microbatch\n0,0,0,F,0\n0,1,0,B,0\n";
+  REQUIRE_THROWS_WITH(pipewright::pipeline::from_csv(meta),
+                      Catch::Contains("workers=2000000000") && Catch::Contains("the file has 2"));
+}
+
+// The same guard in torch's format: a huge stage or micro-batch index is refused before
+// validate() sizes anything by it.
+TEST_CASE("from_torch_csv refuses counts the cells cannot fill, before allocating anything") {
+  REQUIRE_THROWS_WITH(from_torch_csv("0F155555555,0B0\n"),
+                      "from_torch_csv: stages=1, microbatches=155555556 need at least 155555556 "
+                      "actions (one F per stage and micro-batch), the file has 2");
+  REQUIRE_THROWS_WITH(from_torch_csv("1999999999F0\n"), Catch::Contains("stages=2000000000"));
+}
+
 // ---- torch.distributed.pipelining's CSV ----
 
 TEST_CASE("torch CSV: a schedule written for torch runs here unchanged") {

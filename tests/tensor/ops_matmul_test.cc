@@ -130,6 +130,9 @@ TEST_CASE("matmul accepts non-contiguous operands") {
   const Tensor a = Tensor::from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3});
   // transposed_view(a) is aᵀ as a strided view: aᵀ·a == matmul(a, a, true, false).
   REQUIRE(ops::equal(ops::matmul(transposed_view(a), a), ops::matmul(a, a, true, false)));
+  // Worked by hand: (aᵀa)_ij = Σ_k a_ki a_kj.
+  const std::vector<double> expected = {17, 22, 27, 22, 29, 36, 27, 36, 45};
+  REQUIRE(ops::matmul(transposed_view(a), a).to_vector<double>() == expected);
 }
 
 TEST_CASE("matmul errors name both shapes and the flags") {

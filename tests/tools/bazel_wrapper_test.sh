@@ -53,7 +53,10 @@ run() {
   for t in bash grep cat echo mktemp env printf true; do
     local p; p=$(command -v "$t" 2>/dev/null) && [[ $p == /* ]] && ln -sf "$p" "$tools/$t"
   done
-  OUT=$(PATH="$FAKE:$tools" BAZEL_REAL="$FAKE/bazel-real" "$wrapper" test //some:target 2>&1)
+  local args=("$@")
+  ((${#args[@]})) || args=(test //some:target)
+  OUT=$(PATH="$FAKE:$tools" BAZEL_REAL="$FAKE/bazel-real" "$wrapper" \
+    "${args[@]}" 2>&1)
   RC=$?
 }
 
@@ -89,6 +92,17 @@ run
 [[ ! -s "$LOG" ]] || fail "something ran: $(cat "$LOG")"
 grep -q "apt-get install -y --no-install-recommends zlib1g-dev" <<<"$OUT" ||
   fail "apt-get line not printed: $OUT"
+
+case="--config=fuzz: clang and libFuzzer are required too, only then"
+setup 0 no clang libfuzzer-14-dev
+run
+[[ "$(cat "$LOG")" == "bazel test //some:target" ]] || fail "apt called without fuzz: $(cat "$LOG")"
+: >"$LOG"
+run run --config=fuzz //fuzz:idx_fuzzer
+grep -qx "apt-get install -y --no-install-recommends clang libfuzzer-14-dev" "$LOG" ||
+  fail "clang/libfuzzer not installed: $(cat "$LOG")"
+[[ "$(tail -n1 "$LOG")" == "bazel run --config=fuzz //fuzz:idx_fuzzer" ]] ||
+  fail "bazel not run last: $(cat "$LOG")"
 
 echo "$failures failure(s)"
 ((failures == 0))
