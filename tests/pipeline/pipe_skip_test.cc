@@ -41,18 +41,6 @@ nn::Sequential skip_model(uint64_t seed) {
                         nn::Linear(6, 3));
 }
 
-struct Run {
-  Tensor out, loss, input_grad;
-};
-
-Run plain_run(nn::Sequential& model, const Tensor& x0, const Tensor& target) {
-  Tensor x = x0.clone().set_requires_grad(true);
-  Tensor out = model.forward(x);
-  Tensor loss = nn::mse_loss(out, target);
-  loss.backward();
-  return {out, loss, x.grad()};
-}
-
 Tensor mse(const Tensor& out, const Tensor& t) { return nn::mse_loss(out, t); }
 
 // Balances of skip_model and where its skips go: a (child 1 -> 5), b (child 3 -> 7).

@@ -8,6 +8,7 @@
 #include "autograd/functions.h"
 #include "nn/activation.h"
 #include "nn/linear.h"
+#include "nn/loss.h"
 #include "tensor/generator.h"
 #include "tensor/ops.h"
 
@@ -52,6 +53,14 @@ double max_grad_diff(const nn::Module& a, const nn::Module& b) {
     worst = std::max(worst, max_diff(ga, gb) / std::max(1.0, max_abs(gb)));
   }
   return worst;
+}
+
+Run plain_run(nn::Sequential& model, const Tensor& x0, const Tensor& target) {
+  Tensor x = x0.clone().set_requires_grad(true);
+  Tensor out = model.forward(x);
+  Tensor loss = nn::mse_loss(out, target);
+  loss.backward();
+  return {out, loss, x.grad()};
 }
 
 Tensor Stash::forward(const Tensor& x) {

@@ -16,18 +16,6 @@ using namespace pipewright::pipeline::testing;
 
 namespace {
 constexpr double kTol = 2e-6;  // float32 rounding of reassociated sums at these sizes
-
-struct Run {
-  Tensor out, loss, input_grad;
-};
-
-Run plain_run(nn::Sequential& model, const Tensor& x0, const Tensor& target) {
-  Tensor x = x0.clone().set_requires_grad(true);
-  Tensor out = model.forward(x);
-  Tensor loss = nn::mse_loss(out, target);
-  loss.backward();
-  return {out, loss, x.grad()};
-}
 }  // namespace
 
 TEST_CASE("Pipe::forward and loss.backward() equal the plain model") {
