@@ -73,15 +73,11 @@ Tensor Pipe::forward(const Tensor& input) {
   return outputs[0];
 }
 
-// GPipe forward: the F prefix of gpipe(p, m) (+ R actions per the checkpoint mode) runs now;
+// GPipe forward: the F prefix of gpipe(p, m) (+ R actions per the checkpoint mode) runs now
+// (looped BFS over the placement when workers hold several stages);
 // the rest runs when the user's backward reaches the PipeBackward node (Note [Anatomy of a
 // step] in pipe.h).
 nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no_chunk) {
-  if (options_.virtual_stages != 1) {
-    throw std::invalid_argument(
-        "Pipe::forward runs GPipe with one stage per worker, but virtual_stages is " +
-        std::to_string(options_.virtual_stages) + "; use train_step with an interleaved schedule");
-  }
   if (options_.processes != nullptr) {
     throw std::invalid_argument(
         "Pipe::forward runs every stage in this process, but this Pipe's workers are spread "
@@ -91,7 +87,11 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no
   const int m = batches.count();
   const bool record = module_.is_training() && autograd::grad_mode_enabled();
 
-  Schedule schedule = gpipe(num_workers(), m);
+  // GPipe; with several stages per worker, its breadth-first generalisation to the pipe's
+  // placement (looped BFS: every forward of a worker's stages in stage order, then the
+  // backwards in reverse), which splits into the same two phases.
+  Schedule schedule = options_.virtual_stages == 1 ? gpipe(num_workers(), m)
+                                                   : looped_bfs(runtime_->stage_worker(), m);
   if (record) schedule = with_recompute(schedule, checkpoint_predicate(options_.checkpoint, m));
   schedule.skips = runtime_->skips().edges();
   validate(schedule);

@@ -28,9 +28,14 @@ void validate(const TrainConfig& c, size_t num_layers) {
     if (h < 1) bad("hidden", std::to_string(h), "widths must be at least 1");
   }
   if (c.dropout < 0 || c.dropout >= 1) bad("dropout", std::to_string(c.dropout), "must be in [0, 1)");
-  if (c.stages < 1 || static_cast<size_t>(c.stages) > num_layers) {
+  if (c.virtual_stages < 0) {
+    bad("virtual-stages", std::to_string(c.virtual_stages), "must be >= 0 (0: the schedule's)");
+  }
+  if (c.stages < 1 || static_cast<size_t>(num_partitions(c)) > num_layers) {
     bad("stages", std::to_string(c.stages),
-        "must be between 1 and the model's " + std::to_string(num_layers) + " layers");
+        "times " + std::to_string(chunks_per_worker(c)) +
+            " virtual stages must be between 1 and the model's " + std::to_string(num_layers) +
+            " layers");
   }
   if (!c.auto_balance.empty()) {
     if (c.auto_balance != "time" && c.auto_balance != "size") {
@@ -42,9 +47,11 @@ void validate(const TrainConfig& c, size_t num_layers) {
     const int total = std::accumulate(c.balance.begin(), c.balance.end(), 0);
     std::string text;
     for (int b : c.balance) text += (text.empty() ? "" : ",") + std::to_string(b);
-    if (static_cast<int>(c.balance.size()) != c.stages) {
+    if (static_cast<int>(c.balance.size()) != num_partitions(c)) {
       bad("balance", text, "has " + std::to_string(c.balance.size()) + " entries for " +
-                               std::to_string(c.stages) + " stages");
+                               std::to_string(num_partitions(c)) + " partitions (" +
+                               std::to_string(c.stages) + " stages x " +
+                               std::to_string(chunks_per_worker(c)) + " virtual stages)");
     }
     if (static_cast<size_t>(total) != num_layers) {
       bad("balance", text, "sums to " + std::to_string(total) + " but the model has " +
@@ -66,5 +73,12 @@ void validate(const TrainConfig& c, size_t num_layers) {
   if (c.train_limit < 0) bad("train-limit", std::to_string(c.train_limit), "must be >= 0");
   if (c.test_limit < 0) bad("test-limit", std::to_string(c.test_limit), "must be >= 0");
 }
+
+int chunks_per_worker(const TrainConfig& c) {
+  if (c.virtual_stages > 0) return c.virtual_stages;
+  return c.schedule == "zb-v" || c.schedule == "dualpipev" ? 2 : 1;
+}
+
+int num_partitions(const TrainConfig& c) { return c.stages * chunks_per_worker(c); }
 
 }  // namespace pipewright::examples

@@ -63,7 +63,12 @@ TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config)
                  "Activation checkpointing: always, except_last or never")
       ->check(CLI::IsMember({"always", "except_last", "never"}));
   app.add_option("--schedule", c.schedule,
-                 "Pipeline schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1");
+                 "Pipeline schedule: gpipe, 1f1b, zb-h1, zb-h2, interleaved-1f1b, interleaved-zb, "
+                 "looped-bfs (with --virtual-stages 2 or more), zb-v, dualpipev (V-shaped: two "
+                 "model chunks per stage worker)");
+  app.add_option("--virtual-stages", c.virtual_stages,
+                 "Model chunks per stage worker (0: the schedule's, 2 for zb-v and dualpipev, "
+                 "else 1); the model is cut into stages x this many partitions");
   app.add_option("--devices", devices_,
                  "Device per stage, comma-separated, e.g. cpu:0,cpu:1 (default cpu:0..)");
   app.add_option("--threads", c.threads, "Intra-op threads per stage worker (0: cores / stages)");

@@ -85,6 +85,8 @@ std::string fingerprint(const TrainConfig& c) {
          c.optimizer + " lr_schedule=" + c.lr_schedule + " epochs=" + std::to_string(c.epochs) +
          " batch_size=" + std::to_string(c.batch_size) + " stages=" + std::to_string(c.stages) +
          " chunks=" + std::to_string(c.chunks) +
+         (chunks_per_worker(c) > 1 ? " virtual_stages=" + std::to_string(chunks_per_worker(c))
+                                   : "") +
          (c.distributed ? " processes=" + std::to_string(c.stages * c.data_parallel) +
                               " data_parallel=" + std::to_string(c.data_parallel)
                         : "");
@@ -248,17 +250,17 @@ std::vector<int> balance_by_parameters(const nn::Sequential& model, int stages) 
 std::vector<int> choose_balance(const TrainConfig& config, nn::Sequential& model,
                                 const data::Dataset& train_set) {
   if (!config.balance.empty()) return config.balance;
-  if (config.auto_balance.empty()) return balance_by_parameters(model, config.stages);
+  if (config.auto_balance.empty()) return balance_by_parameters(model, num_partitions(config));
   // Profile on the device the model was built on, with the first mini-batch's images.
   const Device device = model.parameters().front().device();
   const int64_t rows = std::min<int64_t>(config.batch_size, train_set.size());
   const Tensor batch = train_set.inputs().slice(0, rows).to(device);
   if (config.auto_balance == "time") {
-    return pipeline::balance_by_time(config.stages, model, batch.chunk(config.chunks)[0],
+    return pipeline::balance_by_time(num_partitions(config), model, batch.chunk(config.chunks)[0],
                                      {.device = device});
   }
   return pipeline::balance_by_size(
-      config.stages, model, batch,
+      num_partitions(config), model, batch,
       {.device = device, .chunks = config.chunks, .param_scale = config.optimizer == "adam" ? 5.0 : 3.0});
 }
 
@@ -309,7 +311,8 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   std::shared_ptr<distributed::MpiProcesses> processes;
   if (config.distributed) {
     processes = std::make_shared<distributed::MpiProcesses>(MPI_COMM_WORLD, config.stages,
-                                                            config.data_parallel, config.stages);
+                                                            config.data_parallel,
+                                                            num_partitions(config));
   }
   const bool leader = processes == nullptr || processes->rank() == 0;
   std::ostream silent(nullptr);
@@ -320,6 +323,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
                        .chunks = config.chunks,
                        .checkpoint = config.checkpoint,
                        .deferred_batch_norm = true,
+                       .virtual_stages = chunks_per_worker(config),
                        .schedule = config.schedule,
                        // Replica r > 0 draws other dropout masks than replica 0 (its rows differ).
                        .seed = config.seed + (processes ? 1'000'003ULL * processes->replica() : 0),
@@ -341,6 +345,11 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       << "pipeline: " << config.stages << " stages on";
   for (int s = 0; s < config.stages; ++s) {
     log << " " << devices[s].str() << (s + 1 < config.stages ? "," : "");
+  }
+  if (chunks_per_worker(config) > 1) {
+    log << " | " << chunks_per_worker(config) << " virtual stages each ("
+        << (config.schedule == "zb-v" || config.schedule == "dualpipev" ? "V" : "round robin")
+        << ")";
   }
   log << " | balance";
   for (int b : balance) log << " " << b;

@@ -2,6 +2,8 @@
 // Parallelism", MLSys 2023; torch.distributed.pipelining's ScheduleLoopedBFS).
 #pragma once
 
+#include <vector>
+
 #include "pipeline/schedule.h"
 
 namespace pipewright::pipeline {
@@ -24,5 +26,14 @@ namespace pipewright::pipeline {
 /// weights' communication (FSDP) or gradient reduction is amortised over all m micro-batches
 /// per chunk. Throws std::invalid_argument if p < 1, m < 1 or v < 1.
 Schedule looped_bfs(int p, int m, int v);
+
+/// The same order for any stage placement (stage_worker[s] = worker of stage s, every worker
+/// holding a stage): each worker runs F of its stages in ascending stage order, every
+/// micro-batch, then B in descending stage order, micro-batches in reverse. Deadlock-free
+/// for every placement, since a worker only waits on lower stages going forward and higher
+/// ones going backward. With one stage per worker it is GPipe; it is what Pipe::forward runs
+/// when a worker holds several stages (V-shaped or interleaved placements). Throws
+/// std::invalid_argument if m < 1, the placement is empty, or a worker holds no stage.
+Schedule looped_bfs(const std::vector<int>& stage_worker, int m);
 
 }  // namespace pipewright::pipeline

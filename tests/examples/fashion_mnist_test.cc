@@ -141,3 +141,25 @@ TEST_CASE("--balance auto-size and auto-time profile the model and cut it") {
   c.balance = {1, 6};
   CHECK_THROWS_WITH(train(c, log), Catch::Contains("cannot be combined"));
 }
+
+TEST_CASE("the V-shaped, interleaved and looped schedules train the main job") {
+  const std::string schedule =
+      GENERATE(as<std::string>{}, "zb-v", "dualpipev", "interleaved-zb", "looped-bfs");
+  CAPTURE(schedule);
+  TrainConfig c = small_config();
+  c.epochs = 1;
+  c.schedule = schedule;
+  if (schedule == "interleaved-zb" || schedule == "looped-bfs") c.virtual_stages = 2;
+  std::ostringstream log;
+  auto result = train(c, log);
+  INFO(log.str());
+  // 2 stage workers x 2 model chunks: the model's 5 layers in 4 partitions.
+  const bool v_shape = schedule == "zb-v" || schedule == "dualpipev";
+  CHECK(log.str().find(std::string("2 virtual stages each (") +
+                       (v_shape ? "V" : "round robin") + ")") != std::string::npos);
+  CHECK(result.epochs[0].train_loss < 2.3026);
+  CHECK(result.epochs[0].test_accuracy > 0.5);
+  CHECK(result.epochs[0].peak_bytes.size() == 2);
+  c.virtual_stages = -1;
+  CHECK_THROWS_WITH(train(c, log), Catch::Contains("virtual-stages"));
+}

@@ -104,7 +104,7 @@ TEST_CASE("Pipe::forward with skips equals the plain model") {
                             .checkpoint = mode});
   const Tensor x0 = randn({7, 4}, 4);
   const Tensor target = randn({7, 3}, 5);
-  Run ref = plain_run(plain, x0, target);
+  PlainRun ref = plain_model_run(plain, x0, target);
 
   Tensor x = x0.clone().set_requires_grad(true);
   Tensor out = pipe.forward(x);
@@ -137,7 +137,7 @@ TEST_CASE("train_step with skips equals the plain model under every schedule") {
                             .schedule = schedule});
   const Tensor x0 = randn({8, 4}, 7);
   const Tensor target = randn({8, 3}, 8);
-  Run ref = plain_run(plain, x0, target);
+  PlainRun ref = plain_model_run(plain, x0, target);
   Tensor x = x0.clone().set_requires_grad(true);
   StepResult r = pipe.train_step(x, target, mse);
   REQUIRE(std::abs(r.loss - ref.loss.item()) <= kTol);
@@ -157,7 +157,7 @@ TEST_CASE("interleaved 1F1B with skips between virtual stages equals the plain m
                             .virtual_stages = 2,
                             .schedule = "interleaved-1f1b"});
   const Tensor x0 = randn({8, 4}, 10), target = randn({8, 3}, 11);
-  Run ref = plain_run(plain, x0, target);
+  PlainRun ref = plain_model_run(plain, x0, target);
   Tensor x = x0.clone().set_requires_grad(true);
   StepResult r = pipe.train_step(x, target, mse);
   REQUIRE(std::abs(r.loss - ref.loss.item()) <= kTol);
@@ -217,7 +217,7 @@ TEST_CASE("a block used twice needs a namespace per instance") {
                                   .devices = cpus(0, static_cast<int>(balance.size())),
                                   .chunks = 3});
   const Tensor x0 = randn({6, 3}, 3), target = randn({6, 2}, 4);
-  Run ref = plain_run(plain, x0, target);
+  PlainRun ref = plain_model_run(plain, x0, target);
   Tensor x = x0.clone().set_requires_grad(true);
   Tensor out = pipe.forward(x);
   mse(out, target.to(out.device())).backward();
@@ -468,7 +468,7 @@ TEST_CASE("skips under the V-shaped and interleaved zero-bubble schedules") {
                              .virtual_stages = 2,
                              .schedule = schedule});
   const Tensor x0 = randn({8, 4}, 15), target = randn({8, 3}, 16);
-  Run ref = plain_run(plain, x0, target);
+  PlainRun ref = plain_model_run(plain, x0, target);
   Tensor x = x0.clone().set_requires_grad(true);
   StepResult r = pipe.train_step(x, target, mse);
   REQUIRE(std::abs(r.loss - ref.loss.item()) <= kTol);

@@ -55,7 +55,7 @@ double max_grad_diff(const nn::Module& a, const nn::Module& b) {
   return worst;
 }
 
-Run plain_run(nn::Sequential& model, const Tensor& x0, const Tensor& target) {
+PlainRun plain_model_run(nn::Sequential& model, const Tensor& x0, const Tensor& target) {
   Tensor x = x0.clone().set_requires_grad(true);
   Tensor out = model.forward(x);
   Tensor loss = nn::mse_loss(out, target);

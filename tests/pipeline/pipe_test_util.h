@@ -36,10 +36,10 @@ double max_grad_diff(const nn::Module& a, const nn::Module& b);
 /// The un-pipelined reference of the transparency tests: `model` on a copy of x0 that
 /// requires grad, its output, the MSE loss against `target`, and the input gradient after
 /// loss.backward() (the parameters' .grad accumulate in `model`).
-struct Run {
+struct PlainRun {
   Tensor out, loss, input_grad;
 };
-Run plain_run(nn::Sequential& model, const Tensor& x0, const Tensor& target);
+PlainRun plain_model_run(nn::Sequential& model, const Tensor& x0, const Tensor& target);
 
 /// The largest |value| of `t`.
 double max_abs(const Tensor& t);

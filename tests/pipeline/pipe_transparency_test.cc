@@ -34,7 +34,7 @@ TEST_CASE("Pipe::forward and loss.backward() equal the plain model") {
                            .checkpoint = mode});
   const Tensor x0 = randn({batch, 4}, 2);
   const Tensor target = randn({batch, 3}, 3);
-  Run ref = plain_run(plain, x0, target);
+  PlainRun ref = plain_model_run(plain, x0, target);
 
   Tensor x = x0.clone().set_requires_grad(true);
   Tensor out = pipe.forward(x);
@@ -67,7 +67,7 @@ TEST_CASE("train_step equals the plain model's mean loss and gradients") {
                            .schedule = schedule});
   const Tensor x0 = randn({batch, 4}, 6);
   const Tensor target = randn({batch, 3}, 7);
-  Run ref = plain_run(plain, x0, target);
+  PlainRun ref = plain_model_run(plain, x0, target);
 
   Tensor x = x0.clone().set_requires_grad(true);
   auto loss_fn = [](const Tensor& out, const Tensor& t) { return nn::mse_loss(out, t); };
@@ -97,14 +97,23 @@ TEST_CASE("interleaved 1F1B (virtual stages) equals the plain model") {
                                                 Device::cpu(8)});
   const Tensor x0 = randn({8, 4}, 9);
   const Tensor target = randn({8, 3}, 10);
-  Run ref = plain_run(plain, x0, target);
+  PlainRun ref = plain_model_run(plain, x0, target);
   Tensor x = x0.clone().set_requires_grad(true);
   StepResult r = pipe.train_step(
       x, target, [](const Tensor& out, const Tensor& t) { return nn::mse_loss(out, t); });
   REQUIRE(std::abs(r.loss - ref.loss.item()) <= kTol);
   REQUIRE(max_diff(x.grad(), ref.input_grad) <= kTol);
   REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
-  REQUIRE_THROWS_WITH(pipe.forward(x0), Catch::Contains("virtual_stages is 2"));
+  // Pipe::forward runs looped BFS over the same placement; its backward too.
+  plain.zero_grad();
+  pipe.zero_grad();
+  PlainRun again = plain_model_run(plain, x0, target);
+  Tensor xf = x0.clone().set_requires_grad(true);
+  Tensor out = pipe.forward(xf);
+  nn::mse_loss(out, target.to(out.device())).backward();
+  REQUIRE(max_diff(out, again.out) <= kTol);
+  REQUIRE(max_diff(xf.grad(), again.input_grad) <= kTol);
+  REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
 }
 
 TEST_CASE("the frontier schedules (V-shaped and interleaved zero bubble, looped BFS) equal the "
@@ -129,13 +138,23 @@ TEST_CASE("the frontier schedules (V-shaped and interleaved zero bubble, looped 
                                      : std::vector<Device>{Device::cpu(20), Device::cpu(21),
                                                            Device::cpu(20), Device::cpu(21)}));
   const Tensor x0 = randn({12, 4}, 15), target = randn({12, 3}, 16);
-  Run ref = plain_run(plain, x0, target);
+  PlainRun ref = plain_model_run(plain, x0, target);
   Tensor x = x0.clone().set_requires_grad(true);
   StepResult r = pipe.train_step(
       x, target, [](const Tensor& out, const Tensor& t) { return nn::mse_loss(out, t); });
   REQUIRE(r.schedule.name == schedule);
   REQUIRE(std::abs(r.loss - ref.loss.item()) <= kTol);
   REQUIRE(max_diff(x.grad(), ref.input_grad) <= kTol);
+  REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
+  // Pipe::forward and its backward on the same placement (looped BFS over it).
+  plain.zero_grad();
+  pipe.zero_grad();
+  PlainRun again = plain_model_run(plain, x0, target);
+  Tensor xf = x0.clone().set_requires_grad(true);
+  Tensor out = pipe.forward(xf);
+  nn::mse_loss(out, target.to(out.device())).backward();
+  REQUIRE(max_diff(out, again.out) <= kTol);
+  REQUIRE(max_diff(xf.grad(), again.input_grad) <= kTol);
   REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
 }
 
@@ -169,7 +188,7 @@ TEST_CASE("several stages may share one device") {
                             .devices = {Device::cpu(0), Device::cpu(0), Device::cpu(0)},
                             .chunks = 3});
   const Tensor x0 = randn({6, 4}, 12), target = randn({6, 3}, 13);
-  Run ref = plain_run(plain, x0, target);
+  PlainRun ref = plain_model_run(plain, x0, target);
   Tensor x = x0.clone().set_requires_grad(true);
   nn::mse_loss(pipe.forward(x), target).backward();
   REQUIRE(max_diff(x.grad(), ref.input_grad) <= kTol);

@@ -34,6 +34,10 @@ std::vector<std::string> lists(const Schedule& s) {
   return out;
 }
 
+bool same_lists(const Schedule& a, const Schedule& b) {
+  return lists(a) == lists(b) && a.stage_worker == b.stage_worker;
+}
+
 /// Costs of a chunk when a whole stage costs tF = tI = tW = 1 and a worker holds v chunks.
 Costs equal_costs(int v) { return Costs::split(1.0 / v, 1.0 / v, 1.0 / v); }
 
@@ -123,6 +127,22 @@ TEST_CASE("dualpipev: DeepSeek's dualpipev.py order (overlapped pairs as F then 
           "3F0 4F0 3F1 4F1 3F2 4F2 3F3 4F3 3F4 4B0 4F4 3B0 3F5 4B1 4F5 3B1 3F6 4B2 4F6 3B2 3F7 "
           "4B3 4F7 3B3 4B4 3B4 4B5 3B5 4I6 3I6 4I7 3I7 4W6 3W6 4W7 3W7");
   REQUIRE_THROWS_WITH(dualpipev(3, 5), "dualpipev: needs at least 2p = 6 micro-batches (got m = 5)");
+}
+
+TEST_CASE("looped-bfs over any placement (Pipe::forward's schedule) validates") {
+  for (int p = 1; p <= 5; ++p) {
+    for (int m = 1; m <= 9; ++m) {
+      CAPTURE(p, m);
+      REQUIRE_NOTHROW(validate(looped_bfs(v_placement(p), m)));
+      REQUIRE_NOTHROW(validate(looped_bfs(round_robin_placement(p, 3), m)));
+    }
+  }
+  REQUIRE(lists(looped_bfs(v_placement(2), 2)) ==
+          std::vector<std::string>{"0F0 0F1 3F0 3F1 3B1 3B0 0B1 0B0",
+                                   "1F0 1F1 2F0 2F1 2B1 2B0 1B1 1B0"});
+  REQUIRE(same_lists(looped_bfs(round_robin_placement(2, 2), 4), looped_bfs(2, 4, 2)));
+  REQUIRE_THROWS_WITH(looped_bfs(std::vector<int>{0, 2}, 2),
+                      "looped-bfs: worker 1 holds no stage");
 }
 
 TEST_CASE("every new schedule validates for p in 1..5 and many m") {
