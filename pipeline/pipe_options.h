@@ -45,7 +45,7 @@ struct PipeOptions {
   /// / virtual_stages, every worker holding a stage). Empty: the placement of `schedule`
   /// (schedule_placement in schedules/make_schedule.h). A schedule given to train_step must
   /// place its stages the same way.
-  std::vector<int> stage_worker;
+  std::vector<int> stage_worker = {};
   /// The schedule train_step runs when not given one (a make_schedule name: schedule_names()
   /// lists them).
   std::string schedule = "gpipe";
