@@ -16,6 +16,20 @@ using namespace pipewright::pipeline::testing;
 
 namespace {
 constexpr double kTol = 2e-6;  // float32 rounding of reassociated sums at these sizes
+
+/// From zeroed gradients: pipe.forward + MSE backward against `plain` on the same batch.
+void check_forward_equals_plain(Pipe& pipe, nn::Sequential& plain, const Tensor& x0,
+                                const Tensor& target) {
+  plain.zero_grad();
+  pipe.zero_grad();
+  PlainRun ref = plain_model_run(plain, x0, target);
+  Tensor x = x0.clone().set_requires_grad(true);
+  Tensor out = pipe.forward(x);
+  nn::mse_loss(out, target.to(out.device())).backward();
+  REQUIRE(max_diff(out, ref.out) <= kTol);
+  REQUIRE(max_diff(x.grad(), ref.input_grad) <= kTol);
+  REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
+}
 }  // namespace
 
 TEST_CASE("Pipe::forward and loss.backward() equal the plain model") {
@@ -105,15 +119,7 @@ TEST_CASE("interleaved 1F1B (virtual stages) equals the plain model") {
   REQUIRE(max_diff(x.grad(), ref.input_grad) <= kTol);
   REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
   // Pipe::forward runs looped BFS over the same placement; its backward too.
-  plain.zero_grad();
-  pipe.zero_grad();
-  PlainRun again = plain_model_run(plain, x0, target);
-  Tensor xf = x0.clone().set_requires_grad(true);
-  Tensor out = pipe.forward(xf);
-  nn::mse_loss(out, target.to(out.device())).backward();
-  REQUIRE(max_diff(out, again.out) <= kTol);
-  REQUIRE(max_diff(xf.grad(), again.input_grad) <= kTol);
-  REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
+  check_forward_equals_plain(pipe, plain, x0, target);
 }
 
 TEST_CASE("the frontier schedules (V-shaped and interleaved zero bubble, looped BFS) equal the "
@@ -147,15 +153,7 @@ TEST_CASE("the frontier schedules (V-shaped and interleaved zero bubble, looped 
   REQUIRE(max_diff(x.grad(), ref.input_grad) <= kTol);
   REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
   // Pipe::forward and its backward on the same placement (looped BFS over it).
-  plain.zero_grad();
-  pipe.zero_grad();
-  PlainRun again = plain_model_run(plain, x0, target);
-  Tensor xf = x0.clone().set_requires_grad(true);
-  Tensor out = pipe.forward(xf);
-  nn::mse_loss(out, target.to(out.device())).backward();
-  REQUIRE(max_diff(out, again.out) <= kTol);
-  REQUIRE(max_diff(xf.grad(), again.input_grad) <= kTol);
-  REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
+  check_forward_equals_plain(pipe, plain, x0, target);
 }
 
 TEST_CASE("a schedule placed differently from the pipe is refused, naming the stage") {
