@@ -16,8 +16,9 @@
 // with a budget of one thread runs its GEMMs on itself, two workers never oversubscribe two
 // cores, and concurrent calls from several workers are safe (the pthread build of OpenBLAS,
 // which third_party/openblas pins, is made for concurrent callers: its buffer pool is guarded,
-// and a call with one thread runs on the caller without its thread server). The block split is along the larger of M and N: each block packs only its
-// slice of the operand that dimension indexes and shares nothing with the others. Caveat,
+// and a call with one thread runs on the caller without its thread server). The block split
+// is along the larger of M and N: each block packs only its slice of the operand that
+// dimension indexes and shares nothing with the others. Caveat,
 // measured: with more runnable threads than cores, libgomp's default spin-wait makes the
 // split far slower than OpenBLAS's own (yielding) threads would be (docs/BENCHMARKS.md,
 // "OpenMP under load"); the pipelined path, one thread per worker, never forks.
