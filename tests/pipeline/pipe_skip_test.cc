@@ -43,6 +43,18 @@ nn::Sequential skip_model(uint64_t seed) {
 
 Tensor mse(const Tensor& out, const Tensor& t) { return nn::mse_loss(out, t); }
 
+/// pipe.train_step against `plain` on the same batch: the loss, the input gradient and every
+/// parameter gradient.
+void check_train_step_equals_plain(Pipe& pipe, nn::Sequential& plain, const Tensor& x0,
+                                   const Tensor& target) {
+  PlainRun ref = plain_model_run(plain, x0, target);
+  Tensor x = x0.clone().set_requires_grad(true);
+  StepResult r = pipe.train_step(x, target, mse);
+  REQUIRE(std::abs(r.loss - ref.loss.item()) <= kTol);
+  REQUIRE(max_diff(x.grad(), ref.input_grad) <= kTol);
+  REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
+}
+
 // Balances of skip_model and where its skips go: a (child 1 -> 5), b (child 3 -> 7).
 const std::vector<std::vector<int>> kBalances = {
     {9},                          // both local
@@ -137,12 +149,7 @@ TEST_CASE("train_step with skips equals the plain model under every schedule") {
                             .schedule = schedule});
   const Tensor x0 = randn({8, 4}, 7);
   const Tensor target = randn({8, 3}, 8);
-  PlainRun ref = plain_model_run(plain, x0, target);
-  Tensor x = x0.clone().set_requires_grad(true);
-  StepResult r = pipe.train_step(x, target, mse);
-  REQUIRE(std::abs(r.loss - ref.loss.item()) <= kTol);
-  REQUIRE(max_diff(x.grad(), ref.input_grad) <= kTol);
-  REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
+  check_train_step_equals_plain(pipe, plain, x0, target);
 }
 
 TEST_CASE("interleaved 1F1B with skips between virtual stages equals the plain model") {
@@ -157,12 +164,7 @@ TEST_CASE("interleaved 1F1B with skips between virtual stages equals the plain m
                             .virtual_stages = 2,
                             .schedule = "interleaved-1f1b"});
   const Tensor x0 = randn({8, 4}, 10), target = randn({8, 3}, 11);
-  PlainRun ref = plain_model_run(plain, x0, target);
-  Tensor x = x0.clone().set_requires_grad(true);
-  StepResult r = pipe.train_step(x, target, mse);
-  REQUIRE(std::abs(r.loss - ref.loss.item()) <= kTol);
-  REQUIRE(max_diff(x.grad(), ref.input_grad) <= kTol);
-  REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
+  check_train_step_equals_plain(pipe, plain, x0, target);
 }
 
 TEST_CASE("skips and several steps: gradients accumulate, eval and no-grad forwards work") {
@@ -468,12 +470,7 @@ TEST_CASE("skips under the V-shaped and interleaved zero-bubble schedules") {
                              .virtual_stages = 2,
                              .schedule = schedule});
   const Tensor x0 = randn({8, 4}, 15), target = randn({8, 3}, 16);
-  PlainRun ref = plain_model_run(plain, x0, target);
-  Tensor x = x0.clone().set_requires_grad(true);
-  StepResult r = pipe.train_step(x, target, mse);
-  REQUIRE(std::abs(r.loss - ref.loss.item()) <= kTol);
-  REQUIRE(max_diff(x.grad(), ref.input_grad) <= kTol);
-  REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
+  check_train_step_equals_plain(pipe, plain, x0, target);
 }
 
 TEST_CASE("each new namespace takes the next id, and isolating reuses the given one") {
