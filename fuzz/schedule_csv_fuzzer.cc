@@ -9,9 +9,9 @@
 #include <string_view>
 
 #include "fuzz/fuzz_util.h"
-#include "pipeline/schedule_io.h"
-#include "pipeline/schedule_validate.h"
-#include "pipeline/simulator.h"
+#include "pipeline/schedule/io.h"
+#include "pipeline/schedule/validate.h"
+#include "pipeline/schedule/simulator.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/checkpoint_mode.h"
+#include "pipeline/schedule/checkpoint_mode.h"
 #include "tensor/device.h"
 
 namespace pipewright::examples {

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "pipeline/checkpoint_mode.h"
+#include "pipeline/schedule/checkpoint_mode.h"
 #include "tensor/device.h"
 
 namespace pipewright::examples {
