@@ -93,7 +93,7 @@ double formula_bubble(const std::string& schedule, int p, int m, int v) {
   const double idle = p - 1;
   if (schedule == "interleaved-1f1b" || schedule == "looped-bfs") return idle / (v * m + idle);
   if (schedule == "zb-h1" || schedule == "zb-h2") return idle / (3.0 * m + idle);
-  // Idle (p-1) chunk-actions against 3·m·v per worker (schedule_frontier_test).
+  // Idle (p-1) chunk-actions against 3·m·v per worker (//tests/pipeline/schedule:frontier_test).
   if (schedule == "interleaved-zb" || schedule == "zb-v" || schedule == "dualpipev") {
     return idle / (3.0 * v * m + idle);
   }

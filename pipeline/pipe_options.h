@@ -43,7 +43,7 @@ struct PipeOptions {
   int virtual_stages = 1;
   /// The worker of each stage (balance.size() entries, each in [0, p) with p = balance.size()
   /// / virtual_stages, every worker holding a stage). Empty: the placement of `schedule`
-  /// (schedule_placement in schedules/make_schedule.h). A schedule given to train_step must
+  /// (schedule_placement in generators/make_schedule.h). A schedule given to train_step must
   /// place its stages the same way.
   std::vector<int> stage_worker = {};
   /// The schedule train_step runs when not given one (a make_schedule name: schedule_names()

@@ -1,15 +1,15 @@
 // schedule_svg: prints a schedule's simulated timeline as SVG (default), ASCII or Chrome
 // trace JSON, or its simulated numbers (makespan, idle, bubble, peak activations).
 //
-//   tools/bazel run //pipeline:schedule_svg -- 1f1b 4 8 > docs/img/1f1b.svg
-//   tools/bazel run //pipeline:schedule_svg -- interleaved-1f1b 4 8 2 --ascii
-//   tools/bazel run //pipeline:schedule_svg -- gpipe 4 8 --recompute except_last --stats
-//   tools/bazel run //pipeline:schedule_svg -- zb-h1 4 8 --trace > /tmp/zb-h1.json
-//   tools/bazel run //pipeline:schedule_svg -- zb-v 4 8 --torch-csv   # for torch.distributed
+//   tools/bazel run //tools:schedule_svg -- 1f1b 4 8 > docs/img/1f1b.svg
+//   tools/bazel run //tools:schedule_svg -- interleaved-1f1b 4 8 2 --ascii
+//   tools/bazel run //tools:schedule_svg -- gpipe 4 8 --recompute except_last --stats
+//   tools/bazel run //tools:schedule_svg -- zb-h1 4 8 --trace > /tmp/zb-h1.json
+//   tools/bazel run //tools:schedule_svg -- zb-v 4 8 --torch-csv   # for torch.distributed
 //
 // V-shaped schedules (zb-v, dualpipev) take V = 2 by default.
 //
-// Costs: tF = 1, tB = 2, tI = tW = 1, tR = 1 (simulator.h), unless --costs F,B or
+// Costs: tF = 1, tB = 2, tI = tW = 1, tR = 1 (pipeline/schedule/simulator.h), unless --costs F,B or
 // --costs F,I,W is given.
 #include <cstdio>
 #include <exception>

@@ -26,9 +26,9 @@
 // The last stage's B/I starts from the loss of its own F (train_step) or from the gradient
 // the user's loss.backward() hands over (Pipe::forward).
 //
-// Where the rest lives: generators and with_recompute in schedules.h, validate() in
-// schedule_validate.h, simulate() in simulator.h, to_ascii / to_csv / from_csv / to_svg /
-// to_chrome_trace in schedule_ascii.h, schedule_io.h, schedule_svg.h, schedule_trace.h;
+// Where the rest lives: generators and with_recompute in generators.h, validate() in
+// validate.h, simulate() in simulator.h, to_ascii / to_csv / from_csv / to_svg /
+// to_chrome_trace in ascii.h, io.h, svg.h and trace.h;
 // the story with pictures in docs/schedules.md.
 #pragma once
 

@@ -1,5 +1,5 @@
 // simulate: runs a schedule on paper. Given what each action costs, it computes when every
-// action starts and ends (dependency rules of schedule.h, replayed as in schedule_deps.h), the
+// action starts and ends (dependency rules of schedule.h, replayed as in deps.h), the
 // makespan, each worker's idle time, the bubble fraction and the peak number of micro-batch
 // activations each stage and worker holds.
 //

@@ -18,7 +18,7 @@ namespace pipewright::pipeline {
 ///     (stage or micro-batch out of range).
 ///
 /// Deadlock freedom: replays the schedule with the dependency rules of schedule.h (each worker
-/// in order, blocking until the inputs of its next action exist; see schedule_deps.h). If the
+/// in order, blocking until the inputs of its next action exist; see deps.h). If the
 /// replay gets stuck the message names each stuck worker, the action it waits at and the one it
 /// waits for:
 ///

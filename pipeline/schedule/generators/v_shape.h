@@ -6,7 +6,7 @@
 //   worker   0   1   2   3   3   2   1   0        c0 = stage w, c1 = stage 2p-1-w
 //
 // Both orders below are reproduced from their reference implementations (the action lists
-// for p = 2, m = 4 and p = 4, m = 8 are asserted in schedule_frontier_test).
+// for p = 2, m = 4 and p = 4, m = 8 are asserted in tests/pipeline/schedule/frontier_test.cc).
 #pragma once
 
 #include "pipeline/schedule/schedule.h"
