@@ -39,17 +39,17 @@ std::string to_ascii(const Schedule& schedule, const Costs& costs) {
   const int p = schedule.num_workers;
   const int columns = static_cast<int>(std::lround(sim.makespan));
 
-  // chunk[s]: position of stage s among its worker's stages (0 without interleaving).
-  std::vector<int> chunk(schedule.num_stages, 0);
+  // vstage[s]: position of stage s among its worker's stages (0 without interleaving).
+  std::vector<int> vstage(schedule.num_stages, 0);
   bool interleaved = false;
   for (int w = 0; w < p; ++w) {
     const std::vector<int> stages = schedule.stages_of(w);
-    for (size_t c = 0; c < stages.size(); ++c) chunk[stages[c]] = static_cast<int>(c);
+    for (size_t c = 0; c < stages.size(); ++c) vstage[stages[c]] = static_cast<int>(c);
     interleaved = interleaved || stages.size() > 1;
   }
   auto label = [&](const Action& a) {
     std::string text = action_letter(a.kind) + std::to_string(a.microbatch);
-    if (interleaved) text += static_cast<char>('a' + chunk[a.stage] % 26);
+    if (interleaved) text += static_cast<char>('a' + vstage[a.stage] % 26);
     return text;
   };
 

@@ -13,7 +13,7 @@ namespace pipewright::pipeline {
 /// tR = 1) and draws it. A cell is an action's letter and micro-batch ("F3", "B3", "I3",
 /// "W3", "R3"), repeated over each time unit the action lasts; "." is an idle unit. When a
 /// worker owns several stages (interleaving), a letter after the micro-batch names the
-/// worker's chunk: "F3a" runs on its first stage, "F3b" on its second. gpipe(3, 4):
+/// worker's virtual stage: "F3a" runs on its first stage, "F3b" on its second. gpipe(3, 4):
 ///
 ///     worker 0  F0 F1 F2 F3 .  .  .  .  .  .  .  B3 B3 B2 B2 B1 B1 B0 B0
 ///     worker 1  .  F0 F1 F2 F3 .  .  .  .  B3 B3 B2 B2 B1 B1 B0 B0 .  .

@@ -6,7 +6,7 @@
 // Cost convention: costs are per action on ONE (virtual) stage. Defaults: tF = 1, tB = 2
 // (a backward costs about two forwards), and for split backwards tI = tW = 1 (tI + tW = tB);
 // a recompute costs a forward. With interleaving, a virtual stage is 1/v of a worker's model,
-// so costs per chunk-action are 1/v of a whole stage's.
+// so costs per virtual-stage action are 1/v of a whole stage's.
 //
 // Memory convention (counted in "cells": one micro-batch's activations on one stage; timing
 // does not matter because a stage's memory only changes on its own worker, in list order):

@@ -19,7 +19,7 @@ constexpr double kLegend = 46;    // axis + legend below the rows
 
 struct Style {
   const char* fill;
-  const char* light;  // odd chunks of interleaved schedules
+  const char* light;  // odd virtual stages of interleaved schedules
   const char* text;
 };
 
@@ -56,11 +56,11 @@ std::string text(double x, double y, const std::string& s, const std::string& fi
 std::string to_svg(const Schedule& schedule, const Costs& costs) {
   const Simulation sim = simulate(schedule, costs);
   const int p = schedule.num_workers;
-  std::vector<int> chunk(schedule.num_stages, 0);
+  std::vector<int> vstage(schedule.num_stages, 0);
   int v = 1;
   for (int w = 0; w < p; ++w) {
     const std::vector<int> stages = schedule.stages_of(w);
-    for (size_t c = 0; c < stages.size(); ++c) chunk[stages[c]] = static_cast<int>(c);
+    for (size_t c = 0; c < stages.size(); ++c) vstage[stages[c]] = static_cast<int>(c);
     v = std::max(v, static_cast<int>(stages.size()));
   }
 
@@ -95,11 +95,11 @@ std::string to_svg(const Schedule& schedule, const Costs& costs) {
     for (const TimedAction& t : sim.timeline[w]) {
       if (t.end <= t.start) continue;
       const Style st = style(t.action.kind);
-      const bool odd_chunk = chunk[t.action.stage] % 2 == 1;
+      const bool odd_vstage = vstage[t.action.stage] % 2 == 1;
       const double x = kLeft + t.start * unit;
       const double bw = (t.end - t.start) * unit;
-      out += rect(x, y, bw, kBox, odd_chunk ? st.light : st.fill);
-      out += text(x + bw / 2, y + kBox / 2 + 4, std::to_string(t.action.microbatch), odd_chunk ? "#222222" : st.text);
+      out += rect(x, y, bw, kBox, odd_vstage ? st.light : st.fill);
+      out += text(x + bw / 2, y + kBox / 2 + 4, std::to_string(t.action.microbatch), odd_vstage ? "#222222" : st.text);
     }
   }
 
@@ -127,7 +127,9 @@ std::string to_svg(const Schedule& schedule, const Costs& costs) {
     out += text(lx + 20, ly + 11, kNames[static_cast<int>(k)], "#222222", "start", 11);
     lx += 110;
   }
-  if (v > 1) out += text(lx, ly + 11, "(lighter: the worker's 2nd chunk)", "#222222", "start", 11);
+  if (v > 1) {
+    out += text(lx, ly + 11, "(lighter: the worker's 2nd virtual stage)", "#222222", "start", 11);
+  }
   out += "</svg>\n";
   return out;
 }

@@ -11,9 +11,9 @@ namespace pipewright::pipeline {
 
 /// Simulates `schedule` with `costs` and draws one row per worker, time to the right: a
 /// colored box per action (F blue, B green, I teal, W yellow, R orange; a worker's second,
-/// fourth... chunk in a lighter shade) labelled with its micro-batch, over a time axis, with a
-/// title line (name, p, m, v, makespan, bubble fraction) and a legend. Throws what simulate()
-/// throws.
+/// fourth... virtual stage in a lighter shade) labelled with its micro-batch, over a time axis,
+/// with a title line (name, p, m, v, makespan, bubble fraction) and a legend. Throws what
+/// simulate() throws.
 std::string to_svg(const Schedule& schedule, const Costs& costs = Costs{});
 
 }  // namespace pipewright::pipeline

@@ -9,24 +9,24 @@
 namespace pipewright::pipeline {
 namespace {
 
-// The k-th forward (backward) a worker runs, as (chunk, micro-batch). Micro-batches go in
-// groups of p; within a group the worker walks its chunks upward for forwards and downward
+// The k-th forward (backward) a worker runs, as (virtual stage, micro-batch). Micro-batches go in
+// groups of p; within a group the worker walks its virtual stages upward for forwards and downward
 // for backwards:
 //
 //   k          0  1  2  3  4  5  6  7      (p = 2, v = 2, m = 4)
-//   fwd chunk  0  0  1  1  0  0  1  1
-//   bwd chunk  1  1  0  0  1  1  0  0
+//   fwd vstage 0  0  1  1  0  0  1  1
+//   bwd vstage 1  1  0  0  1  1  0  0
 //   mb         0  1  0  1  2  3  2  3
 struct Slot {
-  int chunk;
+  int vstage;
   int microbatch;
 };
 
 Slot slot(int k, int p, int v, bool forward) {
   const int in_group = k % (p * v);
-  int chunk = in_group / p;
-  if (!forward) chunk = v - 1 - chunk;
-  return Slot{chunk, (k / (p * v)) * p + k % p};
+  int vstage = in_group / p;
+  if (!forward) vstage = v - 1 - vstage;
+  return Slot{vstage, (k / (p * v)) * p + k % p};
 }
 
 }  // namespace
@@ -45,11 +45,11 @@ Schedule interleaved_1f1b(int p, int m, int v) {
     const int warmup = m == p ? total : std::min((p - w - 1) * 2 + (v - 1) * p, total);
     auto forward = [&](int k) {
       const Slot x = slot(k, p, v, true);
-      detail::emit(s, w, x.chunk * p + w, ActionKind::kForward, x.microbatch);
+      detail::emit(s, w, x.vstage * p + w, ActionKind::kForward, x.microbatch);
     };
     auto backward = [&](int k) {
       const Slot x = slot(k, p, v, false);
-      detail::emit(s, w, x.chunk * p + w, ActionKind::kBackward, x.microbatch);
+      detail::emit(s, w, x.vstage * p + w, ActionKind::kBackward, x.microbatch);
     };
     int next_f = 0;
     int next_b = 0;

@@ -43,7 +43,7 @@ Schedule make_schedule(std::string_view name, int p, int m, int v) {
     throw std::invalid_argument("unknown schedule '" + std::string(name) + "' (valid: " + valid + ")");
   }
   if (v != 1) {
-    throw std::invalid_argument(quoted + " has one model chunk per worker, so v must be 1 (got " +
+    throw std::invalid_argument(quoted + " has one virtual stage per worker, so v must be 1 (got " +
                                 std::to_string(v) +
                                 "); use 'interleaved-1f1b', 'interleaved-zb' or 'looped-bfs' for "
                                 "v > 1");

@@ -11,7 +11,7 @@
 namespace pipewright::pipeline {
 namespace {
 
-/// A V-shaped schedule under construction, one worker at a time: per-chunk counters of the
+/// A V-shaped schedule under construction, one worker at a time: per-virtual-stage counters of the
 /// next F, I/B and W micro-batch, and the FIFO of I's whose W is owed.
 class VWorker {
  public:
@@ -24,9 +24,9 @@ class VWorker {
     owed_.emplace_back(c, next_b_[c]);
     emit(c, ActionKind::kBackwardInput, next_b_[c]++);
   }
-  /// The W of chunk c's oldest I (ZB-V pays W's per chunk in order).
+  /// The W of virtual stage c's oldest I (ZB-V pays W's per virtual stage in order).
   void w(int c) { emit(c, ActionKind::kBackwardWeight, next_w_[c]++); }
-  /// The W of the oldest I of either chunk (DualPipeV's queue).
+  /// The W of the oldest I of either virtual stage (DualPipeV's queue).
   void w_oldest() {
     const auto [c, j] = owed_.front();
     owed_.pop_front();

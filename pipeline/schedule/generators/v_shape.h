@@ -1,5 +1,5 @@
 // V-shaped schedules: worker w holds stages w and 2p-1-w (v_placement), so a micro-batch
-// goes down the workers on its first chunk and back up on its second, and the loss (stage
+// goes down the workers on its first virtual stage and back up on its second, and the loss (stage
 // 2p-1) is on worker 0, beside stage 0:
 //
 //   stage    0   1   2   3   4   5   6   7        p = 4
@@ -28,10 +28,10 @@ namespace pipewright::pipeline {
 ///     worker 0  F0a F1a F2a F0b I0b W0b F1b I1b W1b F3a I0a W0a F2b I2b W2b I1a W1a F3b I3b W3b I2a W2a I3a W3a
 ///     worker 1  F0a F0b F1a F1b I0b W0b F2a I0a W0a F2b I1b W1b F3a I1a W1a F3b I2b W2b I2a I3b I3a W2a W3b W3a
 ///
-/// ("a" = c0, "b" = c1). With tF = tI = tW per chunk the workers are busy from their first
-/// action to their last but for the ramp at each end, at the activation memory of 1F1B:
-/// 2p chunk-cells (p whole-stage micro-batches) on worker 0. Throws std::invalid_argument if
-/// p < 1 or m < 1.
+/// ("a" = c0, "b" = c1). With tF = tI = tW per virtual stage the workers are busy from their
+/// first action to their last but for the ramp at each end, at the activation memory of 1F1B:
+/// 2p virtual-stage cells (p whole-stage micro-batches) on worker 0. Throws
+/// std::invalid_argument if p < 1 or m < 1.
 Schedule zb_v(int p, int m);
 
 /// DualPipeV (DeepSeek-AI, "DeepSeek-V3 Technical Report", 2024, DualPipe; the V-shaped

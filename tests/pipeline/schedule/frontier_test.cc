@@ -38,7 +38,8 @@ bool same_lists(const Schedule& a, const Schedule& b) {
   return lists(a) == lists(b) && a.stage_worker == b.stage_worker;
 }
 
-/// Costs of a chunk when a whole stage costs tF = tI = tW = 1 and a worker holds v chunks.
+/// Costs of a virtual stage when a worker's whole share costs tF = tI = tW = 1 and it holds v
+/// virtual stages.
 Costs equal_costs(int v) { return Costs::split(1.0 / v, 1.0 / v, 1.0 / v); }
 
 int max_of(const std::vector<int>& xs) { return *std::max_element(xs.begin(), xs.end()); }
@@ -162,7 +163,7 @@ TEST_CASE("every new schedule validates for p in 1..5 and many m") {
 }
 
 TEST_CASE("simulated bubble and memory: the closed forms") {
-  // A whole stage costs tF = tI = tW = 1 (tB = 2); a chunk costs 1/v of that.
+  // A whole stage costs tF = tI = tW = 1 (tB = 2); a virtual stage costs 1/v of that.
   const int p = GENERATE(2, 3, 4, 5);
   const int k = GENERATE(2, 3, 4);
   const int m = k * p;  // every generator's m constraint holds
@@ -174,22 +175,22 @@ TEST_CASE("simulated bubble and memory: the closed forms") {
       REQUIRE(sim.memory.worker_activations == std::vector<int>(p, m * v));
     }
   }
-  SECTION("zb-v: idle (p-1)(tF+tI-tW) per chunk, 2p chunk-cells (1F1B's peak) on every worker") {
+  SECTION("zb-v: idle (p-1)(tF+tI-tW) per virtual stage, 2p cells (1F1B's peak) on every worker") {
     const Simulation sim = simulate(zb_v(p, m), equal_costs(2));
     for (double idle : sim.idle) REQUIRE(idle == Approx((p - 1) * 0.5));
     REQUIRE(sim.memory.worker_activations == std::vector<int>(p, 2 * p));
-    // Against 1F1B on the same model: its worker 0 holds p whole-stage cells (= 2p chunks)
-    // and idles (p-1)(tF+tB) = 3(p-1); ZB-H1 idles (p-1)(tF+tI-tW) = p-1.
+    // Against 1F1B on the same model: its worker 0 holds p whole-stage cells (= 2p
+    // virtual-stage cells) and idles (p-1)(tF+tB) = 3(p-1); ZB-H1 idles (p-1)(tF+tI-tW) = p-1.
     const Simulation one = simulate(one_f_one_b(p, m), Costs::split(1, 1, 1));
     REQUIRE(one.memory.worker_activations[0] == p);
     REQUIRE(one.idle[0] == Approx(3.0 * (p - 1)));
   }
-  SECTION("interleaved-zb: the same idle as ZB-V, 2p chunk-cells on every worker (v = 2)") {
+  SECTION("interleaved-zb: the same idle as ZB-V, 2p virtual-stage cells on every worker (v = 2)") {
     const Simulation sim = simulate(interleaved_zero_bubble(p, m, 2), equal_costs(2));
     for (double idle : sim.idle) REQUIRE(idle == Approx((p - 1) * 0.5));
     REQUIRE(sim.memory.worker_activations == std::vector<int>(p, 2 * p));
   }
-  SECTION("dualpipev (pairs run as F then B): ZB-V's idle, one more chunk-cell (PP + 1)") {
+  SECTION("dualpipev (pairs run as F then B): ZB-V's idle, one more virtual-stage cell (PP + 1)") {
     const Simulation sim = simulate(dualpipev(p, m), equal_costs(2));
     for (double idle : sim.idle) REQUIRE(idle == Approx((p - 1) * 0.5));
     REQUIRE(sim.memory.worker_activations == std::vector<int>(p, 2 * p + 1));

@@ -106,15 +106,16 @@ TEST_CASE("1f1b with m < p: the first stages degenerate to fill-drain") {
   check_lists(one_f_one_b(4, 2), {"F0 F1 B0 B1", "F0 F1 B0 B1", "F0 F1 B0 B1", "F0 B0 F1 B1"});
 }
 
-TEST_CASE("interleaved 1f1b: Megatron-LM's chunk order, p=2 m=4 v=2") {
+TEST_CASE("interleaved 1f1b: Megatron-LM's virtual-stage order, p=2 m=4 v=2") {
   const Schedule s = interleaved_1f1b(2, 4, 2);
   CHECK(s.name == "interleaved-1f1b");
   CHECK(s.num_workers == 2);
   CHECK(s.num_stages == 4);
   CHECK(s.stage_worker == std::vector<int>{0, 1, 0, 1});
   CHECK(s.stages_of(0) == std::vector<int>{0, 2});
-  // Worker 0 (stages 0 and 2) warms up with (p-w-1)*2 + (v-1)*p = 4 forwards: chunk 0 of
-  // micro-batches 0 1, then chunk 1 of 0 1. Its backwards start on chunk 1 (stage 2).
+  // Worker 0 (stages 0 and 2) warms up with (p-w-1)*2 + (v-1)*p = 4 forwards: virtual stage 0
+  // of micro-batches 0 1, then virtual stage 1 of 0 1. Its backwards start on virtual stage 1
+  // (stage 2).
   const std::string w0 = "F0@0 F1@0 F0@2 F1@2 F2@0 B0@2 F3@0 B1@2 F2@2 B0@0 F3@2 B1@0 B2@2 B3@2 B2@0 B3@0";
   // Worker 1 (stages 1 and 3) warms up with 2 forwards.
   const std::string w1 = "F0@1 F1@1 F0@3 B0@3 F1@3 B1@3 F2@1 B0@1 F3@1 B1@1 F2@3 B2@3 F3@3 B3@3 B2@1 B3@1";
@@ -162,10 +163,10 @@ TEST_CASE("every generator validates for p in 1..4, m in 1..16") {
   for (int p = 1; p <= 4; ++p) {
     for (int m = 1; m <= 16; ++m) {
       for (const std::string& name : schedule_names()) {
-        const bool chunked =
+        const bool interleaved =
             name == "interleaved-1f1b" || name == "interleaved-zb" || name == "looped-bfs";
         const bool v_shape = name == "zb-v" || name == "dualpipev";
-        for (int v = v_shape ? 2 : 1; v <= (chunked ? 3 : v_shape ? 2 : 1); ++v) {
+        for (int v = v_shape ? 2 : 1; v <= (interleaved ? 3 : v_shape ? 2 : 1); ++v) {
           if (name == "interleaved-1f1b" && m % p != 0) continue;
           if (name == "interleaved-zb" && m % std::max(1, m / p) != 0) continue;
           if (name == "dualpipev" && m < 2 * p) continue;

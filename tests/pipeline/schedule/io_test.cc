@@ -37,7 +37,7 @@ TEST_CASE("to_ascii draws gpipe's fill-drain") {
         "worker 2  .  .  F0 F1 F2 F3 B3 B3 B2 B2 B1 B1 B0 B0 .  .  .  .\n");
 }
 
-TEST_CASE("to_ascii with tF = tB, a split schedule, and chunk letters when interleaved") {
+TEST_CASE("to_ascii with tF = tB, a split schedule, and virtual-stage letters when interleaved") {
   CHECK(to_ascii(one_f_one_b(2, 3), Costs::unit(1, 1)) ==
         "worker 0  F0 F1 .  B0 F2 B1 .  B2\n"
         "worker 1  .  F0 B0 F1 B1 F2 B2 .\n");
@@ -182,9 +182,9 @@ TEST_CASE("torch CSV: a schedule written for torch runs here unchanged") {
   CHECK(to_torch_csv(s) == torch_zbv.substr(0, torch_zbv.find('\n') + 1) +
                                torch_zbv.substr(torch_zbv.find('\n') + 2));
   for (const std::string& name : schedule_names()) {
-    const bool chunked = name == "interleaved-1f1b" || name == "interleaved-zb" ||
+    const bool interleaved = name == "interleaved-1f1b" || name == "interleaved-zb" ||
                          name == "looped-bfs" || name == "zb-v" || name == "dualpipev";
-    const Schedule g = make_schedule(name, 2, 4, chunked ? 2 : 1);
+    const Schedule g = make_schedule(name, 2, 4, interleaved ? 2 : 1);
     INFO(name);
     CHECK(same(from_torch_csv(to_torch_csv(g), name), g));
   }

@@ -62,7 +62,8 @@ TEST_CASE("peak activations: gpipe holds m on every stage, 1f1b min(p-s, m)") {
 }
 
 TEST_CASE("interleaved 1f1b: idle (p-1)(tF+tB)/v with whole-stage costs tF, tB") {
-  // A virtual stage is 1/v of a worker's model: each chunk-action costs 1/v of a whole stage's.
+  // A virtual stage is 1/v of a worker's model: each of its actions costs 1/v of a whole
+  // stage's.
   for (int v = 1; v <= 3; ++v) {
     for (int p = 2; p <= 4; ++p) {
       for (int m = p; m <= 16; m += p) {
@@ -76,7 +77,7 @@ TEST_CASE("interleaved 1f1b: idle (p-1)(tF+tB)/v with whole-stage costs tF, tB")
   }
 }
 
-TEST_CASE("interleaved 1f1b: worker 0 holds p*v + p - 1 chunk-cells = A(p + (p-1)/v)") {
+TEST_CASE("interleaved 1f1b: worker 0 holds p*v + p - 1 virtual-stage cells = A(p + (p-1)/v)") {
   for (int v = 1; v <= 3; ++v) {
     for (int p = 2; p <= 4; ++p) {
       for (int m = 2 * p; m <= 16; m += p) {  // m == p runs all forwards first: m*v cells
