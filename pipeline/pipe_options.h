@@ -38,7 +38,7 @@ struct PipeOptions {
   /// Put every nn::BatchNorm1d in deferred mode: running statistics over the whole
   /// mini-batch, committed once per mini-batch (torchgpipe's deferred_batch_norm).
   bool deferred_batch_norm = false;
-  /// v: model chunks per worker (stages per worker) for "interleaved-1f1b", "interleaved-zb",
+  /// v: virtual stages per worker for "interleaved-1f1b", "interleaved-zb",
   /// "looped-bfs"; 2 for "zb-v" and "dualpipev".
   int virtual_stages = 1;
   /// The worker of each stage (balance.size() entries, each in [0, p) with p = balance.size()

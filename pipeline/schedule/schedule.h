@@ -2,7 +2,7 @@
 //
 // A cell is (micro-batch j, stage s). A schedule lists, for each worker, the actions it runs
 // in order. Stages are *virtual* stages: with interleaving, worker w owns stages w, w+p,
-// w+2p, ... (v model chunks per worker); otherwise stage s is worker s.
+// w+2p, ... (v virtual stages per worker); otherwise stage s is worker s.
 //
 //   F  forward of micro-batch j on stage s (keeps what its backward needs, or only its input
 //      when the cell is checkpointed)

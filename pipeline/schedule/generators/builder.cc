@@ -11,7 +11,7 @@ Schedule empty_schedule(const std::string& name, int p, int m, int v) {
   };
   if (p < 1) fail("the number of workers p", p);
   if (m < 1) fail("the number of micro-batches m", m);
-  if (v < 1) fail("the number of chunks per worker v", v);
+  if (v < 1) fail("the number of virtual stages per worker v", v);
   Schedule s;
   s.name = name;
   s.num_workers = p;

@@ -13,7 +13,7 @@ namespace pipewright::pipeline {
 /// "interleaved-zb", "looped-bfs", "zb-v", "dualpipev".
 const std::vector<std::string>& schedule_names();
 
-/// The stage placement of the schedule `name` for p workers and v chunks per worker:
+/// The stage placement of the schedule `name` for p workers and v virtual stages per worker:
 /// v_placement(p) for the V-shaped schedules ("zb-v", "dualpipev"), round_robin_placement(p, v)
 /// for the others. Read off make_schedule(name, p, 2p, v), so the two never disagree. Throws
 /// what make_schedule throws for the name, p and v.
@@ -21,7 +21,7 @@ std::vector<int> schedule_placement(std::string_view name, int p, int v = 1);
 
 /// gpipe(p, m), one_f_one_b(p, m), interleaved_1f1b(p, m, v), zb_h1(p, m), zb_h2(p, m),
 /// interleaved_zero_bubble(p, m, v), looped_bfs(p, m, v), zb_v(p, m) or dualpipev(p, m).
-/// `v` (model chunks per worker) is any v >= 1 for the interleaved schedules and looped-bfs,
+/// `v` (virtual stages per worker) is any v >= 1 for the interleaved schedules and looped-bfs,
 /// exactly 2 for the V-shaped ones, 1 for the others. Throws std::invalid_argument for an
 /// unknown name (listing the valid ones), for a v the schedule does not take, and for
 /// whatever the generator rejects.
