@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/schedule.h"
+#include "pipeline/schedule/schedule.h"
 
 namespace pipewright::pipeline {
 

@@ -26,7 +26,7 @@
 #include "nn/loss.h"
 #include "nn/optim.h"
 #include "pipeline/pipe.h"
-#include "pipeline/schedules.h"
+#include "pipeline/schedule/generators.h"
 #include "tensor/generator.h"
 #include "tests/pipeline/pipe_test_util.h"
 
