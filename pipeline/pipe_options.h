@@ -27,10 +27,10 @@ class Processes;
 
 struct PipeOptions {
   /// Children per stage, in order; Σ balance = number of children of the Sequential.
-  std::vector<int> balance;
+  std::vector<int> balance = {};
   /// One device per worker (= per stage when virtual_stages is 1). Several workers may share
   /// a device (each still gets its own thread). Extra devices are ignored, as in torchgpipe.
-  std::vector<Device> devices;
+  std::vector<Device> devices = {};
   /// Micro-batches per mini-batch (fewer when the batch has fewer rows).
   int chunks = 1;
   /// Which micro-batches recompute their forward before the backward (checkpoint_mode.h).
@@ -60,7 +60,7 @@ struct PipeOptions {
   /// how messages leave the process (processes.h; distributed/mpi_processes.h makes one per
   /// MPI rank). Every process then builds the same Pipe; train_step runs only the local
   /// workers, and Pipe::forward throws std::invalid_argument.
-  std::shared_ptr<Processes> processes;
+  std::shared_ptr<Processes> processes = {};
 };
 
 }  // namespace pipewright::pipeline

@@ -27,9 +27,9 @@
 // the user's loss.backward() hands over (Pipe::forward).
 //
 // Where the rest lives: generators and with_recompute in schedules.h, validate() in
-// schedule_validate.h, simulate() in simulator.h, to_ascii / to_csv / from_csv / to_svg /
-// to_chrome_trace in schedule_ascii.h, schedule_io.h, schedule_svg.h, schedule_trace.h;
-// the story with pictures in docs/schedules.md.
+// schedule_validate.h, simulate() in simulator.h, to_ascii / to_csv / from_csv / to_svg in
+// schedule_ascii.h, schedule_io.h, schedule_svg.h (the Chrome trace of a simulated schedule:
+// Trace::simulated in trace.h); the story with pictures in docs/schedules.md.
 #pragma once
 
 #include <cstdint>

@@ -20,9 +20,9 @@
 #include "pipeline/schedule_ascii.h"
 #include "pipeline/schedule_io.h"
 #include "pipeline/schedule_svg.h"
-#include "pipeline/schedule_trace.h"
 #include "pipeline/schedules.h"
 #include "pipeline/simulator.h"
+#include "pipeline/trace.h"
 
 using namespace pipewright::pipeline;
 
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
     } else if (torch_csv) {
       out = to_torch_csv(s);
     } else if (trace) {
-      out = to_chrome_trace(s, costs);
+      out = Trace::simulated(s, costs).to_chrome_json();
     } else {
       out = ascii ? to_ascii(s, costs) : to_svg(s, costs);
     }
