@@ -83,9 +83,6 @@ class Cell {
   /// W: runs the weight-gradient halves deferred by backward_input().
   void backward_weight();
 
-  bool checkpointed() const { return mode_ == CellMode::kCheckpoint; }
-  /// True between F/R and B/I: the cell holds a graph.
-  bool has_graph() const { return has_graph_; }
   /// Drops everything (inputs, outputs, graph, deferred work).
   void reset();
 
