@@ -76,7 +76,7 @@ TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config)
   app.add_option("--stages", c.stages, "Pipeline stages (one worker thread and CPU device each)");
   app.add_option("--balance", balance_,
                  "Layers per stage, comma-separated, or auto-time / auto-size to profile the "
-                 "layers (default: even split by parameters)");
+                 "layers (default: the cut whose largest stage by parameters is smallest)");
   app.add_option("--chunks", c.chunks, "Micro-batches per mini-batch");
   app.add_option("--checkpoint", checkpoint_,
                  "Activation checkpointing: always, except_last or never")
