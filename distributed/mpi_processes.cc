@@ -286,23 +286,22 @@ std::exception_ptr MpiProcesses::step_failed(const pipeline::Step& step, std::ex
   return std::make_exception_ptr(std::runtime_error(text));
 }
 
-double MpiProcesses::sum_over_replicas(double value) {
-  if (replicas_ == 1) return value;
+double MpiProcesses::sum_on(MPI_Comm comm, double value, const std::string& what) {
   double sum = 0;
   MPI_Request request;
-  check(MPI_Iallreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, stage_comm_, &request),
-        "MPI_Iallreduce (loss)");
-  wait_for(request, "sum of the loss over replicas");
+  check(MPI_Iallreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, comm, &request),
+        ("MPI_Iallreduce (" + what + ")").c_str());
+  wait_for(request, what);
   return sum;
 }
 
+double MpiProcesses::sum_over_replicas(double value) {
+  if (replicas_ == 1) return value;
+  return sum_on(stage_comm_, value, "sum of the loss over replicas");
+}
+
 double MpiProcesses::sum_over_job(double value) {
-  double sum = 0;
-  MPI_Request request;
-  check(MPI_Iallreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, world_, &request),
-        "MPI_Iallreduce (sum)");
-  wait_for(request, "sum over the job");
-  return sum;
+  return sum_on(world_, value, "sum over the job");
 }
 
 void MpiProcesses::max_over_job(std::vector<double>& values) {
