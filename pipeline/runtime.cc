@@ -149,8 +149,9 @@ void Runtime::execute(Step& step, const std::vector<std::vector<Action>>& action
   try {
     hand_back(step, done);
   } catch (...) {
-    if (error == nullptr) throw;
+    if (error == nullptr) error = std::current_exception();
   }
+  publish(step);
   if (error != nullptr) std::rethrow_exception(error);
 }
 
@@ -224,10 +225,11 @@ StageFn Runtime::stage_fn(Step& step, int s, int j) {
     has_skips = has_skips || route.stash_stage == s || route.pop_stage == s;
   }
   const bool with_loss = step.is_last(s) && step.loss_fn != nullptr;
-  if (!has_skips && !with_loss) {
+  if (!has_skips && !with_loss && step.arguments.empty()) {
     return [&module](const nn::Tensors& in) { return module.forward(in); };
   }
   return [this, &module, &step, s, j, has_skips, with_loss](const nn::Tensors& in) {
+    nn::ArgumentsGuard arguments(step.arguments);
     nn::Tensors out, stashed;
     if (has_skips) {
       const auto regular = static_cast<std::ptrdiff_t>(in.size() - skips_.portals_in(s).size());
@@ -239,11 +241,12 @@ StageFn Runtime::stage_fn(Step& step, int s, int j) {
       out = module.forward(in);
     }
     if (with_loss) {
-      if (out.size() != 1) {
-        throw std::invalid_argument("train_step: the last stage must return one tensor for the "
-                                    "loss, got " + std::to_string(out.size()));
+      if (step.keep_outputs) {
+        nn::Tensors kept;
+        for (const Tensor& t : out) kept.push_back(t.defined() ? t.detach() : t);
+        step.outputs[j] = std::move(kept);
       }
-      Tensor loss = step.loss_fn(out[0], step.targets[j]);
+      Tensor loss = step.loss_fn(out, step.targets[j]);
       if (!loss.defined() || loss.numel() != 1) {
         throw std::invalid_argument(
             "train_step: loss_fn must return a one-element tensor, got " +
@@ -353,8 +356,13 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
     send(step, {s, j, Direction::kActivation}, std::move(out), s, s + 1);
   } else if (step.loss_fn) {
     // Note [Non-finite loss]: a NaN or infinite loss stops the step with an error before its
-    // backward can spread it into the gradients of every parameter.
+    // backward can spread it into the gradients of every parameter (eval_step, which runs no
+    // backward, reports it as it is).
     step.losses[j] = out.at(0).item();
+    if (step.mode == CellMode::kNoGrad) {
+      ++step.counters.forwards[s];
+      return;
+    }
     if (!std::isfinite(step.losses[j])) {
       throw std::domain_error("train_step: the loss of micro-batch " + std::to_string(j) +
                               " is " + std::to_string(step.losses[j]) +

@@ -113,7 +113,8 @@ class Runtime {
   Worker& worker(int w) { return *workers_.at(static_cast<size_t>(w)); }
 
   /// Runs actions[w] on worker w for every w and waits for all of them. Rethrows the first
-  /// exception an action raised. Not reentrant: one execute() per Runtime at a time.
+  /// exception an action raised, after publishing the step (last_trace() and friends) either
+  /// way. Not reentrant: one execute() per Runtime at a time.
   /// Ordered against the calling thread's current streams at both ends (Note [The caller's
   /// streams], runtime.cc): the workers' first kernels come after what the caller issued
   /// before the call, and what the caller issues after it (on its current streams of the
@@ -129,9 +130,8 @@ class Runtime {
   /// Re-seeds every worker's generator (worker w: mix_seed(seed, w), offset 0).
   void manual_seed(uint64_t seed);
 
-  /// Remembers `step`'s trace, counters and failure so far (Pipe::last_trace(),
-  /// last_counters(), last_failure()).
-  void publish(const Step& step);
+  /// What the last execute() did, failed or not: its step's trace and counters so far, and
+  /// where it failed (Pipe::last_trace(), last_counters(), last_failure()).
   Trace last_trace() const;
   StepCounters last_counters() const;
   std::optional<Failure> last_failure() const;
@@ -145,6 +145,8 @@ class Runtime {
  private:
   void run_actions(Step& step, int worker, const std::vector<Action>& actions);
   void hand_back(Step& step, const std::vector<Event>& done);
+  /// Remembers `step`'s trace, counters and failure (the last_* accessors).
+  void publish(const Step& step);
   void run_action(Step& step, int worker, const Action& action);
   void forward(Step& step, int worker, const Action& action, TraceEvent& event);
   void backward(Step& step, const Action& action, TraceEvent& event);
