@@ -67,8 +67,8 @@
 // idle again and the Pipe stays usable: the next call makes a new Step and a new transport.
 // The caller's tensors are never modified (micro-batches are views; outputs are new
 // tensors). What a failed step already accumulated into .grad stays there, as with a failed
-// loss.backward() in PyTorch; deferred BatchNorm sums of a failed step are committed with
-// the next mini-batch.
+// loss.backward() in PyTorch; the deferred BatchNorm sums of a failed step are discarded
+// (DeferredBatchNorm::discard), so they never reach the running statistics.
 #pragma once
 
 #include <functional>
