@@ -78,11 +78,7 @@ MpiProcesses::MpiProcesses(MPI_Comm world, int workers, int replicas, int num_st
                                 " workers");
   }
   check(MPI_Comm_dup(world, &world_), "MPI_Comm_dup");
-  MPI_Comm node;
-  check(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
-        "MPI_Comm_split_type");
-  check(MPI_Comm_size(node, &ranks_on_node_), "MPI_Comm_size (node)");
-  MPI_Comm_free(&node);
+  ranks_on_node_ = node_ranks(world_, rank_).size;
   check(MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check(MPI_Comm_split(world_, replica(), worker(), &replica_comm_), "MPI_Comm_split (replica)");
   check(MPI_Comm_split(world_, worker(), replica(), &stage_comm_), "MPI_Comm_split (stage)");
