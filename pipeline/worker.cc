@@ -41,9 +41,15 @@ void Worker::loop() {
   }
 }
 
-void Countdown::done() {
+void Countdown::done(std::exception_ptr error) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (error && !error_) error_ = std::move(error);
   if (--count_ == 0) zero_.notify_all();
+}
+
+std::exception_ptr Countdown::error() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
 }
 
 void Countdown::wait() {

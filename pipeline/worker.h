@@ -73,17 +73,21 @@ class Worker {
 };
 
 /// Counts down finished jobs; the caller waits for zero (a std::latch that TSan can see
-/// through: a mutex and a condition variable).
+/// through: a mutex and a condition variable). A job that ends with an exception it could
+/// not hand on passes it to done(); the first one is kept for the waiter (error()).
 class Countdown {
  public:
   explicit Countdown(int count) : count_(count) {}
-  void done();
+  void done(std::exception_ptr error = nullptr);
   void wait();
+  /// The first exception passed to done(), or nullptr.
+  std::exception_ptr error();
 
  private:
   std::mutex mutex_;
   std::condition_variable zero_;
   int count_;
+  std::exception_ptr error_;  // guarded by mutex_
 };
 
 /// SplitMix64: distinct, well-mixed seeds for the workers from one user seed.

@@ -6,8 +6,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <future>
 #include <memory>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -78,6 +80,21 @@ TEST_CASE("countdown waits for every worker") {
   }
   done->wait();
   REQUIRE(ran == 3);
+}
+
+TEST_CASE("countdown keeps the first exception a job hands it") {
+  Countdown c(3);
+  c.done();
+  c.done(std::make_exception_ptr(std::runtime_error("first")));
+  c.done(std::make_exception_ptr(std::logic_error("second")));
+  c.wait();
+  REQUIRE(c.error() != nullptr);
+  REQUIRE_THROWS_AS(std::rethrow_exception(c.error()), std::runtime_error);
+  REQUIRE_THROWS_WITH(std::rethrow_exception(c.error()), "first");
+  Countdown clean(1);
+  clean.done();
+  clean.wait();
+  REQUIRE(clean.error() == nullptr);
 }
 
 TEST_CASE("mix_seed gives distinct seeds per worker") {
