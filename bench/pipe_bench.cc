@@ -17,8 +17,8 @@
 // Counters (per step, averaged over the iterations):
 //   bubble         measured: Σ idle / (workers × wall) from the runtime's trace (trace.h)
 //   bubble_theory  (p-1)/(m+p-1): equal stages, free communication
-//   bubble_sim     the simulator (simulator.h) run on the schedule with the MEASURED mean cost
-//                  of each action kind on each stage over all timed steps
+//   bubble_sim     the simulator (pipeline/schedule/simulator.h) run on the schedule with the
+//                  MEASURED mean cost of each action kind on each stage over all timed steps
 //   bubble_replay  each step's schedule replayed with that step's measured action durations
 //                  and free hand-offs, averaged: bubble - bubble_replay is the idle time the
 //                  runtime adds (Note [Replaying a step], bench/pipeline_bench_util.h)
@@ -48,8 +48,8 @@
 #include "nn/loss.h"
 #include "nn/sequential.h"
 #include "pipeline/pipe.h"
-#include "pipeline/schedules.h"
-#include "pipeline/simulator.h"
+#include "pipeline/schedule/generators.h"
+#include "pipeline/schedule/simulator.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
 #include "tensor/threads.h"

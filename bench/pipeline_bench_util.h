@@ -19,9 +19,9 @@
 #include <tuple>
 #include <utility>
 
-#include "pipeline/schedule.h"
-#include "pipeline/schedule_deps.h"
-#include "pipeline/simulator.h"
+#include "pipeline/schedule/schedule.h"
+#include "pipeline/schedule/deps.h"
+#include "pipeline/schedule/simulator.h"
 #include "pipeline/trace.h"
 
 namespace pipewright::bench {

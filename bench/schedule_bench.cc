@@ -30,7 +30,7 @@
 //                   (idle (p-1)(tF+tI-tW) with tF = tI = tW; within one step ZB-H2's makespan
 //                   equals ZB-H1's at equal costs, see docs/schedules.md),
 //                   (p-1)/(v·m+p-1) for looped-bfs, (p-1)/(3vm+p-1) for interleaved-zb, zb-v
-//                   and dualpipev (idle p-1 chunk-actions with tF = tI = tW)
+//                   and dualpipev (idle p-1 virtual-stage actions with tF = tI = tW)
 //   peak_kib_wN     peak bytes allocated on worker N's device during a step, above what it
 //                   held before (KiB, the largest over the timed steps): activations kept
 //                   for backward, messages received early, and one action's working memory
@@ -59,8 +59,8 @@
 #include "nn/loss.h"
 #include "nn/sequential.h"
 #include "pipeline/pipe.h"
-#include "pipeline/schedules.h"
-#include "pipeline/simulator.h"
+#include "pipeline/schedule/generators.h"
+#include "pipeline/schedule/simulator.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
 
@@ -81,8 +81,8 @@ nn::Sequential make_mlp() {
   return m;
 }
 
-/// Model chunks per worker: 2 for the interleaved, looped and V-shaped schedules.
-int chunks_per_worker(const std::string& schedule) {
+/// virtual stages per worker: 2 for the interleaved, looped and V-shaped schedules.
+int virtual_stages_per_worker(const std::string& schedule) {
   return schedule == "interleaved-1f1b" || schedule == "interleaved-zb" ||
                  schedule == "looped-bfs" || schedule == "zb-v" || schedule == "dualpipev"
              ? 2
@@ -93,7 +93,8 @@ double formula_bubble(const std::string& schedule, int p, int m, int v) {
   const double idle = p - 1;
   if (schedule == "interleaved-1f1b" || schedule == "looped-bfs") return idle / (v * m + idle);
   if (schedule == "zb-h1" || schedule == "zb-h2") return idle / (3.0 * m + idle);
-  // Idle (p-1) chunk-actions against 3·m·v per worker (schedule_frontier_test).
+  // Idle (p-1) virtual-stage actions against 3·m·v per worker
+  // (//tests/pipeline/schedule:frontier_test).
   if (schedule == "interleaved-zb" || schedule == "zb-v" || schedule == "dualpipev") {
     return idle / (3.0 * v * m + idle);
   }
@@ -102,7 +103,7 @@ double formula_bubble(const std::string& schedule, int p, int m, int v) {
 
 void schedule_step(benchmark::State& state, const std::string& schedule, int p, int m,
                    bool input_grad = true) {
-  const int v = chunks_per_worker(schedule);
+  const int v = virtual_stages_per_worker(schedule);
   const int stages = p * v;
   std::vector<Device> devices;
   for (int w = 0; w < p; ++w) devices.push_back(Device::cpu(w));

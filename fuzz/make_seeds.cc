@@ -21,8 +21,8 @@
 #include "nn/safetensors.h"
 #include "nn/sequential.h"
 #include "nn/serialize.h"
-#include "pipeline/schedule_io.h"
-#include "pipeline/schedules.h"
+#include "pipeline/schedule/io.h"
+#include "pipeline/schedule/generators.h"
 #include "tensor/generator.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// Fuzzes pipeline::from_csv and from_torch_csv (pipeline/schedule_io.h) with every input.
+// Fuzzes pipeline::from_csv and from_torch_csv (pipeline/schedule/io.h) with every input.
 // Each must either throw std::invalid_argument, or give a schedule that validate() accepts,
 // that the simulator runs to the end (validate's promise: no deadlock), and that the
 // matching writer (to_csv, to_torch_csv) writes back as text its reader reads to the same
@@ -9,9 +9,9 @@
 #include <string_view>
 
 #include "fuzz/fuzz_util.h"
-#include "pipeline/schedule_io.h"
-#include "pipeline/schedule_validate.h"
-#include "pipeline/simulator.h"
+#include "pipeline/schedule/io.h"
+#include "pipeline/schedule/validate.h"
+#include "pipeline/schedule/simulator.h"
 
 namespace {
 

@@ -15,8 +15,8 @@
 #include "pipeline/plan.h"
 #include "pipeline/processes.h"
 #include "pipeline/runtime.h"
-#include "pipeline/schedule_validate.h"
-#include "pipeline/schedules.h"
+#include "pipeline/schedule/validate.h"
+#include "pipeline/schedule/generators.h"
 #include "pipeline/skip_layout.h"
 #include "tensor/threads.h"
 

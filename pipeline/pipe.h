@@ -45,7 +45,7 @@
 #include "nn/sequential.h"
 #include "pipeline/microbatch.h"
 #include "pipeline/pipe_options.h"
-#include "pipeline/schedule.h"
+#include "pipeline/schedule/schedule.h"
 #include "pipeline/step.h"
 #include "pipeline/trace.h"
 

@@ -24,7 +24,7 @@
 
 #include "autograd/node.h"
 #include "pipeline/microbatch.h"
-#include "pipeline/schedule.h"
+#include "pipeline/schedule/schedule.h"
 #include "pipeline/step.h"
 
 namespace pipewright::pipeline {

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/checkpoint_mode.h"
+#include "pipeline/schedule/checkpoint_mode.h"
 #include "tensor/device.h"
 
 namespace pipewright::pipeline {
@@ -38,12 +38,12 @@ struct PipeOptions {
   /// Put every nn::BatchNorm1d in deferred mode: running statistics over the whole
   /// mini-batch, committed once per mini-batch (torchgpipe's deferred_batch_norm).
   bool deferred_batch_norm = false;
-  /// v: model chunks per worker (stages per worker) for "interleaved-1f1b", "interleaved-zb",
+  /// v: virtual stages per worker for "interleaved-1f1b", "interleaved-zb",
   /// "looped-bfs"; 2 for "zb-v" and "dualpipev".
   int virtual_stages = 1;
   /// The worker of each stage (balance.size() entries, each in [0, p) with p = balance.size()
   /// / virtual_stages, every worker holding a stage). Empty: the placement of `schedule`
-  /// (schedule_placement in schedules/make_schedule.h). A schedule given to train_step must
+  /// (schedule_placement in generators/make_schedule.h). A schedule given to train_step must
   /// place its stages the same way.
   std::vector<int> stage_worker = {};
   /// The schedule train_step runs when not given one (a make_schedule name: schedule_names()

@@ -18,8 +18,8 @@
 #include "pipeline/plan.h"
 #include "pipeline/processes.h"
 #include "pipeline/runtime.h"
-#include "pipeline/schedule_validate.h"
-#include "pipeline/schedules.h"
+#include "pipeline/schedule/validate.h"
+#include "pipeline/schedule/generators.h"
 
 namespace pipewright::pipeline {
 namespace {

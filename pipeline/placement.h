@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "nn/sequential.h"
-#include "pipeline/checkpoint_mode.h"
+#include "pipeline/schedule/checkpoint_mode.h"
 #include "pipeline/pipe.h"
 #include "tensor/device.h"
 

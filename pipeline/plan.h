@@ -13,7 +13,7 @@
 
 #include <vector>
 
-#include "pipeline/schedule.h"
+#include "pipeline/schedule/schedule.h"
 
 namespace pipewright::pipeline {
 

@@ -78,7 +78,7 @@
 #include <vector>
 
 #include "pipeline/processes.h"
-#include "pipeline/schedule.h"
+#include "pipeline/schedule/schedule.h"
 #include "pipeline/skip_layout.h"
 #include "pipeline/step.h"
 #include "pipeline/worker.h"

@@ -23,7 +23,7 @@
 
 #include "nn/sequential.h"
 #include "nn/skip.h"
-#include "pipeline/schedule.h"
+#include "pipeline/schedule/schedule.h"
 
 namespace pipewright::pipeline {
 

@@ -27,7 +27,7 @@
 #include "nn/sequential.h"
 #include "pipeline/cell.h"
 #include "pipeline/microbatch.h"
-#include "pipeline/schedule.h"
+#include "pipeline/schedule/schedule.h"
 #include "pipeline/trace.h"
 #include "pipeline/transport.h"
 

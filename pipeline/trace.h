@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/schedule.h"
-#include "pipeline/simulator.h"
+#include "pipeline/schedule/schedule.h"
+#include "pipeline/schedule/simulator.h"
 
 namespace pipewright::pipeline {
 

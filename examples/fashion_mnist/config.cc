@@ -33,7 +33,7 @@ void validate(const TrainConfig& c, size_t num_layers) {
   }
   if (c.stages < 1 || static_cast<size_t>(num_partitions(c)) > num_layers) {
     bad("stages", std::to_string(c.stages),
-        "times " + std::to_string(chunks_per_worker(c)) +
+        "times " + std::to_string(virtual_stages_per_worker(c)) +
             " virtual stages must be between 1 and the model's " + std::to_string(num_layers) +
             " layers");
   }
@@ -51,7 +51,7 @@ void validate(const TrainConfig& c, size_t num_layers) {
       bad("balance", text, "has " + std::to_string(c.balance.size()) + " entries for " +
                                std::to_string(num_partitions(c)) + " partitions (" +
                                std::to_string(c.stages) + " stages x " +
-                               std::to_string(chunks_per_worker(c)) + " virtual stages)");
+                               std::to_string(virtual_stages_per_worker(c)) + " virtual stages)");
     }
     if (static_cast<size_t>(total) != num_layers) {
       bad("balance", text, "sums to " + std::to_string(total) + " but the model has " +
@@ -74,11 +74,11 @@ void validate(const TrainConfig& c, size_t num_layers) {
   if (c.test_limit < 0) bad("test-limit", std::to_string(c.test_limit), "must be >= 0");
 }
 
-int chunks_per_worker(const TrainConfig& c) {
+int virtual_stages_per_worker(const TrainConfig& c) {
   if (c.virtual_stages > 0) return c.virtual_stages;
   return c.schedule == "zb-v" || c.schedule == "dualpipev" ? 2 : 1;
 }
 
-int num_partitions(const TrainConfig& c) { return c.stages * chunks_per_worker(c); }
+int num_partitions(const TrainConfig& c) { return c.stages * virtual_stages_per_worker(c); }
 
 }  // namespace pipewright::examples

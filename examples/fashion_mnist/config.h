@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/checkpoint_mode.h"
+#include "pipeline/schedule/checkpoint_mode.h"
 #include "tensor/device.h"
 
 namespace pipewright::examples {
@@ -33,9 +33,10 @@ struct TrainConfig {
   // Activations of this small MLP fit easily; recomputing them would cost ~25% more time.
   pipeline::Checkpoint checkpoint = pipeline::Checkpoint::kNever;
   std::string schedule = "gpipe";
-  // Model chunks per stage worker (PipeOptions::virtual_stages): 0 = what the schedule takes,
+  // Virtual stages per worker (PipeOptions::virtual_stages): 0 = what the schedule takes,
   // 2 for zb-v and dualpipev (a V), else 1; 2 or more for interleaved-1f1b, interleaved-zb
-  // and looped-bfs. The model is cut into stages x chunks partitions (balance has that many).
+  // and looped-bfs. The model is cut into stages x virtual stages partitions (balance has that
+  // many).
   int virtual_stages = 0;
   std::vector<Device> devices;            // empty: cpu:0 .. cpu:(stages-1)
   int threads = 0;                        // intra-op threads per worker; 0: cores / stages
@@ -56,9 +57,9 @@ struct TrainConfig {
   bool progress = true;                   // per-epoch progress bar
 };
 
-/// Model chunks per stage worker: config.virtual_stages, or the schedule's when that is 0.
-int chunks_per_worker(const TrainConfig& config);
-/// Partitions the model is cut into: stages x chunks_per_worker(config).
+/// Virtual stages per worker: config.virtual_stages, or the schedule's when that is 0.
+int virtual_stages_per_worker(const TrainConfig& config);
+/// Partitions the model is cut into: stages x virtual_stages_per_worker(config).
 int num_partitions(const TrainConfig& config);
 
 /// Throws std::invalid_argument naming the flag and value for any setting out of range

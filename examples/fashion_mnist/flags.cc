@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "pipeline/checkpoint_mode.h"
+#include "pipeline/schedule/checkpoint_mode.h"
 #include "tensor/device.h"
 
 namespace pipewright::examples {
@@ -84,9 +84,9 @@ TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config)
   app.add_option("--schedule", c.schedule,
                  "Pipeline schedule: gpipe, 1f1b, zb-h1, zb-h2, interleaved-1f1b, interleaved-zb, "
                  "looped-bfs (with --virtual-stages 2 or more), zb-v, dualpipev (V-shaped: two "
-                 "model chunks per stage worker)");
+                 "virtual stages per worker)");
   app.add_option("--virtual-stages", c.virtual_stages,
-                 "Model chunks per stage worker (0: the schedule's, 2 for zb-v and dualpipev, "
+                 "Virtual stages per worker (0: the schedule's, 2 for zb-v and dualpipev, "
                  "else 1); the model is cut into stages x this many partitions");
   app.add_option("--devices", devices_,
                  "Device per stage, comma-separated, e.g. cpu:0,cpu:1 (default cpu:0..)");

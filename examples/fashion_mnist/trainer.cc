@@ -85,8 +85,9 @@ std::string fingerprint(const TrainConfig& c) {
          c.optimizer + " lr_schedule=" + c.lr_schedule + " epochs=" + std::to_string(c.epochs) +
          " batch_size=" + std::to_string(c.batch_size) + " stages=" + std::to_string(c.stages) +
          " chunks=" + std::to_string(c.chunks) +
-         (chunks_per_worker(c) > 1 ? " virtual_stages=" + std::to_string(chunks_per_worker(c))
-                                   : "") +
+         (virtual_stages_per_worker(c) > 1
+              ? " virtual_stages=" + std::to_string(virtual_stages_per_worker(c))
+              : "") +
          (c.distributed ? " processes=" + std::to_string(c.stages * c.data_parallel) +
                               " data_parallel=" + std::to_string(c.data_parallel)
                         : "");
@@ -309,7 +310,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
                        .chunks = config.chunks,
                        .checkpoint = config.checkpoint,
                        .deferred_batch_norm = true,
-                       .virtual_stages = chunks_per_worker(config),
+                       .virtual_stages = virtual_stages_per_worker(config),
                        .schedule = config.schedule,
                        // Replica r > 0 draws other dropout masks than replica 0 (its rows differ).
                        .seed = config.seed + (processes ? 1'000'003ULL * processes->replica() : 0),
@@ -332,8 +333,8 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   for (int s = 0; s < config.stages; ++s) {
     log << " " << devices[s].str() << (s + 1 < config.stages ? "," : "");
   }
-  if (chunks_per_worker(config) > 1) {
-    log << " | " << chunks_per_worker(config) << " virtual stages each ("
+  if (virtual_stages_per_worker(config) > 1) {
+    log << " | " << virtual_stages_per_worker(config) << " virtual stages each ("
         << (config.schedule == "zb-v" || config.schedule == "dualpipev" ? "V" : "round robin")
         << ")";
   }

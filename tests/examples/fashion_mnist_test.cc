@@ -156,7 +156,7 @@ TEST_CASE("the V-shaped, interleaved and looped schedules train the main job") {
   std::ostringstream log;
   auto result = train(c, log);
   INFO(log.str());
-  // 2 stage workers x 2 model chunks: the model's 5 layers in 4 partitions.
+  // 2 stage workers x 2 virtual stages: the model's 5 layers in 4 partitions.
   const bool v_shape = schedule == "zb-v" || schedule == "dualpipev";
   CHECK(log.str().find(std::string("2 virtual stages each (") +
                        (v_shape ? "V" : "round robin") + ")") != std::string::npos);

@@ -23,7 +23,7 @@
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "pipeline/pipe.h"
-#include "pipeline/schedules.h"
+#include "pipeline/schedule/generators.h"
 #include "tensor/allocator.h"
 #include "tensor/cpu_allocator.h"
 #include "tensor/generator.h"

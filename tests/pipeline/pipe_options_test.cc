@@ -6,7 +6,7 @@
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "pipeline/pipe.h"
-#include "pipeline/schedules.h"
+#include "pipeline/schedule/generators.h"
 #include "tensor/ops.h"
 #include "tests/pipeline/pipe_test_util.h"
 

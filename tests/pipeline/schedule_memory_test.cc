@@ -60,8 +60,8 @@
 #include "nn/module.h"
 #include "nn/sequential.h"
 #include "pipeline/pipe.h"
-#include "pipeline/schedules.h"
-#include "pipeline/simulator.h"
+#include "pipeline/schedule/generators.h"
+#include "pipeline/schedule/simulator.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "pipeline/schedules.h"
+#include "pipeline/schedule/generators.h"
 
 using namespace pipewright::pipeline;
 

@@ -1,0 +1,84 @@
+#include "pipeline/schedule/ascii.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+namespace pipewright::pipeline {
+namespace {
+
+bool whole(double x) { return std::abs(x - std::round(x)) < 1e-9; }
+
+// Costs of the kinds the schedule uses must be whole time units (one column each).
+void check_whole(const Schedule& schedule, const Costs& costs) {
+  std::vector<StageCosts> all = costs.per_stage;
+  if (all.empty()) all.push_back(costs.uniform);
+  for (const auto& list : schedule.actions) {
+    for (const Action& a : list) {
+      for (const StageCosts& c : all) {
+        if (!whole(c.of(a.kind))) {
+          throw std::invalid_argument(std::string("to_ascii: the cost of ") + action_letter(a.kind) +
+                                      " must be a whole number of time units (got " +
+                                      std::to_string(c.of(a.kind)) + ")");
+        }
+      }
+    }
+  }
+  if (!whole(costs.comm_latency)) {
+    throw std::invalid_argument("to_ascii: comm_latency must be a whole number of time units (got " +
+                                std::to_string(costs.comm_latency) + ")");
+  }
+}
+
+}  // namespace
+
+std::string to_ascii(const Schedule& schedule, const Costs& costs) {
+  check_whole(schedule, costs);
+  const Simulation sim = simulate(schedule, costs);
+  const int p = schedule.num_workers;
+  const int columns = static_cast<int>(std::lround(sim.makespan));
+
+  // vstage[s]: position of stage s among its worker's stages (0 without interleaving).
+  std::vector<int> vstage(schedule.num_stages, 0);
+  bool interleaved = false;
+  for (int w = 0; w < p; ++w) {
+    const std::vector<int> stages = schedule.stages_of(w);
+    for (size_t c = 0; c < stages.size(); ++c) vstage[stages[c]] = static_cast<int>(c);
+    interleaved = interleaved || stages.size() > 1;
+  }
+  auto label = [&](const Action& a) {
+    std::string text = action_letter(a.kind) + std::to_string(a.microbatch);
+    if (interleaved) text += static_cast<char>('a' + vstage[a.stage] % 26);
+    return text;
+  };
+
+  std::vector<std::vector<std::string>> grid(p, std::vector<std::string>(columns, "."));
+  size_t width = 1;
+  for (int w = 0; w < p; ++w) {
+    for (const TimedAction& t : sim.timeline[w]) {
+      const std::string text = label(t.action);
+      width = std::max(width, text.size());
+      const int from = static_cast<int>(std::lround(t.start));
+      const int to = static_cast<int>(std::lround(t.end));
+      for (int c = from; c < to; ++c) grid[w][c] = text;
+    }
+  }
+
+  const std::string last_name = "worker " + std::to_string(p - 1);
+  std::string out;
+  for (int w = 0; w < p; ++w) {
+    std::string line = "worker " + std::to_string(w);
+    line.resize(last_name.size() + 2, ' ');
+    for (int c = 0; c < columns; ++c) {
+      std::string cell = grid[w][c];
+      cell.resize(width + 1, ' ');
+      line += cell;
+    }
+    line.erase(line.find_last_not_of(' ') + 1);
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace pipewright::pipeline

@@ -1,0 +1,26 @@
+// to_ascii: a schedule's simulated timeline as text, one row per worker, one column per time
+// unit. For learners and for tests that compare a whole timeline at a glance.
+#pragma once
+
+#include <string>
+
+#include "pipeline/schedule/schedule.h"
+#include "pipeline/schedule/simulator.h"
+
+namespace pipewright::pipeline {
+
+/// Simulates `schedule` with `costs` (see simulator.h; defaults tF = 1, tB = 2, tI = tW = 1,
+/// tR = 1) and draws it. A cell is an action's letter and micro-batch ("F3", "B3", "I3",
+/// "W3", "R3"), repeated over each time unit the action lasts; "." is an idle unit. When a
+/// worker owns several stages (interleaving), a letter after the micro-batch names the
+/// worker's virtual stage: "F3a" runs on its first stage, "F3b" on its second. gpipe(3, 4):
+///
+///     worker 0  F0 F1 F2 F3 .  .  .  .  .  .  .  B3 B3 B2 B2 B1 B1 B0 B0
+///     worker 1  .  F0 F1 F2 F3 .  .  .  .  B3 B3 B2 B2 B1 B1 B0 B0 .  .
+///     worker 2  .  .  F0 F1 F2 F3 B3 B3 B2 B2 B1 B1 B0 B0 .  .  .  .  .
+///
+/// Every line ends with '\n'; trailing spaces are trimmed. Throws what simulate() throws, and
+/// std::invalid_argument if a cost or the latency is not a whole number of time units.
+std::string to_ascii(const Schedule& schedule, const Costs& costs = Costs{});
+
+}  // namespace pipewright::pipeline

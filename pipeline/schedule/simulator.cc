@@ -1,0 +1,142 @@
+#include "pipeline/schedule/simulator.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "pipeline/schedule/deps.h"
+#include "pipeline/schedule/validate.h"
+
+namespace pipewright::pipeline {
+
+double StageCosts::of(ActionKind kind) const {
+  switch (kind) {
+    case ActionKind::kForward: return forward;
+    case ActionKind::kRecompute: return recompute;
+    case ActionKind::kBackward: return backward;
+    case ActionKind::kBackwardInput: return backward_input;
+    case ActionKind::kBackwardWeight: return backward_weight;
+  }
+  return 0.0;
+}
+
+Costs Costs::unit(double forward, double backward) {
+  Costs c;
+  c.uniform = StageCosts{forward, backward, backward / 2, backward / 2, forward};
+  return c;
+}
+
+Costs Costs::split(double forward, double backward_input, double backward_weight) {
+  Costs c;
+  c.uniform = StageCosts{forward, backward_input + backward_weight, backward_input,
+                         backward_weight, forward};
+  return c;
+}
+
+double Costs::of(const Action& a) const {
+  return per_stage.empty() ? uniform.of(a.kind) : per_stage[a.stage].of(a.kind);
+}
+
+namespace {
+
+void check_costs(const Schedule& schedule, const Costs& costs) {
+  auto check = [](const StageCosts& c, const std::string& where) {
+    for (ActionKind k : {ActionKind::kForward, ActionKind::kRecompute, ActionKind::kBackward,
+                         ActionKind::kBackwardInput, ActionKind::kBackwardWeight}) {
+      if (c.of(k) < 0) {
+        throw std::invalid_argument("simulate: cost of " + std::string(1, action_letter(k)) + where +
+                                    " is negative (" + std::to_string(c.of(k)) + ")");
+      }
+    }
+  };
+  if (costs.comm_latency < 0) {
+    throw std::invalid_argument("simulate: comm_latency is negative (" +
+                                std::to_string(costs.comm_latency) + ")");
+  }
+  if (costs.per_stage.empty()) {
+    check(costs.uniform, "");
+    return;
+  }
+  if (static_cast<int>(costs.per_stage.size()) != schedule.num_stages) {
+    throw std::invalid_argument("simulate: per_stage has " + std::to_string(costs.per_stage.size()) +
+                                " entries but the schedule has " +
+                                std::to_string(schedule.num_stages) + " stages");
+  }
+  for (size_t s = 0; s < costs.per_stage.size(); ++s) {
+    check(costs.per_stage[s], " on stage " + std::to_string(s));
+  }
+}
+
+}  // namespace
+
+MemoryPeaks peak_memory(const Schedule& schedule) {
+  const ActionIndex index(schedule);
+  MemoryPeaks peaks;
+  peaks.stage_activations.assign(schedule.num_stages, 0);
+  peaks.stage_checkpointed_inputs.assign(schedule.num_stages, 0);
+  peaks.worker_activations.assign(schedule.num_workers, 0);
+  peaks.worker_checkpointed_inputs.assign(schedule.num_workers, 0);
+  std::vector<int> full(schedule.num_stages, 0);
+  std::vector<int> inputs(schedule.num_stages, 0);
+
+  for (int w = 0; w < schedule.num_workers; ++w) {
+    int worker_full = 0;
+    int worker_inputs = 0;
+    for (const Action& a : schedule.actions[w]) {
+      const int s = a.stage;
+      const int j = a.microbatch;
+      const bool checkpointed = index.count(s, ActionKind::kRecompute, j) > 0;
+      if (a.kind == ActionKind::kForward) {
+        int& counter = checkpointed ? inputs[s] : full[s];
+        int& worker_counter = checkpointed ? worker_inputs : worker_full;
+        ++counter;
+        ++worker_counter;
+      } else if (a.kind == ActionKind::kRecompute) {  // the stashed input becomes a full tape
+        --inputs[s];
+        --worker_inputs;
+        ++full[s];
+        ++worker_full;
+      }
+      peaks.stage_activations[s] = std::max(peaks.stage_activations[s], full[s]);
+      peaks.stage_checkpointed_inputs[s] = std::max(peaks.stage_checkpointed_inputs[s], inputs[s]);
+      peaks.worker_activations[w] = std::max(peaks.worker_activations[w], worker_full);
+      peaks.worker_checkpointed_inputs[w] = std::max(peaks.worker_checkpointed_inputs[w], worker_inputs);
+      // The last action of the cell's backward (B, or W when split) frees its activations.
+      if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) {
+        --full[s];
+        --worker_full;
+      }
+    }
+  }
+  return peaks;
+}
+
+Simulation simulate(const Schedule& schedule, const Costs& costs) {
+  validate(schedule);
+  check_costs(schedule, costs);
+  const Replay r = replay(schedule, [&](const Action& a) { return costs.of(a); }, costs.comm_latency);
+
+  Simulation sim;
+  const int p = schedule.num_workers;
+  sim.timeline.resize(p);
+  sim.busy.assign(p, 0.0);
+  for (int w = 0; w < p; ++w) {
+    const auto& list = schedule.actions[w];
+    for (size_t i = 0; i < list.size(); ++i) {
+      sim.timeline[w].push_back(TimedAction{list[i], r.start[w][i], r.end[w][i]});
+      sim.busy[w] += r.end[w][i] - r.start[w][i];
+      sim.makespan = std::max(sim.makespan, r.end[w][i]);
+    }
+  }
+  sim.idle.resize(p);
+  double total_idle = 0.0;
+  for (int w = 0; w < p; ++w) {
+    sim.idle[w] = sim.makespan - sim.busy[w];
+    total_idle += sim.idle[w];
+  }
+  sim.bubble_fraction = sim.makespan > 0 ? total_idle / (p * sim.makespan) : 0.0;
+  sim.memory = peak_memory(schedule);
+  return sim;
+}
+
+}  // namespace pipewright::pipeline

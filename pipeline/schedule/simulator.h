@@ -1,0 +1,83 @@
+// simulate: runs a schedule on paper. Given what each action costs, it computes when every
+// action starts and ends (dependency rules of schedule.h, replayed as in deps.h), the
+// makespan, each worker's idle time, the bubble fraction and the peak number of micro-batch
+// activations each stage and worker holds.
+//
+// Cost convention: costs are per action on ONE (virtual) stage. Defaults: tF = 1, tB = 2
+// (a backward costs about two forwards), and for split backwards tI = tW = 1 (tI + tW = tB);
+// a recompute costs a forward. With interleaving, a virtual stage is 1/v of a worker's model,
+// so costs per virtual-stage action are 1/v of a whole stage's.
+//
+// Memory convention (counted in "cells": one micro-batch's activations on one stage; timing
+// does not matter because a stage's memory only changes on its own worker, in list order):
+//   - a cell that is NOT checkpointed (no R in the schedule) holds full activations from the
+//     start of its F until the end of its B, or of its W when the backward is split (W still
+//     needs the layer inputs);
+//   - a checkpointed cell (it has an R) holds only its input ("checkpointed input") from the
+//     start of its F until its R starts, then full activations from the start of its R until
+//     the end of its B / W.
+// Peaks per worker sum the cells of all the worker's stages at each point of its list.
+#pragma once
+
+#include <vector>
+
+#include "pipeline/schedule/schedule.h"
+
+namespace pipewright::pipeline {
+
+/// Duration of each kind of action on one stage.
+struct StageCosts {
+  double forward = 1.0;
+  double backward = 2.0;
+  double backward_input = 1.0;
+  double backward_weight = 1.0;
+  double recompute = 1.0;
+
+  double of(ActionKind kind) const;
+};
+
+struct Costs {
+  StageCosts uniform;                  // every stage, unless per_stage is given
+  std::vector<StageCosts> per_stage;   // measured costs, one entry per (virtual) stage
+  double comm_latency = 0.0;           // added to each dependency between two workers
+
+  /// Costs with tF, tB (and tI = tW = tB/2, tR = tF) on every stage.
+  static Costs unit(double forward = 1.0, double backward = 2.0);
+  /// Costs with tF, tI, tW (tB = tI + tW, tR = tF) on every stage.
+  static Costs split(double forward, double backward_input, double backward_weight);
+
+  double of(const Action& a) const;
+};
+
+struct TimedAction {
+  Action action;
+  double start = 0.0;
+  double end = 0.0;
+};
+
+/// Peak number of cells held at once (see the memory convention above).
+struct MemoryPeaks {
+  std::vector<int> stage_activations;          // full activations, per stage
+  std::vector<int> stage_checkpointed_inputs;  // stashed inputs of checkpointed cells, per stage
+  std::vector<int> worker_activations;         // full activations, per worker (all its stages)
+  std::vector<int> worker_checkpointed_inputs;
+};
+
+struct Simulation {
+  std::vector<std::vector<TimedAction>> timeline;  // per worker, in schedule order
+  double makespan = 0.0;                           // end of the last action (all start at 0)
+  std::vector<double> busy;                        // per worker: sum of its actions' costs
+  std::vector<double> idle;                        // per worker: makespan - busy
+  double bubble_fraction = 0.0;                    // sum(idle) / (num_workers * makespan)
+  MemoryPeaks memory;
+};
+
+/// Peak activations of a schedule (timing-independent). Requires a valid schedule.
+MemoryPeaks peak_memory(const Schedule& schedule);
+
+/// Validates `schedule` (throws what validate() throws), then simulates it with `costs`.
+/// Throws std::invalid_argument if a cost or the latency is negative, or per_stage is given
+/// with a size other than num_stages.
+Simulation simulate(const Schedule& schedule, const Costs& costs = Costs{});
+
+}  // namespace pipewright::pipeline

@@ -1,0 +1,137 @@
+#include "pipeline/schedule/svg.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+namespace pipewright::pipeline {
+namespace {
+
+// Layout, in pixels.
+constexpr double kMinUnit = 26;   // one time unit, at least
+constexpr double kMinBox = 22;    // the shortest action is drawn at least this wide
+constexpr double kRow = 30;       // one worker
+constexpr double kBox = 24;       // box height
+constexpr double kLeft = 74;      // worker names
+constexpr double kTop = 34;       // title
+constexpr double kLegend = 46;    // axis + legend below the rows
+
+struct Style {
+  const char* fill;
+  const char* light;  // odd virtual stages of interleaved schedules
+  const char* text;
+};
+
+Style style(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kForward: return {"#4e79a7", "#a5c0dd", "#ffffff"};
+    case ActionKind::kBackward: return {"#59a14f", "#a9d5a1", "#ffffff"};
+    case ActionKind::kBackwardInput: return {"#2a9d8f", "#9ad6ce", "#ffffff"};
+    case ActionKind::kBackwardWeight: return {"#e9c46a", "#f6e2b3", "#333333"};
+    case ActionKind::kRecompute: return {"#f28e2b", "#f9c794", "#ffffff"};
+  }
+  return {"#999999", "#cccccc", "#000000"};
+}
+
+std::string num(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", x);
+  return buf;
+}
+
+std::string rect(double x, double y, double w, double h, const std::string& fill) {
+  return "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(w) + "\" height=\"" + num(h) +
+         "\" rx=\"3\" fill=\"" + fill + "\" stroke=\"#ffffff\" stroke-width=\"1\"/>\n";
+}
+
+std::string text(double x, double y, const std::string& s, const std::string& fill, const char* anchor = "middle",
+                 int size = 12) {
+  return "<text x=\"" + num(x) + "\" y=\"" + num(y) + "\" fill=\"" + fill + "\" font-size=\"" +
+         std::to_string(size) + "\" text-anchor=\"" + anchor + "\">" + s + "</text>\n";
+}
+
+}  // namespace
+
+std::string to_svg(const Schedule& schedule, const Costs& costs) {
+  const Simulation sim = simulate(schedule, costs);
+  const int p = schedule.num_workers;
+  std::vector<int> vstage(schedule.num_stages, 0);
+  int v = 1;
+  for (int w = 0; w < p; ++w) {
+    const std::vector<int> stages = schedule.stages_of(w);
+    for (size_t c = 0; c < stages.size(); ++c) vstage[stages[c]] = static_cast<int>(c);
+    v = std::max(v, static_cast<int>(stages.size()));
+  }
+
+  // One time unit is wide enough that the shortest action still shows its number.
+  double shortest = 1.0;
+  int recomputed = 0;
+  for (const auto& list : sim.timeline) {
+    for (const TimedAction& t : list) {
+      if (t.end > t.start) shortest = std::min(shortest, t.end - t.start);
+      recomputed += t.action.kind == ActionKind::kRecompute;
+    }
+  }
+  const double unit = std::max(kMinUnit, kMinBox / shortest);
+
+  const double width = kLeft + sim.makespan * unit + 20;
+  const double height = kTop + p * kRow + kLegend;
+  std::string out = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) + "\" height=\"" +
+                    num(height) + "\" font-family=\"Helvetica, Arial, sans-serif\">\n";
+  out += "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
+  char title[240];
+  std::snprintf(title, sizeof title, "%s%s: p=%d, m=%d%s, makespan %s, bubble %.1f%%", schedule.name.c_str(),
+                recomputed > 0 ? " + recompute" : "", p, schedule.num_microbatches,
+                v > 1 ? (", v=" + std::to_string(v)).c_str() : "", num(sim.makespan).c_str(),
+                100.0 * sim.bubble_fraction);
+  out += text(kLeft, 20, title, "#222222", "start", 14);
+
+  for (int w = 0; w < p; ++w) {
+    const double y = kTop + w * kRow;
+    out += text(kLeft - 8, y + kBox / 2 + 4, "worker " + std::to_string(w), "#222222", "end");
+    out += "<rect x=\"" + num(kLeft) + "\" y=\"" + num(y) + "\" width=\"" + num(sim.makespan * unit) +
+           "\" height=\"" + num(kBox) + "\" fill=\"#f2f2f2\"/>\n";
+    for (const TimedAction& t : sim.timeline[w]) {
+      if (t.end <= t.start) continue;
+      const Style st = style(t.action.kind);
+      const bool odd_vstage = vstage[t.action.stage] % 2 == 1;
+      const double x = kLeft + t.start * unit;
+      const double bw = (t.end - t.start) * unit;
+      out += rect(x, y, bw, kBox, odd_vstage ? st.light : st.fill);
+      out += text(x + bw / 2, y + kBox / 2 + 4, std::to_string(t.action.microbatch), odd_vstage ? "#222222" : st.text);
+    }
+  }
+
+  // Time axis: a tick every 5 units.
+  const double axis_y = kTop + p * kRow;
+  for (int t = 0; t <= static_cast<int>(std::floor(sim.makespan)); t += 5) {
+    const double x = kLeft + t * unit;
+    out += "<line x1=\"" + num(x) + "\" y1=\"" + num(axis_y - 4) + "\" x2=\"" + num(x) + "\" y2=\"" +
+           num(axis_y) + "\" stroke=\"#888888\"/>\n";
+    out += text(x, axis_y + 12, std::to_string(t), "#666666", "middle", 10);
+  }
+
+  // Legend: only the kinds the schedule uses.
+  double lx = kLeft;
+  const double ly = axis_y + 22;
+  for (ActionKind k : {ActionKind::kForward, ActionKind::kRecompute, ActionKind::kBackward,
+                       ActionKind::kBackwardInput, ActionKind::kBackwardWeight}) {
+    bool used = false;
+    for (const auto& list : schedule.actions) {
+      for (const Action& a : list) used = used || a.kind == k;
+    }
+    if (!used) continue;
+    static const char* const kNames[] = {"F forward", "R recompute", "B backward", "I input-grad", "W weight-grad"};
+    out += rect(lx, ly, 14, 14, style(k).fill);
+    out += text(lx + 20, ly + 11, kNames[static_cast<int>(k)], "#222222", "start", 11);
+    lx += 110;
+  }
+  if (v > 1) {
+    out += text(lx, ly + 11, "(lighter: the worker's 2nd virtual stage)", "#222222", "start", 11);
+  }
+  out += "</svg>\n";
+  return out;
+}
+
+}  // namespace pipewright::pipeline

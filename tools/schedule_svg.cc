@@ -1,0 +1,142 @@
+// schedule_svg: prints a schedule's simulated timeline as SVG (default), ASCII or Chrome
+// trace JSON, or its simulated numbers (makespan, idle, bubble, peak activations).
+//
+//   tools/bazel run //tools:schedule_svg -- 1f1b 4 8 > docs/img/1f1b.svg
+//   tools/bazel run //tools:schedule_svg -- interleaved-1f1b 4 8 2 --ascii
+//   tools/bazel run //tools:schedule_svg -- gpipe 4 8 --recompute except_last --stats
+//   tools/bazel run //tools:schedule_svg -- zb-h1 4 8 --trace > /tmp/zb-h1.json
+//   tools/bazel run //tools:schedule_svg -- zb-v 4 8 --torch-csv   # for torch.distributed
+//
+// V-shaped schedules (zb-v, dualpipev) take V = 2 by default.
+//
+// Costs: tF = 1, tB = 2, tI = tW = 1, tR = 1 (pipeline/schedule/simulator.h), unless --costs F,B or
+// --costs F,I,W is given.
+#include <charconv>
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pipeline/schedule/ascii.h"
+#include "pipeline/schedule/generators.h"
+#include "pipeline/schedule/io.h"
+#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/svg.h"
+#include "pipeline/trace.h"
+
+using namespace pipewright::pipeline;
+
+namespace {
+
+std::string stats(const Schedule& s, const Costs& costs) {
+  const Simulation sim = simulate(s, costs);
+  auto list = [](const auto& values) {
+    std::string out;
+    for (const auto& x : values) {
+      if (!out.empty()) out += ' ';
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", static_cast<double>(x));
+      out += buf;
+    }
+    return out;
+  };
+  char head[160];
+  std::snprintf(head, sizeof head, "%s p=%d m=%d stages=%d: makespan %g, bubble %.4f\n", s.name.c_str(),
+                s.num_workers, s.num_microbatches, s.num_stages, sim.makespan, sim.bubble_fraction);
+  return std::string(head) + "idle per worker:                    " + list(sim.idle) + "\n" +
+         "peak activations per stage:         " + list(sim.memory.stage_activations) + "\n" +
+         "peak checkpointed inputs per stage: " + list(sim.memory.stage_checkpointed_inputs) + "\n" +
+         "peak activations per worker:        " + list(sim.memory.worker_activations) + "\n";
+}
+
+// The whole of `text` as a number, or std::invalid_argument naming `what` and `text`.
+template <typename T>
+T parse_number(const std::string& text, const std::string& what) {
+  T value{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) {
+    throw std::invalid_argument(what + " '" + text + "' is not a number");
+  }
+  return value;
+}
+
+std::vector<double> parse_costs(const std::string& s) {
+  std::vector<double> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = s.find(',', start);
+    const std::string entry = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    out.push_back(parse_number<double>(entry, "--costs " + s + ": entry " + std::to_string(out.size() + 1)));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> positional;
+  bool ascii = false;
+  bool print_stats = false;
+  bool trace = false;
+  bool torch_csv = false;
+  std::string recompute = "never";
+  Costs costs;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg == "--ascii") {
+        ascii = true;
+      } else if (arg == "--stats") {
+        print_stats = true;
+      } else if (arg == "--trace") {
+        trace = true;
+      } else if (arg == "--torch-csv") {
+        torch_csv = true;
+      } else if (arg == "--recompute" && i + 1 < argc) {
+        recompute = argv[++i];
+      } else if (arg == "--costs" && i + 1 < argc) {
+        const std::vector<double> c = parse_costs(argv[++i]);
+        if (c.size() == 2) {
+          costs = Costs::unit(c[0], c[1]);
+        } else if (c.size() == 3) {
+          costs = Costs::split(c[0], c[1], c[2]);
+        } else {
+          throw std::invalid_argument("--costs takes F,B or F,I,W");
+        }
+      } else {
+        positional.push_back(arg);
+      }
+    }
+    if (positional.size() < 3 || positional.size() > 4) {
+      std::fprintf(stderr,
+                   "usage: schedule_svg NAME P M [V] [--ascii | --stats | --trace | --torch-csv] [--recompute always|except_last|never] "
+                   "[--costs F,B | F,I,W]\n");
+      return 2;
+    }
+    const int p = parse_number<int>(positional[1], "P");
+    const int m = parse_number<int>(positional[2], "M");
+    const bool v_shape = positional[0] == "zb-v" || positional[0] == "dualpipev";
+    const int v = positional.size() == 4 ? parse_number<int>(positional[3], "V") : v_shape ? 2 : 1;
+    Schedule s = make_schedule(positional[0], p, m, v);
+    s = with_recompute(s, checkpoint_predicate(parse_checkpoint(recompute), m));
+    std::string out;
+    if (print_stats) {
+      out = stats(s, costs);
+    } else if (torch_csv) {
+      out = to_torch_csv(s);
+    } else if (trace) {
+      out = Trace::simulated(s, costs).to_chrome_json();
+    } else {
+      out = ascii ? to_ascii(s, costs) : to_svg(s, costs);
+    }
+    std::fwrite(out.data(), 1, out.size(), stdout);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "schedule_svg: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
