@@ -78,11 +78,7 @@ MpiProcesses::MpiProcesses(MPI_Comm world, int workers, int replicas, int num_st
                                 " workers");
   }
   check(MPI_Comm_dup(world, &world_), "MPI_Comm_dup");
-  MPI_Comm node;
-  check(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
-        "MPI_Comm_split_type");
-  check(MPI_Comm_size(node, &ranks_on_node_), "MPI_Comm_size (node)");
-  MPI_Comm_free(&node);
+  ranks_on_node_ = node_ranks(world_, rank_).size;
   check(MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check(MPI_Comm_split(world_, replica(), worker(), &replica_comm_), "MPI_Comm_split (replica)");
   check(MPI_Comm_split(world_, worker(), replica(), &stage_comm_), "MPI_Comm_split (stage)");
@@ -286,23 +282,22 @@ std::exception_ptr MpiProcesses::step_failed(const pipeline::Step& step, std::ex
   return std::make_exception_ptr(std::runtime_error(text));
 }
 
-double MpiProcesses::sum_over_replicas(double value) {
-  if (replicas_ == 1) return value;
+double MpiProcesses::sum_on(MPI_Comm comm, double value, const std::string& what) {
   double sum = 0;
   MPI_Request request;
-  check(MPI_Iallreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, stage_comm_, &request),
-        "MPI_Iallreduce (loss)");
-  wait_for(request, "sum of the loss over replicas");
+  check(MPI_Iallreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, comm, &request),
+        ("MPI_Iallreduce (" + what + ")").c_str());
+  wait_for(request, what);
   return sum;
 }
 
+double MpiProcesses::sum_over_replicas(double value) {
+  if (replicas_ == 1) return value;
+  return sum_on(stage_comm_, value, "sum of the loss over replicas");
+}
+
 double MpiProcesses::sum_over_job(double value) {
-  double sum = 0;
-  MPI_Request request;
-  check(MPI_Iallreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, world_, &request),
-        "MPI_Iallreduce (sum)");
-  wait_for(request, "sum over the job");
-  return sum;
+  return sum_on(world_, value, "sum over the job");
 }
 
 void MpiProcesses::max_over_job(std::vector<double>& values) {

@@ -116,6 +116,8 @@ class MpiProcesses final : public pipeline::Processes {
   struct DeviceBucket;
   void reduce_on_device(const std::vector<Tensor>& grads);
   void wait_for(MPI_Request& request, const std::string& what);
+  /// Σ value over the ranks of `comm` (a non-blocking all-reduce waited for by wait_for).
+  double sum_on(MPI_Comm comm, double value, const std::string& what);
   /// The worker of `stage` in the latest step's placement (round robin before the first).
   int worker_of(int stage) const;
 

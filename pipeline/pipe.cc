@@ -76,7 +76,7 @@ Tensor Pipe::forward(const Tensor& input) {
 // GPipe forward: the F prefix of gpipe(p, m) (+ R actions per the checkpoint mode) runs now
 // (looped BFS over the placement when workers hold several stages);
 // the rest runs when the user's backward reaches the PipeBackward node (Note [Anatomy of a
-// step] in pipe.h).
+// step] in runtime.h).
 nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no_chunk) {
   if (options_.processes != nullptr) {
     throw std::invalid_argument(

@@ -10,7 +10,7 @@
 //
 //   StepResult r = pipe.train_step(x, y, loss_fn, "1f1b");  // any schedule, loss per micro-batch
 //
-// How a step runs (Note [Anatomy of a step]):
+// How a step runs (Note [Anatomy of a step], runtime.h):
 //   1. scatter: the mini-batch is cut into micro-batches (microbatch.h);
 //   2. the schedule (schedules.h) says, per worker, which cell actions run in which order;
 //      the checkpoint mode becomes R actions (with_recompute); validate() proves it complete

@@ -120,31 +120,39 @@ void Runtime::execute(Step& step, const std::vector<std::vector<Action>>& action
     Event* entry = &entered[static_cast<size_t>(w)];
     Event* exit = &done[static_cast<size_t>(w)];
     workers_[w]->submit([this, &step, w, list, countdown, entry, exit] {
+      // Whatever escapes the handlers below (step.fail itself throwing) goes to the caller
+      // through the countdown, which is always counted down: no hang, nothing lost.
+      std::exception_ptr escaped;
       try {
-        entry->wait(workers_[w]->compute_stream());
-        run_actions(step, w, *list);
-      } catch (const RunCancelled&) {
-        // Another worker failed first; its exception is the one the caller sees.
-      } catch (...) {
-        step.fail(std::current_exception());
-      }
-      if (processes_ != nullptr) {
         try {
-          processes_->worker_finished(w, step.failed());
+          entry->wait(workers_[w]->compute_stream());
+          run_actions(step, w, *list);
+        } catch (const RunCancelled&) {
+          // Another worker failed first; its exception is the one the caller sees.
         } catch (...) {
           step.fail(std::current_exception());
         }
-      }
-      try {
-        exit->record(workers_[w]->compute_stream());
+        if (processes_ != nullptr) {
+          try {
+            processes_->worker_finished(w, step.failed());
+          } catch (...) {
+            step.fail(std::current_exception());
+          }
+        }
+        try {
+          exit->record(workers_[w]->compute_stream());
+        } catch (...) {
+          step.fail(std::current_exception());
+        }
       } catch (...) {
-        step.fail(std::current_exception());
+        escaped = std::current_exception();
       }
-      countdown->done();
+      countdown->done(std::move(escaped));
     });
   }
   countdown->wait();
   std::exception_ptr error = step.error();
+  if (error == nullptr) error = countdown->error();
   if (error != nullptr && processes_ != nullptr) error = processes_->step_failed(step, error);
   try {
     hand_back(step, done);

@@ -1,9 +1,12 @@
 // End-to-end: the Fashion-MNIST example on a slice of the real data (Debian's
 // dataset-fashion-mnist, installed by tools/bazel).
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
+#include "examples/fashion_mnist/flags.h"
 #include "examples/fashion_mnist/trainer.h"
 #include "nn/linear.h"
 #include "nn/activation.h"
@@ -162,4 +165,28 @@ TEST_CASE("the V-shaped, interleaved and looped schedules train the main job") {
   CHECK(result.epochs[0].peak_bytes.size() == 2);
   c.virtual_stages = -1;
   CHECK_THROWS_WITH(train(c, log), Catch::Contains("virtual-stages"));
+}
+
+TEST_CASE("a list flag with a wrong entry says which entry and why") {
+  auto apply = [](std::vector<std::string> args) {
+    pipewright::examples::TrainConfig config;
+    CLI::App app{"test"};
+    pipewright::examples::TrainFlags flags(app, config);
+    args.insert(args.begin(), "fashion_mnist");
+    std::vector<const char*> argv;
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    app.parse(static_cast<int>(argv.size()), argv.data());
+    flags.apply();
+    return config;
+  };
+  CHECK(apply({"--balance", "1,2,6"}).balance == std::vector<int>{1, 2, 6});
+  CHECK_THROWS_WITH(apply({"--balance", "1,2,x"}),
+                    Catch::StartsWith("--balance 1,2,x: entry 3 ('x') is not a layer count"));
+  CHECK_THROWS_WITH(apply({"--balance", "2x,7"}),
+                    Catch::StartsWith("--balance 2x,7: entry 1 ('2x') is not a layer count"));
+  CHECK(apply({"--devices", "cpu:0,cpu:3"}).devices ==
+        std::vector<pipewright::Device>{pipewright::Device::cpu(0), pipewright::Device::cpu(3)});
+  CHECK_THROWS_WITH(apply({"--devices", "cpu:0,gpu:1"}),
+                    Catch::StartsWith("--devices cpu:0,gpu:1: entry 2 ('gpu:1') ") &&
+                        Catch::Contains("unknown device"));
 }

@@ -1,6 +1,6 @@
-// Behaviours the test audit (../shared/notes/test-audit.md, "Behaviours with no test") found
-// untested: a parameter shared across workers is refused; a float64 Pipe; several optimizer
-// steps of a Pipe equal plain training; int64 targets through train_step; the measured bubble.
+// Behaviours an audit of the tests found untested: a parameter shared across workers is
+// refused; a float64 Pipe; several optimizer steps of a Pipe equal plain training; int64
+// targets through train_step; the measured bubble.
 #include <catch2/catch.hpp>
 
 #include <cmath>
