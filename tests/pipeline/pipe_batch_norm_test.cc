@@ -1,7 +1,8 @@
 // BatchNorm in a pipe: running statistics are updated once per micro-batch (never again by a
 // recompute) or, with deferred_batch_norm, once per mini-batch with the whole batch's
 // statistics — equal to BatchNorm on the whole batch, also when the batch yields fewer
-// micro-batches than `chunks`.
+// micro-batches than `chunks`. Without deferral, outputs, gradients and every running
+// statistic equal the plain model run one micro-batch at a time.
 #include <catch2/catch.hpp>
 
 #include <cmath>

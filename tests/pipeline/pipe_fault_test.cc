@@ -11,6 +11,7 @@
 // tests/cuda/pipe_fault_test.cc.
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <random>
@@ -326,60 +327,104 @@ bool is_backward(ActionKind k) {
 
 }  // namespace
 
-TEST_CASE("a layer that throws on its k-th call, across schedules and modes") {
-  const int m = 3;
-  const Tensor x = randn({2 * m, 4}, 11), y = randn({2 * m, 3}, 12);
-  int faults = 0, in_recompute = 0;
+namespace {
+
+// What a failed step must leave as it was: taken before the step, checked after it.
+struct PreStep {
+  std::vector<int64_t> allocated;
+  std::vector<std::string> buffers;
+};
+
+PreStep pre_step(Pipe& pipe) {
+  pipe.zero_grad();
+  return {allocated(3), buffers(pipe)};
+}
+
+// After a failed step of a 3-worker Pipe: statistics untouched, allocators back, and the next
+// step equals `ref` (a fresh Pipe's) bit for bit.
+void check_recovered(Pipe& pipe, const PreStep& pre, const Reference& ref, const Tensor& x,
+                     const Tensor& y, const std::string& schedule) {
+  REQUIRE(buffers(pipe) == pre.buffers);
+  pipe.zero_grad();
+  REQUIRE(allocated(3) == pre.allocated);
+  const StepResult r = pipe.train_step(x, y, mse, schedule);
+  REQUIRE(r.microbatch_losses == ref.result.microbatch_losses);
+  REQUIRE(grads(pipe) == ref.grads);
+}
+
+// Every k from 1 to the thrower's calls in one step, for gpipe/1f1b/zb-h1/zb-h2 x the three
+// checkpoint modes: the k-th call of stage 1's `Thrower` throws `Error`; `on_fault` checks
+// the Failure. Returns the faults injected.
+template <class Thrower, class Error>
+int thrower_sweep(int m, uint64_t seed, int disarmed,
+                  const std::function<void(Checkpoint, const Failure&)>& on_fault) {
+  const Tensor x = randn({2 * m, 4}, seed), y = randn({2 * m, 3}, seed + 1);
+  int faults = 0;
   for (const std::string schedule : {"gpipe", "1f1b", "zb-h1", "zb-h2"}) {
     for (const Checkpoint ckpt :
          {Checkpoint::kAlways, Checkpoint::kExceptLast, Checkpoint::kNever}) {
       CAPTURE(schedule, to_string(ckpt));
-      auto countdown = std::make_shared<std::atomic<int>>(kDisarmed);
-      Pipe fresh = make_throwing_pipe<ThrowInForward>(countdown, ckpt, m);
-      const StepResult ref = fresh.train_step(x, y, mse, schedule);
-      const std::vector<std::string> ref_grads = grads(fresh);
-      const int calls = kDisarmed - countdown->load();  // the thrower's calls in one step
-      // m forwards, and a recompute of each checkpointed micro-batch (except_last: all but
-      // the last one).
-      REQUIRE(calls == m + (ckpt == Checkpoint::kAlways      ? m
-                            : ckpt == Checkpoint::kExceptLast ? m - 1
-                                                              : 0));
+      auto countdown = std::make_shared<std::atomic<int>>(disarmed);
+      Pipe fresh = make_throwing_pipe<Thrower>(countdown, ckpt, m);
+      Reference ref;
+      ref.result = fresh.train_step(x, y, mse, schedule);
+      ref.grads = grads(fresh);
+      const int calls = disarmed - countdown->load();  // the thrower's calls in one step
 
-      Pipe pipe = make_throwing_pipe<ThrowInForward>(countdown, ckpt, m);
+      Pipe pipe = make_throwing_pipe<Thrower>(countdown, ckpt, m);
       for (int k = 1; k <= calls; ++k) {
         CAPTURE(k);
         Watchdog watchdog("train_step with a layer throwing on call " + std::to_string(k), 120);
-        pipe.zero_grad();
-        const std::vector<int64_t> before = allocated(3);
-        const std::vector<std::string> stats = buffers(pipe);
+        const PreStep pre = pre_step(pipe);
         countdown->store(k);
-        REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, mse, schedule), std::domain_error,
+        REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, mse, schedule), Error,
                                Catch::Message("layer exploded mid-action"));
-        countdown->store(kDisarmed);
+        countdown->store(disarmed);
         ++faults;
         const std::optional<Failure> f = pipe.last_failure();
         REQUIRE(f.has_value());
         REQUIRE(f->worker == 1);
         REQUIRE(f->action.stage == 1);
         REQUIRE(f->actions_after <= 2);
-        // Without checkpointing every call is a forward; with it the calls after the m-th
-        // recompute (in R, or in B when the schedule recomputes there).
-        if (ckpt == Checkpoint::kNever) REQUIRE(f->action.kind == ActionKind::kForward);
-        if (f->action.kind != ActionKind::kForward) ++in_recompute;
-        REQUIRE(buffers(pipe) == stats);
-        pipe.zero_grad();
-        REQUIRE(allocated(3) == before);
-
-        const StepResult r = pipe.train_step(x, y, mse, schedule);
-        REQUIRE(r.microbatch_losses == ref.microbatch_losses);
-        REQUIRE(grads(pipe) == ref_grads);
+        on_fault(ckpt, *f);
+        check_recovered(pipe, pre, ref, x, y, schedule);
       }
     }
   }
+  return faults;
+}
+
+}  // namespace
+
+TEST_CASE("a layer that throws on its k-th call, across schedules and modes") {
+  // Its calls per step: m forwards, and a recompute of each checkpointed micro-batch
+  // (except_last: all but the last one), so 4 schedules x (2m + 2m - 1 + m) faults.
+  const int m = 3;
+  int in_recompute = 0;
+  const int faults = thrower_sweep<ThrowInForward, std::domain_error>(
+      m, 11, kDisarmed, [&in_recompute](Checkpoint ckpt, const Failure& f) {
+        // Without checkpointing every call is a forward; with it the calls after the m-th
+        // recompute (in R, or in B when the schedule recomputes there).
+        if (ckpt == Checkpoint::kNever) REQUIRE(f.action.kind == ActionKind::kForward);
+        if (f.action.kind != ActionKind::kForward) ++in_recompute;
+      });
   std::printf("layer throwing mid-action: %d faults injected and survived (%d in a recompute)\n",
               faults, in_recompute);
   REQUIRE(faults == 4 * (2 * m + (2 * m - 1) + m));
-  REQUIRE(in_recompute > 0);
+  REQUIRE(in_recompute == 4 * (m + m - 1));
+}
+
+TEST_CASE("a layer whose backward throws on its k-th call, across schedules and modes") {
+  // One backward call per micro-batch: 4 schedules x 3 modes x m faults, each inside a B (or
+  // an I under the zero-bubble schedules), never a W.
+  const int m = 3;
+  const int faults = thrower_sweep<ThrowInBackward, std::overflow_error>(
+      m, 15, 0, [](Checkpoint, const Failure& f) {
+        REQUIRE(is_backward(f.action.kind));
+        REQUIRE(f.action.kind != ActionKind::kBackwardWeight);
+      });
+  std::printf("layer throwing mid-backward: %d faults injected and survived\n", faults);
+  REQUIRE(faults == 4 * 3 * m);
 }
 
 TEST_CASE("an allocation failure armed as a backward action begins, across schedules") {
@@ -389,8 +434,9 @@ TEST_CASE("an allocation failure armed as a backward action begins, across sched
   for (const std::string schedule : {"gpipe", "1f1b", "zb-h1", "zb-h2"}) {
     CAPTURE(schedule);
     Pipe fresh = make_pipe(3, Checkpoint::kExceptLast, m);
-    const StepResult ref = fresh.train_step(x, y, mse, schedule);
-    const std::vector<std::string> ref_grads = grads(fresh);
+    Reference ref;
+    ref.result = fresh.train_step(x, y, mse, schedule);
+    ref.grads = grads(fresh);
     Pipe pipe = make_pipe(3, Checkpoint::kExceptLast, m);
     for (int w = 0; w < 3; ++w) {
       auto* cpu = dynamic_cast<CpuAllocator*>(&allocator_for(Device::cpu(w)));
@@ -398,9 +444,7 @@ TEST_CASE("an allocation failure armed as a backward action begins, across sched
       for (const int after : {0, 1, 3}) {
         CAPTURE(w, after);
         Watchdog watchdog("train_step with an allocation failure mid-backward", 120);
-        pipe.zero_grad();
-        const std::vector<int64_t> before = allocated(3);
-        const std::vector<std::string> stats = buffers(pipe);
+        const PreStep pre = pre_step(pipe);
         // Armed when worker w begins its first backward action (B or I). The hook runs before
         // the action's recv, so the failure lands in the next allocation on cpu:w, whichever
         // thread makes it: inside that backward (its own allocations), or in another worker's
@@ -420,13 +464,7 @@ TEST_CASE("an allocation failure armed as a backward action begins, across sched
         REQUIRE(f.has_value());
         REQUIRE(armed->has_value());
         if (f->worker == w && f->action == **armed) ++mid_backward;
-        REQUIRE(buffers(pipe) == stats);
-        pipe.zero_grad();
-        REQUIRE(allocated(3) == before);
-
-        const StepResult r = pipe.train_step(x, y, mse, schedule);
-        REQUIRE(r.microbatch_losses == ref.microbatch_losses);
-        REQUIRE(grads(pipe) == ref_grads);
+        check_recovered(pipe, pre, ref, x, y, schedule);
       }
     }
   }
@@ -434,52 +472,4 @@ TEST_CASE("an allocation failure armed as a backward action begins, across sched
               "the armed backward action\n", faults, mid_backward);
   REQUIRE(faults == 4 * 3 * 3);
   REQUIRE(mid_backward > 0);  // observed: about half; the rest land in a sender's copy
-}
-
-TEST_CASE("a layer whose backward throws on its k-th call, across schedules and modes") {
-  const int m = 3;
-  const Tensor x = randn({2 * m, 4}, 15), y = randn({2 * m, 3}, 16);
-  int faults = 0;
-  for (const std::string schedule : {"gpipe", "1f1b", "zb-h1", "zb-h2"}) {
-    for (const Checkpoint ckpt :
-         {Checkpoint::kAlways, Checkpoint::kExceptLast, Checkpoint::kNever}) {
-      CAPTURE(schedule, to_string(ckpt));
-      auto countdown = std::make_shared<std::atomic<int>>(0);  // 0: never throws
-      Pipe fresh = make_throwing_pipe<ThrowInBackward>(countdown, ckpt, m);
-      const StepResult ref = fresh.train_step(x, y, mse, schedule);
-      const std::vector<std::string> ref_grads = grads(fresh);
-      REQUIRE(countdown->load() == -m);  // one backward call per micro-batch
-
-      Pipe pipe = make_throwing_pipe<ThrowInBackward>(countdown, ckpt, m);
-      for (int k = 1; k <= m; ++k) {
-        CAPTURE(k);
-        Watchdog watchdog("train_step with a backward throwing on call " + std::to_string(k),
-                          120);
-        pipe.zero_grad();
-        const std::vector<int64_t> before = allocated(3);
-        const std::vector<std::string> stats = buffers(pipe);
-        countdown->store(k);
-        REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, mse, schedule), std::overflow_error,
-                               Catch::Message("layer exploded mid-action"));
-        countdown->store(0);
-        ++faults;
-        const std::optional<Failure> f = pipe.last_failure();
-        REQUIRE(f.has_value());
-        REQUIRE(f->worker == 1);
-        REQUIRE(f->action.stage == 1);
-        REQUIRE(is_backward(f->action.kind));  // B, or I under the zero-bubble schedules
-        REQUIRE(f->action.kind != ActionKind::kBackwardWeight);
-        REQUIRE(f->actions_after <= 2);
-        REQUIRE(buffers(pipe) == stats);
-        pipe.zero_grad();
-        REQUIRE(allocated(3) == before);
-
-        const StepResult r = pipe.train_step(x, y, mse, schedule);
-        REQUIRE(r.microbatch_losses == ref.microbatch_losses);
-        REQUIRE(grads(pipe) == ref_grads);
-      }
-    }
-  }
-  std::printf("layer throwing mid-backward: %d faults injected and survived\n", faults);
-  REQUIRE(faults == 4 * 3 * m);
 }
