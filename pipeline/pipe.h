@@ -28,6 +28,10 @@
 // workers -> std::out_of_range naming both counts. An exception raised inside a stage reaches
 // the caller unchanged (same type and message); the Pipe stays usable.
 //
+// Devices: a stage's inputs are moved to its device, and a tensor its module returns on
+// another device is copied back to it, differentiably (Note [A stage's output on another
+// device], runtime.cc): what a stage sends, and forward()'s output, is on the stage's device.
+//
 // Threads: one per worker, alive as long as the Pipe, joined by ~Pipe. Each uses
 // max(1, hardware_threads() / workers) intra-op threads (ThreadBudgetGuard; or
 // PipeOptions::threads_per_worker), so the workers together use the machine's cores once.

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "autograd/shape_ops.h"
 #include "nn/skip.h"
 #include "pipeline/stage_skips.h"
 #include "tensor/stream.h"
@@ -26,6 +27,23 @@ nn::Tensors to_stage(const nn::Tensors& tensors, Device device) {
     record_stream(out.back(), compute);
   }
   return out;
+}
+
+// Note [A stage's output on another device]
+// A stage may return tensors on a device other than its own (a module that ends with
+// to(other)). Each is copied back to the stage's device with the differentiable
+// autograd::to, inside the cell, so the copy is recorded (and recomputed under
+// checkpointing) like any layer: its backward takes the gradient from the stage's device
+// back to where the module left the tensor. Everything that leaves a stage is then on that
+// stage's device, as everything entering it is (to_stage, the transport): the next stage
+// receives from one known device, memory is counted there, and Pipe::forward returns on the
+// last stage's device. torchgpipe gets the same by copying every stage's output to the next
+// device; the value is unchanged either way.
+nn::Tensors on_stage_device(nn::Tensors tensors, Device device) {
+  for (Tensor& t : tensors) {
+    if (t.defined() && t.device() != device) t = autograd::to(t, device);
+  }
+  return tensors;
 }
 
 /// Each worker's device: the device of its stages, which must agree.
@@ -233,20 +251,24 @@ StageFn Runtime::stage_fn(Step& step, int s, int j) {
     has_skips = has_skips || route.stash_stage == s || route.pop_stage == s;
   }
   const bool with_loss = step.is_last(s) && step.loss_fn != nullptr;
+  const Device device = stage_devices_.at(static_cast<size_t>(s));
   if (!has_skips && !with_loss && step.arguments.empty()) {
-    return [&module](const nn::Tensors& in) { return module.forward(in); };
+    return [&module, device](const nn::Tensors& in) {
+      return on_stage_device(module.forward(in), device);  // Note [A stage's output on ...]
+    };
   }
-  return [this, &module, &step, s, j, has_skips, with_loss](const nn::Tensors& in) {
+  return [this, &module, &step, s, j, device, has_skips, with_loss](const nn::Tensors& in) {
     nn::ArgumentsGuard arguments(step.arguments);
     nn::Tensors out, stashed;
     if (has_skips) {
       const auto regular = static_cast<std::ptrdiff_t>(in.size() - skips_.portals_in(s).size());
       StageSkips skips(skips_, s, j, nn::Tensors(in.begin() + regular, in.end()));
       nn::SkipTrackerGuard installed(skips);
-      out = module.forward(nn::Tensors(in.begin(), in.begin() + regular));
-      stashed = skips.finish();
+      out = on_stage_device(module.forward(nn::Tensors(in.begin(), in.begin() + regular)),
+                            device);
+      stashed = on_stage_device(skips.finish(), device);
     } else {
-      out = module.forward(in);
+      out = on_stage_device(module.forward(in), device);
     }
     if (with_loss) {
       if (step.keep_outputs) {
