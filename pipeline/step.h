@@ -122,11 +122,11 @@ class Step {
   void fail(std::exception_ptr error);
   /// fail(), also remembering that `action` (index `index` of `worker`'s list) raised it.
   void fail_at(std::exception_ptr error, int worker, int index, const Action& action);
-  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  bool failed() const { return failed_.load(std::memory_order_seq_cst); }
   /// The first error, or nullptr.
   std::exception_ptr error() const;
   /// Called by a worker before each action; counts the actions started after the failure.
-  void count_action_start() { actions_started_.fetch_add(1, std::memory_order_acq_rel); }
+  void count_action_start() { actions_started_.fetch_add(1, std::memory_order_seq_cst); }
   /// Where the first error began (nullopt without an error, or when it was raised outside an
   /// action), with actions_after filled in. Call after the workers are done.
   std::optional<Failure> failure() const;
