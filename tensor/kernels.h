@@ -19,8 +19,9 @@
 // So a device's table cannot miss a kernel or disagree with its signature: a kernel the list
 // names but a device does not define is an undefined reference to pipewright::<device>::<name>
 // when the program links (the check a hand-kept table lacks). A kernel that only some devices
-// have goes in PIPEWRIGHT_CPU_ONLY_KERNELS instead: the CPU table fills it, other devices leave
-// it null, and its caller in ops.cc checks has() and falls back to the unfused ops there.
+// have goes in PIPEWRIGHT_CPU_ONLY_KERNELS instead (empty today): the CPU table fills it, other
+// devices leave it null, and its caller checks `kernels_for(type).name != nullptr` and runs
+// the unfused ops where it is null.
 // (A macro rather than generated code, so the list stays plain C++ that grep finds; each
 // device's kernel_table.h says which file defines which kernel.)
 //
@@ -120,7 +121,7 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax };
                 double beta1, double beta2, double eps, double weight_decay, bool decoupled,       \
                 int64_t step))
 
-/// Kernels that only the CPU has (Note [One kernel list]); null on other devices.
+/// Kernels that only the CPU has (Note [One kernel list]); null on other devices. None yet.
 #define PIPEWRIGHT_CPU_ONLY_KERNELS(X)
 
 struct Kernels {
@@ -151,9 +152,5 @@ void register_kernels(DeviceType type, const Kernels* table);
 /// Shorthand used by ops.cc: PW_KERNEL(device, gemm)(...).
 #define PW_KERNEL(device, name) \
   (::pipewright::kernels_for((device).type).get(&::pipewright::Kernels::name, #name, (device)))
-
-/// Whether `device`'s table has kernel `name` (for the CPU-only kernels' fallbacks).
-#define PW_HAS_KERNEL(device, name) \
-  (::pipewright::kernels_for((device).type).name != nullptr)
 
 }  // namespace pipewright
