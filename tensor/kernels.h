@@ -42,7 +42,7 @@ enum class UnaryOp : uint8_t { kNeg, kExp, kLog, kSqrt, kRelu, kSquare, kAbs, kT
 enum class ReduceOp : uint8_t { kSum, kMean, kMax };
 
 /// Every kernel, every device. One X(name, (parameters)) per kernel, documented above it.
-#define PIPEWRIGHT_KERNELS(X)                                                                     \
+#define PIPEWRIGHT_KERNELS(X)                                                                      \
   /* out[i] = value. */                                                                            \
   X(fill, (Tensor& out, double value))                                                             \
   /* dst (contiguous) = src (any strides, same shape and dtype, same device). */                   \
@@ -54,6 +54,7 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax };
   X(binary, (BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out))                          \
   /* out = a op s. */                                                                              \
   X(binary_scalar, (BinaryOp op, const Tensor& a, double s, Tensor& out))                          \
+  /* out = op(x) elementwise. */                                                                   \
   X(unary, (UnaryOp op, const Tensor& x, Tensor& out))                                             \
   /* out = grad * (y > 0)  (y is relu's output). */                                                \
   X(relu_backward, (const Tensor& grad, const Tensor& y, Tensor& out))                             \
