@@ -19,30 +19,11 @@ namespace {
 
 Kernels make_table() {
   Kernels k;
-  k.fill = &fill;
-  k.copy_strided = &copy_strided;
-  k.cast = &cast;
-  k.binary = &binary;
-  k.binary_scalar = &binary_scalar;
-  k.unary = &unary;
-  k.relu_backward = &relu_backward;
-  k.axpy = &axpy;
-  k.reduce = &reduce;
-  k.argmax = &argmax;
-  k.gemm = &gemm;
-  k.softmax = &softmax;
-  k.softmax_backward = &softmax_backward;
-  k.cross_entropy = &cross_entropy;
-  k.cross_entropy_backward = &cross_entropy_backward;
-  k.batch_norm_train = &batch_norm_train;
-  k.batch_norm_eval = &batch_norm_eval;
-  k.batch_norm_backward = &batch_norm_backward;
-  k.philox_uniform = &philox_uniform;
-  k.philox_normal = &philox_normal;
-  k.dropout = &dropout;
-  k.index_select = &index_select;
-  k.sgd_step = &sgd_step;
-  k.adam_step = &adam_step;
+  // One assignment per listed kernel (Note [One kernel list] in tensor/kernels.h); the
+  // CPU-only kernels stay null.
+#define PIPEWRIGHT_SET_KERNEL(name, params) k.name = &name;
+  PIPEWRIGHT_KERNELS(PIPEWRIGHT_SET_KERNEL)
+#undef PIPEWRIGHT_SET_KERNEL
   return k;
 }
 

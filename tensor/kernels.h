@@ -1,14 +1,32 @@
-// The kernel table: one struct of function pointers per device type.
+// The kernel table: one struct of function pointers per device type, made from one list.
 //
 // tensor/ops.cc validates arguments (shapes, dtypes, devices), makes inputs contiguous,
 // allocates outputs, then calls the kernel of the inputs' device type through kernels_for().
 // So every kernel may assume: all tensors contiguous, on one device, shapes already checked,
 // outputs allocated, floating dtype float32 or float64 unless stated. CPU kernels live in
-// tensor/cpu/ (Eigen); CUDA kernels in cuda_kernels/, registered at start-up. A null entry
-// means "not implemented for this device": kernels_for(...).get(&Kernels::x, "x", device)
-// throws std::runtime_error "op x has no kernel for cuda:0".
+// tensor/cpu/; CUDA kernels in cuda_kernels/, registered at start-up. A null entry means "not
+// implemented for this device": kernels_for(...).get(&Kernels::x, "x", device) throws
+// std::runtime_error "op x has no kernel for cuda:0".
 //
-// Adding an op: one pointer here, its CPU kernel, its CUDA kernel, its wrapper in ops.h.
+// Note [One kernel list]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// PIPEWRIGHT_KERNELS below is the only place a kernel's name and signature are written. It is
+// an "X-macro": a list of X(name, (parameters)) lines that each user expands with its own X.
+//   - struct Kernels expands it into one pointer member per kernel;
+//   - tensor/cpu/kernel_table.h and cuda_kernels/kernel_table.h expand it into the declarations
+//     `void name(parameters);` in namespaces pipewright::cpu and pipewright::cuda;
+//   - tensor/cpu/kernel_table.cc and cuda_kernels/register.cc expand it into `k.name = &name;`.
+// So a device's table cannot miss a kernel or disagree with its signature: a kernel the list
+// names but a device does not define is an undefined reference to pipewright::<device>::<name>
+// when the program links (the check a hand-kept table lacks). A kernel that only some devices
+// have goes in PIPEWRIGHT_CPU_ONLY_KERNELS instead (empty today): the CPU table fills it, other
+// devices leave it null, and its caller checks `kernels_for(type).name != nullptr` and runs
+// the unfused ops where it is null.
+// (A macro rather than generated code, so the list stays plain C++ that grep finds; each
+// device's kernel_table.h says which file defines which kernel.)
+//
+// Adding an op: one X line here (or in the CPU-only list), the kernel in tensor/cpu/*.cc and in
+// cuda_kernels/*.cu with that name and signature, its wrapper in ops.h / ops.cc, and its test.
 #pragma once
 
 #include <cstdint>
@@ -23,89 +41,95 @@ enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv, kRSub, kRDiv };  // R: b
 enum class UnaryOp : uint8_t { kNeg, kExp, kLog, kSqrt, kRelu, kSquare, kAbs, kTanh, kSigmoid };
 enum class ReduceOp : uint8_t { kSum, kMean, kMax };
 
+/// Every kernel, every device. One X(name, (parameters)) per kernel, documented above it.
+#define PIPEWRIGHT_KERNELS(X)                                                                      \
+  /* out[i] = value. */                                                                            \
+  X(fill, (Tensor& out, double value))                                                             \
+  /* dst (contiguous) = src (any strides, same shape and dtype, same device). */                   \
+  X(copy_strided, (const Tensor& src, Tensor& dst))                                                \
+  /* dst = src converted (same shape, same device, dtypes differ). */                              \
+  X(cast, (const Tensor& src, Tensor& dst))                                                        \
+  /* out = a op b. b.numel() == a.numel(), or b.numel() == 1, or b's shape equals the trailing */  \
+  /* dims of a (b repeats with period b.numel()). out has a's shape. */                            \
+  X(binary, (BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out))                          \
+  /* out = a op s. */                                                                              \
+  X(binary_scalar, (BinaryOp op, const Tensor& a, double s, Tensor& out))                          \
+  /* out = op(x) elementwise. */                                                                   \
+  X(unary, (UnaryOp op, const Tensor& x, Tensor& out))                                             \
+  /* out = grad * (y > 0)  (y is relu's output). */                                                \
+  X(relu_backward, (const Tensor& grad, const Tensor& y, Tensor& out))                             \
+  /* y += alpha * x (same numel). */                                                               \
+  X(axpy, (double alpha, const Tensor& x, Tensor& y))                                              \
+  /* x viewed as [outer, n, inner]; out[outer, inner] = reduce over n. */                          \
+  X(reduce, (ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out))  \
+  /* x viewed as [outer, n, inner]; out (int64) [outer, inner] = index of the first maximum. */    \
+  X(argmax, (const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out))               \
+  /* c = alpha * op(a) * op(b) + beta * c, 2-D, op(x) = x or xᵀ (no transposed copy made). */      \
+  /* beta == 0 ignores c's old contents (even NaN). */                                             \
+  X(gemm, (bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,             \
+           double beta, Tensor& c))                                                                \
+  /* Row-wise over the last dim of a 2-D [rows, cols] x: softmax, or log-softmax when log. */      \
+  /* Numerically stable (subtracts the row max). */                                                \
+  X(softmax, (const Tensor& x, bool log, Tensor& out))                                             \
+  /* Gradient of softmax (log = false: gx = y*(g - Σ g*y)) or log-softmax */                       \
+  /* (log = true: gx = g - exp(y) * Σ g), y the forward output. */                                 \
+  X(softmax_backward, (const Tensor& grad, const Tensor& y, bool log, Tensor& out))                \
+  /* Cross-entropy on log-probabilities logp [N, C] with int64 targets [N] and label */            \
+  /* smoothing eps: loss[i] = -(1-eps)*logp[i, t_i] - eps/C * Σ_c logp[i, c]. */                   \
+  /* Throws std::out_of_range naming a target outside [0, C) (CPU; CUDA reports it after sync). */ \
+  X(cross_entropy, (const Tensor& logp, const Tensor& target, double eps, Tensor& loss))           \
+  /* d loss / d logits = g[i] * (exp(logp[i, c]) - q[i, c]), q = (1-eps)*onehot + eps/C. */        \
+  X(cross_entropy_backward, (const Tensor& logp, const Tensor& target, double eps,                 \
+                             const Tensor& grad_loss, Tensor& grad_logits))                        \
+  /* BatchNorm training forward on x viewed as [N, C, L] (L = 1 for 2-D input): */                 \
+  /* mean[c], invstd[c] = 1/sqrt(biased var + eps), y = (x - mean) * invstd * gamma + beta. */     \
+  /* gamma/beta may be undefined (affine = false: 1 and 0). var, float64 [C] whatever x's */       \
+  /* dtype, receives the biased variance Σ(x - mean)²/M as accumulated in double, before any */    \
+  /* rounding to x's dtype (the running statistics need it: rebuilding it from invstd cancels */   \
+  /* catastrophically when var ≪ eps); undefined = not wanted. */                                  \
+  X(batch_norm_train, (const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,       \
+                       int64_t n, int64_t c, int64_t l, Tensor& y, Tensor& mean, Tensor& invstd,   \
+                       Tensor& var))                                                               \
+  /* Eval forward: y = (x - rm) / sqrt(rv + eps) * gamma + beta. */                                \
+  X(batch_norm_eval, (const Tensor& x, const Tensor& gamma, const Tensor& beta,                    \
+                      const Tensor& running_mean, const Tensor& running_var, double eps,           \
+                      int64_t n, int64_t c, int64_t l, Tensor& y))                                 \
+  /* Training backward. Any of grad_x / grad_gamma / grad_beta may be undefined (not wanted). */   \
+  /* x̂ = (x-mean)*invstd; grad_beta = Σ g; grad_gamma = Σ g x̂; */                                \
+  /* grad_x = gamma*invstd/M * (M g - Σ g - x̂ Σ g x̂), M = N*L. */                                \
+  X(batch_norm_backward, (const Tensor& grad_y, const Tensor& x, const Tensor& gamma,              \
+                          const Tensor& mean, const Tensor& invstd, int64_t n, int64_t c,          \
+                          int64_t l, Tensor& grad_x, Tensor& grad_gamma, Tensor& grad_beta))       \
+  /* Philox4x32-10 fills (see tensor/generator.h for the exact stream layout): uniform in */       \
+  /* [lo, hi), or normal(mean, std) by Box-Muller. Bit-identical across devices. */                \
+  X(philox_uniform, (uint64_t seed, uint64_t offset, double lo, double hi, Tensor& out))           \
+  X(philox_normal, (uint64_t seed, uint64_t offset, double mean, double std, Tensor& out))         \
+  /* Inverted dropout with keep probability 1-p: mask[i] = (u_i >= p) / (1-p) with u_i the */      \
+  /* Philox uniform stream at (seed, offset); out = x * mask. */                                   \
+  X(dropout, (uint64_t seed, uint64_t offset, double p, const Tensor& x, Tensor& out,              \
+              Tensor& mask))                                                                       \
+  /* out[i, ...] = src[index[i], ...] along dim 0; index int64. Throws std::out_of_range. */       \
+  X(index_select, (const Tensor& src, const Tensor& index, Tensor& out))                           \
+  /* SGD (torch.optim.SGD): g = grad + wd*p; if momentum: buf = first ? g : momentum*buf + */      \
+  /* (1-dampening)*g; g = nesterov ? g + momentum*buf : buf; p -= lr*g. */                         \
+  X(sgd_step, (Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double lr,              \
+               double momentum, double dampening, double weight_decay, bool nesterov,              \
+               bool first_step))                                                                   \
+  /* Adam / AdamW (torch.optim): step t >= 1; decoupled = AdamW (p *= 1 - lr*wd) else */           \
+  /* g += wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g²; */                                      \
+  /* p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps). */                                     \
+  X(adam_step, (Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr, \
+                double beta1, double beta2, double eps, double weight_decay, bool decoupled,       \
+                int64_t step))
+
+/// Kernels that only the CPU has (Note [One kernel list]); null on other devices. None yet.
+#define PIPEWRIGHT_CPU_ONLY_KERNELS(X)
+
 struct Kernels {
-  /// out[i] = value.
-  void (*fill)(Tensor& out, double value) = nullptr;
-  /// dst (contiguous) = src (any strides, same shape and dtype, same device).
-  void (*copy_strided)(const Tensor& src, Tensor& dst) = nullptr;
-  /// dst = src converted (same shape, same device, dtypes differ).
-  void (*cast)(const Tensor& src, Tensor& dst) = nullptr;
-  /// out = a op b. b.numel() == a.numel(), or b.numel() == 1, or b's shape equals the trailing
-  /// dims of a (b repeats with period b.numel()). out has a's shape.
-  void (*binary)(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = nullptr;
-  /// out = a op s.
-  void (*binary_scalar)(BinaryOp op, const Tensor& a, double s, Tensor& out) = nullptr;
-  void (*unary)(UnaryOp op, const Tensor& x, Tensor& out) = nullptr;
-  /// out = grad * (y > 0)  (y is relu's output).
-  void (*relu_backward)(const Tensor& grad, const Tensor& y, Tensor& out) = nullptr;
-  /// y += alpha * x (same numel).
-  void (*axpy)(double alpha, const Tensor& x, Tensor& y) = nullptr;
-  /// x viewed as [outer, n, inner]; out[outer, inner] = reduce over n.
-  void (*reduce)(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
-                 Tensor& out) = nullptr;
-  /// x viewed as [outer, n, inner]; out (int64) [outer, inner] = index of the first maximum.
-  void (*argmax)(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out) = nullptr;
-  /// c = alpha * op(a) * op(b) + beta * c, 2-D, op(x) = x or xᵀ (no transposed copy made).
-  /// beta == 0 ignores c's old contents (even NaN).
-  void (*gemm)(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,
-               double beta, Tensor& c) = nullptr;
-  /// Row-wise over the last dim of a 2-D [rows, cols] x: softmax, or log-softmax when log.
-  /// Numerically stable (subtracts the row max).
-  void (*softmax)(const Tensor& x, bool log, Tensor& out) = nullptr;
-  /// Gradient of softmax (log = false: gx = y*(g - Σ g*y)) or log-softmax
-  /// (log = true: gx = g - exp(y) * Σ g), y the forward output.
-  void (*softmax_backward)(const Tensor& grad, const Tensor& y, bool log, Tensor& out) = nullptr;
-  /// Cross-entropy on log-probabilities logp [N, C] with int64 targets [N] and label
-  /// smoothing eps: loss[i] = -(1-eps)*logp[i, t_i] - eps/C * Σ_c logp[i, c].
-  /// Throws std::out_of_range naming a target outside [0, C) (CPU; CUDA reports it after sync).
-  void (*cross_entropy)(const Tensor& logp, const Tensor& target, double eps,
-                        Tensor& loss) = nullptr;
-  /// d loss / d logits = g[i] * (exp(logp[i, c]) - q[i, c]), q = (1-eps)*onehot + eps/C.
-  void (*cross_entropy_backward)(const Tensor& logp, const Tensor& target, double eps,
-                                 const Tensor& grad_loss, Tensor& grad_logits) = nullptr;
-  /// BatchNorm training forward on x viewed as [N, C, L] (L = 1 for 2-D input):
-  /// mean[c], invstd[c] = 1/sqrt(biased var + eps), y = (x - mean) * invstd * gamma + beta.
-  /// gamma/beta may be undefined (affine = false: 1 and 0). var, float64 [C] whatever x's
-  /// dtype, receives the biased variance Σ(x - mean)²/M as accumulated in double, before any
-  /// rounding to x's dtype (the running statistics need it: rebuilding it from invstd cancels
-  /// catastrophically when var ≪ eps); undefined = not wanted.
-  void (*batch_norm_train)(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
-                           int64_t n, int64_t c, int64_t l, Tensor& y, Tensor& mean,
-                           Tensor& invstd, Tensor& var) = nullptr;
-  /// Eval forward: y = (x - rm) / sqrt(rv + eps) * gamma + beta.
-  void (*batch_norm_eval)(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                          const Tensor& running_mean, const Tensor& running_var, double eps,
-                          int64_t n, int64_t c, int64_t l, Tensor& y) = nullptr;
-  /// Training backward. Any of grad_x / grad_gamma / grad_beta may be undefined (not wanted).
-  /// x̂ = (x-mean)*invstd; grad_beta = Σ g; grad_gamma = Σ g x̂;
-  /// grad_x = gamma*invstd/M * (M g - Σ g - x̂ Σ g x̂), M = N*L.
-  void (*batch_norm_backward)(const Tensor& grad_y, const Tensor& x, const Tensor& gamma,
-                              const Tensor& mean, const Tensor& invstd, int64_t n, int64_t c,
-                              int64_t l, Tensor& grad_x, Tensor& grad_gamma,
-                              Tensor& grad_beta) = nullptr;
-  /// Philox4x32-10 fills (see tensor/generator.h for the exact stream layout): uniform in
-  /// [lo, hi), or normal(mean, std) by Box-Muller. Bit-identical across devices.
-  void (*philox_uniform)(uint64_t seed, uint64_t offset, double lo, double hi,
-                         Tensor& out) = nullptr;
-  void (*philox_normal)(uint64_t seed, uint64_t offset, double mean, double std,
-                        Tensor& out) = nullptr;
-  /// Inverted dropout with keep probability 1-p: mask[i] = (u_i >= p) / (1-p) with u_i the
-  /// Philox uniform stream at (seed, offset); out = x * mask.
-  void (*dropout)(uint64_t seed, uint64_t offset, double p, const Tensor& x, Tensor& out,
-                  Tensor& mask) = nullptr;
-  /// out[i, ...] = src[index[i], ...] along dim 0; index int64. Throws std::out_of_range.
-  void (*index_select)(const Tensor& src, const Tensor& index, Tensor& out) = nullptr;
-  /// SGD (torch.optim.SGD): g = grad + wd*p; if momentum: buf = first ? g : momentum*buf +
-  /// (1-dampening)*g; g = nesterov ? g + momentum*buf : buf; p -= lr*g.
-  void (*sgd_step)(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double lr,
-                   double momentum, double dampening, double weight_decay, bool nesterov,
-                   bool first_step) = nullptr;
-  /// Adam / AdamW (torch.optim): step t >= 1; decoupled = AdamW (p *= 1 - lr*wd) else
-  /// g += wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g²;
-  /// p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps).
-  void (*adam_step)(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                    double lr, double beta1, double beta2, double eps, double weight_decay,
-                    bool decoupled, int64_t step) = nullptr;
+#define PIPEWRIGHT_KERNEL_POINTER(name, params) void(*name) params = nullptr;
+  PIPEWRIGHT_KERNELS(PIPEWRIGHT_KERNEL_POINTER)
+  PIPEWRIGHT_CPU_ONLY_KERNELS(PIPEWRIGHT_KERNEL_POINTER)
+#undef PIPEWRIGHT_KERNEL_POINTER
 
   /// The kernel `member`, or throws std::runtime_error "op <name> has no kernel for <device>".
   template <class Fn>

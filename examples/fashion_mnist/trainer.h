@@ -69,6 +69,13 @@ std::vector<int> balance_by_parameters(const nn::Sequential& model, int stages);
 /// too); with "size", the cut of activation bytes of one micro-batch plus parameter bytes x
 /// (5 for Adam, 3 for SGD with momentum) (pipeline::balance_by_size, deterministic); else
 /// balance_by_parameters. The model is left as it was. Throws what those functions throw.
+///
+/// Why the default is not auto-time: side by side on the main job (docs/BENCHMARKS.md,
+/// "Balance by time against the default cut"), its cut (4 | 5 or 3 | 6, as the profile's
+/// timings fall) was slower than the parameter cut 1 | 8 in three runs of four (0.72-0.95x)
+/// and faster in one (1.22x, at a higher load) — no measurable gain — while it makes the cut
+/// change from run to run, and the cut can change the results (one epoch of 20,000 samples:
+/// train loss 0.5911 with 4 | 5, 0.5933 with 1 | 8 and 3 | 6).
 std::vector<int> choose_balance(const TrainConfig& config, nn::Sequential& model,
                                 const data::Dataset& train_set);
 

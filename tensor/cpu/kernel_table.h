@@ -1,6 +1,19 @@
-// The CPU kernels (Eigen + OpenMP), one function per entry of struct Kernels (tensor/kernels.h),
-// grouped by the file that defines them. Every kernel may assume what kernels.h promises:
-// contiguous tensors on one CPU device, shapes checked, outputs allocated.
+// The CPU kernels (OpenBLAS GEMM, loops + OpenMP elsewhere): one function per entry of
+// PIPEWRIGHT_KERNELS and PIPEWRIGHT_CPU_ONLY_KERNELS (tensor/kernels.h, Note [One kernel
+// list]), declared here from that list, so name and signature are written once. Every kernel
+// may assume what kernels.h promises: contiguous tensors on one CPU device, shapes checked,
+// outputs allocated.
+//
+// Where each is defined:
+//   elementwise.cc  fill, copy_strided, cast, binary, binary_scalar, unary, relu_backward, axpy,
+//                   index_select
+//   reduce.cc       reduce, argmax
+//   gemm.cc         gemm
+//   softmax.cc      softmax, softmax_backward
+//   loss.cc         cross_entropy, cross_entropy_backward
+//   batch_norm.cc   batch_norm_train, batch_norm_eval, batch_norm_backward
+//   random.cc       philox_uniform, philox_normal, dropout
+//   optim.cc        sgd_step, adam_step
 #pragma once
 
 #include <cstdint>
@@ -12,57 +25,9 @@ namespace pipewright::cpu {
 /// The CPU table, with every entry filled.
 const Kernels& kernel_table();
 
-// elementwise.cc
-void fill(Tensor& out, double value);
-void copy_strided(const Tensor& src, Tensor& dst);
-void cast(const Tensor& src, Tensor& dst);
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
-void binary_scalar(BinaryOp op, const Tensor& a, double s, Tensor& out);
-void unary(UnaryOp op, const Tensor& x, Tensor& out);
-void relu_backward(const Tensor& grad, const Tensor& y, Tensor& out);
-void axpy(double alpha, const Tensor& x, Tensor& y);
-void index_select(const Tensor& src, const Tensor& index, Tensor& out);
-
-// reduce.cc
-void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out);
-void argmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out);
-
-// gemm.cc
-void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,
-          double beta, Tensor& c);
-
-// softmax.cc
-void softmax(const Tensor& x, bool log, Tensor& out);
-void softmax_backward(const Tensor& grad, const Tensor& y, bool log, Tensor& out);
-
-// loss.cc
-void cross_entropy(const Tensor& logp, const Tensor& target, double eps, Tensor& loss);
-void cross_entropy_backward(const Tensor& logp, const Tensor& target, double eps,
-                            const Tensor& grad_loss, Tensor& grad_logits);
-
-// batch_norm.cc
-void batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
-                      int64_t n, int64_t c, int64_t l, Tensor& y, Tensor& mean, Tensor& invstd,
-                      Tensor& var);
-void batch_norm_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
-                     const Tensor& running_mean, const Tensor& running_var, double eps,
-                     int64_t n, int64_t c, int64_t l, Tensor& y);
-void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& gamma,
-                         const Tensor& mean, const Tensor& invstd, int64_t n, int64_t c,
-                         int64_t l, Tensor& grad_x, Tensor& grad_gamma, Tensor& grad_beta);
-
-// random.cc
-void philox_uniform(uint64_t seed, uint64_t offset, double lo, double hi, Tensor& out);
-void philox_normal(uint64_t seed, uint64_t offset, double mean, double std, Tensor& out);
-void dropout(uint64_t seed, uint64_t offset, double p, const Tensor& x, Tensor& out,
-             Tensor& mask);
-
-// optim.cc
-void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double lr,
-              double momentum, double dampening, double weight_decay, bool nesterov,
-              bool first_step);
-void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-               double lr, double beta1, double beta2, double eps, double weight_decay,
-               bool decoupled, int64_t step);
+#define PIPEWRIGHT_DECLARE_KERNEL(name, params) void name params;
+PIPEWRIGHT_KERNELS(PIPEWRIGHT_DECLARE_KERNEL)
+PIPEWRIGHT_CPU_ONLY_KERNELS(PIPEWRIGHT_DECLARE_KERNEL)
+#undef PIPEWRIGHT_DECLARE_KERNEL
 
 }  // namespace pipewright::cpu
