@@ -130,6 +130,26 @@ void run(const Config& c, int workers, int replicas) {
   const std::vector<int> placement =
       pipeline::schedule_placement(c.schedule, workers, c.virtual_stages);
 
+  const auto& ref_parts = reference.partitions();
+  const auto& parts = pipe.partitions();
+  // Every local stage's parameter gradients against the reference's.
+  auto compare_gradients = [&](const std::string& at) {
+    for (size_t s = 0; s < parts.size(); ++s) {
+      if (!processes->runs_worker(placement[s])) continue;
+      const nn::Tensors p = parts[s].parameters(), q = ref_parts[s].parameters();
+      for (size_t i = 0; i < p.size(); ++i) {
+        if (!p[i].grad().defined()) {
+          ++failures;
+          std::cerr << "rank " << rank << ": FAILED " << at << ": stage " << s << " parameter " << i
+                    << " has no gradient\n";
+          continue;
+        }
+        expect_close(rel_diff(p[i].grad(), q[i].grad()), 0, 1e-5,
+                     at + ": stage " + std::to_string(s) + " gradient " + std::to_string(i));
+      }
+    }
+  };
+
   nn::SGD ref_opt(reference.parameters(), {.lr = 0.1});
   nn::SGD opt(pipe.parameters(), {.lr = 0.1});
   const pipeline::LossFn loss_fn = [](const Tensor& out, const Tensor& y) {
@@ -150,22 +170,7 @@ void run(const Config& c, int workers, int replicas) {
     const std::string at = where + " step " + std::to_string(step);
     expect_close(got.loss, want.loss, 1e-5, at + ": loss");
 
-    const auto& ref_parts = reference.partitions();
-    const auto& parts = pipe.partitions();
-    for (size_t s = 0; s < parts.size(); ++s) {
-      if (!processes->runs_worker(placement[s])) continue;
-      const nn::Tensors p = parts[s].parameters(), q = ref_parts[s].parameters();
-      for (size_t i = 0; i < p.size(); ++i) {
-        if (!p[i].grad().defined()) {
-          ++failures;
-          std::cerr << "rank " << rank << ": FAILED " << at << ": stage " << s << " parameter " << i
-                    << " has no gradient\n";
-          continue;
-        }
-        expect_close(rel_diff(p[i].grad(), q[i].grad()), 0, 1e-5,
-                     at + ": stage " + std::to_string(s) + " gradient " + std::to_string(i));
-      }
-    }
+    compare_gradients(at);
     ref_opt.step();
     opt.step();
     for (size_t s = 0; s < parts.size(); ++s) {
@@ -181,8 +186,8 @@ void run(const Config& c, int workers, int replicas) {
     }
   }
 
-  // The general form across processes: a summed loss, the input split on dim 0 with a
-  // replicated second input that the first stage ignores; gradients equal the reference's.
+  // The general form across processes (each replica's share cut by the input's ChunkSpec),
+  // with a summed loss: gradients weighted 1, not n_r / N, equal the reference's.
   {
     Tensor x = Tensor::empty({n, 6});
     Generator(300).normal_(x);
@@ -199,17 +204,7 @@ void run(const Config& c, int workers, int replicas) {
     const pipeline::StepResult got =
         distributed::train_step(pipe, *processes, nn::Tensors{x}, nn::Tensors{y}, sum_loss, o);
     expect_close(got.loss, want.loss, 1e-5, where + ": summed loss");
-    const auto& ref_parts = reference.partitions();
-    const auto& parts = pipe.partitions();
-    for (size_t s = 0; s < parts.size(); ++s) {
-      if (!processes->runs_worker(placement[s])) continue;
-      const nn::Tensors p = parts[s].parameters(), q = ref_parts[s].parameters();
-      for (size_t i = 0; i < p.size(); ++i) {
-        expect_close(p[i].grad().defined() ? rel_diff(p[i].grad(), q[i].grad()) : INFINITY, 0,
-                     1e-5, where + ": summed loss: stage " + std::to_string(s) + " gradient " +
-                               std::to_string(i));
-      }
-    }
+    compare_gradients(where + ": summed loss");
   }
 
   // eval_step across processes: forward and loss only, the loss known on every rank. (With
