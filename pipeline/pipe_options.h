@@ -60,7 +60,7 @@ struct PipeOptions {
   /// how messages leave the process (processes.h; distributed/mpi_processes.h makes one per
   /// MPI rank). Every process then builds the same Pipe; train_step runs only the local
   /// workers, and Pipe::forward throws std::invalid_argument.
-  std::shared_ptr<Processes> processes;
+  std::shared_ptr<Processes> processes = {};
 };
 
 }  // namespace pipewright::pipeline
