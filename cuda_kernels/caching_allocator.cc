@@ -41,6 +41,15 @@ void* CachingAllocator::allocate(size_t bytes, void* stream_handle) {
   const auto stream = static_cast<cudaStream_t>(stream_handle);
   std::lock_guard<std::mutex> lock(mutex_);
   DeviceGuard guard(device());
+  for (int64_t c = fail_countdown_.load(); c >= 0;) {  // fail_allocation_after (a test seam)
+    if (fail_countdown_.compare_exchange_weak(c, c - 1)) {
+      if (c == 0) {
+        release_cached();
+        throw_out_of_memory(size, cudaErrorMemoryAllocation);
+      }
+      break;
+    }
+  }
   void* ptr = take_cached(size, stream);
   if (ptr == nullptr) ptr = device_malloc(size);
   live_.emplace(ptr, LiveBlock{size, stream, {}});
@@ -110,15 +119,19 @@ void* CachingAllocator::device_malloc(size_t size) {
   }
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
-    throw CudaError("CachingAllocator: cudaMalloc of " + std::to_string(size) + " bytes on " +
-                        device().str() + " failed: " + error_text(status) + " (allocated " +
-                        std::to_string(allocated()) + " bytes, reserved " +
-                        std::to_string(reserved()) + " bytes)",
-                    static_cast<int>(status));
+    throw_out_of_memory(size, status);
   }
   reserved_.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
   device_mallocs_.fetch_add(1, std::memory_order_relaxed);
   return ptr;
+}
+
+void CachingAllocator::throw_out_of_memory(size_t size, cudaError_t status) {
+  throw CudaError("CachingAllocator: cudaMalloc of " + std::to_string(size) + " bytes on " +
+                      device().str() + " failed: " + error_text(status) + " (allocated " +
+                      std::to_string(allocated()) + " bytes, reserved " +
+                      std::to_string(reserved()) + " bytes)",
+                  static_cast<int>(status));
 }
 
 void CachingAllocator::record_stream(void* ptr, int stream_device, cudaStream_t stream) {

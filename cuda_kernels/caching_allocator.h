@@ -89,6 +89,12 @@ class CachingAllocator final : public Allocator {
   /// Free blocks waiting in the cache.
   int64_t cached_blocks() const;
 
+  /// Test seam (fault injection): the allocate() `n` allocations from now (0: the next one) of
+  /// a non-zero size fails, once, as if cudaMalloc had returned cudaErrorMemoryAllocation both
+  /// times (before and after emptying the cache): the cache is released and the same CudaError
+  /// is thrown. n < 0 cancels. Thread-safe.
+  void fail_allocation_after(int64_t n) { fail_countdown_.store(n); }
+
  private:
   struct StreamUse {
     int device;  // the GPU of `stream`
@@ -114,6 +120,7 @@ class CachingAllocator final : public Allocator {
   bool uses_done(const FreeBlock& block);               // every use event completed; mutex held
   void recycle(FreeBlock& block);                       // events back to the pools; mutex held
   void* device_malloc(size_t size);                     // mutex held; throws on OOM
+  [[noreturn]] void throw_out_of_memory(size_t size, cudaError_t status);  // mutex held
   void release_cached();                                // mutex held
   cudaEvent_t new_event(int device);                    // from the pool; mutex held
 
@@ -123,6 +130,7 @@ class CachingAllocator final : public Allocator {
   std::map<int, std::vector<cudaEvent_t>> event_pool_;  // per GPU: completed events, for reuse
   std::atomic<int64_t> reserved_{0};
   std::atomic<int64_t> device_mallocs_{0};
+  std::atomic<int64_t> fail_countdown_{-1};  // fail_allocation_after; -1: off
 };
 
 }  // namespace pipewright::cuda

@@ -15,6 +15,19 @@ void check(int rc, const char* what) {
   throw MpiError(std::string(what) + ": " + std::string(text, static_cast<size_t>(length)));
 }
 
+NodeRanks node_ranks(MPI_Comm comm, int rank) {
+  MPI_Comm node;
+  check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+        "MPI_Comm_split_type");
+  NodeRanks out;
+  const int rank_rc = MPI_Comm_rank(node, &out.rank);
+  const int size_rc = MPI_Comm_size(node, &out.size);
+  MPI_Comm_free(&node);
+  check(rank_rc, "MPI_Comm_rank (node)");
+  check(size_rc, "MPI_Comm_size (node)");
+  return out;
+}
+
 bool launched_by_mpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
          std::getenv("PMIX_RANK") != nullptr;
@@ -71,11 +84,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
-  MPI_Comm node;
-  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
-        "MPI_Comm_split_type");
-  check(MPI_Comm_rank(node, &local_rank_), "MPI_Comm_rank (node)");
-  MPI_Comm_free(&node);
+  local_rank_ = node_ranks(MPI_COMM_WORLD, rank_).rank;
 }
 
 MpiSession::~MpiSession() {

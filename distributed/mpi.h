@@ -49,6 +49,14 @@ class RemoteFailure : public std::runtime_error {
 /// Throws MpiError("<what>: <MPI error string>") unless rc == MPI_SUCCESS.
 void check(int rc, const char* what);
 
+/// This process's place among the ranks of `comm` that share its node (MPI_COMM_TYPE_SHARED):
+/// its rank there and how many there are. `rank` is its rank in `comm`. Throws MpiError.
+struct NodeRanks {
+  int rank = 0;
+  int size = 1;
+};
+NodeRanks node_ranks(MPI_Comm comm, int rank);
+
 /// Whether this process was started by mpirun / mpiexec (OpenMPI's or PMI's environment).
 bool launched_by_mpirun();
 

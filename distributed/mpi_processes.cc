@@ -78,11 +78,7 @@ MpiProcesses::MpiProcesses(MPI_Comm world, int workers, int replicas, int num_st
                                 " workers");
   }
   check(MPI_Comm_dup(world, &world_), "MPI_Comm_dup");
-  MPI_Comm node;
-  check(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
-        "MPI_Comm_split_type");
-  check(MPI_Comm_size(node, &ranks_on_node_), "MPI_Comm_size (node)");
-  MPI_Comm_free(&node);
+  ranks_on_node_ = node_ranks(world_, rank_).size;
   check(MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check(MPI_Comm_split(world_, replica(), worker(), &replica_comm_), "MPI_Comm_split (replica)");
   check(MPI_Comm_split(world_, worker(), replica(), &stage_comm_), "MPI_Comm_split (stage)");
@@ -286,23 +282,22 @@ std::exception_ptr MpiProcesses::step_failed(const pipeline::Step& step, std::ex
   return std::make_exception_ptr(std::runtime_error(text));
 }
 
-double MpiProcesses::sum_over_replicas(double value) {
-  if (replicas_ == 1) return value;
+double MpiProcesses::sum_on(MPI_Comm comm, double value, const std::string& what) {
   double sum = 0;
   MPI_Request request;
-  check(MPI_Iallreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, stage_comm_, &request),
-        "MPI_Iallreduce (loss)");
-  wait_for(request, "sum of the loss over replicas");
+  check(MPI_Iallreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, comm, &request),
+        ("MPI_Iallreduce (" + what + ")").c_str());
+  wait_for(request, what);
   return sum;
 }
 
+double MpiProcesses::sum_over_replicas(double value) {
+  if (replicas_ == 1) return value;
+  return sum_on(stage_comm_, value, "sum of the loss over replicas");
+}
+
 double MpiProcesses::sum_over_job(double value) {
-  double sum = 0;
-  MPI_Request request;
-  check(MPI_Iallreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, world_, &request),
-        "MPI_Iallreduce (sum)");
-  wait_for(request, "sum over the job");
-  return sum;
+  return sum_on(world_, value, "sum over the job");
 }
 
 void MpiProcesses::max_over_job(std::vector<double>& values) {
@@ -383,26 +378,77 @@ std::pair<int64_t, int64_t> replica_rows(int64_t n, int replica, int replicas) {
   return {begin, begin + base + (replica < extra ? 1 : 0)};
 }
 
+namespace {
+
+// This replica's share of every split tensor of `tensors` (replicated ones whole).
+nn::Tensors replica_share(const nn::Tensors& tensors, const std::vector<pipeline::ChunkSpec>& specs,
+                          int64_t n, int64_t begin, int64_t end, const std::string& what) {
+  std::vector<int64_t> sizes;
+  for (int64_t size : {begin, end - begin, n - end}) {
+    if (size > 0) sizes.push_back(size);
+  }
+  const size_t mine = begin > 0 ? 1 : 0;
+  return pipeline::split_to(tensors, specs, sizes, what).at(mine);
+}
+
+}  // namespace
+
 pipeline::StepResult train_step(pipeline::Pipe& pipe, MpiProcesses& processes, const Tensor& input,
                                 const Tensor& target, const pipeline::LossFn& loss_fn) {
+  if (!input.defined() || !target.defined()) {
+    throw std::invalid_argument("distributed::train_step: input and target must be defined");
+  }
+  if (input.dim() == 0) {
+    throw std::invalid_argument("distributed::train_step: the input is a scalar (shape [])");
+  }
+  auto tuple_loss = [loss_fn](const nn::Tensors& out, const nn::Tensors& t) {
+    if (out.size() != 1) {
+      throw std::invalid_argument(
+          "train_step: the last stage must return one tensor for the loss, got " +
+          std::to_string(out.size()) + " (use the nn::Tensors form of train_step)");
+    }
+    return loss_fn(out[0], t.at(0));
+  };
+  return train_step(pipe, processes, nn::Tensors{input}, nn::Tensors{target},
+                    loss_fn ? pipeline::TupleLossFn(tuple_loss) : nullptr);
+}
+
+pipeline::StepResult train_step(pipeline::Pipe& pipe, MpiProcesses& processes,
+                                const nn::Tensors& inputs, const nn::Tensors& targets,
+                                const pipeline::TupleLossFn& loss_fn,
+                                const pipeline::StepOptions& options) {
   if (pipe.options().processes.get() != &processes) {
     throw std::invalid_argument(
         "distributed::train_step: the Pipe was built with other "
         "PipeOptions::processes than the MpiProcesses given");
   }
-  const int64_t n = input.size(0);
+  // N: one micro-batch of everything tells the batch size and checks the specs.
+  const std::vector<pipeline::ChunkSpec> input_specs =
+      pipeline::chunk_specs(options.input_chunks, inputs.size(), "input");
+  int64_t n = -1;
+  for (size_t i = 0; i < inputs.size() && n < 0; ++i) {
+    if (input_specs[i].replicated || !inputs[i].defined() || inputs[i].dim() == 0) continue;
+    const int64_t d = input_specs[i].dim < 0 ? input_specs[i].dim + inputs[i].dim()
+                                             : input_specs[i].dim;
+    if (d >= 0 && d < inputs[i].dim()) n = inputs[i].size(d);
+  }
+  if (n < 0 || processes.replicas() == 1) {
+    // Nothing to share out (with n < 0, Pipe::train_step throws, naming what is wrong).
+    processes.set_gradient_scale(1.0);
+    return pipe.train_step(inputs, targets, loss_fn, options);
+  }
   if (n < processes.replicas()) {
     throw std::invalid_argument("distributed::train_step: a batch of " + std::to_string(n) +
                                 " rows cannot be shared by " +
                                 std::to_string(processes.replicas()) + " replicas");
   }
   auto [begin, end] = replica_rows(n, processes.replica(), processes.replicas());
-  const double weight = static_cast<double>(end - begin) / static_cast<double>(n);
+  const bool sum = options.reduction == pipeline::LossReduction::kSum;
+  const double weight = sum ? 1.0 : static_cast<double>(end - begin) / static_cast<double>(n);
   processes.set_gradient_scale(weight);
-  pipeline::StepResult result =
-      processes.replicas() == 1
-          ? pipe.train_step(input, target, loss_fn)
-          : pipe.train_step(input.slice(begin, end), target.slice(begin, end), loss_fn);
+  pipeline::StepResult result = pipe.train_step(
+      replica_share(inputs, options.input_chunks, n, begin, end, "input"),
+      replica_share(targets, options.target_chunks, n, begin, end, "target"), loss_fn, options);
   result.loss = processes.sum_over_replicas(result.loss * weight);
   return result;
 }

@@ -116,6 +116,8 @@ class MpiProcesses final : public pipeline::Processes {
   struct DeviceBucket;
   void reduce_on_device(const std::vector<Tensor>& grads);
   void wait_for(MPI_Request& request, const std::string& what);
+  /// Σ value over the ranks of `comm` (a non-blocking all-reduce waited for by wait_for).
+  double sum_on(MPI_Comm comm, double value, const std::string& what);
   /// The worker of `stage` in the latest step's placement (round robin before the first).
   int worker_of(int stage) const;
 
@@ -148,5 +150,17 @@ std::pair<int64_t, int64_t> replica_rows(int64_t n, int replica, int replicas);
 /// throws.
 pipeline::StepResult train_step(pipeline::Pipe& pipe, MpiProcesses& processes, const Tensor& input,
                                 const Tensor& target, const pipeline::LossFn& loss_fn);
+
+/// The general form (pipeline::StepOptions): every split input and target is cut to this
+/// replica's share [begin, end) = replica_rows(N, r, D) on its own dim (replicated ones go
+/// whole to every replica), then Pipe::train_step runs with `options`. Gradients are weighted
+/// n_r / N under LossReduction::kMean and 1 under kSum (the sum over replicas is then the
+/// global batch's summed loss's gradient); the result's loss is the global batch's on every
+/// rank; returned outputs are this replica's rows. Throws as the single-tensor form, and what
+/// Pipe::train_step throws for the specs.
+pipeline::StepResult train_step(pipeline::Pipe& pipe, MpiProcesses& processes,
+                                const nn::Tensors& inputs, const nn::Tensors& targets,
+                                const pipeline::TupleLossFn& loss_fn,
+                                const pipeline::StepOptions& options = {});
 
 }  // namespace pipewright::distributed

@@ -67,9 +67,7 @@ void Adam::set_lr(double lr) {
 }
 
 void Adam::step() {
-  // Check every grad first, so that a mismatch throws before any parameter changed.
-  std::vector<Tensor> grads(params().size());
-  for (size_t i = 0; i < grads.size(); ++i) grads[i] = checked_grad(i);
+  const std::vector<Tensor> grads = checked_grads();  // all checked before any change
 
   const AdamOptions& o = options_;
   for (size_t i = 0; i < grads.size(); ++i) {

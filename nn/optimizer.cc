@@ -67,6 +67,12 @@ void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.set_grad(Tensor());
 }
 
+std::vector<Tensor> Optimizer::checked_grads() const {
+  std::vector<Tensor> grads(params_.size());
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = checked_grad(i);
+  return grads;
+}
+
 Tensor Optimizer::checked_grad(size_t i) const {
   const Tensor& p = params_[i];
   Tensor g = p.grad();

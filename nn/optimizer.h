@@ -102,9 +102,10 @@ class Optimizer {
 
   // ---- helpers for subclasses ----
 
-  /// Parameter i's grad, contiguous, checked to match the parameter's shape, dtype and device;
-  /// undefined when the parameter has no grad.
-  Tensor checked_grad(size_t i) const;
+  /// Every parameter's grad, contiguous, checked to match the parameter's shape, dtype and
+  /// device (undefined for a parameter with no grad). All are checked before step() changes
+  /// anything, so a mismatch throws with every parameter as it was.
+  std::vector<Tensor> checked_grads() const;
   /// The rank-0 int64 CPU tensor holding `step` (for param_state()).
   static Tensor step_tensor(int64_t step);
   /// `t` on parameter i's device (no copy when already there): state follows a parameter that
@@ -112,6 +113,8 @@ class Optimizer {
   Tensor on_param_device(size_t i, const Tensor& t) const;
 
  private:
+  /// Parameter i's grad, checked as checked_grads() says.
+  Tensor checked_grad(size_t i) const;
   /// A fresh copy of `t` on parameter i's device, after checking it has the parameter's shape
   /// and dtype (the key is named in the error).
   Tensor state_like_param(size_t i, const std::string& key, const Tensor& t) const;

@@ -10,7 +10,12 @@
 //
 // which accumulates the stage's parameter gradients and returns exactly the gradient to send
 // to the stage on the left. No graph ever spans two workers, so workers run backward on
-// their own cells concurrently without locks (engine.h: stages own disjoint parameters).
+// their own cells concurrently without locks (engine.h: stages own disjoint parameters; a
+// parameter shared by stages on different workers is refused when the Pipe is built). For
+// I/W schedules, backward_input() passes the cell's own WeightGradQueue as
+// BackwardOptions::defer_weight_grads, and W (backward_weight()) runs it. Stage 0's inputs
+// need a gradient only when the user's input requires one (needs_grad), so the first layer
+// of a model fed with data computes no input gradient, as in plain autograd.
 //
 // Note [Checkpointed cells]
 // A checkpointed cell keeps only its inputs and its RNG state:
@@ -78,9 +83,6 @@ class Cell {
   /// W: runs the weight-gradient halves deferred by backward_input().
   void backward_weight();
 
-  bool checkpointed() const { return mode_ == CellMode::kCheckpoint; }
-  /// True between F/R and B/I: the cell holds a graph.
-  bool has_graph() const { return has_graph_; }
   /// Drops everything (inputs, outputs, graph, deferred work).
   void reset();
 

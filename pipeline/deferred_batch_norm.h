@@ -44,7 +44,6 @@ class DeferredBatchNorm {
   /// Drops the statistics accumulated since the last commit (a step that failed midway:
   /// its micro-batches must not leak into the next step's update).
   void discard();
-  size_t size() const { return layers_.size(); }
 
  private:
   std::vector<nn::BatchNorm1d*> layers_;

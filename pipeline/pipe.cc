@@ -76,22 +76,19 @@ Tensor Pipe::forward(const Tensor& input) {
 // GPipe forward: the F prefix of gpipe(p, m) (+ R actions per the checkpoint mode) runs now
 // (looped BFS over the placement when workers hold several stages);
 // the rest runs when the user's backward reaches the PipeBackward node (Note [Anatomy of a
-// step] in pipe.h).
+// step] in runtime.h).
 nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no_chunk) {
   if (options_.processes != nullptr) {
     throw std::invalid_argument(
         "Pipe::forward runs every stage in this process, but this Pipe's workers are spread "
         "over processes (PipeOptions::processes); use train_step");
   }
-  MicroBatches batches = scatter(inputs, no_chunk, options_.chunks);
+  const std::vector<ChunkSpec> specs = chunk_specs(no_chunk, inputs.size());
+  MicroBatches batches = scatter(inputs, specs, options_.chunks);
   const int m = batches.count();
   const bool record = module_.is_training() && autograd::grad_mode_enabled();
 
-  // GPipe; with several stages per worker, its breadth-first generalisation to the pipe's
-  // placement (looped BFS: every forward of a worker's stages in stage order, then the
-  // backwards in reverse), which splits into the same two phases.
-  Schedule schedule = options_.virtual_stages == 1 ? gpipe(num_workers(), m)
-                                                   : looped_bfs(runtime_->stage_worker(), m);
+  Schedule schedule = fill_drain_schedule(m);
   if (record) schedule = with_recompute(schedule, checkpoint_predicate(options_.checkpoint, m));
   schedule.skips = runtime_->skips().edges();
   validate(schedule);
@@ -102,15 +99,7 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no
                                      recomputed_cells(schedule));
   for (const Tensor& t : inputs) step->input_needs_grad.push_back(record && t.requires_grad());
 
-  try {
-    runtime_->execute(*step, phases.forward);
-  } catch (...) {
-    runtime_->publish(*step);
-    if (deferred_ != nullptr) deferred_->discard();  // the failed step's statistics
-    throw;
-  }
-  runtime_->publish(*step);
-  if (module_.is_training()) commit_batch_norm();
+  run(*step, phases.forward);
 
   nn::Tensors outputs = gather(step->outputs);
   std::vector<std::vector<int64_t>> output_rows(outputs.size());
@@ -134,19 +123,35 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no
     }
   }
   auto node = std::make_shared<PipeBackward>(runtime_, std::move(step), std::move(phases.backward),
-                                             describe_inputs(inputs, no_chunk),
+                                             describe_inputs(inputs, specs),
                                              std::move(output_rows), std::move(recorded));
   autograd::NodeRecorder::record(node, node_inputs, recorded_outputs);
   return outputs;
 }
 
+// GPipe; with several stages per worker, its breadth-first generalisation to the pipe's
+// placement (looped BFS: every forward of a worker's stages in stage order, then the
+// backwards in reverse), which splits into the same two phases.
+Schedule Pipe::fill_drain_schedule(int m) const {
+  return options_.virtual_stages == 1 ? gpipe(num_workers(), m)
+                                      : looped_bfs(runtime_->stage_worker(), m);
+}
+
+// Runs `actions` of `step` on the workers; the deferred BatchNorm statistics it gathered are
+// committed once it succeeds (in training mode) and discarded when it fails.
+void Pipe::run(Step& step, const std::vector<std::vector<Action>>& actions) {
+  try {
+    runtime_->execute(step, actions);
+  } catch (...) {
+    if (deferred_ != nullptr) deferred_->discard();
+    throw;
+  }
+  if (deferred_ != nullptr && module_.is_training()) deferred_->commit();
+}
+
 void Pipe::train(bool on) {
   module_.train(on);
   for (int s = 0; s < num_stages(); ++s) runtime_->partition(s).train(on);
-}
-
-void Pipe::commit_batch_norm() {
-  if (deferred_ != nullptr) deferred_->commit();
 }
 
 const std::vector<nn::Sequential>& Pipe::partitions() const { return runtime_->partitions(); }

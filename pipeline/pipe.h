@@ -10,7 +10,7 @@
 //
 //   StepResult r = pipe.train_step(x, y, loss_fn, "1f1b");  // any schedule, loss per micro-batch
 //
-// How a step runs (Note [Anatomy of a step]):
+// How a step runs (Note [Anatomy of a step], runtime.h):
 //   1. scatter: the mini-batch is cut into micro-batches (microbatch.h);
 //   2. the schedule (schedules.h) says, per worker, which cell actions run in which order;
 //      the checkpoint mode becomes R actions (with_recompute); validate() proves it complete
@@ -28,6 +28,10 @@
 // workers -> std::out_of_range naming both counts. An exception raised inside a stage reaches
 // the caller unchanged (same type and message); the Pipe stays usable.
 //
+// Devices: a stage's inputs are moved to its device, and a tensor its module returns on
+// another device is copied back to it, differentiably (Note [A stage's output on another
+// device], runtime.cc): what a stage sends, and forward()'s output, is on the stage's device.
+//
 // Threads: one per worker, alive as long as the Pipe, joined by ~Pipe. Each uses
 // max(1, hardware_threads() / workers) intra-op threads (ThreadBudgetGuard; or
 // PipeOptions::threads_per_worker), so the workers together use the machine's cores once.
@@ -41,7 +45,9 @@
 #include <string>
 #include <vector>
 
+#include "nn/arguments.h"
 #include "nn/sequential.h"
+#include "pipeline/microbatch.h"
 #include "pipeline/pipe_options.h"
 #include "pipeline/schedule/schedule.h"
 #include "pipeline/step.h"
@@ -52,14 +58,46 @@ namespace pipewright::pipeline {
 class Runtime;
 class DeferredBatchNorm;
 
-/// What train_step returns.
+/// What train_step and eval_step return.
 struct StepResult {
-  double loss = 0;                         // mean loss over the mini-batch: Σ_j n_j·loss_j / N
+  double loss = 0;                         // the mini-batch's loss: Σ_j (n_j / N)·loss_j
+                                           // (LossReduction::kMean) or Σ_j loss_j (kSum)
   std::vector<double> microbatch_losses;   // loss_fn of each micro-batch, unscaled
   std::vector<int64_t> microbatch_sizes;   // n_j
+  nn::Tensors outputs;                     // StepOptions::return_outputs: the last stage's
+                                           // outputs, gathered, on its device (no history)
   Schedule schedule;                       // the schedule that ran (R actions included)
   Trace trace;                             // every action's timing
   StepCounters counters;                   // actions run per stage
+};
+
+/// What train_step / eval_step take besides the tensors and the loss (the general form;
+/// torch.distributed.pipelining's args_chunk_spec / kwargs / output_merge_spec / return
+/// outputs, torchgpipe's NoChunk). Every field has a default: `{}` is one input and one target
+/// split on dim 0, a mean loss, options().schedule.
+struct StepOptions {
+  /// How each input is cut into micro-batches: one ChunkSpec per input, split on a dim or
+  /// replicated whole into every micro-batch; empty: every input split on dim 0. Every split
+  /// input has the same size N on its dim.
+  std::vector<ChunkSpec> input_chunks = {};
+  /// The same for the targets; a split target has size N on its dim too.
+  std::vector<ChunkSpec> target_chunks = {};
+  /// Non-tensor arguments (flags, sizes, names) that every stage's modules and loss_fn read
+  /// through nn::current_arguments(), whole, for every micro-batch (nn/arguments.h).
+  nn::Arguments arguments = {};
+  /// kMean: loss_fn averages over its micro-batch, gradients are weighted n_j / N (equal to
+  /// the whole batch's mean loss); kSum: loss_fn sums, weights 1 (equal to the whole batch's
+  /// summed loss, so gradients accumulated over several steps equal one step on the union).
+  LossReduction reduction = LossReduction::kMean;
+  /// Keep the last stage's outputs and return them in StepResult::outputs, output k
+  /// concatenated over the micro-batches on output_dims[k] (dim 0 for all when empty).
+  bool return_outputs = false;
+  std::vector<int> output_dims = {};
+  /// The schedule: a make_schedule name, with options().checkpoint applied (empty:
+  /// options().schedule) ...
+  std::string schedule = {};
+  /// ... or this schedule exactly as given (its R actions are its checkpointing).
+  std::optional<Schedule> custom_schedule = std::nullopt;
 };
 
 class Pipe {
@@ -117,6 +155,31 @@ class Pipe {
   StepResult train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
                         const Schedule& schedule);
 
+  /// The general form: several inputs (the first stage's tuple), each split on its dim or
+  /// replicated; several targets cut the same way; loss_fn(outputs_j, targets_j) over the last
+  /// stage's whole output tuple; non-tensor arguments; outputs returned; mean or sum reduction
+  /// (StepOptions). Everything else as above: gradients accumulate into .grad (and into every
+  /// input that requires grad, summed over micro-batches for a replicated one), a NaN/inf loss
+  /// throws std::domain_error. Throws std::invalid_argument naming the values when a spec
+  /// list has another size than its tensors, a split tensor has no such dim, split inputs or
+  /// targets differ in size N on their dims, every input is replicated, or output_dims does not
+  /// fit the outputs; and as the single-tensor form.
+  StepResult train_step(const nn::Tensors& inputs, const nn::Tensors& targets,
+                        const TupleLossFn& loss_fn, const StepOptions& options = {});
+
+  /// Forward and loss of one mini-batch, no backward (torch.distributed.pipelining's
+  /// schedule.eval()): the forward actions of the fill-drain schedule (GPipe; looped BFS over
+  /// the placement when workers hold several stages), no autograd graph kept, no .grad
+  /// touched. The modules run in their current mode: call eval() first for BatchNorm's
+  /// running statistics and no Dropout (in training mode, deferred BatchNorm commits as in a
+  /// training step). Returns loss and micro-batch losses as train_step (a NaN/inf loss is
+  /// returned, not thrown: there is no backward to protect) and, with return_outputs, the
+  /// outputs. StepOptions::schedule / custom_schedule are ignored. Errors as train_step.
+  StepResult eval_step(const nn::Tensors& inputs, const nn::Tensors& targets,
+                       const TupleLossFn& loss_fn, const StepOptions& options = {});
+  StepResult eval_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
+                       const StepOptions& options = {});
+
   // ---- structure ----
   nn::Sequential& module() { return module_; }
   const nn::Sequential& module() const { return module_; }
@@ -158,9 +221,10 @@ class Pipe {
   void set_fault_hook_for_testing(std::function<void(int, int, const Action&)> hook);
 
  private:
-  StepResult run_train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
-                            const Schedule* given, const std::string& name);
-  void commit_batch_norm();
+  StepResult run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
+                      const TupleLossFn& loss_fn, const StepOptions& options, bool train);
+  Schedule fill_drain_schedule(int microbatches) const;
+  void run(Step& step, const std::vector<std::vector<Action>>& actions);
 
   nn::Sequential module_;
   PipeOptions options_;

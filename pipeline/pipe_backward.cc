@@ -41,13 +41,7 @@ std::vector<Tensor> PipeBackward::apply(const std::vector<Tensor>& grad_outputs,
     for (int j = 0; j < step->num_microbatches; ++j) step->output_grads[j][k] = parts[j];
   }
 
-  try {
-    runtime->execute(*step, actions_);
-  } catch (...) {
-    runtime->publish(*step);
-    throw;
-  }
-  runtime->publish(*step);
+  runtime->execute(*step, actions_);
 
   nn::Tensors input_grads = gather_input_grads(step->input_grads, inputs_, step->inputs.sizes);
   for (size_t i = 0; i < inputs_.size() && i < result.size(); ++i) {

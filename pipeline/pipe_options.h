@@ -27,10 +27,10 @@ class Processes;
 
 struct PipeOptions {
   /// Children per stage, in order; Σ balance = number of children of the Sequential.
-  std::vector<int> balance;
+  std::vector<int> balance = {};
   /// One device per worker (= per stage when virtual_stages is 1). Several workers may share
   /// a device (each still gets its own thread). Extra devices are ignored, as in torchgpipe.
-  std::vector<Device> devices;
+  std::vector<Device> devices = {};
   /// Micro-batches per mini-batch (fewer when the batch has fewer rows).
   int chunks = 1;
   /// Which micro-batches recompute their forward before the backward (checkpoint_mode.h).

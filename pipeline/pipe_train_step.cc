@@ -1,5 +1,5 @@
 // Pipe::train_step: one mini-batch's forward and backward under any schedule, with the loss
-// computed per micro-batch on the last stage.
+// computed per micro-batch on the last stage; Pipe::eval_step: its forward and loss only.
 //
 // Note [Loss scaling]
 // The user's loss_fn is a mean over its micro-batch: loss_j = (1/n_j) Σ_{i∈j} ℓ_i. The
@@ -7,6 +7,7 @@
 // The last stage's B therefore starts micro-batch j's backward from the gradient n_j/N
 // (a one-element tensor) instead of 1: no extra op in the graph, and with uneven micro-batches
 // (7 rows in 4 chunks: 2,2,2,1) the parameter gradients still equal the whole-batch ones.
+// A loss_fn that sums over its micro-batch (LossReduction::kSum) needs weight 1: L = Σ_j loss_j.
 #include <stdexcept>
 #include <string>
 
@@ -21,80 +22,130 @@
 #include "pipeline/schedule/generators.h"
 
 namespace pipewright::pipeline {
+namespace {
+
+// The single-tensor loss as a tuple loss.
+TupleLossFn tuple_loss(const LossFn& loss_fn) {
+  if (!loss_fn) return nullptr;
+  return [loss_fn](const nn::Tensors& outputs, const nn::Tensors& targets) {
+    if (outputs.size() != 1) {
+      throw std::invalid_argument(
+          "train_step: the last stage must return one tensor for the loss, got " +
+          std::to_string(outputs.size()) + " (use the nn::Tensors form of train_step)");
+    }
+    return loss_fn(outputs[0], targets.at(0));
+  };
+}
+
+void check_defined(const Tensor& input, const Tensor& target) {
+  if (!input.defined() || !target.defined()) {
+    throw std::invalid_argument("train_step: input and target must be defined");
+  }
+}
+
+}  // namespace
 
 StepResult Pipe::train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn) {
-  return run_train_step(input, target, loss_fn, nullptr, options_.schedule);
+  return train_step(input, target, loss_fn, options_.schedule);
 }
 
 StepResult Pipe::train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
                             const std::string& schedule) {
-  return run_train_step(input, target, loss_fn, nullptr, schedule);
+  check_defined(input, target);
+  return run_step({input}, {target}, tuple_loss(loss_fn), {.schedule = schedule}, true);
 }
 
 StepResult Pipe::train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
                             const Schedule& schedule) {
-  return run_train_step(input, target, loss_fn, &schedule, schedule.name);
+  check_defined(input, target);
+  return run_step({input}, {target}, tuple_loss(loss_fn), {.custom_schedule = schedule}, true);
 }
 
-StepResult Pipe::run_train_step(const Tensor& input, const Tensor& target,
-                                const LossFn& loss_fn, const Schedule* given,
-                                const std::string& name) {
-  if (!loss_fn) throw std::invalid_argument("train_step: loss_fn is empty");
-  if (!input.defined() || !target.defined()) {
-    throw std::invalid_argument("train_step: input and target must be defined");
-  }
-  MicroBatches batches = scatter({input}, {}, options_.chunks);
-  if (target.dim() == 0 || target.size(0) != batches.batch_size) {
-    throw std::invalid_argument("train_step: input and target differ in batch size (input: " +
-                                input.shape().str() + ", target: " + target.shape().str() + ")");
-  }
+StepResult Pipe::train_step(const nn::Tensors& inputs, const nn::Tensors& targets,
+                            const TupleLossFn& loss_fn, const StepOptions& options) {
+  return run_step(inputs, targets, loss_fn, options, true);
+}
+
+StepResult Pipe::eval_step(const nn::Tensors& inputs, const nn::Tensors& targets,
+                           const TupleLossFn& loss_fn, const StepOptions& options) {
+  return run_step(inputs, targets, loss_fn, options, false);
+}
+
+StepResult Pipe::eval_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
+                           const StepOptions& options) {
+  check_defined(input, target);
+  return run_step({input}, {target}, tuple_loss(loss_fn), options, false);
+}
+
+StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
+                          const TupleLossFn& loss_fn, const StepOptions& options, bool train) {
+  const char* what = train ? "train_step" : "eval_step";
+  if (!loss_fn) throw std::invalid_argument(std::string(what) + ": loss_fn is empty");
+  MicroBatches batches = scatter(inputs, options.input_chunks, options_.chunks);
+  std::vector<nn::Tensors> target_pieces =
+      split_to(targets, options.target_chunks, batches.sizes, "target");
   const int m = batches.count();
   const int p = num_workers();
 
   Schedule schedule;
-  if (given != nullptr) {
-    schedule = *given;
+  if (!train) {
+    schedule = fill_drain_schedule(m);  // its forward phase: F actions only
+    schedule.actions = split_fill_drain(schedule).forward;
+  } else if (options.custom_schedule.has_value()) {
+    schedule = *options.custom_schedule;
   } else {
+    const std::string& name = options.schedule.empty() ? options_.schedule : options.schedule;
     schedule = make_schedule(name, p, m, options_.virtual_stages);
     schedule = with_recompute(schedule, checkpoint_predicate(options_.checkpoint, m));
   }
   check_schedule_fits(schedule, p, runtime_->stage_worker(), m);
   schedule.skips = runtime_->skips().edges();  // the model's portals, whoever made the schedule
-  validate(schedule);
+  if (train) validate(schedule);  // (a forward phase alone is no complete schedule)
 
-  std::vector<int64_t> sizes = batches.sizes;
+  const std::vector<int64_t> sizes = batches.sizes;
   Processes* processes = options_.processes.get();
-  auto step = std::make_shared<Step>(num_stages(), p, std::move(batches), CellMode::kRecord,
-                                     recomputed_cells(schedule),
-                                     processes ? processes->make_transport(runtime_->stage_worker()) : nullptr);
-  step->input_needs_grad = {static_cast<char>(input.requires_grad())};
+  const bool record = train;
+  auto step = std::make_shared<Step>(
+      num_stages(), p, std::move(batches), record ? CellMode::kRecord : CellMode::kNoGrad,
+      recomputed_cells(schedule),
+      processes ? processes->make_transport(runtime_->stage_worker()) : nullptr);
+  for (const Tensor& t : inputs) step->input_needs_grad.push_back(record && t.requires_grad());
   step->loss_fn = loss_fn;
+  step->reduction = options.reduction;
+  step->keep_outputs = options.return_outputs;
+  step->arguments = options.arguments;
   const Device last_device = runtime_->stage_devices().back();
-  for (const Tensor& t : target.chunk(options_.chunks)) step->targets.push_back(t.to(last_device));
-
-  try {
-    runtime_->execute(*step, schedule.actions);
-  } catch (...) {
-    runtime_->publish(*step);
-    if (deferred_ != nullptr) deferred_->discard();  // the failed step's statistics
-    throw;
+  for (nn::Tensors& piece : target_pieces) {
+    for (Tensor& t : piece) t = t.defined() ? t.to(last_device) : t;
+    step->targets.push_back(std::move(piece));
   }
-  runtime_->publish(*step);
+
+  run(*step, schedule.actions);
   if (processes != nullptr) processes->step_finished(*step);
-  if (module_.is_training()) commit_batch_norm();
 
   // An input that requires grad gets its gradient like loss.backward() would give it: into
   // .grad for a leaf, on through its own graph otherwise (only where stage 0 ran).
-  if (input.requires_grad() && (processes == nullptr || processes->runs_worker(0))) {
-    nn::Tensors grads =
-        gather_input_grads(step->input_grads, describe_inputs({input}, {}), sizes);
-    if (grads[0].defined()) autograd::backward({input}, {grads[0]});
+  if (record && (processes == nullptr || processes->runs_worker(0))) {
+    nn::Tensors grads = gather_input_grads(
+        step->input_grads, describe_inputs(inputs, options.input_chunks), sizes);
+    nn::Tensors with_grad, their_grads;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i].defined() && inputs[i].requires_grad() && grads[i].defined()) {
+        with_grad.push_back(inputs[i]);
+        their_grads.push_back(grads[i]);
+      }
+    }
+    if (!with_grad.empty()) autograd::backward(with_grad, their_grads);
   }
 
   StepResult result;
   result.microbatch_losses = step->losses;
   result.microbatch_sizes = sizes;
   for (int j = 0; j < m; ++j) result.loss += step->loss_scale(j) * step->losses[j];
+  if (options.return_outputs && (processes == nullptr || processes->runs_worker(
+                                                            runtime_->stage_worker().back()))) {
+    result.outputs = gather(step->outputs, options.output_dims);
+  }
   result.trace = step->trace();
   result.counters = step->counters;
   result.schedule = std::move(schedule);

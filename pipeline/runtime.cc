@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "autograd/shape_ops.h"
 #include "nn/skip.h"
 #include "pipeline/stage_skips.h"
 #include "tensor/stream.h"
@@ -26,6 +27,23 @@ nn::Tensors to_stage(const nn::Tensors& tensors, Device device) {
     record_stream(out.back(), compute);
   }
   return out;
+}
+
+// Note [A stage's output on another device]
+// A stage may return tensors on a device other than its own (a module that ends with
+// to(other)). Each is copied back to the stage's device with the differentiable
+// autograd::to, inside the cell, so the copy is recorded (and recomputed under
+// checkpointing) like any layer: its backward takes the gradient from the stage's device
+// back to where the module left the tensor. Everything that leaves a stage is then on that
+// stage's device, as everything entering it is (to_stage, the transport): the next stage
+// receives from one known device, memory is counted there, and Pipe::forward returns on the
+// last stage's device. torchgpipe gets the same by copying every stage's output to the next
+// device; the value is unchanged either way.
+nn::Tensors on_stage_device(nn::Tensors tensors, Device device) {
+  for (Tensor& t : tensors) {
+    if (t.defined() && t.device() != device) t = autograd::to(t, device);
+  }
+  return tensors;
 }
 
 /// Each worker's device: the device of its stages, which must agree.
@@ -120,37 +138,46 @@ void Runtime::execute(Step& step, const std::vector<std::vector<Action>>& action
     Event* entry = &entered[static_cast<size_t>(w)];
     Event* exit = &done[static_cast<size_t>(w)];
     workers_[w]->submit([this, &step, w, list, countdown, entry, exit] {
+      // Whatever escapes the handlers below (step.fail itself throwing) goes to the caller
+      // through the countdown, which is always counted down: no hang, nothing lost.
+      std::exception_ptr escaped;
       try {
-        entry->wait(workers_[w]->compute_stream());
-        run_actions(step, w, *list);
-      } catch (const RunCancelled&) {
-        // Another worker failed first; its exception is the one the caller sees.
-      } catch (...) {
-        step.fail(std::current_exception());
-      }
-      if (processes_ != nullptr) {
         try {
-          processes_->worker_finished(w, step.failed());
+          entry->wait(workers_[w]->compute_stream());
+          run_actions(step, w, *list);
+        } catch (const RunCancelled&) {
+          // Another worker failed first; its exception is the one the caller sees.
         } catch (...) {
           step.fail(std::current_exception());
         }
-      }
-      try {
-        exit->record(workers_[w]->compute_stream());
+        if (processes_ != nullptr) {
+          try {
+            processes_->worker_finished(w, step.failed());
+          } catch (...) {
+            step.fail(std::current_exception());
+          }
+        }
+        try {
+          exit->record(workers_[w]->compute_stream());
+        } catch (...) {
+          step.fail(std::current_exception());
+        }
       } catch (...) {
-        step.fail(std::current_exception());
+        escaped = std::current_exception();
       }
-      countdown->done();
+      countdown->done(std::move(escaped));
     });
   }
   countdown->wait();
   std::exception_ptr error = step.error();
+  if (error == nullptr) error = countdown->error();
   if (error != nullptr && processes_ != nullptr) error = processes_->step_failed(step, error);
   try {
     hand_back(step, done);
   } catch (...) {
-    if (error == nullptr) throw;
+    if (error == nullptr) error = std::current_exception();
   }
+  publish(step);
   if (error != nullptr) std::rethrow_exception(error);
 }
 
@@ -224,26 +251,32 @@ StageFn Runtime::stage_fn(Step& step, int s, int j) {
     has_skips = has_skips || route.stash_stage == s || route.pop_stage == s;
   }
   const bool with_loss = step.is_last(s) && step.loss_fn != nullptr;
-  if (!has_skips && !with_loss) {
-    return [&module](const nn::Tensors& in) { return module.forward(in); };
+  const Device device = stage_devices_.at(static_cast<size_t>(s));
+  if (!has_skips && !with_loss && step.arguments.empty()) {
+    return [&module, device](const nn::Tensors& in) {
+      return on_stage_device(module.forward(in), device);  // Note [A stage's output on ...]
+    };
   }
-  return [this, &module, &step, s, j, has_skips, with_loss](const nn::Tensors& in) {
+  return [this, &module, &step, s, j, device, has_skips, with_loss](const nn::Tensors& in) {
+    nn::ArgumentsGuard arguments(step.arguments);
     nn::Tensors out, stashed;
     if (has_skips) {
       const auto regular = static_cast<std::ptrdiff_t>(in.size() - skips_.portals_in(s).size());
       StageSkips skips(skips_, s, j, nn::Tensors(in.begin() + regular, in.end()));
       nn::SkipTrackerGuard installed(skips);
-      out = module.forward(nn::Tensors(in.begin(), in.begin() + regular));
-      stashed = skips.finish();
+      out = on_stage_device(module.forward(nn::Tensors(in.begin(), in.begin() + regular)),
+                            device);
+      stashed = on_stage_device(skips.finish(), device);
     } else {
-      out = module.forward(in);
+      out = on_stage_device(module.forward(in), device);
     }
     if (with_loss) {
-      if (out.size() != 1) {
-        throw std::invalid_argument("train_step: the last stage must return one tensor for the "
-                                    "loss, got " + std::to_string(out.size()));
+      if (step.keep_outputs) {
+        nn::Tensors kept;
+        for (const Tensor& t : out) kept.push_back(t.defined() ? t.detach() : t);
+        step.outputs[j] = std::move(kept);
       }
-      Tensor loss = step.loss_fn(out[0], step.targets[j]);
+      Tensor loss = step.loss_fn(out, step.targets[j]);
       if (!loss.defined() || loss.numel() != 1) {
         throw std::invalid_argument(
             "train_step: loss_fn must return a one-element tensor, got " +
@@ -353,8 +386,13 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
     send(step, {s, j, Direction::kActivation}, std::move(out), s, s + 1);
   } else if (step.loss_fn) {
     // Note [Non-finite loss]: a NaN or infinite loss stops the step with an error before its
-    // backward can spread it into the gradients of every parameter.
+    // backward can spread it into the gradients of every parameter (eval_step, which runs no
+    // backward, reports it as it is).
     step.losses[j] = out.at(0).item();
+    if (step.mode == CellMode::kNoGrad) {
+      ++step.counters.forwards[s];
+      return;
+    }
     if (!std::isfinite(step.losses[j])) {
       throw std::domain_error("train_step: the loss of micro-batch " + std::to_string(j) +
                               " is " + std::to_string(step.losses[j]) +

@@ -19,11 +19,56 @@
 // current streams wait for it with events (Note [The caller's streams], runtime.cc), whichever
 // streams the caller uses, and what is handed back is record_stream'ed on them.
 //
-// Failure (Note [First exception wins]): the first exception of any action is stored in the
-// Step with its original type (std::exception_ptr), the Step's transport is cancelled so
-// every recv() returns at once with RunCancelled, and every worker stops before its next
-// action. execute() then rethrows the original exception on the caller's thread. The
-// workers are idle again and the Pipe stays usable; nothing is left blocked or leaked.
+// Note [Anatomy of a step]
+// One step of Pipe::forward + its backward (GPipe, 2 workers, 4 micro-batches, except_last):
+//
+//   caller thread                         worker 0 (cpu:0)          worker 1 (cpu:1)
+//   ─────────────                         ────────────────          ────────────────
+//   scatter x -> x0 x1 x2 x3  (views)
+//   schedule = gpipe(2, 4)
+//            + with_recompute(except_last)
+//   validate(schedule)
+//   execute(F actions) ─────────────────► F0 F1 F2 F3 ──send──►     F0 F1 F2 F3
+//                     ◄── countdown ────────────────────────────────────────────┘
+//   out = cat(last stage's outputs)
+//   out.grad_fn = PipeBackward(step)
+//   return out
+//     ... user: loss(out).backward() reaches PipeBackward.apply(dOut):
+//   split dOut per micro-batch
+//   execute(R/B actions) ───────────────► R3? B3 R2 B2 ... ◄──send── B3 R2 B2 R1 B1 R0 B0
+//                     ◄── countdown ─────────────────────────────────────────────┘
+//   cat stage 0's input gradients -> dx
+//
+// Pipe::forward runs only the forward prefix of the GPipe schedule; the backward actions
+// wait inside the PipeBackward node (pipe_backward.h) that becomes the output's grad_fn, and
+// run when the user's loss.backward() reaches that node. train_step has the loss inside the
+// pipeline (computed per micro-batch on the last stage), so it runs a whole schedule at once
+// — which is what 1F1B, interleaved 1F1B and the zero-bubble schedules need, since they
+// interleave forwards and backwards on a worker.
+//
+// Either way the work is data: each worker receives its list of actions and interprets it
+// (Runtime::run_action). The checkpoint mode is not a flag in the runtime but a schedule
+// transformation: with_recompute inserts R before the B of every checkpointed cell, and a
+// cell runs its forward as a checkpoint exactly when the schedule has an R for it
+// (recomputed_cells). A hand-written Schedule passed to train_step is run as given, R
+// actions included, after validate() proved it complete and deadlock-free.
+//
+// Note [First exception wins]
+//
+//   worker 0:  F0  F1  F2 ──► (send, never blocks)     stops before its next action
+//   worker 1:  F0  F1  F2 ✗ throws ──► step.fail(e): store e, cancel transport
+//   worker 2:  F0  F1  recv(F2) ◄── cancelled: RunCancelled, swallowed
+//   caller:    countdown reaches 0 ──► std::rethrow_exception(e)   same type, same message
+//
+// The first exception of any action is stored in the Step with its original type
+// (std::exception_ptr), the Step's transport is cancelled so every recv() returns at once
+// with RunCancelled, and every worker stops before its next action. execute() then rethrows
+// the original exception on the caller's thread once all workers are idle. The workers are
+// idle again and the Pipe stays usable: the next call makes a new Step and a new transport.
+// The caller's tensors are never modified (micro-batches are views; outputs are new
+// tensors). What a failed step already accumulated into .grad stays there, as with a failed
+// loss.backward() in PyTorch; the deferred BatchNorm sums of a failed step are discarded
+// (DeferredBatchNorm::discard), so they never reach the running statistics.
 #pragma once
 
 #include <functional>
@@ -68,7 +113,8 @@ class Runtime {
   Worker& worker(int w) { return *workers_.at(static_cast<size_t>(w)); }
 
   /// Runs actions[w] on worker w for every w and waits for all of them. Rethrows the first
-  /// exception an action raised. Not reentrant: one execute() per Runtime at a time.
+  /// exception an action raised, after publishing the step (last_trace() and friends) either
+  /// way. Not reentrant: one execute() per Runtime at a time.
   /// Ordered against the calling thread's current streams at both ends (Note [The caller's
   /// streams], runtime.cc): the workers' first kernels come after what the caller issued
   /// before the call, and what the caller issues after it (on its current streams of the
@@ -84,9 +130,8 @@ class Runtime {
   /// Re-seeds every worker's generator (worker w: mix_seed(seed, w), offset 0).
   void manual_seed(uint64_t seed);
 
-  /// Remembers `step`'s trace, counters and failure so far (Pipe::last_trace(),
-  /// last_counters(), last_failure()).
-  void publish(const Step& step);
+  /// What the last execute() did, failed or not: its step's trace and counters so far, and
+  /// where it failed (Pipe::last_trace(), last_counters(), last_failure()).
   Trace last_trace() const;
   StepCounters last_counters() const;
   std::optional<Failure> last_failure() const;
@@ -100,6 +145,8 @@ class Runtime {
  private:
   void run_actions(Step& step, int worker, const std::vector<Action>& actions);
   void hand_back(Step& step, const std::vector<Event>& done);
+  /// Remembers `step`'s trace, counters and failure (the last_* accessors).
+  void publish(const Step& step);
   void run_action(Step& step, int worker, const Action& action);
   void forward(Step& step, int worker, const Action& action, TraceEvent& event);
   void backward(Step& step, const Action& action, TraceEvent& event);

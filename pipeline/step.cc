@@ -28,7 +28,7 @@ void Step::fail(std::exception_ptr error) {
     std::lock_guard<std::mutex> lock(error_mutex_);
     if (!error_) error_ = std::move(error);
   }
-  failed_.store(true, std::memory_order_release);
+  failed_.store(true, std::memory_order_seq_cst);
   transport_->cancel();
 }
 
@@ -49,7 +49,13 @@ void Step::fail_at(std::exception_ptr error, int worker, int index, const Action
         f.what = "unknown exception";
       }
       failure_ = std::move(f);
-      started_at_failure_ = actions_started_.load(std::memory_order_acquire);
+      // The flag goes up before the count is read (both seq_cst, as are failed() and
+      // count_action_start()): a worker that still saw no failure starts at most one more
+      // action, and its next failed() sees the flag. Reading the count first let a worker
+      // run several actions between the read and fail()'s store (actions_after > workers - 1
+      // under TSan's timing).
+      failed_.store(true, std::memory_order_seq_cst);
+      started_at_failure_ = actions_started_.load(std::memory_order_seq_cst);
     }
   }
   fail(std::move(error));

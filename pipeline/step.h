@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/arguments.h"
 #include "nn/sequential.h"
 #include "pipeline/cell.h"
 #include "pipeline/microbatch.h"
@@ -32,8 +33,18 @@
 
 namespace pipewright::pipeline {
 
-/// loss_fn(output_mb, target_mb) -> a one-element loss (the mean over the micro-batch).
+/// loss_fn(output_mb, target_mb) -> a one-element loss of the micro-batch (its mean over the
+/// micro-batch's rows under LossReduction::kMean, its sum under kSum).
 using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+/// The tuple form: every output of the last stage and every target of one micro-batch.
+using TupleLossFn =
+    std::function<Tensor(const nn::Tensors& outputs, const nn::Tensors& targets)>;
+
+/// How the micro-batches' losses make the mini-batch's (Note [Loss scaling],
+/// pipe_train_step.cc): kMean, loss = Σ_j (n_j / N)·loss_j for loss functions that average
+/// over their micro-batch (PyTorch's reduction='mean'); kSum, loss = Σ_j loss_j for loss
+/// functions that sum (reduction='sum').
+enum class LossReduction { kMean, kSum };
 
 /// Actions run per stage during a step (the tests' window into checkpointing).
 struct StepCounters {
@@ -81,14 +92,18 @@ class Step {
   const std::vector<std::vector<char>> checkpointed;     // [stage][micro-batch]
   MicroBatches inputs;                                   // stage 0's micro-batches
   std::vector<char> input_needs_grad;                    // per input position (stage 0)
-  LossFn loss_fn;                                        // train_step only
-  std::vector<Tensor> targets;                           // train_step only, per micro-batch
+  TupleLossFn loss_fn;                                   // train/eval_step only
+  std::vector<nn::Tensors> targets;                      // train/eval_step, per micro-batch
+  LossReduction reduction = LossReduction::kMean;        // train/eval_step
+  bool keep_outputs = false;                             // train/eval_step: fill outputs
+  nn::Arguments arguments;                               // non-tensor, seen by every stage
   std::vector<nn::Tensors> output_grads;                 // Pipe backward: per micro-batch
   const std::chrono::steady_clock::time_point epoch = std::chrono::steady_clock::now();
 
   // ---- written by the owning worker, read by the caller afterwards ----
   std::vector<std::vector<Cell>> cells;                  // [stage][micro-batch]
   std::vector<nn::Tensors> outputs;                      // last stage, per micro-batch
+                                                         // (with a loss: detached copies)
   std::vector<double> losses;                            // last stage, per micro-batch
   std::vector<Tensor> loss_grads;                        // last stage: d(mean)/d(loss_j)
   std::vector<nn::Tensors> input_grads;                  // stage 0, per micro-batch
@@ -107,11 +122,11 @@ class Step {
   void fail(std::exception_ptr error);
   /// fail(), also remembering that `action` (index `index` of `worker`'s list) raised it.
   void fail_at(std::exception_ptr error, int worker, int index, const Action& action);
-  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  bool failed() const { return failed_.load(std::memory_order_seq_cst); }
   /// The first error, or nullptr.
   std::exception_ptr error() const;
   /// Called by a worker before each action; counts the actions started after the failure.
-  void count_action_start() { actions_started_.fetch_add(1, std::memory_order_acq_rel); }
+  void count_action_start() { actions_started_.fetch_add(1, std::memory_order_seq_cst); }
   /// Where the first error began (nullopt without an error, or when it was raised outside an
   /// action), with actions_after filled in. Call after the workers are done.
   std::optional<Failure> failure() const;
@@ -120,8 +135,10 @@ class Step {
 
   /// The events of every worker so far, as one Trace.
   Trace trace() const;
-  /// d(mean loss)/d(loss of micro-batch j) = rows of j / rows of the mini-batch.
+  /// d(mini-batch loss)/d(loss of micro-batch j): rows of j / rows of the mini-batch for
+  /// kMean, 1 for kSum.
   double loss_scale(int j) const {
+    if (reduction == LossReduction::kSum) return 1.0;
     return static_cast<double>(inputs.sizes.at(static_cast<size_t>(j))) /
            static_cast<double>(inputs.batch_size);
   }

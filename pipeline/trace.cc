@@ -2,14 +2,29 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 #include <stdexcept>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 namespace pipewright::pipeline {
 
 namespace {
+
 constexpr int kSendsThread = 1000;  // a tid no stage uses
+
+const char* category(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kForward: return "forward";
+    case ActionKind::kRecompute: return "recompute";
+    case ActionKind::kBackward: return "backward";
+    case ActionKind::kBackwardInput: return "backward_input";
+    case ActionKind::kBackwardWeight: return "backward_weight";
+  }
+  return "unknown";
+}
+
 }  // namespace
 
 std::string TraceTransfer::name() const {
@@ -19,10 +34,27 @@ std::string TraceTransfer::name() const {
          std::to_string(microbatch);
 }
 
-void Trace::append(const Trace& other) {
-  num_workers_ = std::max(num_workers_, other.num_workers_);
-  events_.insert(events_.end(), other.events_.begin(), other.events_.end());
-  transfers_.insert(transfers_.end(), other.transfers_.begin(), other.transfers_.end());
+Trace Trace::simulated(const Schedule& schedule, const Costs& costs,
+                       double microseconds_per_unit) {
+  if (!(microseconds_per_unit > 0)) {
+    throw std::invalid_argument("Trace::simulated: microseconds_per_unit must be > 0 (got " +
+                                std::to_string(microseconds_per_unit) + ")");
+  }
+  const Simulation sim = simulate(schedule, costs);
+  Trace trace(schedule.num_workers);
+  trace.simulated_ = true;
+  trace.simulated_schedule_ = schedule.name;
+  for (int w = 0; w < schedule.num_workers; ++w) {
+    for (const TimedAction& t : sim.timeline[static_cast<size_t>(w)]) {
+      trace.add(TraceEvent{.worker = w,
+                           .stage = t.action.stage,
+                           .kind = t.action.kind,
+                           .microbatch = t.action.microbatch,
+                           .start_us = t.start * microseconds_per_unit,
+                           .end_us = t.end * microseconds_per_unit});
+    }
+  }
+  return trace;
 }
 
 double Trace::wall_us() const {
@@ -55,16 +87,25 @@ double Trace::bubble_fraction() const {
 std::string Trace::to_chrome_json() const {
   using nlohmann::json;
   json events = json::array();
+  // Metadata first: a process per worker, a thread per (worker, stage) that has events, and
+  // a "sends" thread per worker that sent something.
+  std::set<std::pair<int, int>> threads;
+  for (const TraceEvent& e : events_) threads.emplace(e.worker, e.stage);
+  for (const TraceTransfer& t : transfers_) threads.emplace(t.worker, kSendsThread);
   for (int w = 0; w < num_workers_; ++w) {
     events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", w}, {"tid", 0},
                       {"args", {{"name", "worker " + std::to_string(w)}}}});
   }
+  for (const auto& [worker, tid] : threads) {
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", worker}, {"tid", tid},
+                      {"args", {{"name", tid == kSendsThread ? std::string("sends")
+                                                             : "stage " + std::to_string(tid)}}}});
+  }
   for (const TraceEvent& e : events_) {
-    const std::string letter(1, action_letter(e.kind));
-    std::string name = letter;
+    std::string name(1, action_letter(e.kind));
     name += std::to_string(e.microbatch);
     events.push_back({{"name", name},
-                      {"cat", letter},
+                      {"cat", category(e.kind)},
                       {"ph", "X"},
                       {"ts", e.start_us},
                       {"dur", e.duration_us()},
@@ -72,13 +113,7 @@ std::string Trace::to_chrome_json() const {
                       {"tid", e.stage},
                       {"args", {{"stage", e.stage}, {"microbatch", e.microbatch}}}});
   }
-  std::vector<char> sends(static_cast<size_t>(num_workers_), 0);
   for (const TraceTransfer& t : transfers_) {
-    if (t.worker >= 0 && t.worker < num_workers_ && !sends[static_cast<size_t>(t.worker)]) {
-      sends[static_cast<size_t>(t.worker)] = 1;
-      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", t.worker},
-                        {"tid", kSendsThread}, {"args", {{"name", "sends"}}}});
-    }
     events.push_back({{"name", t.name()},
                       {"cat", t.skip.empty() ? "send" : "portal"},
                       {"ph", "X"},
@@ -88,9 +123,11 @@ std::string Trace::to_chrome_json() const {
                       {"tid", kSendsThread},
                       {"args", {{"bytes", t.bytes}, {"microbatch", t.microbatch}}}});
   }
-  json doc = {{"traceEvents", events},
-              {"displayTimeUnit", "ms"},
-              {"otherData", {{"bubble_fraction", bubble_fraction()}, {"wall_us", wall_us()}}}};
+  json other = {{"bubble_fraction", bubble_fraction()},
+                {"wall_us", wall_us()},
+                {"simulated", simulated_}};
+  if (simulated_) other["schedule"] = simulated_schedule_;
+  json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", other}};
   return doc.dump();
 }
 

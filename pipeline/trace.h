@@ -13,9 +13,15 @@
 // (p-1)/(m+p-1). Measured values also contain stage imbalance and the runtime's own
 // overhead (channel hand-offs, copies), which is the point of measuring.
 //
-// to_chrome_json() writes the Trace Event Format ("ph": "X" complete events; pid = worker,
-// tid = stage; the worker's sends on a "sends" thread, tid = kSendsThread) that
-// chrome://tracing and https://ui.perfetto.dev open directly.
+// A simulated step is a Trace too (Trace::simulated: the simulator's timeline in microseconds),
+// so measured and simulated timelines share one writer and one layout. to_chrome_json()
+// writes the Trace Event Format that chrome://tracing and https://ui.perfetto.dev open:
+//
+//   process "worker w" (pid = w)
+//     thread "stage s"  (tid = s)      one per stage the worker ran: "ph": "X" complete events
+//                                      named F3, B0, ... (cat forward, recompute, backward,
+//                                      backward_input, backward_weight; args stage, microbatch)
+//     thread "sends"    (tid = 1000)   the worker's messages (measured traces only)
 #pragma once
 
 #include <chrono>
@@ -24,6 +30,7 @@
 #include <vector>
 
 #include "pipeline/schedule/schedule.h"
+#include "pipeline/schedule/simulator.h"
 
 namespace pipewright::pipeline {
 
@@ -61,13 +68,19 @@ class Trace {
   Trace() = default;
   explicit Trace(int num_workers) : num_workers_(num_workers) {}
 
+  /// `schedule` simulated with `costs` (simulator.h) as a Trace: one TraceEvent per action of
+  /// worker w, from start to end of its simulated interval, one time unit lasting
+  /// `microseconds_per_unit`; no transfers. Its JSON says "simulated": true and the schedule's
+  /// name in "otherData". Throws what simulate() throws, and std::invalid_argument when
+  /// microseconds_per_unit <= 0 (naming it).
+  static Trace simulated(const Schedule& schedule, const Costs& costs = Costs{},
+                         double microseconds_per_unit = 1000.0);
+
   int num_workers() const { return num_workers_; }
   const std::vector<TraceEvent>& events() const { return events_; }
   void add(const TraceEvent& event) { events_.push_back(event); }
   const std::vector<TraceTransfer>& transfers() const { return transfers_; }
   void add(TraceTransfer transfer) { transfers_.push_back(std::move(transfer)); }
-  /// Appends `other`'s events (a later phase of the same step, same epoch).
-  void append(const Trace& other);
 
   /// Last end - first start over all events (0 when empty), in microseconds.
   double wall_us() const;
@@ -76,7 +89,8 @@ class Trace {
   /// Σ idle / (workers × wall), in [0, 1]; 0 when there are no events.
   double bubble_fraction() const;
 
-  /// The Trace Event Format JSON document (an object with "traceEvents"), as text.
+  /// The Trace Event Format JSON document (an object with "traceEvents" laid out as above, and
+  /// "otherData": bubble_fraction, wall_us, simulated, and the schedule of a simulated one).
   std::string to_chrome_json() const;
   /// Writes to_chrome_json() to `path`. Throws std::runtime_error naming the path when the
   /// file cannot be written.
@@ -84,6 +98,8 @@ class Trace {
 
  private:
   int num_workers_ = 0;
+  std::string simulated_schedule_;  // the schedule's name, for a simulated trace
+  bool simulated_ = false;
   std::vector<TraceEvent> events_;
   std::vector<TraceTransfer> transfers_;
 };

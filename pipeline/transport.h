@@ -14,9 +14,18 @@
 // The sender names the receiver's device. InProcessTransport copies each tensor there at
 // send time (no copy when the devices are equal, so stages sharing a device share the
 // activation's storage) and keeps a Channel per key, created by whichever side gets there
-// first. Copying at the sender means a message never pins the sender's memory: a
-// checkpointed cell's output is freed the moment it is sent (Note [Where the copy happens]
-// in docs/pipeline.md explains what this does to each device's memory counters).
+// first.
+//
+// Note [Where the copy happens]
+// Activations and gradients move to the receiver's device at send time, by the sender
+// (InProcessTransport::send). A message therefore never pins the sender's memory: a
+// checkpointed cell's output is freed the moment it is sent. The price is that the
+// receiver's device sees the allocation when the sender sends, on the sender's thread. For
+// activations this changes nothing at the peaks (a stage keeps every input until its
+// backward, and all inputs have arrived by its last forward). Gradients arriving early from
+// a fast right neighbour do add to a middle stage's backward-phase memory, depending on
+// timing — which is why pipe_memory_test makes the exact backward assertions on the last
+// stage, whose memory depends only on its own thread.
 //
 // Note [Streams in the pipeline]
 // Every worker computes on its own stream (Worker::compute_stream(), the thread's current

@@ -20,23 +20,36 @@ Worker::~Worker() {
 
 void Worker::submit(Job job) { jobs_.push(std::move(job)); }
 
+std::exception_ptr Worker::escaped() const {
+  std::lock_guard<std::mutex> lock(escaped_mutex_);
+  return escaped_;
+}
+
 void Worker::loop() {
   ThreadBudgetGuard budget(intra_op_threads_);
   GeneratorGuard rng(generator_);
   StreamGuard on_compute_stream(compute_stream_);
   while (std::optional<Job> job = jobs_.pop()) {
-    // Jobs catch their own exceptions; this is only a last line of defence against
-    // std::terminate (a throwing job would otherwise kill the process).
+    // A job that throws would otherwise end the process (std::terminate); keep the first
+    // such exception for escaped() instead.
     try {
       (*job)();
     } catch (...) {
+      std::lock_guard<std::mutex> lock(escaped_mutex_);
+      if (!escaped_) escaped_ = std::current_exception();
     }
   }
 }
 
-void Countdown::done() {
+void Countdown::done(std::exception_ptr error) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (error && !error_) error_ = std::move(error);
   if (--count_ == 0) zero_.notify_all();
+}
+
+std::exception_ptr Countdown::error() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
 }
 
 void Countdown::wait() {

@@ -11,14 +11,18 @@
 //     allocation of its stages goes to it (Note [Streams in the pipeline], transport.h). On
 //     CPU the stream is a no-op token; on a GPU, workers sharing it run concurrently;
 //   - pops jobs from a Channel and runs them in order until the channel is closed.
-// Jobs never let an exception escape: the runtime's job wrapper catches everything and
-// hands the first exception to the caller (see step.h). ~Worker closes the channel and joins;
-// since jobs only block on the step's Transport, which is cancelled on failure, joining
-// cannot deadlock.
+// The runtime's jobs catch everything and hand the first exception to the caller (see
+// step.h); a job that lets one escape anyway does not end the process: the worker keeps the
+// first such exception (escaped()) and goes on with the next job. ~Worker closes the channel
+// and joins; since jobs only block on the step's Transport, which is cancelled on failure,
+// joining cannot deadlock.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "pipeline/channel.h"
@@ -40,8 +44,12 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  /// Queues `job` (must not throw). Jobs run in submission order on this worker's thread.
+  /// Queues `job`. Jobs run in submission order on this worker's thread. A job should catch
+  /// its own exceptions; one that escapes is kept (escaped()), not lost.
   void submit(Job job);
+
+  /// The first exception a job let escape, or nullptr when none has. Any thread.
+  std::exception_ptr escaped() const;
 
   int index() const { return index_; }
   int intra_op_threads() const { return intra_op_threads_; }
@@ -59,21 +67,27 @@ class Worker {
   Generator generator_;
   Stream compute_stream_;
   Channel<Job> jobs_;
+  mutable std::mutex escaped_mutex_;
+  std::exception_ptr escaped_;  // guarded by escaped_mutex_
   std::thread thread_;  // last: starts after the members above exist
 };
 
 /// Counts down finished jobs; the caller waits for zero (a std::latch that TSan can see
-/// through: a mutex and a condition variable).
+/// through: a mutex and a condition variable). A job that ends with an exception it could
+/// not hand on passes it to done(); the first one is kept for the waiter (error()).
 class Countdown {
  public:
   explicit Countdown(int count) : count_(count) {}
-  void done();
+  void done(std::exception_ptr error = nullptr);
   void wait();
+  /// The first exception passed to done(), or nullptr.
+  std::exception_ptr error();
 
  private:
   std::mutex mutex_;
   std::condition_variable zero_;
   int count_;
+  std::exception_ptr error_;  // guarded by mutex_
 };
 
 /// SplitMix64: distinct, well-mixed seeds for the workers from one user seed.

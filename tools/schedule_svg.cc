@@ -11,6 +11,7 @@
 //
 // Costs: tF = 1, tB = 2, tI = tW = 1, tR = 1 (pipeline/schedule/simulator.h), unless --costs F,B or
 // --costs F,I,W is given.
+#include <charconv>
 #include <cstdio>
 #include <exception>
 #include <stdexcept>
@@ -18,11 +19,11 @@
 #include <vector>
 
 #include "pipeline/schedule/ascii.h"
-#include "pipeline/schedule/io.h"
-#include "pipeline/schedule/svg.h"
-#include "pipeline/schedule/trace.h"
 #include "pipeline/schedule/generators.h"
+#include "pipeline/schedule/io.h"
 #include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/svg.h"
+#include "pipeline/trace.h"
 
 using namespace pipewright::pipeline;
 
@@ -49,12 +50,25 @@ std::string stats(const Schedule& s, const Costs& costs) {
          "peak activations per worker:        " + list(sim.memory.worker_activations) + "\n";
 }
 
+// The whole of `text` as a number, or std::invalid_argument naming `what` and `text`.
+template <typename T>
+T parse_number(const std::string& text, const std::string& what) {
+  T value{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) {
+    throw std::invalid_argument(what + " '" + text + "' is not a number");
+  }
+  return value;
+}
+
 std::vector<double> parse_costs(const std::string& s) {
   std::vector<double> out;
   size_t start = 0;
   while (start <= s.size()) {
     const size_t end = s.find(',', start);
-    out.push_back(std::stod(s.substr(start, end == std::string::npos ? std::string::npos : end - start)));
+    const std::string entry = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    out.push_back(parse_number<double>(entry, "--costs " + s + ": entry " + std::to_string(out.size() + 1)));
     if (end == std::string::npos) break;
     start = end + 1;
   }
@@ -103,10 +117,10 @@ int main(int argc, char** argv) {
                    "[--costs F,B | F,I,W]\n");
       return 2;
     }
-    const int p = std::stoi(positional[1]);
-    const int m = std::stoi(positional[2]);
+    const int p = parse_number<int>(positional[1], "P");
+    const int m = parse_number<int>(positional[2], "M");
     const bool v_shape = positional[0] == "zb-v" || positional[0] == "dualpipev";
-    const int v = positional.size() == 4 ? std::stoi(positional[3]) : v_shape ? 2 : 1;
+    const int v = positional.size() == 4 ? parse_number<int>(positional[3], "V") : v_shape ? 2 : 1;
     Schedule s = make_schedule(positional[0], p, m, v);
     s = with_recompute(s, checkpoint_predicate(parse_checkpoint(recompute), m));
     std::string out;
@@ -115,7 +129,7 @@ int main(int argc, char** argv) {
     } else if (torch_csv) {
       out = to_torch_csv(s);
     } else if (trace) {
-      out = to_chrome_trace(s, costs);
+      out = Trace::simulated(s, costs).to_chrome_json();
     } else {
       out = ascii ? to_ascii(s, costs) : to_svg(s, costs);
     }

@@ -1,6 +1,9 @@
 #include "examples/fashion_mnist/flags.h"
 
+#include <charconv>
+#include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -22,6 +25,22 @@ std::vector<std::string> split_commas(const std::string& text) {
     }
   }
   return parts;
+}
+
+// "--balance 1,2,x: entry 3 ('x') ..." : which entry of which list flag is wrong.
+std::string entry_error(const std::string& flag, const std::string& text, size_t index,
+                        const std::string& entry, const std::string& what) {
+  return flag + " " + text + ": entry " + std::to_string(index + 1) + " ('" + entry + "') " +
+         what;
+}
+
+// The whole of `entry` as an int, or nullopt (no sign-less junk, no trailing characters).
+std::optional<int> whole_int(const std::string& entry) {
+  int value = 0;
+  const char* end = entry.data() + entry.size();
+  const auto [ptr, ec] = std::from_chars(entry.data(), end, value);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
+  return value;
 }
 
 std::string join_commas(const std::vector<std::string>& parts) {
@@ -57,7 +76,7 @@ TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config)
   app.add_option("--stages", c.stages, "Pipeline stages (one worker thread and CPU device each)");
   app.add_option("--balance", balance_,
                  "Layers per stage, comma-separated, or auto-time / auto-size to profile the "
-                 "layers (default: even split by parameters)");
+                 "layers (default: the cut whose largest stage by parameters is smallest)");
   app.add_option("--chunks", c.chunks, "Micro-batches per mini-batch");
   app.add_option("--checkpoint", checkpoint_,
                  "Activation checkpointing: always, except_last or never")
@@ -87,24 +106,48 @@ TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config)
 void TrainFlags::apply() {
   config_.checkpoint = pipeline::parse_checkpoint(checkpoint_);
   config_.devices.clear();
-  for (const std::string& d : split_commas(devices_)) config_.devices.push_back(Device::parse(d));
+  const std::vector<std::string> devices = split_commas(devices_);
+  for (size_t i = 0; i < devices.size(); ++i) {
+    try {
+      config_.devices.push_back(Device::parse(devices[i]));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(entry_error("--devices", devices_, i, devices[i], e.what()));
+    }
+  }
   config_.balance.clear();
   config_.auto_balance.clear();
   if (balance_.rfind("auto-", 0) == 0) {
     config_.auto_balance = balance_.substr(5);
   } else {
-    for (const std::string& b : split_commas(balance_)) {
-      try {
-        config_.balance.push_back(std::stoi(b));
-      } catch (const std::logic_error&) {
-        throw std::invalid_argument("--balance " + balance_ + ": '" + b + "' is not a layer count");
+    const std::vector<std::string> entries = split_commas(balance_);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const std::optional<int> layers = whole_int(entries[i]);
+      if (!layers) {
+        throw std::invalid_argument(entry_error(
+            "--balance", balance_, i, entries[i],
+            "is not a layer count (a whole number, or auto-time / auto-size for the list)"));
       }
+      config_.balance.push_back(*layers);
     }
   }
   config_.progress = !no_progress_;
   config_.save = user_path(config_.save);
   config_.resume = user_path(config_.resume);
   config_.trace = user_path(config_.trace);
+}
+
+CLI::Validator whole_number_entries() {
+  return CLI::Validator(
+      [](std::string& entry) -> std::string {
+        int64_t value = 0;
+        const char* end = entry.data() + entry.size();
+        const auto [ptr, ec] = std::from_chars(entry.data(), end, value);
+        if (entry.empty() || ec != std::errc() || ptr != end) {
+          return "entry '" + entry + "' is not a whole number";
+        }
+        return "";
+      },
+      "INT");
 }
 
 std::string user_path(const std::string& path) {

@@ -39,6 +39,10 @@ class TrainFlags {
   bool no_progress_ = false;
 };
 
+/// For list options of widths (--hidden, --widths): checks each entry on its own, so that
+/// "--hidden 1024 x" says "entry 'x' is not a whole number" instead of failing the whole list.
+CLI::Validator whole_number_entries();
+
 /// `bazel run` starts a binary inside its runfiles tree: a relative `path` is taken from the
 /// directory the command was typed in (BUILD_WORKING_DIRECTORY) when there is one.
 std::string user_path(const std::string& path);

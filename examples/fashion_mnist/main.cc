@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
 
   CLI::App app{"Train an MLP on Fashion-MNIST through a pipewright pipeline."};
   pipewright::examples::TrainFlags flags(app, config);
-  app.add_option("--hidden", hidden, "Hidden layer widths, e.g. --hidden 1024 1024");
+  app.add_option("--hidden", hidden, "Hidden layer widths, e.g. --hidden 1024 1024")
+      ->check(pipewright::examples::whole_number_entries());
   app.add_option("--dropout", config.dropout,
                  "Dropout probability after each hidden layer (0: none)");
   app.add_option("--data-parallel", config.data_parallel,

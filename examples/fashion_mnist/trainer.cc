@@ -1,11 +1,11 @@
 #include "examples/fashion_mnist/trainer.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <map>
 #include <memory>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -123,7 +123,14 @@ uint64_t meta_u64(const std::map<std::string, std::string>& meta, const std::str
   if (it == meta.end()) {
     throw std::runtime_error(path + ": not a fashion_mnist checkpoint (no \"" + key + "\" entry)");
   }
-  return std::stoull(it->second);
+  uint64_t value = 0;
+  const std::string& text = it->second;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    throw std::runtime_error(path + ": entry \"" + key + "\" is \"" + text +
+                             "\", not a whole number");
+  }
+  return value;
 }
 
 // Restores a checkpoint; returns the number of epochs it had completed.
@@ -217,35 +224,14 @@ nn::Sequential build_model(const std::vector<int64_t>& hidden, double dropout, u
 }
 
 std::vector<int> balance_by_parameters(const nn::Sequential& model, int stages) {
-  const int n = static_cast<int>(model.size());
-  if (stages < 1 || stages > n) {
-    throw std::invalid_argument("balance_by_parameters: cannot cut " + std::to_string(n) +
-                                " layers into " + std::to_string(stages) + " stages");
+  std::vector<int64_t> cost;
+  cost.reserve(model.size());
+  for (size_t i = 0; i < model.size(); ++i) {
+    int64_t c = 1;  // every layer costs something, even without parameters
+    for (const Tensor& p : model[i].parameters()) c += p.numel();
+    cost.push_back(c);
   }
-  std::vector<double> cost(n);
-  for (int i = 0; i < n; ++i) {
-    cost[i] = 1;  // every layer costs something, even without parameters
-    for (const Tensor& p : model[i].parameters()) cost[i] += static_cast<double>(p.numel());
-  }
-  // Greedy: close a stage once it reaches its share of what is left, keeping one layer for
-  // each stage still to come.
-  std::vector<int> balance;
-  double remaining = std::accumulate(cost.begin(), cost.end(), 0.0);
-  int layer = 0;
-  for (int s = 0; s < stages; ++s) {
-    const int stages_left = stages - s;
-    const double share = remaining / stages_left;
-    double taken = 0;
-    int count = 0;
-    while (layer < n && (n - layer) > (stages_left - 1) &&
-           (count == 0 || stages_left == 1 || taken + cost[layer] / 2 <= share)) {
-      taken += cost[layer++];
-      ++count;
-    }
-    balance.push_back(count);
-    remaining -= taken;
-  }
-  return balance;
+  return pipeline::block_partition(cost, stages);
 }
 
 std::vector<int> choose_balance(const TrainConfig& config, nn::Sequential& model,

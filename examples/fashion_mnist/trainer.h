@@ -57,9 +57,10 @@ struct TrainResult {
 /// The MLP described above (weights drawn from a Generator seeded with `seed`).
 nn::Sequential build_model(const std::vector<int64_t>& hidden, double dropout, uint64_t seed);
 
-/// Splits `model` into `stages` contiguous partitions with parameter counts as even as a
-/// greedy cut allows (every partition non-empty). Throws std::invalid_argument when
-/// stages < 1 or stages > model.size().
+/// Splits `model` into `stages` contiguous non-empty partitions whose largest parameter count
+/// (+1 per layer) is as small as possible: pipeline::block_partition of those counts. Throws
+/// what block_partition throws (std::invalid_argument when stages < 1 or stages >
+/// model.size()).
 std::vector<int> balance_by_parameters(const nn::Sequential& model, int stages);
 
 /// The balance train() uses: config.balance when given; with config.auto_balance "time", the

@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
       "(default cut: encoder | bottleneck and innermost decoder level | the rest)."};
   TrainFlags flags(app, config);
   app.add_option("--widths", model.widths,
-                 "Encoder widths, the last is the bottleneck; the decoder mirrors them");
+                 "Encoder widths, the last is the bottleneck; the decoder mirrors them")
+      ->check(whole_number_entries());
   app.add_option("--noise", model.noise,
                  "Standard deviation of the Gaussian noise on pixels in [0, 1]");
   app.add_option("--png", png, "Where to write the grid noisy | output | clean, one row per class");

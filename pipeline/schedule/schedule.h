@@ -27,9 +27,9 @@
 // the user's loss.backward() hands over (Pipe::forward).
 //
 // Where the rest lives: generators and with_recompute in generators.h, validate() in
-// validate.h, simulate() in simulator.h, to_ascii / to_csv / from_csv / to_svg /
-// to_chrome_trace in ascii.h, io.h, svg.h and trace.h;
-// the story with pictures in docs/schedules.md.
+// validate.h, simulate() in simulator.h, to_ascii / to_csv / from_csv / to_svg in ascii.h,
+// io.h and svg.h (the Chrome trace of a simulated schedule: Trace::simulated in
+// pipeline/trace.h); the story with pictures in docs/schedules.md.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Bugs 1-4 of ../shared/notes/cuda-review.md ("Bugs and hazards"), each made observable.
+// Bugs 1-4 of a review of the CUDA path, each made observable.
 //
 // Every case issues work whose ordering the fix provides and nothing else would: on created
 // (non-default) streams, which are not ordered with each other, or on the default streams of

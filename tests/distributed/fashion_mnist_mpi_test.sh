@@ -23,7 +23,7 @@ trace="${TEST_TMPDIR:-/tmp}/trace.json"
 four=$("$run_mpi" 4 180 "$program" "${flags[@]}" --data-parallel 2 --trace "$trace" 2>&1) ||
   fail "4 ranks: $four"
 for rank in 0 1 2 3; do  # one process per rank in the trace, each with its F actions
-  grep -q "\"cat\":\"F\"[^}]*\"pid\":$rank" "$trace" || fail "trace: no F of rank $rank"
+  grep -q "\"cat\":\"forward\"[^}]*\"pid\":$rank" "$trace" || fail "trace: no F of rank $rank"
 done
 echo "$four" | grep -q '4 MPI ranks = 2 stages x 2 data-parallel replicas' || fail "no rank layout: $four"
 (($(echo "$four" | grep -c '^epoch') == 2)) || fail "4 ranks: expected 2 epoch lines (rank 0 only): $four"

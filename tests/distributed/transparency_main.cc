@@ -2,7 +2,7 @@
 // processes, with and without data parallelism, equals the single-process Pipe on the same
 // global batch. Each rank computes the in-process reference itself (same seed, same model)
 // and compares what it owns: the loss, the gradients and updated weights of its stages, and
-// (one replica) their deferred BatchNorm statistics.
+// (one replica) their deferred BatchNorm statistics; then, with one replica, eval_step's loss.
 //
 //   mpirun -np 2 transparency_main --replicas 1      (2 workers)
 //   mpirun -np 4 transparency_main --replicas 2      (2 workers x 2 replicas)
@@ -178,6 +178,59 @@ void run(const Config& c, int workers, int replicas) {
         expect_close(rel_diff(p[i].second, q[i].second), 0, 1e-5,
                      at + ": stage " + std::to_string(s) + " " + p[i].first + " after the step");
       }
+    }
+  }
+
+  // The general form across processes: a summed loss, the input split on dim 0 with a
+  // replicated second input that the first stage ignores; gradients equal the reference's.
+  {
+    Tensor x = Tensor::empty({n, 6});
+    Generator(300).normal_(x);
+    std::vector<int64_t> labels;
+    for (int64_t i = 0; i < n; ++i) labels.push_back((i * 3) % 4);
+    const Tensor y = Tensor::from_vector(labels);
+    const pipeline::TupleLossFn sum_loss = [](const nn::Tensors& out, const nn::Tensors& t) {
+      return nn::cross_entropy(out.at(0), t.at(0), autograd::Reduction::kSum);
+    };
+    const pipeline::StepOptions o = {.reduction = pipeline::LossReduction::kSum};
+    reference.zero_grad();
+    pipe.zero_grad();
+    const pipeline::StepResult want = reference.train_step({x}, {y}, sum_loss, o);
+    const pipeline::StepResult got =
+        distributed::train_step(pipe, *processes, nn::Tensors{x}, nn::Tensors{y}, sum_loss, o);
+    expect_close(got.loss, want.loss, 1e-5, where + ": summed loss");
+    const auto& ref_parts = reference.partitions();
+    const auto& parts = pipe.partitions();
+    for (size_t s = 0; s < parts.size(); ++s) {
+      if (!processes->runs_worker(placement[s])) continue;
+      const nn::Tensors p = parts[s].parameters(), q = ref_parts[s].parameters();
+      for (size_t i = 0; i < p.size(); ++i) {
+        expect_close(p[i].grad().defined() ? rel_diff(p[i].grad(), q[i].grad()) : INFINITY, 0,
+                     1e-5, where + ": summed loss: stage " + std::to_string(s) + " gradient " +
+                               std::to_string(i));
+      }
+    }
+  }
+
+  // eval_step across processes: forward and loss only, the loss known on every rank. (With
+  // replicas, BatchNorm's running statistics are per replica: no single-process reference.)
+  if (replicas > 1) return;
+  Tensor x = Tensor::empty({n, 6});
+  Generator(200).normal_(x);
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < n; ++i) labels.push_back(i % 4);
+  const Tensor y = Tensor::from_vector(labels);
+  reference.eval();
+  pipe.eval();
+  pipe.zero_grad();
+  const pipeline::StepResult want = reference.eval_step(x, y, loss_fn);
+  const pipeline::StepResult got = pipe.eval_step(x, y, loss_fn);
+  expect_close(got.loss, want.loss, 1e-5, where + ": eval_step loss");
+  for (const Tensor& p : pipe.parameters()) {
+    if (p.grad().defined()) {
+      ++failures;
+      std::cerr << "rank " << rank << ": FAILED " << where << ": eval_step made a gradient\n";
+      break;
     }
   }
 }

@@ -2,8 +2,8 @@
 // against the same run on cpu:0,cpu:1 (GPipe, 1F1B, GPipe with every cell recomputed), one
 // epoch of the first 2,048 training images (32 steps of 64) and the first 1,000 test images of
 // the real data. Under --config=cudasim the GPUs are simulated and every unordered stream
-// access is refused as a race (the run throws); on a real machine the test runs through
-// ../shared/tools/gpu-pack like tests/cuda.
+// access is refused as a race (the run throws); on a real machine the test binary is copied
+// there and run like tests/cuda's (docs/cuda.md).
 //
 // Both runs start from the same weights and see the same batches and dropout masks (Philox is
 // bit for bit on CPU and CUDA), so they differ only by the float32 summation orders of GEMMs,

@@ -1,9 +1,15 @@
 // BatchNorm in a pipe: running statistics are updated once per micro-batch (never again by a
 // recompute) or, with deferred_batch_norm, once per mini-batch with the whole batch's
 // statistics — equal to BatchNorm on the whole batch, also when the batch yields fewer
-// micro-batches than `chunks`.
+// micro-batches than `chunks`. Without deferral, outputs, gradients and every running
+// statistic equal the plain model run one micro-batch at a time.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "autograd/shape_ops.h"
 #include "nn/activation.h"
 #include "nn/batch_norm.h"
 #include "nn/linear.h"
@@ -93,4 +99,48 @@ TEST_CASE("deferred mode ends with the Pipe") {
     REQUIRE(shared->is_deferred());
   }
   REQUIRE_FALSE(shared->is_deferred());
+}
+
+TEST_CASE("without deferral: outputs, gradients and every statistic equal the plain model run "
+          "one micro-batch at a time") {
+  // Without deferral, training-mode BatchNorm in a pipe normalises each micro-batch with its
+  // own statistics and updates the running ones once per micro-batch, in micro-batch order:
+  // exactly the plain model run on the 4 micro-batches one after another, its outputs
+  // concatenated, one MSE over the whole batch.
+  const Checkpoint mode = GENERATE(Checkpoint::kAlways, Checkpoint::kExceptLast,
+                                   Checkpoint::kNever);
+  const std::string how = GENERATE(as<std::string>{}, "forward", "train_step-1f1b");
+  CAPTURE(to_string(mode), how);
+  nn::Sequential plain = bn_model(8);
+  Pipe pipe(bn_model(8), {.balance = {3, 3}, .devices = cpus(0, 2), .chunks = 4,
+                          .checkpoint = mode});
+  const Tensor x = randn({16, 4}, 30), t = randn({16, 3}, 31);
+
+  Tensor xr = x.clone().set_requires_grad(true);
+  std::vector<Tensor> outs;
+  for (const Tensor& xj : autograd::chunk(xr, 4)) outs.push_back(plain.forward(xj));
+  const Tensor ref_out = autograd::cat(outs);
+  Tensor ref_loss = nn::mse_loss(ref_out, t);
+  ref_loss.backward();
+
+  if (how == "forward") {
+    Tensor xp = x.clone().set_requires_grad(true);
+    const Tensor out = pipe.forward(xp);
+    REQUIRE(max_diff(out, ref_out) <= 1e-6);
+    Tensor loss = mse(out, t);
+    REQUIRE(std::abs(loss.item() - ref_loss.item()) <= 1e-6);
+    loss.backward();
+    REQUIRE(max_diff(xp.grad(), xr.grad()) <= 1e-6);
+  } else {
+    const StepResult r = pipe.train_step(x, t, mse, "1f1b");
+    REQUIRE(std::abs(r.loss - ref_loss.item()) <= 1e-6);
+  }
+  REQUIRE(max_grad_diff(pipe.module(), plain) <= 1e-5);
+  for (size_t i : {size_t{1}, size_t{4}}) {
+    CAPTURE(i);
+    REQUIRE(tracked(bn(pipe.module(), i)) == 4);
+    REQUIRE(tracked(bn(plain, i)) == 4);
+    REQUIRE(max_diff(bn(pipe.module(), i).running_mean(), bn(plain, i).running_mean()) <= 1e-6);
+    REQUIRE(max_diff(bn(pipe.module(), i).running_var(), bn(plain, i).running_var()) <= 1e-6);
+  }
 }

@@ -18,39 +18,6 @@ using namespace pipewright::pipeline::testing;
 
 namespace {
 
-// y = x, recorded with a node whose backward throws std::overflow_error while armed.
-class ThrowingNode : public autograd::Node {
- public:
-  explicit ThrowingNode(std::shared_ptr<std::atomic<bool>> armed) : armed_(std::move(armed)) {}
-  const char* name() const override { return "ThrowingNodeBackward"; }
-  std::vector<Tensor> apply(const std::vector<Tensor>& grads,
-                            const std::vector<bool>&) override {
-    if (armed_->load()) throw std::overflow_error("stage exploded in backward");
-    return {grads.at(0)};
-  }
-  void release_saved() override { mark_released(); }
-
- private:
-  std::shared_ptr<std::atomic<bool>> armed_;
-};
-
-class ThrowInBackward : public nn::Module {
- public:
-  explicit ThrowInBackward(std::shared_ptr<std::atomic<bool>> armed) : armed_(std::move(armed)) {}
-  using nn::Module::forward;
-  Tensor forward(const Tensor& x) override {
-    Tensor y = x.detach();
-    if (autograd::should_record({x})) {
-      autograd::NodeRecorder::record(std::make_shared<ThrowingNode>(armed_), {x}, {&y});
-    }
-    return y;
-  }
-  std::string str() const override { return "ThrowInBackward()"; }
-
- private:
-  std::shared_ptr<std::atomic<bool>> armed_;
-};
-
 nn::Sequential with_module(std::shared_ptr<nn::Module> extra, uint64_t seed) {
   nn::Sequential m = small_mlp(seed);  // 5 children
   nn::Sequential out;
@@ -87,8 +54,9 @@ TEST_CASE("an exception in a stage's forward reaches the caller unchanged") {
 TEST_CASE("an exception in a stage's backward reaches loss.backward() unchanged") {
   const Checkpoint mode = GENERATE(Checkpoint::kNever, Checkpoint::kAlways);
   CAPTURE(to_string(mode));
-  auto armed = std::make_shared<std::atomic<bool>>(true);
-  Pipe pipe(with_module(std::make_shared<ThrowInBackward>(armed), 4),
+  auto armed = std::make_shared<std::atomic<int>>(1);  // the first backward call throws
+  auto thrower = std::make_shared<ThrowInBackward>(armed, "stage exploded in backward");
+  Pipe pipe(with_module(thrower, 4),
             {.balance = {2, 2, 2}, .devices = cpus(0, 3), .chunks = 4, .checkpoint = mode});
   const Tensor x = randn({8, 4}, 5), target = randn({8, 3}, 6);
 
@@ -98,7 +66,7 @@ TEST_CASE("an exception in a stage's backward reaches loss.backward() unchanged"
   // The step was consumed: a second backward through it is a logic error, not a hang.
   REQUIRE_THROWS_AS(loss.backward(), std::logic_error);
 
-  armed->store(false);
+  armed->store(0);  // disarmed
   pipe.zero_grad();
   mse(pipe.forward(x), target).backward();
   for (const Tensor& p : pipe.parameters()) REQUIRE(p.grad().defined());
@@ -107,13 +75,16 @@ TEST_CASE("an exception in a stage's backward reaches loss.backward() unchanged"
 TEST_CASE("an exception in train_step (stage or loss_fn) reaches the caller") {
   const std::string schedule = GENERATE(as<std::string>{}, "gpipe", "1f1b", "zb-h1");
   CAPTURE(schedule);
-  auto armed = std::make_shared<std::atomic<bool>>(true);
-  Pipe pipe(with_module(std::make_shared<ThrowInBackward>(armed), 7),
+  auto armed = std::make_shared<std::atomic<int>>(1);  // the first backward call throws
+  auto thrower = [&armed] {
+    return std::make_shared<ThrowInBackward>(armed, "stage exploded in backward");
+  };
+  Pipe pipe(with_module(thrower(), 7),
             {.balance = {3, 3}, .devices = cpus(0, 2), .chunks = 4, .schedule = schedule});
   const Tensor x = randn({8, 4}, 8), target = randn({8, 3}, 9);
   REQUIRE_THROWS_MATCHES(pipe.train_step(x, target, mse), std::overflow_error,
                          Catch::Message("stage exploded in backward"));
-  armed->store(false);
+  armed->store(0);  // disarmed
 
   int calls = 0;
   auto bad_loss = [&calls](const Tensor& out, const Tensor& t) -> Tensor {
@@ -139,7 +110,7 @@ TEST_CASE("an exception in train_step (stage or loss_fn) reaches the caller") {
   StepResult r = pipe.train_step(x, target, mse);
   REQUIRE(r.microbatch_losses.size() == 4);
   // ...and equals a fresh Pipe's step.
-  Pipe fresh(with_module(std::make_shared<ThrowInBackward>(armed), 7),
+  Pipe fresh(with_module(thrower(), 7),
              {.balance = {3, 3}, .devices = cpus(0, 2), .chunks = 4, .schedule = schedule});
   REQUIRE(fresh.train_step(x, target, mse).microbatch_losses == r.microbatch_losses);
   REQUIRE(max_grad_diff(fresh.module(), pipe.module()) == 0);

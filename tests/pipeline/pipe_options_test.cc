@@ -97,5 +97,5 @@ TEST_CASE("schedules that do not fit the pipe are refused before running") {
   REQUIRE_THROWS_AS(pipe.train_step(x, t, mse, broken), std::invalid_argument);
   REQUIRE_THROWS_AS(pipe.train_step(x, t, mse, "no-such-schedule"), std::invalid_argument);
   REQUIRE_THROWS_WITH(pipe.train_step(x, randn({7, 3}, 4), mse),
-                      Catch::Contains("[8, 4]") && Catch::Contains("[7, 3]"));
+                      "target 0 of shape [7, 3] has 7 entries on dim 0, the batch has 8");
 }

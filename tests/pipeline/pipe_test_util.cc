@@ -1,11 +1,17 @@
 #include "tests/pipeline/pipe_test_util.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 
+#include "autograd/function_node.h"
 #include "autograd/functions.h"
+#include "autograd/node.h"
+#include "autograd/shape_ops.h"
 #include "nn/activation.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
@@ -55,12 +61,99 @@ double max_grad_diff(const nn::Module& a, const nn::Module& b) {
   return worst;
 }
 
+std::string bytes_of(const Tensor& t) {
+  const Tensor c = t.to(Device::cpu(0)).contiguous();
+  return std::string(static_cast<const char*>(c.raw_data()), c.nbytes());
+}
+
+std::vector<std::string> grad_bytes(const nn::Module& module) {
+  std::vector<std::string> out;
+  for (const Tensor& p : module.parameters()) {
+    out.push_back(p.grad().defined() ? bytes_of(p.grad()) : "");
+  }
+  return out;
+}
+
+std::vector<std::string> buffer_bytes(const nn::Module& module) {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : module.named_buffers()) out.push_back(bytes_of(t));
+  return out;
+}
+
+Watchdog::Watchdog(std::string what, int seconds) : what_(std::move(what)) {
+  thread_ = std::thread([this, seconds] {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_for(lock, std::chrono::seconds(seconds), [this] { return done_; })) {
+      std::fprintf(stderr, "HANG: %s did not finish within %d s\n", what_.c_str(), seconds);
+      std::abort();
+    }
+  });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
 PlainRun plain_model_run(nn::Sequential& model, const Tensor& x0, const Tensor& target) {
   Tensor x = x0.clone().set_requires_grad(true);
   Tensor out = model.forward(x);
   Tensor loss = nn::mse_loss(out, target);
   loss.backward();
   return {out, loss, x.grad()};
+}
+
+namespace {
+
+// y = x, recorded with a node whose backward throws on the countdown's k-th call.
+class ThrowingNode : public autograd::Node {
+ public:
+  ThrowingNode(std::shared_ptr<std::atomic<int>> countdown, std::string message)
+      : countdown_(std::move(countdown)), message_(std::move(message)) {}
+  const char* name() const override { return "ThrowingNodeBackward"; }
+  std::vector<Tensor> apply(const std::vector<Tensor>& grads,
+                            const std::vector<bool>&) override {
+    if (countdown_->fetch_sub(1) == 1) throw std::overflow_error(message_);
+    return {grads.at(0)};
+  }
+  void release_saved() override { mark_released(); }
+
+ private:
+  std::shared_ptr<std::atomic<int>> countdown_;
+  std::string message_;
+};
+
+}  // namespace
+
+Tensor ThrowInBackward::forward(const Tensor& x) {
+  Tensor y = x.detach();
+  if (autograd::should_record({x})) {
+    autograd::NodeRecorder::record(std::make_shared<ThrowingNode>(countdown_, message_), {x},
+                                   {&y});
+  }
+  return y;
+}
+
+Tensor MoveTo::forward(const Tensor& x) { return autograd::to(x, device_); }
+
+std::string fault_message(int worker, int index) {
+  return "injected fault at worker " + std::to_string(worker) + ", action " +
+         std::to_string(index);
+}
+
+std::shared_ptr<std::atomic<bool>> arm_fault(Pipe& pipe, int worker, int index) {
+  auto fired = std::make_shared<std::atomic<bool>>(false);
+  pipe.set_fault_hook_for_testing([worker, index, fired](int w, int i, const Action&) {
+    if (w == worker && i == index) {
+      fired->store(true);
+      throw InjectedFault(fault_message(worker, index));
+    }
+  });
+  return fired;
 }
 
 Tensor Stash::forward(const Tensor& x) {

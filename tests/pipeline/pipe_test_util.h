@@ -3,15 +3,19 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "nn/sequential.h"
 #include "nn/skip.h"
+#include "pipeline/pipe.h"
 #include "tensor/tensor.h"
 
 namespace pipewright::pipeline::testing {
@@ -44,6 +48,31 @@ PlainRun plain_model_run(nn::Sequential& model, const Tensor& x0, const Tensor& 
 /// The largest |value| of `t`.
 double max_abs(const Tensor& t);
 
+/// The bytes of `t` (any device, any strides), for bitwise comparisons.
+std::string bytes_of(const Tensor& t);
+/// bytes_of each parameter's .grad ("" where undefined), in parameter order.
+std::vector<std::string> grad_bytes(const nn::Module& module);
+/// bytes_of each buffer (BatchNorm running statistics), in buffer order.
+std::vector<std::string> buffer_bytes(const nn::Module& module);
+
+/// Aborts the whole test binary when it lives longer than `seconds`: a hang is a failure,
+/// never a pass (the fault tests' limit is far above any case's run time; not a performance
+/// bound). Prints "HANG: <what> did not finish within <seconds> s" first.
+class Watchdog {
+ public:
+  Watchdog(std::string what, int seconds);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  std::string what_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 /// Identity layer that throws std::domain_error(message) on the forward of its k-th call,
 /// counted down from `countdown` = k (shared, so the test can re-arm it; any thread).
 class ThrowInForward : public nn::Module {
@@ -61,6 +90,45 @@ class ThrowInForward : public nn::Module {
   std::shared_ptr<std::atomic<int>> countdown_;
   std::string message_;
 };
+
+/// Identity whose backward throws std::overflow_error(message) on its k-th call (a node of
+/// the autograd graph, so the throw happens in the middle of a B or I action), counted down
+/// from `countdown` = k (shared; any thread). k <= 0: never.
+class ThrowInBackward : public nn::Module {
+ public:
+  ThrowInBackward(std::shared_ptr<std::atomic<int>> countdown, std::string message)
+      : countdown_(std::move(countdown)), message_(std::move(message)) {}
+  using nn::Module::forward;
+  Tensor forward(const Tensor& x) override;
+  std::string str() const override { return "ThrowInBackward()"; }
+
+ private:
+  std::shared_ptr<std::atomic<int>> countdown_;
+  std::string message_;
+};
+
+/// Identity in value whose output is on `device` (autograd::to: differentiable), wherever its
+/// input was: a module that leaves its output on another device.
+class MoveTo : public nn::Module {
+ public:
+  explicit MoveTo(Device device) : device_(device) {}
+  using nn::Module::forward;
+  Tensor forward(const Tensor& x) override;
+  std::string str() const override { return "MoveTo(" + device_.str() + ")"; }
+
+ private:
+  Device device_;
+};
+
+/// The exception the fault hook throws: message "injected fault at worker W, action I".
+struct InjectedFault : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+std::string fault_message(int worker, int index);
+
+/// Arms `pipe` (Pipe::set_fault_hook_for_testing) to throw InjectedFault before action `index`
+/// of worker `worker`; the returned flag is set when it fired.
+std::shared_ptr<std::atomic<bool>> arm_fault(Pipe& pipe, int worker, int index);
 
 /// Identity that stashes its input (or tanh of it) under `name`.
 class Stash : public nn::Skippable {

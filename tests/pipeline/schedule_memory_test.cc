@@ -7,7 +7,7 @@
 //
 // Note [A stage whose activations live on their own device]
 // Activations and gradients crossing stages are copied to the receiver's device by the
-// *sender*, at send time (Note [Where the copy happens], docs/pipeline.md), so the bytes on a
+// *sender*, at send time (Note [Where the copy happens], transport.h), so the bytes on a
 // stage's device also depend on when its neighbours run: a measured peak there is a matter
 // of thread timing, not of the schedule. Each stage of the test model is therefore
 //

@@ -1,9 +1,15 @@
-// Trace: bubble arithmetic on hand-made events and a Chrome trace that parses.
+// Trace: bubble arithmetic on hand-made events, a Chrome trace that parses, and a simulated
+// schedule as a Trace.
 #include "pipeline/trace.h"
 
 #include <catch2/catch.hpp>
 
+#include <string>
+#include <vector>
+
 #include <nlohmann/json.hpp>
+
+#include "pipeline/schedule/generators.h"
 
 using namespace pipewright::pipeline;
 
@@ -51,6 +57,7 @@ TEST_CASE("chrome trace JSON has complete events per worker") {
     if (e.at("ph") == "X") {
       ++complete;
       REQUIRE(e.at("name") == "R2");
+      REQUIRE(e.at("cat") == "recompute");
       REQUIRE(e.at("pid") == 1);
       REQUIRE(e.at("tid") == 3);
       REQUIRE(e.at("ts").get<double>() == 10.5);
@@ -59,7 +66,12 @@ TEST_CASE("chrome trace JSON has complete events per worker") {
     }
   }
   REQUIRE(complete == 1);
-  REQUIRE(events.size() == 3);  // + one process_name record per worker
+  // + one process_name record per worker, one thread_name per (worker, stage) with events.
+  REQUIRE(events.size() == 4);
+  REQUIRE(events.at(2) == nlohmann::json::parse(
+                              R"({"name": "thread_name", "ph": "M", "pid": 1, "tid": 3,
+                                  "args": {"name": "stage 3"}})"));
+  REQUIRE(doc.at("otherData").at("simulated") == false);
 }
 
 TEST_CASE("write_chrome_json reports an unwritable path") {
@@ -88,9 +100,10 @@ TEST_CASE("sends are complete events on their worker's sends thread, outside bus
   send.skip.clear();
   REQUIRE(send.name() == "grad 0->3 mb 1");
   nlohmann::json doc = nlohmann::json::parse(t.to_chrome_json());
-  int sends = 0, names = 0;
+  int sends = 0;
+  std::vector<std::string> names;
   for (const auto& e : doc.at("traceEvents")) {
-    if (e.at("name") == "thread_name") ++names;
+    if (e.at("name") == "thread_name") names.push_back(e.at("args").at("name"));
     if (e.at("ph") == "X" && e.at("cat") == "portal") {
       ++sends;
       REQUIRE(e.at("name") == "portal 'a' 0->3 mb 1");
@@ -100,5 +113,35 @@ TEST_CASE("sends are complete events on their worker's sends thread, outside bus
     }
   }
   REQUIRE(sends == 1);
-  REQUIRE(names == 1);  // only worker 0 sent anything
+  // Worker 0's stage 0 and its sends; worker 1 has no events and sent nothing.
+  REQUIRE(names == std::vector<std::string>{"stage 0", "sends"});
+}
+
+TEST_CASE("a simulated schedule: one complete event per action at its simulated time") {
+  // GPipe p = 2, m = 1, tF = 1, tB = 2 (simulator.h): F0@0 0-1, F0@1 1-2, B0@1 2-4, B0@0 4-6.
+  const Trace t = Trace::simulated(gpipe(2, 1), Costs::unit(1, 2), 10.0);
+  REQUIRE(t.num_workers() == 2);
+  REQUIRE(t.events().size() == 4);
+  REQUIRE(t.wall_us() == 60);
+  REQUIRE(t.busy_us(0) == 30);
+  REQUIRE(t.bubble_fraction() == Approx(0.5));
+  nlohmann::json doc = nlohmann::json::parse(t.to_chrome_json());
+  int complete = 0;
+  for (const auto& e : doc.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    ++complete;
+    if (e.at("name") == "B0" && e.at("pid") == 0) {
+      // B0 on worker 0 starts at 4 units (after B0 on worker 1 ends) and lasts 2.
+      REQUIRE(e.at("cat") == "backward");
+      REQUIRE(e.at("tid") == 0);
+      REQUIRE(e.at("ts").get<double>() == 40.0);
+      REQUIRE(e.at("dur").get<double>() == 20.0);
+      REQUIRE(e.at("args").at("stage") == 0);
+    }
+  }
+  REQUIRE(complete == 4);
+  REQUIRE(doc.at("otherData").at("simulated") == true);
+  REQUIRE(doc.at("otherData").at("schedule") == "gpipe");
+  REQUIRE_THROWS_WITH(Trace::simulated(gpipe(2, 1), Costs{}, 0.0),
+                      Catch::Contains("microseconds_per_unit must be > 0"));
 }

@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "tensor/allocator.h"
@@ -52,9 +54,23 @@ TEST_CASE("keys are independent: direction, edge and micro-batch") {
 
 TEST_CASE("recv blocks until the sender sends") {
   InProcessTransport t;
-  std::thread sender([&] { t.send({2, 5, Direction::kActivation}, {Tensor::scalar(9.0)}, Device::cpu(0)); });
-  REQUIRE(t.recv({2, 5, Direction::kActivation})[0].item() == 9.0);
-  sender.join();
+  std::atomic<bool> returned{false};
+  double got = 0;
+  std::thread receiver([&] {
+    got = t.recv({2, 5, Direction::kActivation})[0].item();
+    returned = true;
+  });
+  // Nothing sent yet: the receiver must still be inside recv() (one that returned early, with
+  // anything or by throwing, would show here), however long we look.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE_FALSE(returned.load());
+  t.send({2, 5, Direction::kGradient}, {Tensor::scalar(1.0)}, Device::cpu(0));  // another key
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE_FALSE(returned.load());
+  t.send({2, 5, Direction::kActivation}, {Tensor::scalar(9.0)}, Device::cpu(0));
+  receiver.join();
+  REQUIRE(returned.load());
+  REQUIRE(got == 9.0);
 }
 
 TEST_CASE("cancel wakes a blocked receiver with RunCancelled, and later receivers too") {

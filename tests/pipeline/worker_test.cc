@@ -6,8 +6,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <future>
 #include <memory>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -49,14 +51,20 @@ TEST_CASE("a job sees the worker's generator and intra-op budget") {
   REQUIRE(w.generator().seed() == 1234);
 }
 
-TEST_CASE("a throwing job does not kill the worker") {
+TEST_CASE("a throwing job does not kill the worker, and its exception is kept") {
   Worker w(0, 1, 0);
+  REQUIRE(w.escaped() == nullptr);
   std::promise<void> ran;
   std::future<void> next = ran.get_future();
   w.submit([] { throw std::runtime_error("boom"); });
+  w.submit([] { throw std::logic_error("second"); });
   w.submit([&] { ran.set_value(); });
   // Bounded: a dead worker fails here instead of hanging until the test's timeout.
   REQUIRE(next.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+  const std::exception_ptr e = w.escaped();
+  REQUIRE(e != nullptr);
+  REQUIRE_THROWS_AS(std::rethrow_exception(e), std::runtime_error);  // the first one
+  REQUIRE_THROWS_WITH(std::rethrow_exception(e), "boom");
 }
 
 TEST_CASE("countdown waits for every worker") {
@@ -72,6 +80,21 @@ TEST_CASE("countdown waits for every worker") {
   }
   done->wait();
   REQUIRE(ran == 3);
+}
+
+TEST_CASE("countdown keeps the first exception a job hands it") {
+  Countdown c(3);
+  c.done();
+  c.done(std::make_exception_ptr(std::runtime_error("first")));
+  c.done(std::make_exception_ptr(std::logic_error("second")));
+  c.wait();
+  REQUIRE(c.error() != nullptr);
+  REQUIRE_THROWS_AS(std::rethrow_exception(c.error()), std::runtime_error);
+  REQUIRE_THROWS_WITH(std::rethrow_exception(c.error()), "first");
+  Countdown clean(1);
+  clean.done();
+  clean.wait();
+  REQUIRE(clean.error() == nullptr);
 }
 
 TEST_CASE("mix_seed gives distinct seeds per worker") {

@@ -44,15 +44,21 @@ FAKE_EOF
   chmod +x "$FAKE"/*
 }
 
-# run: the wrapper with the fakes first on PATH; sudo is only found in $FAKE (the system's
-# own sudo, if any, is hidden by a PATH without /usr/bin's sudo: we keep only the fake dir
-# plus a directory holding the basic tools the wrapper needs).
-run() {
+# basic_tools: $FAKE/tools holding the basic commands the wrapper needs; prints its path.
+basic_tools() {
   local tools="$FAKE/tools"
   mkdir -p "$tools"
   for t in bash grep cat echo mktemp env printf true; do
     local p; p=$(command -v "$t" 2>/dev/null) && [[ $p == /* ]] && ln -sf "$p" "$tools/$t"
   done
+  echo "$tools"
+}
+
+# run: the wrapper with the fakes first on PATH; sudo is only found in $FAKE (the system's
+# own sudo, if any, is hidden by a PATH without /usr/bin's sudo: we keep only the fake dir
+# plus a directory holding the basic tools the wrapper needs).
+run() {
+  local tools; tools=$(basic_tools)
   local args=("$@")
   ((${#args[@]})) || args=(test //some:target)
   OUT=$(PATH="$FAKE:$tools" BAZEL_REAL="$FAKE/bazel-real" "$wrapper" \
@@ -103,6 +109,28 @@ grep -qx "apt-get install -y --no-install-recommends clang libfuzzer-14-dev" "$L
   fail "clang/libfuzzer not installed: $(cat "$LOG")"
 [[ "$(tail -n1 "$LOG")" == "bazel run --config=fuzz //fuzz:idx_fuzzer" ]] ||
   fail "bazel not run last: $(cat "$LOG")"
+
+# run_unset <candidates> <args...>: the wrapper without BAZEL_REAL, searching <candidates>.
+run_unset() {
+  local candidates=$1; shift
+  local tools; tools=$(basic_tools)
+  OUT=$(env -u BAZEL_REAL PATH="$FAKE:$tools" PIPEWRIGHT_BAZEL_CANDIDATES="$candidates" \
+    "$wrapper" "$@" 2>&1)
+  RC=$?
+}
+
+case="no BAZEL_REAL and no candidate binary: exits 1 naming the problem, runs nothing"
+setup 1000 no
+run_unset "$FAKE/bazel-4 $FAKE/absent" test //some:target
+[[ $RC -eq 1 ]] || fail "exit $RC, output: $OUT"
+[[ "$OUT" == "tools/bazel: no Bazel binary found" ]] || fail "output: $OUT"
+[[ ! -s "$LOG" ]] || fail "something ran: $(cat "$LOG")"
+
+case="no BAZEL_REAL: the first executable candidate runs with the arguments"
+setup 1000 no
+run_unset "$FAKE/absent $FAKE/bazel-real" build //a:b
+[[ $RC -eq 0 ]] || fail "exit $RC, output: $OUT"
+[[ "$(cat "$LOG")" == "bazel build //a:b" ]] || fail "log: $(cat "$LOG")"
 
 echo "$failures failure(s)"
 ((failures == 0))

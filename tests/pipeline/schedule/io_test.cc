@@ -5,10 +5,9 @@
 #include <string>
 
 #include "pipeline/schedule/ascii.h"
+#include "pipeline/schedule/generators.h"
 #include "pipeline/schedule/io.h"
 #include "pipeline/schedule/svg.h"
-#include "pipeline/schedule/trace.h"
-#include "pipeline/schedule/generators.h"
 
 using namespace pipewright::pipeline;
 
@@ -60,20 +59,6 @@ TEST_CASE("to_svg draws one box per action") {
   size_t boxes = 0;
   for (size_t at = svg.find("rx=\"3\""); at != std::string::npos; at = svg.find("rx=\"3\"", at + 1)) ++boxes;
   CHECK(boxes == 8 + 2);  // 8 actions + 2 legend swatches (F, B)
-}
-
-TEST_CASE("to_chrome_trace: one complete event per action at its simulated time") {
-  const std::string json = to_chrome_trace(gpipe(2, 1), Costs::unit(1, 2), 10.0);
-  size_t events = 0;
-  for (size_t at = json.find("\"ph\": \"X\""); at != std::string::npos; at = json.find("\"ph\": \"X\"", at + 1)) {
-    ++events;
-  }
-  CHECK(events == 4);
-  // B0@0 starts at 4 units (after B0@1 ends) and lasts 2: ts 40 us, dur 20 us.
-  CHECK(json.find(R"({"name": "B0", "cat": "backward", "ph": "X", "pid": 0, "tid": 0, "ts": 40.000, "dur": 20.000, )"
-                  R"("args": {"stage": 0, "microbatch": 0}})") != std::string::npos);
-  CHECK(json.find(R"("args": {"name": "worker 1"})") != std::string::npos);
-  CHECK_THROWS_AS(to_chrome_trace(gpipe(2, 1), Costs{}, 0.0), std::invalid_argument);
 }
 
 TEST_CASE("CSV: the format, and a round trip of every generator") {

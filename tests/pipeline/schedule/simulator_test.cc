@@ -1,4 +1,4 @@
-// simulate against the formulas of /work/shared/notes/peers.md (and the papers), plus a few
+// simulate against the papers' formulas (GPipe, 1F1B, interleaving, zero bubble), plus a few
 // hand-computed timelines. Cost convention: per action on one (virtual) stage; tF = tB gives
 // the textbook pictures, tB = 2 tF the usual rule of thumb; both are checked.
 #include <catch2/catch.hpp>
@@ -149,7 +149,7 @@ TEST_CASE("recompute: F keeps only the input, R restores the activations until B
         simulate(with_recompute(g, checkpoint_predicate(Checkpoint::kExceptLast, m))).memory;
     const MemoryPeaks always = simulate(with_recompute(g, checkpoint_predicate(Checkpoint::kAlways, m))).memory;
     for (int s = 0; s < 3; ++s) {
-      // peers.md: GPipe with recompute ~ m * a_in + A.
+      // GPipe with recompute ~ m * a_in + A.
       CHECK(except_last.stage_activations[s] == 1);
       CHECK(except_last.stage_checkpointed_inputs[s] == m - 1);
       CHECK(always.stage_activations[s] == 1);
