@@ -7,6 +7,10 @@ library marked incompatible, so `bazel build //...` skips what needs the package
 failing (a plain new_local_repository on a missing path breaks every build).
 """
 
+# "@//third_party/build:incompatible" in this repository, "@pipewright//..." when pipewright is
+# an external repository of another workspace (a bare "@//" would name that workspace's).
+_INCOMPATIBLE = "@%s//third_party/build:incompatible" % Label("//third_party/build:incompatible").workspace_name
+
 def _target_names(content):
     names = []
     for line in content.splitlines():
@@ -29,7 +33,7 @@ def _system_repo_impl(ctx):
             return
     stub = ['package(default_visibility = ["//visibility:public"])', ""]
     for name in _target_names(content):
-        stub.append('cc_library(name = "%s", target_compatible_with = ["@//third_party/build:incompatible"])' % name)
+        stub.append('cc_library(name = "%s", target_compatible_with = ["%s"])' % (name, _INCOMPATIBLE))
     ctx.file("BUILD.bazel", "\n".join(stub) + "\n")
     ctx.file("defs.bzl", "PRESENT = False\nROOT = \"\"\n")
 

@@ -67,9 +67,9 @@ struct Schedule {
   int num_workers = 0;         // p
   int num_stages = 0;          // p * v (virtual stages)
   int num_microbatches = 0;    // m
-  std::vector<int> stage_worker;               // worker of each stage, size num_stages
-  std::vector<std::vector<Action>> actions;    // per worker, in execution order
-  std::vector<SkipEdge> skips;                 // portals between stages (Pipe fills them in)
+  std::vector<int> stage_worker = {};             // worker of each stage, size num_stages
+  std::vector<std::vector<Action>> actions = {};  // per worker, in execution order
+  std::vector<SkipEdge> skips = {};               // portals between stages (Pipe fills them in)
 
   /// Stages owned by `worker`, ascending.
   std::vector<int> stages_of(int worker) const;

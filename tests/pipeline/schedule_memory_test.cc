@@ -40,8 +40,9 @@
 // (expected_peak_bytes below). For schedules with a plain B it reduces to a closed form: the
 // worst moment is a B that runs while k-1 other cells are held,
 //     peak = (k-1)·A + X_B,   k = peak_memory(schedule).worker_activations[w]
-// — k = m for GPipe, min(p-s, m) for 1F1B, p·v + p - 1 chunk-cells on worker 0 of interleaved
-// 1F1B, 1 with checkpoint 'always' — and those k are checked against the formulas too.
+// — k = m for GPipe, min(p-s, m) for 1F1B, p·v + p - 1 virtual-stage cells on worker 0 of
+// interleaved 1F1B, 1 with checkpoint 'always' — and those k are checked against the formulas
+// too.
 // With I/W, a held cell weighs A before its I and A_I after, so the replay is the reference;
 // its number of cells in flight at the peak is checked against peak_memory (p for ZB-H1 on
 // stage 0, 2p-1 for ZB-H2 with m >= 2p-1).
@@ -224,7 +225,7 @@ int closed_form_cells(const Case& c, int w) {
   if (c.schedule == "1f1b") return std::min(c.p - w, c.m);
   if (c.schedule == "interleaved-1f1b" && c.m >= 2 * c.p) {
     // Megatron's warm-up: 2(p-w-1) + (v-1)p forwards, then one more before the first B; on
-    // worker 0 that is p·v + p - 1 chunk-cells = A(p + (p-1)/v) in whole-stage units.
+    // worker 0 that is p·v + p - 1 virtual-stage cells = A(p + (p-1)/v) in whole-stage units.
     return std::min(2 * (c.p - w - 1) + (c.v - 1) * c.p + 1, c.m * c.v);
   }
   if (c.schedule == "interleaved-1f1b" && c.m == c.p && w == 0) return c.m * c.v;  // all F first

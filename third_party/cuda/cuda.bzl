@@ -35,26 +35,30 @@ either way; otherwise @cuda is a stub whose targets are incompatible too).
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
 load("@cuda//:defs.bzl", CUDA_PRESENT = "PRESENT", CUDA_ROOT = "ROOT")
 
+# This repository as a label prefix: "@" here, "@pipewright" when pipewright is an external
+# repository of another workspace (a bare "@//" would name that workspace).
+_REPO = "@" + Label("//third_party/build:cuda_on").workspace_name
+
 # The constraint a CUDA-only target carries: compatible only with --config=cuda, and never
 # when the toolkit is absent (then @cuda is a stub).
 CUDA_ONLY = select({
-    "@//third_party/build:cuda_on": [],
-    "@//third_party/build:cudasim_on": [],
-    "//conditions:default": ["@//third_party/build:incompatible"],
-}) if CUDA_PRESENT else ["@//third_party/build:incompatible"]
+    _REPO + "//third_party/build:cuda_on": [],
+    _REPO + "//third_party/build:cudasim_on": [],
+    "//conditions:default": [_REPO + "//third_party/build:incompatible"],
+}) if CUDA_PRESENT else [_REPO + "//third_party/build:incompatible"]
 
 # Only under --config=cudasim (the simulator itself; it compiles against the toolkit's headers).
 CUDASIM_ONLY = select({
-    "@//third_party/build:cudasim_on": [],
-    "//conditions:default": ["@//third_party/build:incompatible"],
-}) if CUDA_PRESENT else ["@//third_party/build:incompatible"]
+    _REPO + "//third_party/build:cudasim_on": [],
+    "//conditions:default": [_REPO + "//third_party/build:incompatible"],
+}) if CUDA_PRESENT else [_REPO + "//third_party/build:incompatible"]
 
 # Only with the real toolkit (--config=cuda): nvcc objects, and targets that need a library
 # cudasim does not simulate (cuDNN in the GPU benchmark).
 CUDA_REAL_ONLY = select({
-    "@//third_party/build:cuda_on": [],
-    "//conditions:default": ["@//third_party/build:incompatible"],
-}) if CUDA_PRESENT else ["@//third_party/build:incompatible"]
+    _REPO + "//third_party/build:cuda_on": [],
+    "//conditions:default": [_REPO + "//third_party/build:incompatible"],
+}) if CUDA_PRESENT else [_REPO + "//third_party/build:incompatible"]
 
 _NVCC_FLAGS = [
     "-x",
@@ -156,16 +160,16 @@ def cuda_library(name, srcs = [], hdrs = [], deps = [], copts = [], alwayslink =
         name = name,
         # nvcc's objects, or under cudasim the .cu files themselves, compiled as C++.
         srcs = select({
-            "@//third_party/build:cudasim_on": srcs,
+            _REPO + "//third_party/build:cudasim_on": srcs,
             "//conditions:default": [":" + name + "_cu"],
         }),
         hdrs = hdrs,
         copts = select({
-            "@//third_party/build:cudasim_on": ["-x", "c++", "-include", "cudasim/device.h"],
+            _REPO + "//third_party/build:cudasim_on": ["-x", "c++", "-include", "cudasim/device.h"],
             "//conditions:default": [],
         }),
         deps = deps + select({
-            "@//third_party/build:cudasim_on": ["@//cudasim"],
+            _REPO + "//third_party/build:cudasim_on": [_REPO + "//cudasim"],
             "//conditions:default": ["@cuda//:cudart"],
         }),
         alwayslink = alwayslink,
