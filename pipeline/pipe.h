@@ -12,7 +12,7 @@
 //
 // How a step runs (Note [Anatomy of a step], runtime.h):
 //   1. scatter: the mini-batch is cut into micro-batches (microbatch.h);
-//   2. the schedule (schedules.h) says, per worker, which cell actions run in which order;
+//   2. the schedule (schedule/generators.h) says, per worker, which cell actions run in which order;
 //      the checkpoint mode becomes R actions (with_recompute); validate() proves it complete
 //      and deadlock-free before anything runs;
 //   3. the workers (one thread each, worker.h) interpret their action lists (runtime.h);
