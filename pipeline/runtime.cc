@@ -38,7 +38,10 @@ nn::Tensors to_stage(const nn::Tensors& tensors, Device device) {
 // stage's device, as everything entering it is (to_stage, the transport): the next stage
 // receives from one known device, memory is counted there, and Pipe::forward returns on the
 // last stage's device. torchgpipe gets the same by copying every stage's output to the next
-// device; the value is unchanged either way.
+// device; the value is unchanged either way, the cost one copy per such tensor. Refusing
+// such a stage was the other choice; copying keeps every model that runs unpipelined
+// runnable in a Pipe. Tested on CPU devices (pipe_output_device_test) and on simulated GPUs
+// (tests/cuda/pipe_fault_test).
 nn::Tensors on_stage_device(nn::Tensors tensors, Device device) {
   for (Tensor& t : tensors) {
     if (t.defined() && t.device() != device) t = autograd::to(t, device);
@@ -254,7 +257,8 @@ StageFn Runtime::stage_fn(Step& step, int s, int j) {
   const Device device = stage_devices_.at(static_cast<size_t>(s));
   if (!has_skips && !with_loss && step.arguments.empty()) {
     return [&module, device](const nn::Tensors& in) {
-      return on_stage_device(module.forward(in), device);  // Note [A stage's output on ...]
+      // Note [A stage's output on another device]
+      return on_stage_device(module.forward(in), device);
     };
   }
   return [this, &module, &step, s, j, device, has_skips, with_loss](const nn::Tensors& in) {
