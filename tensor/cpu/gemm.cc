@@ -24,6 +24,11 @@
 // "OpenMP under load"); the pipelined path, one thread per worker, never forks.
 #include <cblas.h>
 
+// Eigen serves only the few-row products (Note [Few rows]); the threads are ours (the split
+// below), never Eigen's own.
+#define EIGEN_DONT_PARALLELIZE
+#include <Eigen/Core>
+
 #include <limits>
 #include <mutex>
 #include <stdexcept>
@@ -58,6 +63,40 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int
               static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
+// Note [Few rows]
+// OpenBLAS 0.3.21 is slow on products whose C has very few rows: measured on this project's
+// AVX-512 machine (docs/BENCHMARKS.md, "GEMM backend", quiet run of 2026-11-24), at 8 rows
+// its x·Wᵀ and dY·W run at 34–57 GFLOP/s against Eigen's 60–76 (AVX2 only), while from 32
+// rows on OpenBLAS leads (102–130 against Eigen's 102–125, and by 1.7–1.9× from 128 rows).
+// So C with at most kFewRows rows goes to Eigen's GEMM (same operation, same layout: Maps
+// over the row-major buffers with their leading dimensions), everything else to OpenBLAS.
+// A pipeline with 16+ micro-batches of a 256-row batch meets such products.
+constexpr int64_t kFewRows = 8;
+
+template <class T>
+void few_rows_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha,
+                   const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,
+                   int64_t ldc) {
+  using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Stride = Eigen::OuterStride<>;
+  const Eigen::Map<const Matrix, 0, Stride> A(a, trans_a ? k : m, trans_a ? m : k, Stride(lda));
+  const Eigen::Map<const Matrix, 0, Stride> B(b, trans_b ? n : k, trans_b ? k : n, Stride(ldb));
+  Eigen::Map<Matrix, 0, Stride> C(c, m, n, Stride(ldc));
+  // BLAS semantics: with beta 0, C is not read (NaN there does not survive).
+  if (beta != T(0) && beta != T(1)) C *= beta;
+  auto accumulate = [&](const auto& op_a, const auto& op_b) {
+    if (beta == T(0)) {
+      C.noalias() = alpha * op_a * op_b;
+    } else {
+      C.noalias() += alpha * op_a * op_b;
+    }
+  };
+  if (!trans_a && !trans_b) accumulate(A, B);
+  if (!trans_a && trans_b) accumulate(A, B.transpose());
+  if (trans_a && !trans_b) accumulate(A.transpose(), B);
+  if (trans_a && trans_b) accumulate(A.transpose(), B.transpose());
+}
+
 template <class T>
 void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, const Tensor& b_t, T beta,
                 Tensor& c_t) {
@@ -86,7 +125,11 @@ void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, const Te
   const int64_t units = split_n ? (n + kColumnAlign - 1) / kColumnAlign : m;
   const int64_t parts = flops < kParallelFlops ? 1 : std::min<int64_t>(intra_op_threads(), units);
   if (parts <= 1) {
-    blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (m <= kFewRows) {
+      few_rows_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    } else {
+      blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    }
     return;
   }
 #ifdef _OPENMP
@@ -99,7 +142,12 @@ void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, const Te
       const int64_t j0 = lo * kColumnAlign, j1 = std::min(n, hi * kColumnAlign);
       if (j1 <= j0) continue;
       const T* b_block = trans_b ? b + j0 * ldb : b + j0;
-      blas_gemm(ta, tb, m, j1 - j0, k, alpha, a, lda, b_block, ldb, beta, c + j0, ldc);
+      if (m <= kFewRows) {
+        few_rows_gemm(trans_a, trans_b, m, j1 - j0, k, alpha, a, lda, b_block, ldb, beta, c + j0,
+                      ldc);
+      } else {
+        blas_gemm(ta, tb, m, j1 - j0, k, alpha, a, lda, b_block, ldb, beta, c + j0, ldc);
+      }
     } else {
       // Rows [lo, hi) of C need rows [lo, hi) of op(A): A[lo:hi, :] or columns lo:hi of Aᵀ.
       const T* a_block = trans_a ? a + lo : a + lo * lda;

@@ -43,7 +43,8 @@ TEMPLATE_TEST_CASE("matmul: all transpose cases match the triple loop", "[matmul
   struct Dims {
     int64_t m, k, n;
   };
-  for (Dims d : {Dims{3, 4, 5}, Dims{17, 33, 9}, Dims{64, 128, 96}, Dims{1, 7, 1}}) {
+  for (Dims d : {Dims{3, 4, 5}, Dims{17, 33, 9}, Dims{64, 128, 96}, Dims{1, 7, 1},
+                 Dims{8, 40, 24}, Dims{9, 40, 24}}) {
     for (bool ta : {false, true}) {
       for (bool tb : {false, true}) {
         INFO("m=" << d.m << " k=" << d.k << " n=" << d.n << " ta=" << ta << " tb=" << tb);
@@ -84,12 +85,13 @@ TEMPLATE_TEST_CASE("gemm_ accumulates alpha * op(a) op(b) + beta * c", "[matmul]
 TEMPLATE_TEST_CASE("gemm_ split over two intra-op threads matches the triple loop", "[matmul]",
                    float, double) {
   // Large enough to be split (tensor/cpu/gemm.cc, Note [GEMM backend]): along N in blocks of 16
-  // columns with a ragged last one (n = 70), and along M (m = 129 > n), every layout and beta.
+  // columns with a ragged last one (n = 70), and along M (m = 129 > n), every layout and beta;
+  // and with 8 rows (Eigen's path, Note [Few rows]) split along N (n = 700, ragged).
   ThreadBudgetGuard threads(2);
   struct Dims {
     int64_t m, k, n;
   };
-  for (Dims d : {Dims{40, 300, 70}, Dims{129, 100, 50}}) {
+  for (Dims d : {Dims{40, 300, 70}, Dims{129, 100, 50}, Dims{8, 300, 700}}) {
     for (bool ta : {false, true}) {
       for (bool tb : {false, true}) {
         const Shape as = stored(d.m, d.k, ta), bs = stored(d.k, d.n, tb);
