@@ -6,6 +6,13 @@
 //   tools/bazel run //tools:schedule_svg -- gpipe 4 8 --recompute except_last --stats
 //   tools/bazel run //tools:schedule_svg -- zb-h1 4 8 --trace > /tmp/zb-h1.json
 //   tools/bazel run //tools:schedule_svg -- zb-v 4 8 --torch-csv   # for torch.distributed
+//   tools/bazel run //tools:schedule_svg -- 1f1b 4 8 --csv > /tmp/mine.csv   # to edit by hand
+//   tools/bazel run //tools:schedule_svg -- --from /tmp/mine.csv --ascii     # read back
+//
+// --from FILE reads a schedule instead of generating one: pipewright's CSV (to_csv's format,
+// with its header line) or torch.distributed.pipelining's action CSV; either is validated
+// before anything is printed, so a hand-edited schedule that would deadlock is refused here
+// with the workers it would block. NAME P M [V] and --recompute are then not used.
 //
 // V-shaped schedules (zb-v, dualpipev) take V = 2 by default.
 //
@@ -14,6 +21,8 @@
 #include <charconv>
 #include <cstdio>
 #include <exception>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -83,6 +92,8 @@ int main(int argc, char** argv) {
   bool print_stats = false;
   bool trace = false;
   bool torch_csv = false;
+  bool csv = false;
+  std::string from;
   std::string recompute = "never";
   Costs costs;
   try {
@@ -96,6 +107,10 @@ int main(int argc, char** argv) {
         trace = true;
       } else if (arg == "--torch-csv") {
         torch_csv = true;
+      } else if (arg == "--csv") {
+        csv = true;
+      } else if (arg == "--from" && i + 1 < argc) {
+        from = argv[++i];
       } else if (arg == "--recompute" && i + 1 < argc) {
         recompute = argv[++i];
       } else if (arg == "--costs" && i + 1 < argc) {
@@ -111,23 +126,44 @@ int main(int argc, char** argv) {
         positional.push_back(arg);
       }
     }
-    if (positional.size() < 3 || positional.size() > 4) {
+    const bool generate = from.empty();
+    if (generate ? positional.size() < 3 || positional.size() > 4 : !positional.empty()) {
       std::fprintf(stderr,
-                   "usage: schedule_svg NAME P M [V] [--ascii | --stats | --trace | --torch-csv] [--recompute always|except_last|never] "
+                   "usage: schedule_svg (NAME P M [V] [--recompute always|except_last|never] | "
+                   "--from FILE)\n"
+                   "                    [--ascii | --stats | --trace | --csv | --torch-csv] "
                    "[--costs F,B | F,I,W]\n");
       return 2;
     }
-    const int p = parse_number<int>(positional[1], "P");
-    const int m = parse_number<int>(positional[2], "M");
-    const bool v_shape = positional[0] == "zb-v" || positional[0] == "dualpipev";
-    const int v = positional.size() == 4 ? parse_number<int>(positional[3], "V") : v_shape ? 2 : 1;
-    Schedule s = make_schedule(positional[0], p, m, v);
-    s = with_recompute(s, checkpoint_predicate(parse_checkpoint(recompute), m));
+    Schedule s;
+    if (generate) {
+      const int p = parse_number<int>(positional[1], "P");
+      const int m = parse_number<int>(positional[2], "M");
+      const bool v_shape = positional[0] == "zb-v" || positional[0] == "dualpipev";
+      const int v =
+          positional.size() == 4 ? parse_number<int>(positional[3], "V") : v_shape ? 2 : 1;
+      s = make_schedule(positional[0], p, m, v);
+      s = with_recompute(s, checkpoint_predicate(parse_checkpoint(recompute), m));
+    } else {
+      std::ifstream file(from);
+      if (!file) throw std::invalid_argument("cannot read " + from);
+      std::ostringstream text;
+      text << file.rdbuf();
+      // Ours starts with its metadata and header lines; torch's rows are actions only.
+      const bool ours = text.str().find("worker,index,") != std::string::npos;
+      try {
+        s = ours ? from_csv(text.str()) : from_torch_csv(text.str(), from);
+      } catch (const std::exception& e) {
+        throw std::invalid_argument(from + ": " + e.what());
+      }
+    }
     std::string out;
     if (print_stats) {
       out = stats(s, costs);
     } else if (torch_csv) {
       out = to_torch_csv(s);
+    } else if (csv) {
+      out = to_csv(s);
     } else if (trace) {
       out = Trace::simulated(s, costs).to_chrome_json();
     } else {
