@@ -75,7 +75,9 @@ std::vector<int> balance_by_parameters(const nn::Sequential& model, int stages);
 /// timings fall) was slower than the parameter cut 1 | 8 in three runs of four (0.72-0.95x)
 /// and faster in one (1.22x, at a higher load) — no measurable gain — while it makes the cut
 /// change from run to run, and the cut can change the results (one epoch of 20,000 samples:
-/// train loss 0.5911 with 4 | 5, 0.5933 with 1 | 8 and 3 | 6).
+/// train loss 0.5911 with 4 | 5, 0.5933 with 1 | 8 and 3 | 6). Those runs were under load; on
+/// a quiet machine (docs/BENCHMARKS.md, 2026-11-24 03:19) 4 | 5 ran 1.07x and 3 | 6 1.04x the
+/// default, so a fixed time-based cut is the next default to measure (issue 14).
 std::vector<int> choose_balance(const TrainConfig& config, nn::Sequential& model,
                                 const data::Dataset& train_set);
 
