@@ -104,12 +104,11 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
 
   const std::vector<int64_t> sizes = batches.sizes;
   Processes* processes = options_.processes.get();
-  const bool record = train;
   auto step = std::make_shared<Step>(
-      num_stages(), p, std::move(batches), record ? CellMode::kRecord : CellMode::kNoGrad,
+      num_stages(), p, std::move(batches), train ? CellMode::kRecord : CellMode::kNoGrad,
       recomputed_cells(schedule),
       processes ? processes->make_transport(runtime_->stage_worker()) : nullptr);
-  for (const Tensor& t : inputs) step->input_needs_grad.push_back(record && t.requires_grad());
+  for (const Tensor& t : inputs) step->input_needs_grad.push_back(train && t.requires_grad());
   step->loss_fn = loss_fn;
   step->reduction = options.reduction;
   step->keep_outputs = options.return_outputs;
@@ -125,7 +124,7 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
 
   // An input that requires grad gets its gradient like loss.backward() would give it: into
   // .grad for a leaf, on through its own graph otherwise (only where stage 0 ran).
-  if (record && (processes == nullptr || processes->runs_worker(0))) {
+  if (train && (processes == nullptr || processes->runs_worker(0))) {
     nn::Tensors grads = gather_input_grads(
         step->input_grads, describe_inputs(inputs, options.input_chunks), sizes);
     nn::Tensors with_grad, their_grads;
