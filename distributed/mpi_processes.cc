@@ -401,16 +401,8 @@ pipeline::StepResult train_step(pipeline::Pipe& pipe, MpiProcesses& processes, c
   if (input.dim() == 0) {
     throw std::invalid_argument("distributed::train_step: the input is a scalar (shape [])");
   }
-  auto tuple_loss = [loss_fn](const nn::Tensors& out, const nn::Tensors& t) {
-    if (out.size() != 1) {
-      throw std::invalid_argument(
-          "train_step: the last stage must return one tensor for the loss, got " +
-          std::to_string(out.size()) + " (use the nn::Tensors form of train_step)");
-    }
-    return loss_fn(out[0], t.at(0));
-  };
   return train_step(pipe, processes, nn::Tensors{input}, nn::Tensors{target},
-                    loss_fn ? pipeline::TupleLossFn(tuple_loss) : nullptr);
+                    pipeline::as_tuple_loss(loss_fn));
 }
 
 pipeline::StepResult train_step(pipeline::Pipe& pipe, MpiProcesses& processes,

@@ -24,19 +24,6 @@
 namespace pipewright::pipeline {
 namespace {
 
-// The single-tensor loss as a tuple loss.
-TupleLossFn tuple_loss(const LossFn& loss_fn) {
-  if (!loss_fn) return nullptr;
-  return [loss_fn](const nn::Tensors& outputs, const nn::Tensors& targets) {
-    if (outputs.size() != 1) {
-      throw std::invalid_argument(
-          "train_step: the last stage must return one tensor for the loss, got " +
-          std::to_string(outputs.size()) + " (use the nn::Tensors form of train_step)");
-    }
-    return loss_fn(outputs[0], targets.at(0));
-  };
-}
-
 void check_defined(const Tensor& input, const Tensor& target) {
   if (!input.defined() || !target.defined()) {
     throw std::invalid_argument("train_step: input and target must be defined");
@@ -52,13 +39,14 @@ StepResult Pipe::train_step(const Tensor& input, const Tensor& target, const Los
 StepResult Pipe::train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
                             const std::string& schedule) {
   check_defined(input, target);
-  return run_step({input}, {target}, tuple_loss(loss_fn), {.schedule = schedule}, true);
+  return run_step({input}, {target}, as_tuple_loss(loss_fn), {.schedule = schedule}, true);
 }
 
 StepResult Pipe::train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
                             const Schedule& schedule) {
   check_defined(input, target);
-  return run_step({input}, {target}, tuple_loss(loss_fn), {.custom_schedule = schedule}, true);
+  return run_step({input}, {target}, as_tuple_loss(loss_fn), {.custom_schedule = schedule},
+                  true);
 }
 
 StepResult Pipe::train_step(const nn::Tensors& inputs, const nn::Tensors& targets,
@@ -74,7 +62,7 @@ StepResult Pipe::eval_step(const nn::Tensors& inputs, const nn::Tensors& targets
 StepResult Pipe::eval_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
                            const StepOptions& options) {
   check_defined(input, target);
-  return run_step({input}, {target}, tuple_loss(loss_fn), options, false);
+  return run_step({input}, {target}, as_tuple_loss(loss_fn), options, false);
 }
 
 StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,

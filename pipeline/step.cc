@@ -1,6 +1,21 @@
 #include "pipeline/step.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace pipewright::pipeline {
+
+TupleLossFn as_tuple_loss(const LossFn& loss_fn) {
+  if (!loss_fn) return nullptr;
+  return [loss_fn](const nn::Tensors& outputs, const nn::Tensors& targets) {
+    if (outputs.size() != 1) {
+      throw std::invalid_argument(
+          "train_step: the last stage must return one tensor for the loss, got " +
+          std::to_string(outputs.size()) + " (use the nn::Tensors form of train_step)");
+    }
+    return loss_fn(outputs[0], targets.at(0));
+  };
+}
 
 Step::Step(int stages, int workers, MicroBatches batches, CellMode cell_mode,
            std::vector<std::vector<char>> checkpointed_cells, std::unique_ptr<Transport> transport)

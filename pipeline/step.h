@@ -40,6 +40,10 @@ using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>
 using TupleLossFn =
     std::function<Tensor(const nn::Tensors& outputs, const nn::Tensors& targets)>;
 
+/// `loss_fn` as a tuple loss (null stays null): loss_fn(outputs[0], targets[0]), throwing
+/// std::invalid_argument naming the count when the last stage returned other than one tensor.
+TupleLossFn as_tuple_loss(const LossFn& loss_fn);
+
 /// How the micro-batches' losses make the mini-batch's (Note [Loss scaling],
 /// pipe_train_step.cc): kMean, loss = Σ_j (n_j / N)·loss_j for loss functions that average
 /// over their micro-batch (PyTorch's reduction='mean'); kSum, loss = Σ_j loss_j for loss
