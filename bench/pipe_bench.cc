@@ -21,7 +21,7 @@
 //                  MEASURED mean cost of each action kind on each stage over all timed steps
 //   bubble_replay  each step's schedule replayed with that step's measured action durations
 //                  and free hand-offs, averaged: bubble - bubble_replay is the idle time the
-//                  runtime adds (Note [Replaying a step], bench/pipeline_bench_util.h)
+//                  runtime adds (Note [Replaying a step], pipeline/trace.cc)
 //   stage0_ms, stage1_ms  busy time of each worker per step
 //   faults_per_step       minor page faults of the process per step (fresh memory touched)
 //   reserved_mb           bytes held by the allocators of cpu:0 and cpu:1 after the run (in
@@ -148,7 +148,7 @@ void pipe_step(benchmark::State& state, const std::string& api, const std::strin
   timed_loop(state, [&] {
     trace = step();
     bubble += trace.bubble_fraction();
-    bubble_replay += bench::replayed_bubble(ran, trace);
+    bubble_replay += trace.replayed_bubble(ran);
     costs.add(trace);
     busy0 += trace.busy_us(0);
     busy1 += trace.busy_us(1);

@@ -1,26 +1,15 @@
 // Helpers shared by the pipeline benchmarks (pipe_bench, schedule_bench): measured action
 // costs for the simulator.
 //
-// Note [Replaying a step]
-// How much idle time does the runtime itself add? Replay the schedule that ran with every
-// action's own measured duration (from the trace) and free hand-offs: what remains idle in
-// that replay is what the schedule and the actions' real durations force; the measured bubble
-// minus the replayed one is the runtime's share (waking a blocked worker, copying a message,
-// bookkeeping between actions). Mean costs do not answer this: on a shared VM the workers'
-// speeds drift during a step (one vCPU slower for a while, the first backward of a step
-// slower than the rest), and averaging the durations first cancels the imbalance that idled
-// the other worker, so a mean-cost simulation predicts less idle time than any step had.
-// replayed_bubble() is the replay; MeasuredCosts gives the mean-cost simulation beside it.
+// The replay of a step with its own durations is Trace::replayed_bubble (Note [Replaying a
+// step] in pipeline/trace.cc); MeasuredCosts gives the mean-cost simulation beside it.
 #pragma once
 
 #include <algorithm>
 #include <map>
-#include <stdexcept>
-#include <tuple>
 #include <utility>
 
 #include "pipeline/schedule/schedule.h"
-#include "pipeline/schedule/deps.h"
 #include "pipeline/schedule/simulator.h"
 #include "pipeline/trace.h"
 
@@ -59,32 +48,5 @@ class MeasuredCosts {
  private:
   std::map<std::pair<int, pipeline::ActionKind>, std::pair<double, int>> sums_;
 };
-
-/// The bubble fraction of `schedule` replayed with each action's measured duration in `trace`
-/// (one step of that schedule) and zero-cost hand-offs: Σ idle / (workers × makespan), like
-/// Trace::bubble_fraction(). Note [Replaying a step]. Throws std::invalid_argument if an
-/// action of the schedule is missing from the trace.
-inline double replayed_bubble(const pipeline::Schedule& schedule, const pipeline::Trace& trace) {
-  std::map<std::tuple<int, pipeline::ActionKind, int>, double> duration;
-  for (const pipeline::TraceEvent& e : trace.events()) {
-    duration[{e.stage, e.kind, e.microbatch}] = e.duration_us();
-  }
-  const pipeline::Replay r = pipeline::replay(schedule, [&](const pipeline::Action& a) {
-    const auto it = duration.find({a.stage, a.kind, a.microbatch});
-    if (it == duration.end()) {
-      throw std::invalid_argument("replayed_bubble: " + a.str() + " is not in the trace");
-    }
-    return it->second;
-  });
-  double makespan = 0, busy = 0;
-  for (size_t w = 0; w < r.end.size(); ++w) {
-    for (size_t i = 0; i < r.end[w].size(); ++i) {
-      makespan = std::max(makespan, r.end[w][i]);
-      busy += r.end[w][i] - r.start[w][i];
-    }
-  }
-  const double workers = static_cast<double>(schedule.num_workers);
-  return makespan > 0 ? (workers * makespan - busy) / (workers * makespan) : 0.0;
-}
 
 }  // namespace pipewright::bench

@@ -20,7 +20,7 @@
 //   bubble_replay   each step's schedule replayed with that step's measured action durations
 //                   and free hand-offs, averaged over the steps: the idle time the schedule
 //                   and the real durations force; bubble - bubble_replay is what the runtime
-//                   adds (Note [Replaying a step], pipeline_bench_util.h)
+//                   adds (Note [Replaying a step], pipeline/trace.cc)
 //   bubble_sim      the simulator run on the same schedule with the MEASURED mean cost of
 //                   each action kind on each stage over all timed steps (smaller than the
 //                   replay when the workers' speeds drift; see the Note)
@@ -143,7 +143,7 @@ void schedule_step(benchmark::State& state, const std::string& schedule, int p, 
     }
     bubble += r.trace.bubble_fraction();
     costs.add(r.trace);
-    bubble_replay += bench::replayed_bubble(r.schedule, r.trace);
+    bubble_replay += r.trace.replayed_bubble(r.schedule);
     ran = std::move(r.schedule);
     last_trace = std::move(r.trace);
   }

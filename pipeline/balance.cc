@@ -103,6 +103,44 @@ int64_t max_block_cost(const std::vector<int64_t>& costs, const std::vector<int>
   return worst;
 }
 
+std::vector<int> balance_by_parameters(int partitions, const nn::Sequential& module) {
+  check_partitions(partitions, module.size());
+  std::vector<int64_t> layer_cost;  // parameter count + 1, per layer
+  std::vector<int64_t> block_cost;  // Σ layer_cost over each block
+  std::vector<int> block_layers;    // layers per block
+  bool block_has_matrix = false;
+  for (size_t i = 0; i < module.size(); ++i) {
+    int64_t count = 0;
+    bool matrix = false;
+    for (const Tensor& p : module[i].parameters()) {
+      count += p.numel();
+      matrix = matrix || p.dim() >= 2;
+    }
+    layer_cost.push_back(count + 1);
+    // A weight layer opens a new block, unless the open one has none yet (leading layers
+    // without a matrix go with the first weight layer).
+    if (block_cost.empty() || (matrix && block_has_matrix)) {
+      block_cost.push_back(0);
+      block_layers.push_back(0);
+      block_has_matrix = false;
+    }
+    block_cost.back() += count + 1;
+    block_layers.back() += 1;
+    block_has_matrix = block_has_matrix || matrix;
+  }
+  if (block_cost.size() < static_cast<size_t>(partitions)) {
+    return block_partition(layer_cost, partitions);
+  }
+  std::vector<int> balance;
+  size_t block = 0;
+  for (int blocks : block_partition(block_cost, partitions)) {
+    int layers = 0;
+    for (int k = 0; k < blocks; ++k) layers += block_layers[block++];
+    balance.push_back(layers);
+  }
+  return balance;
+}
+
 // ---- profiling ----
 
 namespace {

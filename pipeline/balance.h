@@ -58,6 +58,32 @@ std::vector<int> block_partition(const std::vector<int64_t>& costs, int partitio
 /// costs.size() (naming both): partition.h's verify_balance_sum.
 int64_t max_block_cost(const std::vector<int64_t>& costs, const std::vector<int>& balance);
 
+// ---- by parameters (no profile) ----
+
+/// A deterministic cut that needs no profile: the layers are grouped into blocks, each
+/// starting at a layer that holds a weight matrix (a parameter of rank >= 2: Linear, a
+/// convolution) and taking the layers after it that hold none (normalisations, whose
+/// parameters are vectors; activations, Dropout, skips), so a layer that post-processes a
+/// weight layer's output is never cut away from it; leading layers without a matrix join the
+/// first block. The blocks are cut by block_partition of their cost, parameter count + layer
+/// count, and the balance is returned in layers (Σ = module.size()). When there are fewer
+/// blocks than `partitions`, the layers themselves are cut, each costing its parameter count
+/// + 1.
+///
+/// Why blocks: a layer's parameter count is a proxy for its time only for weight layers (a
+/// Linear's forward and backward are ~6 · rows · parameters FLOPs); the layers without a
+/// matrix cost time per activation element, not per parameter, so a layer-level min-max cut
+/// of parameter counts is free to heap them all onto one stage. On the main job's MLP
+/// (Linear, BatchNorm1d, ReLU, Dropout per hidden layer) it cut 1 | 8, the first Linear alone:
+/// stage busy times 0.64-0.71 of each other; the block cut 4 | 5 measured 0.96-0.99 and 1.12x
+/// the samples/s (docs/BENCHMARKS.md, "Balance: the block cut"), the cut balance_by_time
+/// chose on every quiet run. DeepSpeed's PipelineModule partition_method "type:Linear" cuts
+/// at the same places.
+///
+/// Throws std::invalid_argument when partitions <= 0 or partitions > module.size() (the
+/// block_partition messages).
+std::vector<int> balance_by_parameters(int partitions, const nn::Sequential& module);
+
 // ---- by time ----
 
 struct BalanceByTimeOptions {

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
+#include <tuple>
 #include <stdexcept>
 #include <utility>
 
 #include <nlohmann/json.hpp>
+
+#include "pipeline/schedule/deps.h"
 
 namespace pipewright::pipeline {
 
@@ -82,6 +86,44 @@ double Trace::bubble_fraction() const {
   double idle = 0;
   for (int w = 0; w < num_workers_; ++w) idle += std::max(0.0, wall - busy_us(w));
   return idle / (num_workers_ * wall);
+}
+
+// Note [Replaying a step]
+// How much idle time does the runtime itself add? Replay the schedule that ran with every
+// action's own measured duration and free hand-offs: what remains idle in that replay is what
+// the schedule and the actions' real durations force (the textbook bubble plus the stages'
+// unequal costs); the measured bubble minus the replayed one is the runtime's share (waking a
+// blocked worker, copying a message, bookkeeping between actions). Mean costs do not answer
+// this: on a shared VM the workers' speeds drift during a step (one vCPU slower for a while,
+// the first backward of a step slower than the rest), and averaging the durations first
+// cancels the imbalance that idled the other worker, so a mean-cost simulation predicts less
+// idle time than any step had.
+double Trace::replayed_bubble(const Schedule& schedule) const {
+  std::map<std::tuple<int, ActionKind, int>, double> duration;
+  for (const TraceEvent& e : events_) duration[{e.stage, e.kind, e.microbatch}] = e.duration_us();
+  const Replay r = replay(schedule, [&](const Action& a) {
+    const auto it = duration.find({a.stage, a.kind, a.microbatch});
+    if (it == duration.end()) {
+      throw std::invalid_argument("replayed_bubble: action " + a.str() + " of schedule '" +
+                                  schedule.name + "' has no event in the trace");
+    }
+    return it->second;
+  });
+  if (!r.stuck.empty()) {
+    throw std::invalid_argument("replayed_bubble: schedule '" + schedule.name +
+                                "' does not replay to its end (worker " +
+                                std::to_string(r.stuck.front().worker) + " stuck at " +
+                                r.stuck.front().at.str() + ")");
+  }
+  double makespan = 0, busy = 0;
+  for (size_t w = 0; w < r.end.size(); ++w) {
+    for (size_t i = 0; i < r.end[w].size(); ++i) {
+      makespan = std::max(makespan, r.end[w][i]);
+      busy += r.end[w][i] - r.start[w][i];
+    }
+  }
+  const double workers = static_cast<double>(schedule.num_workers);
+  return makespan > 0 ? (workers * makespan - busy) / (workers * makespan) : 0.0;
 }
 
 std::string Trace::to_chrome_json() const {

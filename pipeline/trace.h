@@ -88,6 +88,14 @@ class Trace {
   double busy_us(int worker) const;
   /// Σ idle / (workers × wall), in [0, 1]; 0 when there are no events.
   double bubble_fraction() const;
+  /// The bubble fraction of `schedule` (the one this trace measured, one step of it) replayed
+  /// with each action's own measured duration and free hand-offs: what the schedule and the
+  /// actions' real durations force. bubble_fraction() minus this is the runtime's own idle
+  /// time (waking a blocked worker, copying a message). Note [Replaying a step] in trace.cc.
+  /// Throws std::invalid_argument naming the action when one of the schedule's actions has
+  /// no event in this trace (another schedule, or a step that failed), and when the schedule
+  /// cannot be replayed to its end.
+  double replayed_bubble(const Schedule& schedule) const;
 
   /// The Trace Event Format JSON document (an object with "traceEvents" laid out as above, and
   /// "otherData": bubble_fraction, wall_us, simulated, and the schedule of a simulated one).

@@ -3,7 +3,8 @@
 
   tools/bazel build //examples:fashion_mnist
   bench/peers/compare.py [--epochs 10] [--rounds 3] [--clean-env] [--omp-passive]
-      [--variant NAME=FLAGS ...] [--binary NAME="PATH [FLAGS]" ...] [--only NAME,...]
+      [--variant NAME=FLAGS ...] [--torch-variant NAME=FLAGS ...]
+      [--binary NAME="PATH [FLAGS]" ...] [--only NAME,...]
 
 Variants, run interleaved (round 1: all variants in order, round 2: all again, ...), so that a
 change in the machine's load hits every variant alike:
@@ -11,9 +12,10 @@ change in the machine's load hits every variant alike:
   ours-stages1  the same with --stages 1 (no pipeline, both cores intra-op)
   torch-eager   bench/peers/torch_fashion_mnist.py --mode eager (2 threads)
   torch-pipe    bench/peers/torch_fashion_mnist.py --mode pipe (torch Pipe, 2 partitions, chunks 4)
-plus any --variant NAME="flags for ours" (e.g. ours-1f1b="--schedule 1f1b --chunks 8") and any
---binary NAME="PATH [flags]" (the main job from another build, e.g. the commit before a
-change).
+plus any --variant NAME="flags for ours" (e.g. ours-1f1b="--schedule 1f1b --chunks 8"), any
+--torch-variant NAME="flags for the PyTorch script" (e.g. torch-pipe-1-8="--mode pipe --balance
+1,8") and any --binary NAME="PATH [flags]" (the main job from another build, e.g. the commit
+before a change).
 
 A run's throughput is its training samples over the summed time of its epochs' training steps
 (both programs print per-epoch samples/s of the training loop alone; the harmonic mean of the
@@ -61,6 +63,9 @@ def main():
     p.add_argument("--clean-env", action="store_true")
     p.add_argument("--variant", action="append", default=[],
                    help='NAME="flags for ours", added after the default variants')
+    p.add_argument("--torch-variant", action="append", default=[],
+                   help='NAME="flags for torch_fashion_mnist.py", e.g. pipe18="--mode pipe '
+                        '--balance 1,8"')
     p.add_argument("--binary", action="append", default=[],
                    help='NAME="PATH [flags]": the main job of another fashion_mnist build')
     p.add_argument("--omp-passive", action="store_true",
@@ -84,6 +89,9 @@ def main():
     for v in args.variant:
         name, _, flags = v.partition("=")
         variants[name] = [OURS, "--no-progress"] + epochs + flags.split()
+    for v in args.torch_variant:
+        name, _, flags = v.partition("=")
+        variants[name] = ["/usr/bin/python3", TORCH] + epochs + flags.split()
     for b in args.binary:
         name, _, rest = b.partition("=")
         path, *flags = rest.split()

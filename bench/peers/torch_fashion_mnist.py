@@ -9,7 +9,8 @@ reshuffled every epoch, Adam (lr 1e-3) with a per-step cosine learning rate to 0
   --mode eager   the plain model, torch.set_num_threads(--threads) (default 2, as ours uses
                  both cores)
   --mode pipe    torch.distributed.pipeline.sync.Pipe (the seed system) with the same cut as
-                 ours (--balance 1,8: the first Linear alone, as balance_by_parameters cuts it),
+                 ours (--balance 4,5: each Linear with its BatchNorm, ReLU and Dropout, as
+                 pipeline::balance_by_parameters cuts it),
                  --chunks 4, checkpoint 'never' (ours: --checkpoint never)
 
 Prints one line per epoch in the format of ours ("epoch i/n: ... | X s | Y samples/s") and
@@ -86,7 +87,7 @@ def main():
     p.add_argument("--hidden", type=int, nargs="+", default=[512, 512])
     p.add_argument("--dropout", type=float, default=0.2)
     p.add_argument("--chunks", type=int, default=4)
-    p.add_argument("--balance", default="1,8")
+    p.add_argument("--balance", default="4,5")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--train-limit", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)

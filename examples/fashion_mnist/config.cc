@@ -16,6 +16,7 @@ namespace {
 void validate(const TrainConfig& c, size_t num_layers) {
   if (c.epochs < 1) bad("epochs", std::to_string(c.epochs), "must be at least 1");
   if (c.stop_after < 0) bad("stop-after", std::to_string(c.stop_after), "must be >= 0");
+  if (c.trace_step < 1) bad("trace-step", std::to_string(c.trace_step), "must be at least 1");
   if (c.batch_size < 1) bad("batch-size", std::to_string(c.batch_size), "must be at least 1");
   if (!(c.lr > 0)) bad("lr", std::to_string(c.lr), "must be positive");
   if (c.lr_schedule != "cosine" && c.lr_schedule != "constant") {

@@ -51,7 +51,8 @@ struct TrainConfig {
   int64_t test_limit = 0;                 // 0: all 10,000 test images
   std::string save;                       // checkpoint written after every epoch
   std::string resume;                     // checkpoint to continue from
-  std::string trace;                      // Chrome trace of the first step of the run
+  std::string trace;                      // Chrome trace of one step of the run
+  int64_t trace_step = 1;                 // which: the run's trace_step-th step (1-based)
 
   // ---- output ----
   bool progress = true;                   // per-epoch progress bar

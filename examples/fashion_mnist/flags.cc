@@ -99,7 +99,9 @@ TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config)
   app.add_option("--save", c.save, "Write a checkpoint (safetensors) here after every epoch");
   app.add_option("--resume", c.resume, "Continue from a checkpoint written by --save");
   app.add_option("--trace", c.trace,
-                 "Write the Chrome trace (chrome://tracing, Perfetto) of the first step");
+                 "Write the Chrome trace (chrome://tracing, Perfetto) of one step");
+  app.add_option("--trace-step", c.trace_step,
+                 "Which step --trace records: the run's N-th (1 is the cold first step)");
   app.add_flag("--no-progress", no_progress_, "Do not draw the progress bar");
 }
 

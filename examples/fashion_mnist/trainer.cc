@@ -193,6 +193,40 @@ double local_idle_fraction(const pipeline::Trace& trace, int worker) {
   return end > 0 ? 1.0 - trace.busy_us(worker) / end : 0.0;
 }
 
+// After the last epoch: where the idle time of the run's steady state (every epoch but the
+// first, unless there is only one) comes from. Busy times that differ say the cut is uneven;
+// a measured bubble above the replayed one is the runtime's own cost (Note [Replaying a step]).
+void print_steady_state(std::ostream& out, const std::vector<EpochStats>& epochs,
+                        const std::vector<Device>& devices) {
+  if (epochs.empty()) return;
+  const size_t first = epochs.size() > 1 ? 1 : 0;
+  const double n = static_cast<double>(epochs.size() - first);
+  std::vector<double> busy(epochs.front().busy_ms.size(), 0.0);
+  double bubble = 0, replayed = 0;
+  for (size_t i = first; i < epochs.size(); ++i) {
+    for (size_t s = 0; s < busy.size(); ++s) busy[s] += epochs[i].busy_ms[s] / n;
+    bubble += epochs[i].bubble / n;
+    replayed += epochs[i].bubble_replayed / n;
+  }
+  out << "steady state (epoch" << (first + 1 < epochs.size() ? "s " : " ")
+      << epochs[first].epoch;
+  if (first + 1 < epochs.size()) out << "-" << epochs.back().epoch;
+  out << "): busy per step";
+  for (size_t s = 0; s < busy.size(); ++s) {
+    out << (s ? ", " : " ") << devices[s].str() << " " << format_fixed(busy[s], 2) << " ms";
+  }
+  if (busy.size() > 1) {
+    const auto [least, most] = std::minmax_element(busy.begin(), busy.end());
+    out << " (least/most " << format_fixed(*most > 0 ? *least / *most : 1.0, 2) << ")";
+  }
+  out << " | bubble " << format_fixed(bubble, 3);
+  if (!std::isnan(replayed)) {
+    out << ", replayed with the measured durations " << format_fixed(replayed, 3);
+    if (replayed > 0) out << " (measured/replayed " << format_fixed(bubble / replayed, 2) << ")";
+  }
+  out << "\n" << std::flush;
+}
+
 void print_epoch(std::ostream& out, const TrainConfig& config, const Task& task, const EpochStats& e,
                  const std::string& score, const std::vector<Device>& devices) {
   out << "epoch " << e.epoch << "/" << config.epochs << ": train " << task.loss_name << " "
@@ -223,21 +257,12 @@ nn::Sequential build_model(const std::vector<int64_t>& hidden, double dropout, u
   return model;
 }
 
-std::vector<int> balance_by_parameters(const nn::Sequential& model, int stages) {
-  std::vector<int64_t> cost;
-  cost.reserve(model.size());
-  for (size_t i = 0; i < model.size(); ++i) {
-    int64_t c = 1;  // every layer costs something, even without parameters
-    for (const Tensor& p : model[i].parameters()) c += p.numel();
-    cost.push_back(c);
-  }
-  return pipeline::block_partition(cost, stages);
-}
-
 std::vector<int> choose_balance(const TrainConfig& config, nn::Sequential& model,
                                 const data::Dataset& train_set) {
   if (!config.balance.empty()) return config.balance;
-  if (config.auto_balance.empty()) return balance_by_parameters(model, num_partitions(config));
+  if (config.auto_balance.empty()) {
+    return pipeline::balance_by_parameters(num_partitions(config), model);
+  }
   // Profile on the device the model was built on, with the first mini-batch's images.
   const Device device = model.parameters().front().device();
   const int64_t rows = std::min<int64_t>(config.batch_size, train_set.size());
@@ -358,7 +383,8 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
     EpochStats stats;
     Progress progress(log, epoch + 1, config.epochs, loader.num_batches(),
                       config.progress && leader);
-    double loss_sum = 0, bubble_sum = 0;
+    double loss_sum = 0, bubble_sum = 0, replayed_sum = 0;
+    std::vector<double> busy_us(static_cast<size_t>(config.stages), 0.0);
     int64_t samples = 0, steps = 0;
     const auto start = Clock::now();
     for (const data::Batch& batch : loader) {
@@ -368,7 +394,9 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       const auto [input, target] =
           task.make_step ? task.make_step(config, batch, epoch * loader.num_batches() + steps)
                          : std::pair(batch.inputs, batch.targets);
-      const bool trace_now = !config.trace.empty() && !traced;
+      const bool trace_now = !config.trace.empty() && !traced &&
+                             (epoch - first_epoch) * loader.num_batches() + steps + 1 >=
+                                 config.trace_step;
       if (trace_now && processes) processes->barrier();  // the ranks' step clocks start together
       pipeline::StepResult step;
       try {
@@ -389,8 +417,14 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       }
       stats.step_losses.push_back(step.loss);
       loss_sum += step.loss * static_cast<double>(batch.size());
-      bubble_sum += processes ? local_idle_fraction(step.trace, processes->worker())
-                              : step.trace.bubble_fraction();
+      if (processes) {
+        bubble_sum += local_idle_fraction(step.trace, processes->worker());
+        busy_us[static_cast<size_t>(processes->worker())] += step.trace.busy_us(processes->worker());
+      } else {
+        bubble_sum += step.trace.bubble_fraction();
+        replayed_sum += step.trace.replayed_bubble(step.schedule);
+        for (int w = 0; w < config.stages; ++w) busy_us[static_cast<size_t>(w)] += step.trace.busy_us(w);
+      }
       samples += batch.size();
       ++steps;
       progress.update(steps, samples, seconds_since(start), loss_sum / static_cast<double>(samples));
@@ -400,12 +434,17 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
     progress.finish();
     stats.train_loss = loss_sum / static_cast<double>(samples);
     stats.samples_per_second = static_cast<double>(samples) / stats.seconds;
-    stats.bubble = bubble_sum / static_cast<double>(std::max<int64_t>(1, steps));
+    const double num_steps = static_cast<double>(std::max<int64_t>(1, steps));
+    stats.bubble = bubble_sum / num_steps;
+    stats.bubble_replayed = processes ? std::nan("") : replayed_sum / num_steps;
+    for (double b : busy_us) stats.busy_ms.push_back(b / 1000.0 / num_steps);
     for (int s = 0; s < config.stages; ++s) stats.peak_bytes.push_back(allocator_for(devices[s]).peak());
     std::string score;
     if (processes != nullptr) {
       // Each rank knows its own stage's bubble and memory: the mean and the maxima over ranks.
       stats.bubble = processes->sum_over_job(stats.bubble) / (config.stages * config.data_parallel);
+      // A stage's busy time: the mean over the replicas running it.
+      for (double& b : stats.busy_ms) b = processes->sum_over_job(b) / config.data_parallel;
       std::vector<double> peaks(stats.peak_bytes.begin(), stats.peak_bytes.end());
       processes->max_over_job(peaks);
       stats.peak_bytes.assign(peaks.begin(), peaks.end());
@@ -429,8 +468,15 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   for (auto& [name, tensor] : pipe.module().state_dict()) {
     result.final_state.emplace_back(name, tensor.to(Device::cpu(0)).clone());
   }
-  if (!config.trace.empty() && traced)
-    log << "trace of the first step written to " << config.trace << "\n";
+  print_steady_state(log, result.epochs, devices);
+  if (!config.trace.empty()) {
+    if (traced) {
+      log << "trace of step " << config.trace_step << " written to " << config.trace << "\n";
+    } else {
+      log << "no trace written: --trace-step " << config.trace_step << " is past the run's "
+          << (last_epoch - first_epoch) * loader.num_batches() << " steps\n";
+    }
+  }
   return result;
 }
 

@@ -46,6 +46,11 @@ struct EpochStats {
   double samples_per_second = 0;
   std::vector<int64_t> peak_bytes;    // per stage: peak allocated bytes of its device
   double bubble = 0;                  // measured bubble fraction, mean over the epoch's steps
+  /// The same steps' schedules replayed with their own measured action durations and free
+  /// hand-offs (pipeline::Trace::replayed_bubble), mean over the steps: bubble minus this is
+  /// the runtime's share. NaN across processes (a rank's trace holds only its own worker).
+  double bubble_replayed = 0;
+  std::vector<double> busy_ms;        // per stage worker: mean milliseconds computing per step
   std::vector<double> step_losses;    // per step: the mini-batch's mean loss
 };
 
@@ -57,27 +62,24 @@ struct TrainResult {
 /// The MLP described above (weights drawn from a Generator seeded with `seed`).
 nn::Sequential build_model(const std::vector<int64_t>& hidden, double dropout, uint64_t seed);
 
-/// Splits `model` into `stages` contiguous non-empty partitions whose largest parameter count
-/// (+1 per layer) is as small as possible: pipeline::block_partition of those counts. Throws
-/// what block_partition throws (std::invalid_argument when stages < 1 or stages >
-/// model.size()).
-std::vector<int> balance_by_parameters(const nn::Sequential& model, int stages);
-
 /// The balance train() uses: config.balance when given; with config.auto_balance "time", the
 /// exact min-max cut of each layer's measured forward + backward time on one micro-batch of
 /// the first mini-batch (pipeline::balance_by_time; timings vary run to run, so the cut may
 /// too); with "size", the cut of activation bytes of one micro-batch plus parameter bytes x
 /// (5 for Adam, 3 for SGD with momentum) (pipeline::balance_by_size, deterministic); else
-/// balance_by_parameters. The model is left as it was. Throws what those functions throw.
+/// pipeline::balance_by_parameters: each Linear with the BatchNorm1d, ReLU and Dropout after
+/// it is one block, the blocks cut by parameter count (4 | 5 for the default MLP). The model
+/// is left as it was. Throws what those functions throw.
 ///
-/// Why the default is not auto-time: side by side on the main job (docs/BENCHMARKS.md,
-/// "Balance by time against the default cut"), its cut (4 | 5 or 3 | 6, as the profile's
-/// timings fall) was slower than the parameter cut 1 | 8 in three runs of four (0.72-0.95x)
-/// and faster in one (1.22x, at a higher load) — no measurable gain — while it makes the cut
-/// change from run to run, and the cut can change the results (one epoch of 20,000 samples:
-/// train loss 0.5911 with 4 | 5, 0.5933 with 1 | 8 and 3 | 6). Those runs were under load; on
-/// a quiet machine (docs/BENCHMARKS.md, 2026-11-24 03:19) 4 | 5 ran 1.07x and 3 | 6 1.04x the
-/// default, so a fixed time-based cut is the next default to measure (issue 14).
+/// Why the default is not auto-time, although on a quiet machine it picks the same 4 | 5
+/// (docs/BENCHMARKS.md, "Balance: the block cut"): the profile's timings vary from run to run,
+/// and under load it also picked 3 | 6, so the cut would change between runs of the same
+/// flags, and the cut changes the results (each worker draws its own Dropout masks: one
+/// epoch of 20,000 samples trained to 0.5911 with 4 | 5, 0.5933 with 1 | 8 and 3 | 6) and
+/// would break --resume's bitwise equality. The block cut is what the profile finds, with
+/// neither cost. Measured side by side on a quiet machine, 4 | 5 ran 1.12x the samples/s of
+/// the layer-level parameter cut 1 | 8 that was the default before, with stage busy times
+/// within 4 % of each other (1 | 8: 29-36 % apart) and a measured bubble 1.03x its replay.
 std::vector<int> choose_balance(const TrainConfig& config, nn::Sequential& model,
                                 const data::Dataset& train_set);
 

@@ -99,15 +99,25 @@ TEST_CASE("the same seed gives the same run; bad flags are refused with their va
   CHECK_THROWS_WITH(train(c, log), Catch::Contains("--chunks 0"));
 }
 
-TEST_CASE("balance_by_parameters puts the big layers apart") {
-  auto model = pipewright::examples::build_model({64, 64}, 0.0, 0);
-  // Linear BN ReLU Linear BN ReLU Linear: 7 layers.
-  auto balance = pipewright::examples::balance_by_parameters(model, 2);
-  REQUIRE(balance.size() == 2);
-  CHECK(balance[0] + balance[1] == 7);
-  // The first Linear holds 50,240 of the 55,306 parameters: it is a stage of its own.
-  CHECK(balance == std::vector<int>{1, 6});
-  CHECK_THROWS_AS(pipewright::examples::balance_by_parameters(model, 8), std::invalid_argument);
+TEST_CASE("the default cut keeps each Linear with its BatchNorm, ReLU and Dropout") {
+  using pipewright::examples::choose_balance;
+  TrainConfig c = small_config();
+  c.hidden = {64, 64};
+  c.dropout = 0.2;
+  auto model = pipewright::examples::build_model(c.hidden, c.dropout, 0);
+  // Not read: the default cut profiles nothing.
+  const pipewright::data::Dataset none(
+      pipewright::Tensor::zeros({1, 784}),
+      pipewright::Tensor::zeros({1}, {.dtype = pipewright::DType::kInt64}));
+  // (Linear BN ReLU Dropout) x 2, Linear: blocks of 50,240 + 128, 4,160 + 128 and 650
+  // parameters; two stages: the first block | the rest (the first Linear alone, 1 | 8, was
+  // the layer-level cut).
+  c.stages = 2;
+  CHECK(choose_balance(c, model, none) == std::vector<int>{4, 5});
+  c.stages = 3;
+  CHECK(choose_balance(c, model, none) == std::vector<int>{4, 4, 1});
+  c.stages = 9;  // more stages than blocks: one layer each
+  CHECK(choose_balance(c, model, none) == std::vector<int>(9, 1));
 }
 
 TEST_CASE("--balance auto-size and auto-time profile the model and cut it") {

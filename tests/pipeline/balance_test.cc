@@ -179,6 +179,64 @@ TEST_CASE("block_partition errors name the values") {
 
 // ---- balance_by_size: exact bytes ----
 
+TEST_CASE("balance_by_parameters cuts blocks that start at a weight matrix") {
+  // Linear(8,6) BN(6) ReLU Dropout | Linear(6,6) BN(6) ReLU | Linear(6,2): parameters 54 + 12,
+  // 42 + 12, 14; block costs (parameters + layers) 70, 57, 15.
+  nn::Sequential mlp;
+  mlp.push_back(nn::Linear(8, 6));
+  mlp.push_back(nn::BatchNorm1d(6));
+  mlp.push_back(nn::ReLU());
+  mlp.push_back(nn::Dropout(0.1));
+  mlp.push_back(nn::Linear(6, 6));
+  mlp.push_back(nn::BatchNorm1d(6));
+  mlp.push_back(nn::ReLU());
+  mlp.push_back(nn::Linear(6, 2));
+  // Two stages: {70 | 57 + 15 = 72} beats {70 + 57 | 15}; three: a block each.
+  CHECK(balance_by_parameters(2, mlp) == std::vector<int>{4, 4});
+  CHECK(balance_by_parameters(3, mlp) == std::vector<int>{4, 3, 1});
+  // More partitions than the 3 blocks: the layers are cut, each costing parameters + 1
+  // (55 13 1 1 43 13 1 15): the optimum's largest stage is the first Linear, 55.
+  const std::vector<int> four = balance_by_parameters(4, mlp);
+  CHECK(max_block_cost({55, 13, 1, 1, 43, 13, 1, 15}, four) == 55);
+  CHECK(four == block_partition({55, 13, 1, 1, 43, 13, 1, 15}, 4));
+
+  // Where the layer-level cut strands the cheap layers: a big first Linear. Layer costs
+  // 401,921 (Linear 784x512 + 1) 1,025 1 1 262,657 1,025 1 1 5,131: the layer-level optimum
+  // is the first Linear alone (1 | 8); the block cut keeps its BatchNorm, ReLU and Dropout
+  // with it (4 | 5), as the main job's default.
+  nn::Sequential big;
+  big.push_back(nn::Linear(784, 512));
+  big.push_back(nn::BatchNorm1d(512));
+  big.push_back(nn::ReLU());
+  big.push_back(nn::Dropout(0.2));
+  big.push_back(nn::Linear(512, 512));
+  big.push_back(nn::BatchNorm1d(512));
+  big.push_back(nn::ReLU());
+  big.push_back(nn::Dropout(0.2));
+  big.push_back(nn::Linear(512, 10));
+  CHECK(block_partition({401921, 1025, 1, 1, 262657, 1025, 1, 1, 5131}, 2) ==
+        std::vector<int>{1, 8});
+  CHECK(balance_by_parameters(2, big) == std::vector<int>{4, 5});
+
+  // Leading layers without a matrix join the first block; a model without any is cut by
+  // layer count.
+  nn::Sequential lead;
+  lead.push_back(nn::ReLU());
+  lead.push_back(nn::Dropout(0.1));
+  lead.push_back(nn::Linear(4, 4));
+  lead.push_back(nn::ReLU());
+  lead.push_back(nn::Linear(4, 4));
+  CHECK(balance_by_parameters(2, lead) == std::vector<int>{4, 1});
+  nn::Sequential plain;
+  for (int i = 0; i < 6; ++i) plain.push_back(nn::ReLU());
+  CHECK(balance_by_parameters(3, plain) == std::vector<int>{2, 2, 2});
+
+  CHECK_THROWS_WITH(balance_by_parameters(0, mlp),
+                    Catch::Contains("number of partitions must be positive (partitions: 0)"));
+  CHECK_THROWS_WITH(balance_by_parameters(9, mlp),
+                    Catch::Contains("more partitions than layers (partitions: 9, layers: 8)"));
+}
+
 TEST_CASE("profile_sizes of a Linear stack is exact, and balance_by_size splits it by hand") {
   // Linear(16,64) ReLU Linear(64,64) Linear(64,8), float32, with bias. A layer's activation
   // is its output (Linear saves its input and weight, ReLU its output: no new bytes), so for

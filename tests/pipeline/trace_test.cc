@@ -145,3 +145,44 @@ TEST_CASE("a simulated schedule: one complete event per action at its simulated 
   REQUIRE_THROWS_WITH(Trace::simulated(gpipe(2, 1), Costs{}, 0.0),
                       Catch::Contains("microseconds_per_unit must be > 0"));
 }
+
+TEST_CASE("replayed_bubble: the schedule replayed with the trace's own durations") {
+  // The GPipe p = 2, m = 2 step of the first test case, but the runtime lost time: worker 1's
+  // F1 starts 1 late (a slow hand-off), which pushes everything after it back by 1.
+  //   worker 0  F0 F1 .  .  .  .  .  B1 B1 B0 B0        wall 0..11
+  //   worker 1  .  F0 .  F1 B1 B1 B0 B0 .  .  .
+  Trace t(2);
+  t.add(ev(0, ActionKind::kForward, 0, 0, 1));
+  t.add(ev(0, ActionKind::kForward, 1, 1, 2));
+  t.add(ev(1, ActionKind::kForward, 0, 1, 2));
+  t.add(ev(1, ActionKind::kForward, 1, 3, 4));
+  t.add(ev(1, ActionKind::kBackward, 1, 4, 6));
+  t.add(ev(1, ActionKind::kBackward, 0, 6, 8));
+  t.add(ev(0, ActionKind::kBackward, 1, 7, 9));
+  t.add(ev(0, ActionKind::kBackward, 0, 9, 11));
+  // Measured: idle 5 + 5 over 2 x 11. Replayed with the same durations and no lost time,
+  // every action starts as soon as its inputs exist (worker 0's B1 at 5, right after worker
+  // 1's): wall 9, idle 3 + 3, the textbook (p-1)/(m+p-1) = 1/3.
+  REQUIRE(t.bubble_fraction() == Approx(10.0 / 22));
+  REQUIRE(t.replayed_bubble(gpipe(2, 2)) == Approx(6.0 / 18));
+  REQUIRE(t.replayed_bubble(gpipe(2, 2)) == Approx(theoretical_bubble(2, 2)));
+
+  // Unequal stages (worker 1 twice as slow): the replay keeps the imbalance, which is the
+  // schedule's and the stages' doing, not the runtime's. Worker 0: F 0-1, 1-2; worker 1:
+  // F0 1-3, F1 3-5, B1 5-9, B0 9-13; worker 0: B1 9-11, B0 13-15 -> wall 15, busy 6 and 12.
+  Trace slow(2);
+  slow.add(ev(0, ActionKind::kForward, 0, 0, 1));
+  slow.add(ev(0, ActionKind::kForward, 1, 1, 2));
+  slow.add(ev(1, ActionKind::kForward, 0, 1, 3));
+  slow.add(ev(1, ActionKind::kForward, 1, 3, 5));
+  slow.add(ev(1, ActionKind::kBackward, 1, 5, 9));
+  slow.add(ev(1, ActionKind::kBackward, 0, 9, 13));
+  slow.add(ev(0, ActionKind::kBackward, 1, 9, 11));
+  slow.add(ev(0, ActionKind::kBackward, 0, 13, 15));
+  REQUIRE(slow.replayed_bubble(gpipe(2, 2)) == Approx((9.0 + 3.0) / 30));
+  REQUIRE(slow.replayed_bubble(gpipe(2, 2)) == Approx(slow.bubble_fraction()));
+
+  // Another schedule than the one measured: an action without an event is named.
+  REQUIRE_THROWS_WITH(t.replayed_bubble(gpipe(2, 3)),
+                      Catch::Contains("has no event in the trace") && Catch::Contains("gpipe"));
+}
