@@ -13,6 +13,7 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "nn/batch_norm.h"
+#include "nn/skip.h"
 #include "pipeline/partition.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
@@ -118,8 +119,12 @@ std::vector<int> balance_by_parameters(int partitions, const nn::Sequential& mod
     }
     layer_cost.push_back(count + 1);
     // A weight layer opens a new block, unless the open one has none yet (leading layers
-    // without a matrix go with the first weight layer).
-    if (block_cost.empty() || (matrix && block_has_matrix)) {
+    // without a matrix go with the first weight layer); so does a layer that stashes a skip
+    // without popping one: it begins what the skip goes around (a residual block).
+    const auto* skippable = dynamic_cast<const nn::Skippable*>(&module[i]);
+    const bool opens_skip = skippable != nullptr && !skippable->stash_names().empty() &&
+                            skippable->pop_names().empty();
+    if (block_cost.empty() || (matrix && block_has_matrix) || opens_skip) {
       block_cost.push_back(0);
       block_layers.push_back(0);
       block_has_matrix = false;

@@ -63,9 +63,11 @@ int64_t max_block_cost(const std::vector<int64_t>& costs, const std::vector<int>
 /// A deterministic cut that needs no profile: the layers are grouped into blocks, each
 /// starting at a layer that holds a weight matrix (a parameter of rank >= 2: Linear, a
 /// convolution) and taking the layers after it that hold none (normalisations, whose
-/// parameters are vectors; activations, Dropout, skips), so a layer that post-processes a
-/// weight layer's output is never cut away from it; leading layers without a matrix join the
-/// first block. The blocks are cut by block_partition of their cost, parameter count + layer
+/// parameters are vectors; activations, Dropout, a skip's pop), so a layer that
+/// post-processes a weight layer's output is never cut away from it; leading layers without a
+/// matrix join the first block. A layer that stashes a skip and pops none (nn::Skippable)
+/// opens a block too, with the weight layer after it: it begins what the skip goes around,
+/// so a cut between residual blocks keeps their skips on one stage. The blocks are cut by block_partition of their cost, parameter count + layer
 /// count, and the balance is returned in layers (Σ = module.size()). When there are fewer
 /// blocks than `partitions`, the layers themselves are cut, each costing its parameter count
 /// + 1.
@@ -75,9 +77,10 @@ int64_t max_block_cost(const std::vector<int64_t>& costs, const std::vector<int>
 /// matrix cost time per activation element, not per parameter, so a layer-level min-max cut
 /// of parameter counts is free to heap them all onto one stage. On the main job's MLP
 /// (Linear, BatchNorm1d, ReLU, Dropout per hidden layer) it cut 1 | 8, the first Linear alone:
-/// stage busy times 0.64-0.71 of each other; the block cut 4 | 5 measured 0.96-0.99 and 1.12x
-/// the samples/s (docs/BENCHMARKS.md, "Balance: the block cut"), the cut balance_by_time
-/// chose on every quiet run. DeepSpeed's PipelineModule partition_method "type:Linear" cuts
+/// the stages' busy times 0.62-0.69 of each other; the block cut 4 | 5 measured 0.91-1.00, a
+/// bubble 1.03-1.05x its replay (1 | 8: 1.15-1.18x) and 1.04x the samples/s
+/// (docs/BENCHMARKS.md, "Balance: the block cut"); it is the cut balance_by_time chose on
+/// every quiet run. DeepSpeed's PipelineModule partition_method "type:Linear" cuts
 /// at the same places.
 ///
 /// Throws std::invalid_argument when partitions <= 0 or partitions > module.size() (the

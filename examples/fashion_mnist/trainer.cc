@@ -215,14 +215,14 @@ void print_steady_state(std::ostream& out, const std::vector<EpochStats>& epochs
   for (size_t s = 0; s < busy.size(); ++s) {
     out << (s ? ", " : " ") << devices[s].str() << " " << format_fixed(busy[s], 2) << " ms";
   }
-  if (busy.size() > 1) {
+  if (busy.size() > 1) {  // one worker has no bubble to explain
     const auto [least, most] = std::minmax_element(busy.begin(), busy.end());
-    out << " (least/most " << format_fixed(*most > 0 ? *least / *most : 1.0, 2) << ")";
-  }
-  out << " | bubble " << format_fixed(bubble, 3);
-  if (!std::isnan(replayed)) {
-    out << ", replayed with the measured durations " << format_fixed(replayed, 3);
-    if (replayed > 0) out << " (measured/replayed " << format_fixed(bubble / replayed, 2) << ")";
+    out << " (least/most " << format_fixed(*most > 0 ? *least / *most : 1.0, 2) << ") | bubble "
+        << format_fixed(bubble, 3);
+    if (!std::isnan(replayed)) {
+      out << ", replayed with the measured durations " << format_fixed(replayed, 3);
+      if (replayed > 0) out << " (measured/replayed " << format_fixed(bubble / replayed, 2) << ")";
+    }
   }
   out << "\n" << std::flush;
 }

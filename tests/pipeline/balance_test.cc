@@ -231,6 +231,24 @@ TEST_CASE("balance_by_parameters cuts blocks that start at a weight matrix") {
   for (int i = 0; i < 6; ++i) plain.push_back(nn::ReLU());
   CHECK(balance_by_parameters(3, plain) == std::vector<int>{2, 2, 2});
 
+  // A residual MLP: stem | Stash Linear ReLU Pop | Stash Linear ReLU Pop | head. The stashes
+  // open the residual blocks, so the cuts fall between them and each skip stays on one stage.
+  // Blocks (parameters + layers): [L ReLU] 74, [Stash L ReLU Pop] 76, [Stash L ReLU Pop] 76,
+  // [L] 19. Without the stash rule each Stash would close the block before it and every cut
+  // would separate a Stash from its Pop: {3, 4, 4}.
+  nn::Sequential res;
+  res.push_back(nn::Linear(8, 8));
+  res.push_back(nn::ReLU());
+  for (const char* name : {"a", "b"}) {
+    res.push_back(Stash(name));
+    res.push_back(nn::Linear(8, 8));
+    res.push_back(nn::ReLU());
+    res.push_back(Pop(name));
+  }
+  res.push_back(nn::Linear(8, 2));
+  CHECK(balance_by_parameters(3, res) == std::vector<int>{2, 4, 5});
+  CHECK(balance_by_parameters(2, res) == std::vector<int>{6, 5});  // {150 | 95}
+
   CHECK_THROWS_WITH(balance_by_parameters(0, mlp),
                     Catch::Contains("number of partitions must be positive (partitions: 0)"));
   CHECK_THROWS_WITH(balance_by_parameters(9, mlp),
