@@ -53,7 +53,8 @@ Pipe::Pipe(nn::Sequential module, PipeOptions options)
   SkipLayout skips(module_, options_.balance);
   runtime_ = std::make_shared<Runtime>(std::move(partitions), std::move(stage_devices),
                                        std::move(stage_worker), num_workers, options_.seed,
-                                       threads, std::move(skips));
+                                       threads, std::move(skips),
+                                       options_.pin_workers && options_.processes == nullptr);
   runtime_->set_processes(options_.processes);
   if (options_.deferred_batch_norm) deferred_ = std::make_unique<DeferredBatchNorm>(module_);
 }

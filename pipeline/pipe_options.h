@@ -56,6 +56,13 @@ struct PipeOptions {
   /// once (tensor/threads.h); with `processes`, max(1, hardware_threads() / processes on
   /// this machine).
   int threads_per_worker = 0;
+  /// Pin each worker thread to its own threads_per_worker CPUs of the process's
+  /// (process_cpus(), tensor/threads.h) when every worker's share fits, else let each run on
+  /// all of them; either way a worker no longer inherits a narrower mask from the thread that
+  /// built the Pipe (libgomp binds the initial thread to one core when OMP_PROC_BIND is set).
+  /// Note [Worker CPUs] in runtime.cc. false: workers keep the inherited mask. Ignored with
+  /// `processes` (one worker per process; the launcher places processes).
+  bool pin_workers = true;
   /// Null: every worker is a thread of this process. Otherwise which workers run here and
   /// how messages leave the process (processes.h; distributed/mpi_processes.h makes one per
   /// MPI rank). Every process then builds the same Pipe; train_step runs only the local

@@ -92,7 +92,8 @@ PipeOptions placement_pipe_options(const nn::Sequential& module, const Placement
           .deferred_batch_norm = options.deferred_batch_norm,
           .schedule = options.schedule,
           .seed = options.seed,
-          .threads_per_worker = options.threads_per_worker};
+          .threads_per_worker = options.threads_per_worker,
+          .pin_workers = options.pin_workers};
 }
 
 Pipe make_pipe(nn::Sequential module, PlacementOptions options) {

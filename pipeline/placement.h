@@ -82,6 +82,8 @@ struct PlacementOptions {
   uint64_t seed = 0;
   /// Intra-op threads of each worker; 0 = max(1, hardware_threads() / workers).
   int threads_per_worker = 0;
+  /// Each worker on its own CPUs (PipeOptions::pin_workers).
+  bool pin_workers = true;
 };
 
 /// PipeOptions for `module`: balance and devices from derive_placement(module), the rest from

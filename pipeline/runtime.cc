@@ -81,9 +81,49 @@ std::vector<Device> worker_devices(const std::vector<Device>& stage_devices,
 
 }  // namespace
 
+// Note [Worker CPUs]
+// Which CPUs does a worker thread run on? A thread inherits its creator's affinity mask, and
+// the creator's mask is not always the process's: with OMP_PROC_BIND set, libgomp binds the
+// initial thread to one place (one core) at start-up, so every worker — every stage — would
+// share that core (the main job: all three threads on cpu 0, 0.76x the samples/s). So each
+// worker sets its own mask from process_cpus() (tensor/threads.h: the process's mask, or the
+// union of the OpenMP places when libgomp has bound the caller), and the CPU kernels start
+// no OpenMP region for work they run on one thread (tensor/cpu/common.h: libgomp binds a
+// thread that starts even a one-thread team to the first place):
+//   - when the workers' budgets fit (workers x budget <= CPUs), worker w gets CPUs
+//     [w x budget, (w + 1) x budget) of that list: stages never share a core, and a worker's
+//     intra-op team, started from the worker's thread, inherits its share;
+//   - otherwise (more workers than cores: the residual example's 3 stages on 2 cores) every
+//     worker may run on every CPU, and the kernel's scheduler shares them out.
+// PipeOptions::pin_workers = false (and a Pipe over processes, where a process runs one worker
+// and mpirun decides its cores) keeps the inherited mask. Measured (docs/BENCHMARKS.md,
+// "Worker CPUs"): with OMP_PROC_BIND=true the main job runs 1.32x faster pinned; without it
+// pinning is neutral (1.01x). Not solved: a worker with several intra-op threads under
+// OMP_PROC_BIND starts real teams, which libgomp places from the first place on, so two such
+// workers' teams can share cores; leave OMP_PROC_BIND unset for pipelines.
+namespace {
+
+std::vector<std::vector<int>> worker_cpus(int num_workers, int budget, bool pin) {
+  std::vector<std::vector<int>> cpus(static_cast<size_t>(num_workers));
+  if (!pin) return cpus;
+  const std::vector<int>& all = process_cpus();
+  const bool fit = static_cast<size_t>(num_workers) * static_cast<size_t>(budget) <= all.size();
+  for (int w = 0; w < num_workers; ++w) {
+    if (!fit) {
+      cpus[static_cast<size_t>(w)] = all;
+      continue;
+    }
+    const auto first = all.begin() + static_cast<std::ptrdiff_t>(w) * budget;
+    cpus[static_cast<size_t>(w)].assign(first, first + budget);
+  }
+  return cpus;
+}
+
+}  // namespace
+
 Runtime::Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> stage_devices,
                  std::vector<int> stage_worker, int num_workers, uint64_t seed,
-                 int intra_op_threads, SkipLayout skips)
+                 int intra_op_threads, SkipLayout skips, bool pin_workers)
     : partitions_(std::move(partitions)),
       stage_devices_(std::move(stage_devices)),
       stage_worker_(std::move(stage_worker)),
@@ -92,9 +132,11 @@ Runtime::Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> sta
                          ? intra_op_threads
                          : std::max(1, hardware_threads() / std::max(1, num_workers));
   const std::vector<Device> devices = worker_devices(stage_devices_, stage_worker_, num_workers);
+  std::vector<std::vector<int>> cpus = worker_cpus(num_workers, budget, pin_workers);
   for (int w = 0; w < num_workers; ++w) {
     workers_.push_back(std::make_unique<Worker>(w, budget, mix_seed(seed, w),
-                                                devices[static_cast<size_t>(w)]));
+                                                devices[static_cast<size_t>(w)],
+                                                std::move(cpus[static_cast<size_t>(w)])));
   }
 }
 

@@ -1,14 +1,17 @@
 #include "pipeline/worker.h"
 
 #include <exception>
+#include <utility>
 
 #include "tensor/threads.h"
 
 namespace pipewright::pipeline {
 
-Worker::Worker(int index, int intra_op_threads, uint64_t seed, Device device)
+Worker::Worker(int index, int intra_op_threads, uint64_t seed, Device device,
+               std::vector<int> cpus)
     : index_(index),
       intra_op_threads_(intra_op_threads),
+      cpus_(std::move(cpus)),
       generator_(seed),
       compute_stream_(Stream::create(device)),
       thread_([this] { loop(); }) {}
@@ -26,6 +29,7 @@ std::exception_ptr Worker::escaped() const {
 }
 
 void Worker::loop() {
+  if (!cpus_.empty()) pin_current_thread(cpus_);  // refused: the inherited mask stays
   ThreadBudgetGuard budget(intra_op_threads_);
   GeneratorGuard rng(generator_);
   StreamGuard on_compute_stream(compute_stream_);

@@ -5,7 +5,8 @@
 //   - installs its own Generator with GeneratorGuard, so Dropout inside its stages draws
 //     from a stream the runtime can save and replay (Note [Replaying randomness] in cell.h);
 //   - limits its intra-op threads with ThreadBudgetGuard(max(1, cores / workers)), so p
-//     workers computing at once never oversubscribe the cores (tensor/threads.h);
+//     workers computing at once never oversubscribe the cores (tensor/threads.h), and runs
+//     on the CPUs the runtime gives it (Note [Worker CPUs] in runtime.cc);
 //   - computes on its own stream: compute_stream(), made on the worker's device, is the
 //     thread's current stream there (StreamGuard) for its whole life, so every kernel and
 //     allocation of its stages goes to it (Note [Streams in the pipeline], transport.h). On
@@ -24,6 +25,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "pipeline/channel.h"
 #include "tensor/generator.h"
@@ -37,8 +39,11 @@ class Worker {
 
   /// Starts the thread. `intra_op_threads` >= 1; `seed` seeds the worker's Generator;
   /// `device` is where its stages run (its compute stream is created there: a CUDA device
-  /// without a usable GPU throws the backend's error, e.g. CudaError).
-  Worker(int index, int intra_op_threads, uint64_t seed, Device device = Device::cpu(0));
+  /// without a usable GPU throws the backend's error, e.g. CudaError). `cpus`: the CPUs the
+  /// thread is pinned to before its first job (pin_current_thread, tensor/threads.h; a
+  /// refused mask leaves the inherited one); empty: the inherited mask.
+  Worker(int index, int intra_op_threads, uint64_t seed, Device device = Device::cpu(0),
+         std::vector<int> cpus = {});
   /// Runs the queued jobs, then joins the thread.
   ~Worker();
   Worker(const Worker&) = delete;
@@ -53,6 +58,8 @@ class Worker {
 
   int index() const { return index_; }
   int intra_op_threads() const { return intra_op_threads_; }
+  /// The CPUs the thread was asked to run on (empty: inherited).
+  const std::vector<int>& cpus() const { return cpus_; }
   Device device() const { return compute_stream_.device(); }
   /// The stream the worker's jobs run on (the thread's current stream of device()).
   const Stream& compute_stream() const { return compute_stream_; }
@@ -64,6 +71,7 @@ class Worker {
 
   int index_;
   int intra_op_threads_;
+  std::vector<int> cpus_;
   Generator generator_;
   Stream compute_stream_;
   Channel<Job> jobs_;

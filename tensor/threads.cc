@@ -5,7 +5,10 @@
 #include "tensor/threads.h"
 
 #include <algorithm>
+#include <set>
 #include <thread>
+
+#include <sched.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -13,15 +16,69 @@
 
 namespace pipewright {
 
+namespace {
+
+std::vector<int> all_online_cpus() {
+  std::vector<int> cpus(std::max(1u, std::thread::hardware_concurrency()));
+  for (size_t i = 0; i < cpus.size(); ++i) cpus[i] = static_cast<int>(i);
+  return cpus;
+}
+
+std::vector<int> find_process_cpus() {
+#ifdef _OPENMP
+  // OMP_PROC_BIND set: libgomp bound this (initial) thread to its first place at start-up;
+  // the places together are the mask the process began with.
+  if (omp_get_proc_bind() != omp_proc_bind_false && omp_get_num_places() > 0) {
+    std::set<int> cpus;
+    for (int place = 0; place < omp_get_num_places(); ++place) {
+      std::vector<int> ids(static_cast<size_t>(omp_get_place_num_procs(place)));
+      omp_get_place_proc_ids(place, ids.data());
+      cpus.insert(ids.begin(), ids.end());
+    }
+    if (!cpus.empty()) return {cpus.begin(), cpus.end()};
+  }
+#endif
+  std::vector<int> cpus = current_thread_cpus();
+  return cpus.empty() ? all_online_cpus() : cpus;
+}
+
+}  // namespace
+
+const std::vector<int>& process_cpus() {
+  static const std::vector<int> cpus = find_process_cpus();
+  return cpus;
+}
+
+std::vector<int> current_thread_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return {};
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+bool pin_current_thread(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  bool any = false;
+  for (int cpu : cpus) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE) continue;
+    CPU_SET(cpu, &set);
+    any = true;
+  }
+  return any && sched_setaffinity(0, sizeof(set), &set) == 0;
+}
+
 #ifndef _OPENMP
 namespace {
 thread_local int tls_intra_op_threads = 0;  // 0: not set, use hardware_threads()
 }
 #endif
 
-int hardware_threads() {
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
+int hardware_threads() { return static_cast<int>(process_cpus().size()); }
 
 int intra_op_threads() {
 #ifdef _OPENMP

@@ -6,11 +6,30 @@
 // devices compute at once (pipeline stages, one worker thread each), the pipeline gives each
 // worker max(1, cores / active_workers) threads with ThreadBudgetGuard, so the total never
 // oversubscribes the cores. The setting is per calling thread (OpenMP's nthreads ICV).
+//
+// Which cores: process_cpus(), the process's affinity mask (what mpirun --bind-to, taskset or
+// a container's cpuset allow), not every online CPU. The pipeline pins each worker thread to
+// its own share of them (Note [Worker CPUs] in pipeline/runtime.cc).
 #pragma once
+
+#include <vector>
 
 namespace pipewright {
 
-/// Cores available to this process (std::thread::hardware_concurrency, at least 1).
+/// The CPUs this process may run on, ascending, never empty: the calling thread's affinity
+/// mask (sched_getaffinity) the first time any thread asks, cached for the process's life.
+/// When libgomp has bound that thread to one OpenMP place (OMP_PROC_BIND set: it binds the
+/// initial thread at start-up, and every thread it starts inherits that one place), the union
+/// of all places instead, which libgomp built from the mask the process started with.
+/// Where affinity cannot be read: 0 .. std::thread::hardware_concurrency() - 1.
+const std::vector<int>& process_cpus();
+/// The calling thread's affinity mask, ascending (empty where it cannot be read).
+std::vector<int> current_thread_cpus();
+/// Restricts the calling thread to `cpus` (sched_setaffinity). Returns false, leaving the
+/// mask as it was, when `cpus` is empty or the system refuses it (no CPU of it allowed).
+bool pin_current_thread(const std::vector<int>& cpus);
+
+/// Cores available to this process: process_cpus().size().
 int hardware_threads();
 /// Threads the calling thread's CPU kernels may use.
 int intra_op_threads();

@@ -76,8 +76,15 @@ void parallel_for(int64_t n, int64_t cost_per_item, const F& f) {
   if (n <= 0) return;
   const bool large = n * std::max<int64_t>(cost_per_item, 1) > kParallelThreshold;
   const int64_t parts = large ? std::min<int64_t>(n, intra_op_threads()) : 1;
+  if (parts <= 1) {
+    // No OpenMP region at all, not even one of a single thread: with OMP_PROC_BIND set,
+    // libgomp binds a thread that starts a team to the first place, which would undo a
+    // pipeline worker's own CPUs (Note [Worker CPUs], pipeline/runtime.cc).
+    f(0, n);
+    return;
+  }
 #ifdef _OPENMP
-#pragma omp parallel for if (parts > 1) schedule(static)
+#pragma omp parallel for num_threads(parts) schedule(static)
 #endif
   for (int64_t p = 0; p < parts; ++p) f(n * p / parts, n * (p + 1) / parts);
 }

@@ -102,3 +102,24 @@ TEST_CASE("mix_seed gives distinct seeds per worker") {
   REQUIRE(mix_seed(0, 1) != mix_seed(1, 1));
   REQUIRE(mix_seed(5, 2) == mix_seed(5, 2));
 }
+
+TEST_CASE("a worker runs on the CPUs it is given, else on the inherited ones") {
+  const std::vector<int>& cpus = process_cpus();
+  std::vector<int> pinned, inherited;
+  Countdown done(2);
+  Worker one(0, 1, 0, Device::cpu(0), {cpus.back()});
+  Worker free(1, 1, 0);
+  one.submit([&] {
+    pinned = current_thread_cpus();
+    done.done();
+  });
+  free.submit([&] {
+    inherited = current_thread_cpus();
+    done.done();
+  });
+  done.wait();
+  CHECK(one.cpus() == std::vector<int>{cpus.back()});
+  CHECK(pinned == std::vector<int>{cpus.back()});
+  CHECK(free.cpus().empty());
+  CHECK(inherited == current_thread_cpus());  // this thread's mask
+}

@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
+
+#include <algorithm>
 #include <thread>
+#include <vector>
 
 #include "tensor/threads.h"
 
@@ -50,4 +53,26 @@ TEST_CASE("the budget is per thread") {
   worker.join();
   REQUIRE(seen_in_worker == 1);
   REQUIRE(intra_op_threads() == hardware_threads());
+}
+
+TEST_CASE("process_cpus is the process's mask; a thread can be pinned and unpinned") {
+  const std::vector<int>& cpus = process_cpus();
+  REQUIRE(!cpus.empty());
+  REQUIRE(std::is_sorted(cpus.begin(), cpus.end()));
+  REQUIRE(hardware_threads() == static_cast<int>(cpus.size()));
+  std::thread t([&] {
+    // A fresh thread's mask is within the process's (this test binary sets no binding).
+    const std::vector<int> inherited = current_thread_cpus();
+    REQUIRE(!inherited.empty());
+    for (int cpu : inherited) CHECK(std::binary_search(cpus.begin(), cpus.end(), cpu));
+    REQUIRE(pin_current_thread({cpus.back()}));
+    CHECK(current_thread_cpus() == std::vector<int>{cpus.back()});
+    REQUIRE(pin_current_thread(cpus));
+    CHECK(current_thread_cpus() == cpus);
+    // Refused masks leave the thread as it was.
+    CHECK_FALSE(pin_current_thread({}));
+    CHECK_FALSE(pin_current_thread({-1, 1 << 20}));
+    CHECK(current_thread_cpus() == cpus);
+  });
+  t.join();
 }
