@@ -67,10 +67,10 @@ int64_t max_block_cost(const std::vector<int64_t>& costs, const std::vector<int>
 /// post-processes a weight layer's output is never cut away from it; leading layers without a
 /// matrix join the first block. A layer that stashes a skip and pops none (nn::Skippable)
 /// opens a block too, with the weight layer after it: it begins what the skip goes around,
-/// so a cut between residual blocks keeps their skips on one stage. The blocks are cut by block_partition of their cost, parameter count + layer
-/// count, and the balance is returned in layers (Σ = module.size()). When there are fewer
-/// blocks than `partitions`, the layers themselves are cut, each costing its parameter count
-/// + 1.
+/// so a cut between residual blocks keeps their skips on one stage. The blocks are cut by
+/// block_partition of their cost, parameter count + layer count, and the balance is returned
+/// in layers (Σ = module.size()). When there are fewer blocks than `partitions`, the layers
+/// themselves are cut, each costing its parameter count + 1.
 ///
 /// Why blocks: a layer's parameter count is a proxy for its time only for weight layers (a
 /// Linear's forward and backward are ~6 · rows · parameters FLOPs); the layers without a

@@ -418,12 +418,15 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       stats.step_losses.push_back(step.loss);
       loss_sum += step.loss * static_cast<double>(batch.size());
       if (processes) {
-        bubble_sum += local_idle_fraction(step.trace, processes->worker());
-        busy_us[static_cast<size_t>(processes->worker())] += step.trace.busy_us(processes->worker());
+        const int worker = processes->worker();
+        bubble_sum += local_idle_fraction(step.trace, worker);
+        busy_us[static_cast<size_t>(worker)] += step.trace.busy_us(worker);
       } else {
         bubble_sum += step.trace.bubble_fraction();
         replayed_sum += step.trace.replayed_bubble(step.schedule);
-        for (int w = 0; w < config.stages; ++w) busy_us[static_cast<size_t>(w)] += step.trace.busy_us(w);
+        for (int w = 0; w < config.stages; ++w) {
+          busy_us[static_cast<size_t>(w)] += step.trace.busy_us(w);
+        }
       }
       samples += batch.size();
       ++steps;

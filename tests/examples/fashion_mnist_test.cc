@@ -58,7 +58,7 @@ TEST_CASE("training on a slice of Fashion-MNIST lowers the loss and beats chance
   CHECK(log.str().find("test acc") != std::string::npos);
 }
 
-TEST_CASE("the run reports busy time per stage, the bubble's replay, and traces the step asked for") {
+TEST_CASE("the run reports busy time per stage and the replayed bubble; --trace-step") {
   TrainConfig c = small_config();  // 600 images in mini-batches of 50: 12 steps per epoch
   c.trace = temp_path("step14.json");
   c.trace_step = 14;               // the second step of epoch 2
