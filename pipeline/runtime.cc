@@ -91,8 +91,10 @@ std::vector<Device> worker_devices(const std::vector<Device>& stage_devices,
 // no OpenMP region for work they run on one thread (tensor/cpu/common.h: libgomp binds a
 // thread that starts even a one-thread team to the first place):
 //   - when the workers' budgets fit (workers x budget <= CPUs), worker w gets CPUs
-//     [w x budget, (w + 1) x budget) of that list: stages never share a core, and a worker's
-//     intra-op team, started from the worker's thread, inherits its share;
+//     [w x budget, (w + 1) x budget) of that list in topology order (cpus_by_topology: a
+//     core's SMT siblings adjacent, one socket before the next), so stages share no core when
+//     the counts allow, and a worker's intra-op team, started from the worker's thread,
+//     inherits its share;
 //   - otherwise (more workers than cores: the residual example's 3 stages on 2 cores) every
 //     worker may run on every CPU, and the kernel's scheduler shares them out.
 // PipeOptions::pin_workers = false (and a Pipe over processes, where a process runs one worker
@@ -108,13 +110,13 @@ std::vector<std::vector<int>> worker_cpus(int num_workers, int budget, bool pin)
   if (!pin) return cpus;
   const std::vector<int>& all = process_cpus();
   const bool fit = static_cast<size_t>(num_workers) * static_cast<size_t>(budget) <= all.size();
+  if (!fit) return std::vector<std::vector<int>>(static_cast<size_t>(num_workers), all);
+  const std::vector<int> ordered = cpus_by_topology(all);
   for (int w = 0; w < num_workers; ++w) {
-    if (!fit) {
-      cpus[static_cast<size_t>(w)] = all;
-      continue;
-    }
-    const auto first = all.begin() + static_cast<std::ptrdiff_t>(w) * budget;
-    cpus[static_cast<size_t>(w)].assign(first, first + budget);
+    const auto first = ordered.begin() + static_cast<std::ptrdiff_t>(w) * budget;
+    std::vector<int>& share = cpus[static_cast<size_t>(w)];
+    share.assign(first, first + budget);
+    std::sort(share.begin(), share.end());
   }
   return cpus;
 }

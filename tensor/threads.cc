@@ -5,7 +5,9 @@
 #include "tensor/threads.h"
 
 #include <algorithm>
+#include <fstream>
 #include <set>
+#include <string>
 #include <thread>
 
 #include <sched.h>
@@ -77,6 +79,49 @@ namespace {
 thread_local int tls_intra_op_threads = 0;  // 0: not set, use hardware_threads()
 }
 #endif
+
+std::vector<int> cpus_by_topology(const std::vector<int>& cpus,
+                                  const std::function<std::optional<CpuPlace>(int)>& place) {
+  struct Entry {
+    bool known;
+    CpuPlace where;
+    size_t order;  // position in `cpus`
+    int cpu;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(cpus.size());
+  for (size_t i = 0; i < cpus.size(); ++i) {
+    const std::optional<CpuPlace> p = place(cpus[i]);
+    entries.push_back({p.has_value(), p.value_or(CpuPlace{}), i, cpus[i]});
+  }
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    if (a.known != b.known) return a.known;
+    if (!a.known) return a.order < b.order;
+    if (a.where.package != b.where.package) return a.where.package < b.where.package;
+    if (a.where.core != b.where.core) return a.where.core < b.where.core;
+    return a.cpu < b.cpu;
+  });
+  std::vector<int> ordered;
+  ordered.reserve(entries.size());
+  for (const Entry& e : entries) ordered.push_back(e.cpu);
+  return ordered;
+}
+
+std::vector<int> cpus_by_topology(const std::vector<int>& cpus) {
+  auto read_int = [](const std::string& path) -> std::optional<int> {
+    std::ifstream in(path);
+    int value = 0;
+    if (!(in >> value)) return std::nullopt;
+    return value;
+  };
+  return cpus_by_topology(cpus, [&](int cpu) -> std::optional<CpuPlace> {
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    const std::optional<int> package = read_int(dir + "physical_package_id");
+    const std::optional<int> core = read_int(dir + "core_id");
+    if (!package || !core) return std::nullopt;
+    return CpuPlace{*package, *core};
+  });
+}
 
 int hardware_threads() { return static_cast<int>(process_cpus().size()); }
 

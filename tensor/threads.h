@@ -12,6 +12,8 @@
 // its own share of them (Note [Worker CPUs] in pipeline/runtime.cc).
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <vector>
 
 namespace pipewright {
@@ -28,6 +30,24 @@ std::vector<int> current_thread_cpus();
 /// Restricts the calling thread to `cpus` (sched_setaffinity). Returns false, leaving the
 /// mask as it was, when `cpus` is empty or the system refuses it (no CPU of it allowed).
 bool pin_current_thread(const std::vector<int>& cpus);
+
+/// Where a logical CPU sits: its package (socket) and its physical core within it.
+struct CpuPlace {
+  int package = 0;
+  int core = 0;
+};
+/// `cpus` reordered so that the logical CPUs of one physical core are adjacent and the cores
+/// of one package come before the next package's: sorted by (package, core, cpu), with
+/// `place(cpu)` giving each CPU's place (nullopt: unknown; those keep their order after the
+/// known ones). Cutting the result into consecutive shares gives each share whole cores of
+/// one package where the counts allow, where the CPU numbers alone would often pair a core's
+/// first thread in one share with its SMT sibling in another (Linux numbers the siblings
+/// n and n + cores on many x86 machines).
+std::vector<int> cpus_by_topology(const std::vector<int>& cpus,
+                                  const std::function<std::optional<CpuPlace>(int)>& place);
+/// The same with each CPU's place read from /sys/devices/system/cpu/cpuN/topology
+/// (physical_package_id, core_id).
+std::vector<int> cpus_by_topology(const std::vector<int>& cpus);
 
 /// Cores available to this process: process_cpus().size().
 int hardware_threads();

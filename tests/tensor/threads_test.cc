@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -75,4 +76,25 @@ TEST_CASE("process_cpus is the process's mask; a thread can be pinned and unpinn
     CHECK(current_thread_cpus() == cpus);
   });
   t.join();
+}
+
+TEST_CASE("cpus_by_topology puts a core's SMT siblings together, one package before the next") {
+  // 2 packages x 2 cores x 2 threads, numbered as Linux often does on x86: cpu c is thread
+  // c / 4 of physical core c % 4; cores 0-1 on package 0, 2-3 on package 1 (core_id counts
+  // within a package).
+  auto place = [](int cpu) -> std::optional<CpuPlace> {
+    if (cpu >= 8) return std::nullopt;  // unknown
+    const int core = cpu % 4;
+    return CpuPlace{core / 2, core % 2};
+  };
+  CHECK(cpus_by_topology({0, 1, 2, 3, 4, 5, 6, 7}, place) ==
+        std::vector<int>{0, 4, 1, 5, 2, 6, 3, 7});
+  // Shares of 2 are then whole cores, shares of 4 whole packages. CPUs without a known place
+  // keep their order after the others.
+  CHECK(cpus_by_topology({9, 7, 8, 0, 3, 4}, place) == std::vector<int>{0, 4, 3, 7, 9, 8});
+  CHECK(cpus_by_topology({}, place).empty());
+  // This machine's own topology: a permutation of the process's CPUs.
+  std::vector<int> mine = cpus_by_topology(process_cpus());
+  std::sort(mine.begin(), mine.end());
+  CHECK(mine == process_cpus());
 }
