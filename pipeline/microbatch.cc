@@ -216,16 +216,20 @@ Tensors gather(const std::vector<Tensors>& outputs, const std::vector<int>& dims
   return gathered;
 }
 
-std::vector<Tensor> split_rows(const Tensor& t, const std::vector<int64_t>& sizes) {
+std::vector<Tensor> split_sections(const Tensor& t, const std::vector<int64_t>& sizes,
+                                   int dim) {
   std::vector<Tensor> out(sizes.size());
   if (!t.defined()) return out;
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
-  if (t.dim() == 0 || t.size(0) != total) {
+  const int rank = static_cast<int>(t.dim());
+  const int d = dim < 0 ? dim + rank : dim;
+  if (d < 0 || d >= rank || t.size(d) != total) {
     throw std::invalid_argument("cannot split a gradient of shape " + t.shape().str() +
-                                " into micro-batches of " + std::to_string(total) + " rows");
+                                " on dim " + std::to_string(dim) + " into micro-batches of " +
+                                std::to_string(total) + " entries");
   }
-  return split_on(t, 0, sizes);
+  return split_on(t, d, sizes);
 }
 
 std::vector<InputInfo> describe_inputs(const Tensors& inputs,

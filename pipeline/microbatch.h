@@ -76,9 +76,12 @@ std::vector<Tensors> split_to(const Tensors& tensors, const std::vector<ChunkSpe
 /// and position).
 Tensors gather(const std::vector<Tensors>& outputs, const std::vector<int>& dims = {});
 
-/// Rows of `t` cut into consecutive slices of `sizes` (views). An undefined `t` gives
-/// undefined slices. Throws std::invalid_argument when Σ sizes != t.size(0).
-std::vector<Tensor> split_rows(const Tensor& t, const std::vector<int64_t>& sizes);
+/// `t` cut on `dim` (negative counts from the end) into consecutive pieces of `sizes` (torch.
+/// split with sections): views on dim 0, contiguous copies on another. An undefined `t` gives
+/// undefined pieces. Throws std::invalid_argument, naming the shape, when `t` has no such dim
+/// or Σ sizes != t.size(dim).
+std::vector<Tensor> split_sections(const Tensor& t, const std::vector<int64_t>& sizes,
+                                   int dim = 0);
 
 /// What the backward needs to know about an original input (without keeping it alive).
 struct InputInfo {

@@ -79,12 +79,16 @@ Tensor Pipe::forward(const Tensor& input) {
 // the rest runs when the user's backward reaches the PipeBackward node (Note [Anatomy of a
 // step] in runtime.h).
 nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no_chunk) {
+  return forward(inputs, ForwardOptions{.input_chunks = chunk_specs(no_chunk, inputs.size())});
+}
+
+nn::Tensors Pipe::forward(const nn::Tensors& inputs, const ForwardOptions& options) {
   if (options_.processes != nullptr) {
     throw std::invalid_argument(
         "Pipe::forward runs every stage in this process, but this Pipe's workers are spread "
         "over processes (PipeOptions::processes); use train_step");
   }
-  const std::vector<ChunkSpec> specs = chunk_specs(no_chunk, inputs.size());
+  const std::vector<ChunkSpec> specs = chunk_specs(options.input_chunks, inputs.size(), "input");
   MicroBatches batches = scatter(inputs, specs, options_.chunks);
   const int m = batches.count();
   const bool record = module_.is_training() && autograd::grad_mode_enabled();
@@ -99,13 +103,21 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no
                                      record ? CellMode::kRecord : CellMode::kNoGrad,
                                      recomputed_cells(schedule));
   for (const Tensor& t : inputs) step->input_needs_grad.push_back(record && t.requires_grad());
+  step->arguments = options.arguments;
 
   run(*step, phases.forward);
 
-  nn::Tensors outputs = gather(step->outputs);
-  std::vector<std::vector<int64_t>> output_rows(outputs.size());
+  nn::Tensors outputs = gather(step->outputs, options.output_dims);
+  // Output k's dim (normalised; gather checked it exists) and each micro-batch's size on it.
+  std::vector<int> output_dims(outputs.size(), 0);
+  std::vector<std::vector<int64_t>> output_sizes(outputs.size());
   for (size_t k = 0; k < outputs.size(); ++k) {
-    for (const nn::Tensors& out : step->outputs) output_rows[k].push_back(out[k].size(0));
+    const int rank = static_cast<int>(outputs[k].dim());
+    const int d = options.output_dims.empty() ? 0 : options.output_dims[k];
+    output_dims[k] = d < 0 ? d + rank : d;
+    for (const nn::Tensors& out : step->outputs) {
+      output_sizes[k].push_back(out[k].size(output_dims[k]));
+    }
   }
   step->outputs.clear();          // the gathered copies are what the user holds
   step->inputs.batches.clear();   // stage 0's cells keep what their backward needs
@@ -123,9 +135,9 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no
       recorded_outputs.push_back(&outputs[k]);
     }
   }
-  auto node = std::make_shared<PipeBackward>(runtime_, std::move(step), std::move(phases.backward),
-                                             describe_inputs(inputs, specs),
-                                             std::move(output_rows), std::move(recorded));
+  auto node = std::make_shared<PipeBackward>(
+      runtime_, std::move(step), std::move(phases.backward), describe_inputs(inputs, specs),
+      std::move(output_dims), std::move(output_sizes), std::move(recorded));
   autograd::NodeRecorder::record(node, node_inputs, recorded_outputs);
   return outputs;
 }

@@ -100,6 +100,20 @@ struct StepOptions {
   std::optional<Schedule> custom_schedule = std::nullopt;
 };
 
+/// What the general Pipe::forward takes besides the inputs: StepOptions' fields that a
+/// forward has (torch.distributed.pipelining's args_chunk_spec / kwargs / output_merge_spec).
+struct ForwardOptions {
+  /// How each input is cut: one ChunkSpec per input (split on a dim, or replicated whole);
+  /// empty: every input split on dim 0. Every split input has the same size N on its dim.
+  std::vector<ChunkSpec> input_chunks = {};
+  /// Non-tensor arguments every stage's modules read through nn::current_arguments(), in the
+  /// forward and in the recomputes its backward runs (nn/arguments.h).
+  nn::Arguments arguments = {};
+  /// Output k concatenated over the micro-batches on output_dims[k] (dim 0 for all when
+  /// empty; negative counts from the end); its gradient is cut the same way in backward.
+  std::vector<int> output_dims = {};
+};
+
 class Pipe {
  public:
   /// Splits `module` into stages by options.balance, moves each stage's parameters and
@@ -132,6 +146,14 @@ class Pipe {
   /// NoChunk). no_chunk is empty or has one flag per input. Returns each output position
   /// concatenated over the micro-batches.
   nn::Tensors forward(const nn::Tensors& inputs, const std::vector<bool>& no_chunk = {});
+  /// The general form: inputs split on any dim or replicated, non-tensor arguments, outputs
+  /// gathered on any dim (ForwardOptions); equal to module(inputs) under an
+  /// nn::ArgumentsGuard of the arguments, with the same backward (an input split on dim d
+  /// gets its gradient concatenated on d, a replicated one the sum over micro-batches).
+  /// Throws std::invalid_argument as scatter() and gather() do (microbatch.h: a wrong
+  /// number of specs or dims, an input or output without the dim, split inputs of different
+  /// sizes, naming the shapes), and what the forward(no_chunk) form throws.
+  nn::Tensors forward(const nn::Tensors& inputs, const ForwardOptions& options);
 
   // ---- a whole training step under any schedule ----
 

@@ -8,14 +8,15 @@ namespace pipewright::pipeline {
 
 PipeBackward::PipeBackward(std::weak_ptr<Runtime> runtime, std::shared_ptr<Step> step,
                            std::vector<std::vector<Action>> actions,
-                           std::vector<InputInfo> inputs,
-                           std::vector<std::vector<int64_t>> output_rows,
+                           std::vector<InputInfo> inputs, std::vector<int> output_dims,
+                           std::vector<std::vector<int64_t>> output_sizes,
                            std::vector<size_t> recorded)
     : runtime_(std::move(runtime)),
       step_(std::move(step)),
       actions_(std::move(actions)),
       inputs_(std::move(inputs)),
-      output_rows_(std::move(output_rows)),
+      output_dims_(std::move(output_dims)),
+      output_sizes_(std::move(output_sizes)),
       recorded_(std::move(recorded)) {}
 
 std::vector<Tensor> PipeBackward::apply(const std::vector<Tensor>& grad_outputs,
@@ -30,14 +31,15 @@ std::vector<Tensor> PipeBackward::apply(const std::vector<Tensor>& grad_outputs,
   // The step is consumed whatever happens: a failed backward leaves nothing to retry.
   std::shared_ptr<Step> step = std::move(step_);
 
-  // dOut[k] -> per micro-batch rows, in the order the last stage produced them.
-  const size_t num_outputs = output_rows_.size();
+  // dOut[k] -> per micro-batch pieces on output k's dim, in the order the last stage
+  // produced them (views on dim 0, copies on another: microbatch.h).
+  const size_t num_outputs = output_sizes_.size();
   for (int j = 0; j < step->num_microbatches; ++j) {
     step->output_grads[j].assign(num_outputs, Tensor());
   }
   for (size_t r = 0; r < recorded_.size() && r < grad_outputs.size(); ++r) {
     const size_t k = recorded_[r];
-    std::vector<Tensor> parts = split_rows(grad_outputs[r], output_rows_[k]);
+    std::vector<Tensor> parts = split_sections(grad_outputs[r], output_sizes_[k], output_dims_[k]);
     for (int j = 0; j < step->num_microbatches; ++j) step->output_grads[j][k] = parts[j];
   }
 

@@ -35,11 +35,13 @@ class PipeBackward final : public autograd::Node {
  public:
   /// `actions`: what remains of the schedule per worker after the forward phase.
   /// `inputs`: the user's inputs (the first node inputs; the parameters follow).
-  /// `output_rows[k][j]`: rows of gathered output k that came from micro-batch j.
+  /// `output_dims[k]`: the dim (>= 0) gathered output k was concatenated on;
+  /// `output_sizes[k][j]`: its size there that came from micro-batch j.
   /// `recorded[r]`: the gathered output that is this node's output r (the floating ones).
   PipeBackward(std::weak_ptr<Runtime> runtime, std::shared_ptr<Step> step,
                std::vector<std::vector<Action>> actions, std::vector<InputInfo> inputs,
-               std::vector<std::vector<int64_t>> output_rows, std::vector<size_t> recorded);
+               std::vector<int> output_dims, std::vector<std::vector<int64_t>> output_sizes,
+               std::vector<size_t> recorded);
 
   const char* name() const override { return "PipeBackward"; }
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs,
@@ -51,7 +53,8 @@ class PipeBackward final : public autograd::Node {
   std::shared_ptr<Step> step_;
   std::vector<std::vector<Action>> actions_;
   std::vector<InputInfo> inputs_;
-  std::vector<std::vector<int64_t>> output_rows_;
+  std::vector<int> output_dims_;
+  std::vector<std::vector<int64_t>> output_sizes_;
   std::vector<size_t> recorded_;
 };
 

@@ -68,13 +68,24 @@ TEST_CASE("gather concatenates each output position") {
   REQUIRE_THROWS_AS(gather({{rows(1)}, {rows(1), rows(1)}}), std::invalid_argument);
 }
 
-TEST_CASE("split_rows cuts a gradient like the micro-batches") {
+TEST_CASE("split_sections cuts a gradient like the micro-batches, on any dim") {
   Tensor g = rows(7);
-  std::vector<Tensor> parts = split_rows(g, {2, 2, 2, 1});
+  std::vector<Tensor> parts = split_sections(g, {2, 2, 2, 1});
   REQUIRE(parts.size() == 4);
   REQUIRE(ops::equal(parts[3], g.slice(6, 7)));
-  REQUIRE_FALSE(split_rows(Tensor(), {2, 2})[0].defined());
-  REQUIRE_THROWS_AS(split_rows(g, {2, 2}), std::invalid_argument);
+  REQUIRE(parts[0].shares_storage(g));  // dim 0: views
+  REQUIRE_FALSE(split_sections(Tensor(), {2, 2})[0].defined());
+  REQUIRE_THROWS_WITH(split_sections(g, {2, 2}),
+                      "cannot split a gradient of shape [7, 3] on dim 0 into micro-batches of "
+                      "4 entries");
+  // [2, 5] on dim 1 (and -1) into 3 + 2 columns: copies.
+  const Tensor w = Tensor::from_vector(std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {2, 5});
+  for (int dim : {1, -1}) {
+    const std::vector<Tensor> cols = split_sections(w, {3, 2}, dim);
+    REQUIRE(cols[0].to_vector<float>() == std::vector<float>{0, 1, 2, 5, 6, 7});
+    REQUIRE(cols[1].to_vector<float>() == std::vector<float>{3, 4, 8, 9});
+  }
+  REQUIRE_THROWS_WITH(split_sections(w, {3, 2}, 2), Catch::Contains("on dim 2"));
 }
 
 TEST_CASE("input gradients: cat for chunked, sum for replicated, zeros for gaps") {

@@ -200,6 +200,52 @@ TEST_CASE("train_step with split dims, a replicated input, arguments and tuple o
   }
 }
 
+TEST_CASE("the general forward (split dims, replicated, arguments, output dims) and its "
+          "backward equal the plain model") {
+  const int64_t n = 7;
+  const StepOptions o = general();
+  const ForwardOptions f{.input_chunks = o.input_chunks,
+                         .arguments = o.arguments,
+                         .output_dims = o.output_dims};
+  for (const Checkpoint checkpoint :
+       {Checkpoint::kAlways, Checkpoint::kExceptLast, Checkpoint::kNever}) {
+    CAPTURE(to_string(checkpoint));
+    nn::Sequential plain = model(13);
+    const Reference ref = plain_step(plain, n, 17, o);
+    Pipe pipe(model(13), {.balance = {1, 2, 2}, .devices = cpus(0, 3), .chunks = 3,
+                          .checkpoint = checkpoint});
+    const Data d = data(n, 17, true);
+    const nn::Tensors out = pipe.forward({d.x, d.z, d.w}, f);
+    REQUIRE(out.size() == 2);
+    REQUIRE(out[1].shape() == Shape{3, n});  // gathered on dim 1
+    REQUIRE(max_diff(out[0], ref.out[0]) < 1e-12);
+    REQUIRE(max_diff(out[1], ref.out[1]) < 1e-12);
+    // The loss over the gathered outputs, as a user of forward() computes it; its backward
+    // cuts out[1]'s gradient on dim 1 and runs the recomputes with the arguments.
+    const Device last = pipe.devices().back();  // where forward() returns the outputs
+    Tensor loss = loss_fn(autograd::Reduction::kMean)(out, {d.t0.to(last), d.t1.to(last)});
+    REQUIRE(loss.item() == Approx(ref.loss).epsilon(1e-12));
+    loss.backward();
+    REQUIRE(max_grad_diff(pipe.module(), plain) < 1e-12);
+    REQUIRE(max_diff(d.x.grad(), ref.data.x.grad()) < 1e-12);
+    REQUIRE(max_diff(d.z.grad(), ref.data.z.grad()) < 1e-12);
+    REQUIRE(max_diff(d.w.grad(), ref.data.w.grad()) < 1e-12);
+  }
+
+  Pipe pipe(model(13), {.balance = {1, 2, 2}, .devices = cpus(0, 3), .chunks = 3});
+  const Data d = data(n, 17, false);
+  ForwardOptions wrong = f;
+  wrong.output_dims = {0};
+  REQUIRE_THROWS_WITH(pipe.forward({d.x, d.z, d.w}, wrong), "1 output dims for 2 outputs");
+  wrong = f;
+  wrong.input_chunks.pop_back();
+  REQUIRE_THROWS_WITH(pipe.forward({d.x, d.z, d.w}, wrong), Catch::Contains("2 chunk specs"));
+  wrong = f;
+  wrong.arguments = {{"shift", int64_t{2}}};
+  REQUIRE_THROWS_WITH(pipe.forward({d.x, d.z, d.w}, wrong),
+                      "no argument 'scale' in this call (arguments: shift)");
+}
+
 TEST_CASE("the arguments reach every stage and every recompute; a missing one names itself") {
   const int64_t n = 6;
   StepOptions o = general();
