@@ -39,7 +39,8 @@ std::vector<Tensor> PipeBackward::apply(const std::vector<Tensor>& grad_outputs,
   }
   for (size_t r = 0; r < recorded_.size() && r < grad_outputs.size(); ++r) {
     const size_t k = recorded_[r];
-    std::vector<Tensor> parts = split_sections(grad_outputs[r], output_sizes_[k], output_dims_[k]);
+    std::vector<Tensor> parts =
+        split_sections(grad_outputs[r], output_sizes_[k], output_dims_[k]);
     for (int j = 0; j < step->num_microbatches; ++j) step->output_grads[j][k] = parts[j];
   }
 
