@@ -9,6 +9,7 @@
 // and at micro-batch shapes (8-256 rows) its row-major products ran at 0.4-0.7x OpenBLAS's on
 // one thread.
 // OPENBLAS_CORETYPE in the environment overrides the choice (OpenBLAS's own setting).
+// Eigen computes every product instead under set_gemm_backend(GemmBackend::kEigen) (gemm.h).
 //
 // Threads: one runtime for intra-op threads (OpenMP, tensor/threads.h). OpenBLAS is told to use
 // one thread of its own, once, and gemm() splits C into as many blocks as the calling thread's
@@ -22,13 +23,17 @@
 // measured: with more runnable threads than cores, libgomp's default spin-wait makes the
 // split far slower than OpenBLAS's own (yielding) threads would be (docs/BENCHMARKS.md,
 // "OpenMP under load"); the pipelined path, one thread per worker, never forks.
+#include "tensor/cpu/gemm.h"
+
 #include <cblas.h>
 
-// Eigen serves only the few-row products (Note [Few rows]); the threads are ours (the split
-// below), never Eigen's own.
+// Eigen serves the few-row products (Note [Few rows]) and the Eigen backend (gemm.h); the
+// threads are ours (the split below), never Eigen's own.
 #define EIGEN_DONT_PARALLELIZE
 #include <Eigen/Core>
 
+#include <atomic>
+#include <cstdlib>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
@@ -39,6 +44,17 @@
 
 namespace pipewright::cpu {
 namespace {
+
+GemmBackend backend_from_environment() {
+  const char* value = std::getenv("PIPEWRIGHT_CPU_GEMM");
+  if (value == nullptr || std::string(value) == "openblas") return GemmBackend::kOpenBlas;
+  if (std::string(value) == "eigen") return GemmBackend::kEigen;
+  throw std::invalid_argument("PIPEWRIGHT_CPU_GEMM: expected openblas or eigen, got '" +
+                              std::string(value) + "'");
+}
+
+// Unset until the first gemm_backend() reads the environment.
+std::atomic<int> g_backend{-1};
 
 // Below this many flops a GEMM stays on the calling thread (an OpenMP fork and join costs a
 // few microseconds, what a 2^20-flop product takes on one core).
@@ -73,10 +89,10 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int
 // A pipeline with 16+ micro-batches of a 256-row batch meets such products.
 constexpr int64_t kFewRows = 8;
 
+// The same product through Eigen: the few-row ones, and all of them under GemmBackend::kEigen.
 template <class T>
-void few_rows_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha,
-                   const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,
-                   int64_t ldc) {
+void eigen_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+                int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Stride = Eigen::OuterStride<>;
   const Eigen::Map<const Matrix, 0, Stride> A(a, trans_a ? k : m, trans_a ? m : k, Stride(lda));
@@ -120,13 +136,16 @@ void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, const Te
   const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
 
+  // Note [Few rows]; every product when Eigen is the backend.
+  const bool eigen_only = gemm_backend() == GemmBackend::kEigen;
+  const int64_t eigen_rows = eigen_only ? m : kFewRows;
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k;
   const bool split_n = n >= m;
   const int64_t units = split_n ? (n + kColumnAlign - 1) / kColumnAlign : m;
   const int64_t parts = flops < kParallelFlops ? 1 : std::min<int64_t>(intra_op_threads(), units);
   if (parts <= 1) {
-    if (m <= kFewRows) {
-      few_rows_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (m <= eigen_rows) {
+      eigen_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     } else {
       blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     }
@@ -142,21 +161,44 @@ void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, const Te
       const int64_t j0 = lo * kColumnAlign, j1 = std::min(n, hi * kColumnAlign);
       if (j1 <= j0) continue;
       const T* b_block = trans_b ? b + j0 * ldb : b + j0;
-      if (m <= kFewRows) {
-        few_rows_gemm(trans_a, trans_b, m, j1 - j0, k, alpha, a, lda, b_block, ldb, beta, c + j0,
-                      ldc);
+      if (m <= eigen_rows) {
+        eigen_gemm(trans_a, trans_b, m, j1 - j0, k, alpha, a, lda, b_block, ldb, beta, c + j0,
+                   ldc);
       } else {
         blas_gemm(ta, tb, m, j1 - j0, k, alpha, a, lda, b_block, ldb, beta, c + j0, ldc);
       }
     } else {
       // Rows [lo, hi) of C need rows [lo, hi) of op(A): A[lo:hi, :] or columns lo:hi of Aᵀ.
       const T* a_block = trans_a ? a + lo : a + lo * lda;
-      blas_gemm(ta, tb, hi - lo, n, k, alpha, a_block, lda, b, ldb, beta, c + lo * ldc, ldc);
+      if (eigen_only) {
+        eigen_gemm(trans_a, trans_b, hi - lo, n, k, alpha, a_block, lda, b, ldb, beta,
+                      c + lo * ldc, ldc);
+      } else {
+        blas_gemm(ta, tb, hi - lo, n, k, alpha, a_block, lda, b, ldb, beta, c + lo * ldc, ldc);
+      }
     }
   }
 }
 
 }  // namespace
+
+const char* to_string(GemmBackend backend) {
+  return backend == GemmBackend::kEigen ? "eigen" : "openblas";
+}
+
+GemmBackend gemm_backend() {
+  int value = g_backend.load(std::memory_order_relaxed);
+  if (value < 0) {
+    value = static_cast<int>(backend_from_environment());
+    int unset = -1;  // a concurrent set_gemm_backend wins
+    if (!g_backend.compare_exchange_strong(unset, value)) value = unset;
+  }
+  return static_cast<GemmBackend>(value);
+}
+
+void set_gemm_backend(GemmBackend backend) {
+  g_backend.store(static_cast<int>(backend), std::memory_order_relaxed);
+}
 
 void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
           Tensor& c) {

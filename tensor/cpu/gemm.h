@@ -1,0 +1,44 @@
+// Which library computes the CPU's GEMMs (tensor/cpu/gemm.cc, Note [GEMM backend]).
+//
+// OpenBLAS is the default and the fast one. Eigen's GEMM is the second, correct, independently
+// written implementation: switching to it changes nothing but the order in which each dot
+// product is summed, so a run under each shows how far two correct GEMMs drift apart over
+// training (the bound the GPU-versus-CPU tests take, docs/cuda.md "Precision against the CPU
+// kernels"), and tells whether a numerical difference comes from the GEMM at all. It is what
+// cudasim's simulated cuBLAS computes with.
+#pragma once
+
+namespace pipewright::cpu {
+
+enum class GemmBackend {
+  kOpenBlas,  // cblas_sgemm / cblas_dgemm (Debian's runtime-dispatched OpenBLAS)
+  kEigen,     // Eigen 3.4's GEMM over the same row-major buffers
+};
+
+/// "openblas" or "eigen".
+const char* to_string(GemmBackend backend);
+
+/// The backend every CPU GEMM of the process uses. Default kOpenBlas, or what the environment
+/// variable PIPEWRIGHT_CPU_GEMM (`openblas` or `eigen`) says when it is set; any other value
+/// makes the first GEMM throw std::invalid_argument naming it.
+GemmBackend gemm_backend();
+
+/// Sets the process's backend; GEMMs already running finish on the old one. Meant for tests
+/// and benchmarks, between steps (it is not per thread).
+void set_gemm_backend(GemmBackend backend);
+
+/// Sets the backend for its lifetime, then restores the previous one.
+class GemmBackendGuard {
+ public:
+  explicit GemmBackendGuard(GemmBackend backend) : previous_(gemm_backend()) {
+    set_gemm_backend(backend);
+  }
+  ~GemmBackendGuard() { set_gemm_backend(previous_); }
+  GemmBackendGuard(const GemmBackendGuard&) = delete;
+  GemmBackendGuard& operator=(const GemmBackendGuard&) = delete;
+
+ private:
+  GemmBackend previous_;
+};
+
+}  // namespace pipewright::cpu
