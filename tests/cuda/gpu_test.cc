@@ -83,6 +83,13 @@ bool gpus_available_or_skip(int needed) {
 
 int skipped_test_cases() { return g_skipped.load(); }
 
+Device gpu_or_shared(int i) { return Device::cuda(i % std::max(1, device_count(DeviceType::kCUDA))); }
+
+std::vector<Device> two_stage_gpus() {
+  if (!gpu_available_or_skip()) return {};
+  return {gpu_or_shared(0), gpu_or_shared(1)};
+}
+
 std::string describe(const cuda::LaunchLimits& limits) {
   return "max_grid " + std::to_string(limits.max_grid) + ", max_row_block " +
          std::to_string(limits.max_row_block);

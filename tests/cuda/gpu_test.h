@@ -35,6 +35,19 @@ bool gpus_available_or_skip(int count);
 /// gpus_available_or_skip(1).
 inline bool gpu_available_or_skip() { return gpus_available_or_skip(1); }
 
+/// GPU `i` of a test that wants more GPUs than may be present: cuda:i where it exists, else
+/// cuda:(i mod the GPUs present). A pipeline placed on gpu_or_shared(0), gpu_or_shared(1), ...
+/// then runs on one GPU too, each stage still on its own worker stream. Call after
+/// gpu_available_or_skip().
+Device gpu_or_shared(int i);
+
+/// The devices of a two-stage GPU pipeline: cuda:0, cuda:1 where two GPUs exist, else both
+/// stages on cuda:0 (each stage still computes on its own worker stream and hands off through
+/// the transport's copy stream, so the pipeline's stream ordering is exercised; peer copies
+/// are not). Empty, after gpu_available_or_skip() has failed or skipped, without a GPU.
+/// PIPEWRIGHT_CUDASIM_DEVICES=1 shows cudasim the one-GPU case.
+std::vector<Device> two_stage_gpus();
+
 /// How many times a test case skipped in this process (reported at the end of the run).
 int skipped_test_cases();
 
