@@ -13,6 +13,8 @@
 // next step equals a fresh Pipe's bit for bit.
 // And a stage whose output lands on the other GPU (Note [A stage's output on another device],
 // pipeline/runtime.cc): copied back, forward() returns on the last stage's device.
+// Where one GPU is present the placements fold onto it (gpu_or_shared: two workers, two
+// streams, one device); the last case needs two GPUs.
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -70,12 +72,13 @@ nn::Sequential model(std::shared_ptr<std::atomic<int>> countdown = nullptr) {
 }
 
 // p = 2: cuda:0 -> cuda:1; p = 3: cuda:0 -> cuda:1 -> cuda:0 (workers 0 and 2 share a GPU).
+// With one GPU every worker is on cuda:0 (gpu_or_shared).
 Pipe make_pipe(int p, Checkpoint ckpt, int m, std::shared_ptr<std::atomic<int>> countdown = {}) {
   const int extra = countdown ? 1 : 0;  // the thrower is in stage 1 either way
   std::vector<int> balance = p == 2 ? std::vector<int>{3, 3 + extra}
                                     : std::vector<int>{3, 2 + extra, 1};
-  std::vector<Device> devices = {Device::cuda(0), Device::cuda(1)};
-  if (p == 3) devices.push_back(Device::cuda(0));
+  std::vector<Device> devices = {gpu_or_shared(0), gpu_or_shared(1)};
+  if (p == 3) devices.push_back(gpu_or_shared(0));
   return Pipe(model(std::move(countdown)), {.balance = std::move(balance),
                                             .devices = std::move(devices),
                                             .chunks = m,
@@ -86,11 +89,12 @@ Pipe make_pipe(int p, Checkpoint ckpt, int m, std::shared_ptr<std::atomic<int>> 
 Tensor mse(const Tensor& out, const Tensor& t) { return nn::mse_loss(out, t.to(out.device())); }
 
 std::vector<int64_t> gpu_allocated() {
-  return {allocator_for(Device::cuda(0)).allocated(), allocator_for(Device::cuda(1)).allocated()};
+  return {allocator_for(gpu_or_shared(0)).allocated(), allocator_for(gpu_or_shared(1)).allocated()};
 }
 
-cuda::CachingAllocator& caching(int gpu) {
-  return dynamic_cast<cuda::CachingAllocator&>(allocator_for(Device::cuda(gpu)));
+// The allocator of worker `worker`'s GPU.
+cuda::CachingAllocator& caching(int worker) {
+  return dynamic_cast<cuda::CachingAllocator&>(allocator_for(gpu_or_shared(worker)));
 }
 
 bool is_backward(ActionKind k) {
@@ -127,7 +131,7 @@ void check_recovered(Pipe& pipe, const std::vector<int64_t>& before,
 
 TEST_CASE("an allocation failure in the GPU caching allocator during train_step",
           "[cuda][pipe][fault]") {
-  if (!gpus_available_or_skip(2)) return;
+  if (!gpu_available_or_skip()) return;
   const int m = 4;
   const Tensor x = randn({16, 16}, 2), y = randn({16, 8}, 3);
   const Reference ref = reference(2, Checkpoint::kExceptLast, m, x, y, "1f1b");
@@ -161,7 +165,7 @@ TEST_CASE("an allocation failure in the GPU caching allocator during train_step"
           failed = true;
           REQUIRE(e.code() == static_cast<int>(cudaErrorMemoryAllocation));
           REQUIRE_THAT(e.what(), Catch::StartsWith("CachingAllocator: cudaMalloc of ") &&
-                                     Catch::Contains(" on cuda:" + std::to_string(gpu) +
+                                     Catch::Contains(" on " + gpu_or_shared(gpu).str() +
                                                      " failed: "));
         }
         pipe.set_fault_hook_for_testing(nullptr);
@@ -185,7 +189,7 @@ TEST_CASE("an allocation failure in the GPU caching allocator during train_step"
 
 TEST_CASE("a fault before an action on GPUs with streams: schedules, modes, placements",
           "[cuda][pipe][fault]") {
-  if (!gpus_available_or_skip(2)) return;
+  if (!gpu_available_or_skip()) return;
   const int m = 3;
   const Tensor x = randn({2 * m, 16}, 4), y = randn({2 * m, 8}, 5);
   int faults = 0;
@@ -228,7 +232,7 @@ TEST_CASE("a fault before an action on GPUs with streams: schedules, modes, plac
 
 TEST_CASE("a layer that throws on its k-th call on a GPU, across schedules",
           "[cuda][pipe][fault]") {
-  if (!gpus_available_or_skip(2)) return;
+  if (!gpu_available_or_skip()) return;
   const int m = 3;
   const Tensor x = randn({2 * m, 16}, 6), y = randn({2 * m, 8}, 7);
   int faults = 0, in_recompute = 0;

@@ -8,7 +8,8 @@
 // on a real GPU the same mistakes give wrong values only sometimes, which the value checks
 // then catch. No host synchronisation is added anywhere that could hide a missing event.
 //
-// Needs two GPUs for bugs 1, 2 and 4 (cudasim simulates two); one for bug 3.
+// Needs two GPUs for bugs 1 and 4 (cudasim simulates two); one for bug 3; bug 2 runs its two
+// stages on two GPUs, or both on cuda:0 where there is one.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -111,14 +112,15 @@ TEST_CASE("review bug 1: cross-GPU to() on created streams waits for the destina
 // input gradients, parameter gradients) and its inputs seen by the workers.
 TEST_CASE("review bug 2: a caller on created streams uses the pipe's results safely",
           "[cuda][review][pipe]") {
-  if (!two_gpus_or_skip()) return;
+  if (!gpu_available_or_skip()) return;
+  const Device gpu0 = gpu_or_shared(0), gpu1 = gpu_or_shared(1);
   using pipeline::Checkpoint;
   using pipeline::Pipe;
   const std::string schedule = GENERATE(std::string("forward/backward"), std::string("1f1b"));
   CAPTURE(schedule);
   nn::Sequential plain = pipeline::testing::small_mlp(3);
   Pipe pipe(pipeline::testing::small_mlp(3), {.balance = {3, 2},
-                                              .devices = {kGpu0, kGpu1},
+                                              .devices = {gpu0, gpu1},
                                               .chunks = 4,
                                               .checkpoint = Checkpoint::kExceptLast});
   const Tensor x0 = pipeline::testing::randn({8, 4}, 4), target = pipeline::testing::randn({8, 3}, 5);
@@ -127,17 +129,18 @@ TEST_CASE("review bug 2: a caller on created streams uses the pipe's results saf
   Tensor x_ref = x0.clone().set_requires_grad(true);
   nn::mse_loss(plain.forward(x_ref), target).backward();
 
-  const Stream p0 = Stream::create(kGpu0), p1 = Stream::create(kGpu1);
+  // The caller's streams, one per GPU (one stream for both stages where they share a GPU).
+  const Stream p0 = Stream::create(gpu0), p1 = gpu1 == gpu0 ? p0 : Stream::create(gpu1);
   StreamGuard on_p0(p0), on_p1(p1);
   // The caller's input: copied and then written on p0 (x * 1), so worker 0 must wait for p0.
-  Tensor x = ops::mul(x0.to(kGpu0), 1.0);
+  Tensor x = ops::mul(x0.to(gpu0), 1.0);
   if (schedule == "1f1b") {
     const pipeline::StepResult r = pipe.train_step(x, target, mse, "1f1b");
     CHECK(std::abs(r.loss - nn::mse_loss(plain.forward(x0), target).item()) <= 2e-5);
   } else {
     x.set_requires_grad(true);
     const Tensor out = pipe.forward(x);  // gathered on p1 from worker 1's blocks
-    const Tensor loss = nn::mse_loss(out, target.to(kGpu1));  // read on p1
+    const Tensor loss = nn::mse_loss(out, target.to(gpu1));  // read on p1
     loss.backward();                     // the output gradient is written on p1
     check_close(x.grad(), x_ref.grad(), 2e-5, 2e-5);  // the input gradient, read on p0
   }
