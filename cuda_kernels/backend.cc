@@ -86,8 +86,7 @@ class CudaBackend final : public DeviceBackend {
 
   void destroy_event(int /*device_index*/, void* event) override {
     if (event == nullptr) return;
-    (void)cudaEventDestroy(as_event(event));  // never throws (see destroy_stream)
-    (void)cudaGetLastError();
+    PW_CUDA_REPORT(cudaEventDestroy(as_event(event)));  // never throws (see destroy_stream)
   }
 
   void record_event(int device_index, void* event, void* stream) override {

@@ -133,7 +133,7 @@ void channel_sums(const Map& map, int64_t n, int64_t c, int64_t l, double diviso
     PW_LAUNCH(channel_sums_3d<Map>, row_grid(c), kBlock, 0, stream)(
         map, n, c, l, divisor, out_a, out_b);
   }
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH(l == 1 ? "channel_sums_2d" : "channel_sums_3d");
 }
 
 // ---- per-channel coefficients (one thread per channel) ----
@@ -247,11 +247,11 @@ void batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
     PW_LAUNCH(train_coefficients<T>, grid_for(c), kBlock, 0, ctx.stream)(
         mean_d, var_d, optional<T>(gamma), optional<T>(beta), eps, c, scale_d, shift_d,
         mean.data<T>(), invstd.data<T>());
-    PW_CUDA_CHECK_LAUNCH();
+    PW_CUDA_CHECK_LAUNCH("train_coefficients");
     if (total == 0) return;
     PW_LAUNCH(affine_kernel<T>, grid_for(total), kBlock, 0, ctx.stream)(
         x.data<T>(), scale_d, shift_d, y.data<T>(), total, c, l);
-    PW_CUDA_CHECK_LAUNCH();
+    PW_CUDA_CHECK_LAUNCH("affine_kernel");
   });
 }
 
@@ -269,10 +269,10 @@ void batch_norm_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
     PW_LAUNCH(eval_coefficients<T>, grid_for(c), kBlock, 0, ctx.stream)(
         optional<T>(running_mean), optional<T>(running_var), optional<T>(gamma),
         optional<T>(beta), eps, c, scale_d, shift_d);
-    PW_CUDA_CHECK_LAUNCH();
+    PW_CUDA_CHECK_LAUNCH("eval_coefficients");
     PW_LAUNCH(affine_kernel<T>, grid_for(total), kBlock, 0, ctx.stream)(
         x.data<T>(), scale_d, shift_d, y.data<T>(), total, c, l);
-    PW_CUDA_CHECK_LAUNCH();
+    PW_CUDA_CHECK_LAUNCH("affine_kernel");
   });
 }
 
@@ -294,19 +294,19 @@ void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& ga
     using T = decltype(zero);
     PW_LAUNCH(to_double<T>, grid_for(c), kBlock, 0, ctx.stream)(
         mean.data<T>(), invstd.data<T>(), c, mean_d, invstd_d);
-    PW_CUDA_CHECK_LAUNCH();
+    PW_CUDA_CHECK_LAUNCH("to_double");
     channel_sums(SumGradients<T>{grad_y.data<T>(), x.data<T>(), mean_d, invstd_d}, n, c, l, 1.0,
                  sum_g, sum_g_xhat, ctx.stream);
     if (grad_gamma.defined() || grad_beta.defined()) {
       PW_LAUNCH(write_param_grads<T>, grid_for(c), kBlock, 0, ctx.stream)(
           sum_g, sum_g_xhat, c, optional_out<T>(grad_gamma), optional_out<T>(grad_beta));
-      PW_CUDA_CHECK_LAUNCH();
+      PW_CUDA_CHECK_LAUNCH("write_param_grads");
     }
     if (!grad_x.defined() || total == 0) return;
     PW_LAUNCH(grad_x_kernel<T>, grid_for(total), kBlock, 0, ctx.stream)(
         grad_y.data<T>(), x.data<T>(), optional<T>(gamma), mean_d, invstd_d, sum_g, sum_g_xhat,
         grad_x.data<T>(), total, c, l, static_cast<double>(n * l));
-    PW_CUDA_CHECK_LAUNCH();
+    PW_CUDA_CHECK_LAUNCH("grad_x_kernel");
   });
 }
 

@@ -3,6 +3,10 @@
 #include "cuda_kernels/caching_allocator.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <string>
 
 #include "cuda_kernels/check.h"
@@ -10,7 +14,24 @@
 
 namespace pipewright::cuda {
 
-CachingAllocator::CachingAllocator(Device device) : Allocator(device) {}
+namespace {
+
+// Note [Direct mode]
+bool direct_mode_from_environment() {
+  const char* value = std::getenv("PIPEWRIGHT_CUDA_ALLOCATOR");
+  if (value == nullptr || std::strcmp(value, "caching") == 0) return false;
+  if (std::strcmp(value, "direct") == 0) return true;
+  std::fprintf(stderr,
+               "pipewright: PIPEWRIGHT_CUDA_ALLOCATOR=%s is neither 'caching' nor 'direct'; "
+               "caching\n",
+               value);
+  return false;
+}
+
+}  // namespace
+
+CachingAllocator::CachingAllocator(Device device)
+    : Allocator(device), direct_(direct_mode_from_environment()) {}
 
 CachingAllocator::~CachingAllocator() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -18,10 +39,11 @@ CachingAllocator::~CachingAllocator() {
     DeviceGuard guard(device());
     release_cached();
     for (auto& [gpu, events] : event_pool_) {
-      for (cudaEvent_t e : events) (void)cudaEventDestroy(e);
+      for (cudaEvent_t e : events) PW_CUDA_REPORT(cudaEventDestroy(e));
     }
-  } catch (...) {
-    // The runtime may be gone already at process exit; the driver reclaims everything.
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pipewright: ~CachingAllocator(%s): %s\n", device().str().c_str(),
+                 e.what());
   }
 }
 
@@ -37,7 +59,7 @@ int64_t CachingAllocator::cached_blocks() const {
 
 void* CachingAllocator::allocate(size_t bytes, void* stream_handle) {
   if (bytes == 0) return nullptr;
-  const size_t size = round_size(bytes);
+  const size_t size = direct_ ? bytes : round_size(bytes);
   const auto stream = static_cast<cudaStream_t>(stream_handle);
   std::lock_guard<std::mutex> lock(mutex_);
   DeviceGuard guard(device());
@@ -50,7 +72,7 @@ void* CachingAllocator::allocate(size_t bytes, void* stream_handle) {
       break;
     }
   }
-  void* ptr = take_cached(size, stream);
+  void* ptr = direct_ ? nullptr : take_cached(size, stream);
   if (ptr == nullptr) ptr = device_malloc(size);
   live_.emplace(ptr, LiveBlock{size, stream, {}});
   count_alloc(bytes);
@@ -149,8 +171,7 @@ void CachingAllocator::record_stream(void* ptr, int stream_device, cudaStream_t 
   } catch (...) {
     // Out of host memory for one entry: wait for the stream instead (correct, only slower).
     DeviceGuard guard(stream_device);
-    (void)cudaStreamSynchronize(stream);
-    (void)cudaGetLastError();
+    PW_CUDA_REPORT(cudaStreamSynchronize(stream));
   }
 }
 
@@ -162,6 +183,27 @@ void CachingAllocator::deallocate(void* ptr, size_t bytes) {
   LiveBlock block = std::move(it->second);
   live_.erase(it);
   count_free(bytes);
+  if (direct_) {  // Note [Direct mode]: cudaFree waits for this GPU; the other users first
+    for (const StreamUse& use : block.uses) {
+      if (use.device == device().index) continue;
+      try {
+        DeviceGuard guard(use.device);
+        PW_CUDA_REPORT(cudaStreamSynchronize(use.stream));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "pipewright: freeing a block of %s: %s\n", device().str().c_str(),
+                     e.what());
+      }
+    }
+    try {
+      DeviceGuard guard(device());
+      PW_CUDA_REPORT(cudaFree(ptr));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "pipewright: freeing a block of %s: %s\n", device().str().c_str(),
+                   e.what());
+    }
+    reserved_.fetch_sub(static_cast<int64_t>(block.size), std::memory_order_relaxed);
+    return;
+  }
   // Record "the block's last use on each stream" (Note [Stream-aware reuse], Note [Streams
   // that use a block]). Runs from Storage's destructor, so nothing here may throw. When the
   // free-time event cannot be recorded (the runtime is shutting down) the block can still be
@@ -171,29 +213,29 @@ void CachingAllocator::deallocate(void* ptr, size_t bytes) {
   try {
     DeviceGuard guard(device());
     cudaEvent_t freed = new_event(device().index);
-    if (cudaEventRecord(freed, block.stream) == cudaSuccess) {
+    if (PW_CUDA_REPORT(cudaEventRecord(freed, block.stream))) {
       free_block.freed = freed;
     } else {
-      (void)cudaGetLastError();
-      (void)cudaEventDestroy(freed);
+      PW_CUDA_REPORT(cudaEventDestroy(freed));
     }
-  } catch (...) {
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pipewright: freeing a block of %s: %s\n", device().str().c_str(),
+                 e.what());
   }
   for (const StreamUse& use : block.uses) {
     try {
       DeviceGuard guard(use.device);  // an event must belong to its stream's GPU
       cudaEvent_t e = new_event(use.device);
-      if (cudaEventRecord(e, use.stream) == cudaSuccess) {
+      if (PW_CUDA_REPORT(cudaEventRecord(e, use.stream))) {
         free_block.uses.push_back({use.device, e});
         continue;
       }
-      (void)cudaGetLastError();
-      (void)cudaEventDestroy(e);
-      (void)cudaStreamSynchronize(use.stream);
-      (void)cudaGetLastError();
-    } catch (...) {
-      (void)cudaStreamSynchronize(use.stream);
-      (void)cudaGetLastError();
+      PW_CUDA_REPORT(cudaEventDestroy(e));
+      PW_CUDA_REPORT(cudaStreamSynchronize(use.stream));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "pipewright: freeing a block of %s: %s\n", device().str().c_str(),
+                   e.what());
+      PW_CUDA_REPORT(cudaStreamSynchronize(use.stream));
     }
   }
   try {
@@ -213,14 +255,13 @@ void CachingAllocator::empty_cache() {
 void CachingAllocator::release_cached() {
   for (auto& [size, block] : cache_) {
     // Its last kernels, on every stream that used it, must finish first.
-    if (block.freed != nullptr) (void)cudaEventSynchronize(block.freed);
-    for (const UseEvent& use : block.uses) (void)cudaEventSynchronize(use.event);
+    if (block.freed != nullptr) PW_CUDA_REPORT(cudaEventSynchronize(block.freed));
+    for (const UseEvent& use : block.uses) PW_CUDA_REPORT(cudaEventSynchronize(use.event));
     recycle(block);
-    (void)cudaFree(block.ptr);
+    PW_CUDA_REPORT(cudaFree(block.ptr));
     reserved_.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
   }
   cache_.clear();
-  (void)cudaGetLastError();
 }
 
 cudaEvent_t CachingAllocator::new_event(int device) {

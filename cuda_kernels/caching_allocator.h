@@ -38,6 +38,13 @@
 //
 // Out of memory: the cache is emptied and cudaMalloc tried once more; then CudaError
 // (code cudaErrorMemoryAllocation) naming the device, the size and the counters.
+//
+// Note [Direct mode]: with PIPEWRIGHT_CUDA_ALLOCATOR=direct in the environment (read when the
+// allocator is made), every allocate() is a cudaMalloc of exactly the requested bytes and every
+// deallocate() a cudaFree (after the streams that used the block): slow, but each tensor is
+// its own allocation, so compute-sanitizer's memcheck sees a write one element past a
+// tensor's end, which the cache's rounding would hide (tools/gpu/check.sh runs the sanitizer
+// so). Any other value than "direct" or "caching" is reported on stderr and ignored.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -82,6 +89,8 @@ class CachingAllocator final : public Allocator {
 
   /// The size class of a request (see the file comment).
   static size_t round_size(size_t bytes);
+  /// True under PIPEWRIGHT_CUDA_ALLOCATOR=direct (Note [Direct mode]).
+  bool direct() const { return direct_; }
 
   // ---- introspection for tests and benchmarks ----
   /// cudaMalloc calls made so far (a cache hit does not make one).
@@ -131,6 +140,7 @@ class CachingAllocator final : public Allocator {
   std::atomic<int64_t> reserved_{0};
   std::atomic<int64_t> device_mallocs_{0};
   std::atomic<int64_t> fail_countdown_{-1};  // fail_allocation_after; -1: off
+  const bool direct_;                         // Note [Direct mode]
 };
 
 }  // namespace pipewright::cuda

@@ -3,6 +3,11 @@
 
 #include <cublas_api.h>
 
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 namespace pipewright::cuda {
 namespace {
 
@@ -32,6 +37,47 @@ void check(cublasStatus_t status, const char* expr, const char* file, int line) 
   fail(expr, file, line,
        std::string(cublasGetStatusString(status)) + " (" + cublasGetStatusName(status) + ")",
        static_cast<int>(status));
+}
+
+namespace {
+
+std::atomic<bool>& synchronous_flag() {
+  static std::atomic<bool> flag = [] {
+    const char* value = std::getenv("PIPEWRIGHT_CUDA_SYNC");
+    return value != nullptr && std::strcmp(value, "1") == 0;
+  }();
+  return flag;
+}
+
+}  // namespace
+
+bool synchronous_launches() { return synchronous_flag().load(std::memory_order_relaxed); }
+
+void set_synchronous_launches(bool on) { synchronous_flag().store(on, std::memory_order_relaxed); }
+
+void check_launch(const char* kernel, const char* file, int line) {
+  const std::string what = std::string("kernel ") + kernel;
+  if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
+    fail((what + " launch").c_str(), file, line, error_text(status), static_cast<int>(status));
+  }
+  if (!synchronous_launches()) return;
+  if (const cudaError_t status = cudaDeviceSynchronize(); status != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw CudaError(std::string(file) + ":" + std::to_string(line) + ": " + what +
+                        " failed while running (PIPEWRIGHT_CUDA_SYNC=1): " + error_text(status),
+                    static_cast<int>(status));
+  }
+}
+
+bool report(cudaError_t status, const char* expr, const char* file, int line) noexcept {
+  if (status == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  // At process exit the runtime unloads before static objects release their memory; the
+  // driver reclaims it all anyway, so that is nothing to report.
+  if (status == cudaErrorCudartUnloading) return false;
+  std::fprintf(stderr, "pipewright: %s:%d: %s failed: %s (%s)\n", file, line, expr,
+               cudaGetErrorString(status), cudaGetErrorName(status));
+  return false;
 }
 
 }  // namespace pipewright::cuda

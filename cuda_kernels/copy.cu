@@ -70,7 +70,7 @@ void copy_strided(const Tensor& src, Tensor& dst) {
         static_cast<const uint64_t*>(src.raw_data()), static_cast<uint64_t*>(dst.raw_data()), n,
         layout);
   }
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("copy_strided_kernel");
 }
 
 void cast(const Tensor& src, Tensor& dst) {
@@ -85,7 +85,7 @@ void cast(const Tensor& src, Tensor& dst) {
           src.data<S>(), dst.data<D>(), n);
     });
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("cast_kernel");
 }
 
 }  // namespace pipewright::cuda

@@ -87,7 +87,7 @@ void cross_entropy(const Tensor& logp, const Tensor& target, double eps, Tensor&
         logp.data<T>(), target.data<int64_t>(), loss.data<T>(), n, c, static_cast<T>(1.0 - eps),
         static_cast<T>(eps / static_cast<double>(c)), eps != 0.0, check.slot());
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
   throw_if_bad("cross_entropy", check, target, c);
 }
 
@@ -103,7 +103,7 @@ void cross_entropy_backward(const Tensor& logp, const Tensor& target, double eps
         logp.data<T>(), target.data<int64_t>(), grad_loss.data<T>(), grad_logits.data<T>(), n, c,
         static_cast<T>(1.0 - eps), static_cast<T>(eps / static_cast<double>(c)), check.slot());
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
   throw_if_bad("cross_entropy_backward", check, target, c);
 }
 

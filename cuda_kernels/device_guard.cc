@@ -15,8 +15,8 @@ DeviceGuard::DeviceGuard(int index) {
 
 DeviceGuard::~DeviceGuard() {
   // A destructor must not throw; restoring a device that was valid a moment ago cannot fail
-  // short of a dead context, which the next checked call reports anyway.
-  if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  // short of a dead context, which is then reported here and by the next checked call.
+  if (previous_ >= 0) PW_CUDA_REPORT(cudaSetDevice(previous_));
 }
 
 }  // namespace pipewright::cuda

@@ -116,7 +116,7 @@ void fill(Tensor& out, double value) {
     PW_LAUNCH(fill_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
         out.data<T>(), n, static_cast<T>(value));
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("fill_kernel");
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
@@ -130,7 +130,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
           a.data<T>(), b.data<T>(), out.data<T>(), n, period);
     });
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("binary_kernel");
 }
 
 void binary_scalar(BinaryOp op, const Tensor& a, double s, Tensor& out) {
@@ -145,7 +145,7 @@ void binary_scalar(BinaryOp op, const Tensor& a, double s, Tensor& out) {
           a.data<T>(), static_cast<T>(s), out.data<T>(), n);
     });
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("binary_scalar_kernel");
 }
 
 void unary(UnaryOp op, const Tensor& x, Tensor& out) {
@@ -159,7 +159,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& out) {
           x.data<T>(), out.data<T>(), n);
     });
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("unary_kernel");
 }
 
 void relu_backward(const Tensor& grad, const Tensor& y, Tensor& out) {
@@ -171,7 +171,7 @@ void relu_backward(const Tensor& grad, const Tensor& y, Tensor& out) {
     PW_LAUNCH(relu_backward_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
         grad.data<T>(), y.data<T>(), out.data<T>(), n);
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("relu_backward_kernel");
 }
 
 void axpy(double alpha, const Tensor& x, Tensor& y) {
@@ -183,7 +183,7 @@ void axpy(double alpha, const Tensor& x, Tensor& y) {
     PW_LAUNCH(axpy_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
         static_cast<T>(alpha), x.data<T>(), y.data<T>(), n);
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("axpy_kernel");
 }
 
 }  // namespace pipewright::cuda

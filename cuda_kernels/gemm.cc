@@ -52,11 +52,13 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
       const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
       PW_CUDA_CHECK(cublasSgemm(h, op_b, op_a, n, m, k, &alpha_f, b.data<float>(), ld_b,
                                 a.data<float>(), ld_a, &beta_f, c.data<float>(), n));
+      PW_CUDA_CHECK_LAUNCH("cublasSgemm");  // Note [Synchronous launches]
       return;
     }
     case DType::kFloat64:
       PW_CUDA_CHECK(cublasDgemm(h, op_b, op_a, n, m, k, &alpha, b.data<double>(), ld_b,
                                 a.data<double>(), ld_a, &beta, c.data<double>(), n));
+      PW_CUDA_CHECK_LAUNCH("cublasDgemm");  // Note [Synchronous launches]
       return;
     default:
       throw std::invalid_argument(std::string("cuda gemm: unsupported dtype ") +

@@ -48,7 +48,7 @@ void index_select(const Tensor& src, const Tensor& index, Tensor& out) {
         row == 0 ? nullptr : static_cast<uint64_t*>(out.raw_data()), k, row_for_kernel, rows,
         check.slot());
   }
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("index_select_kernel");
   if (const int64_t i = check.first_bad(); i >= 0) {
     const int64_t bad = check.read(index.data<int64_t>(), i);
     throw std::out_of_range("index_select: index " + std::to_string(bad) + " at position " +

@@ -80,7 +80,7 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double
         param.data<T>(), grad.data<T>(), momentum != 0.0 ? momentum_buffer.data<T>() : nullptr,
         n, k);
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("sgd_kernel");
 }
 
 void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
@@ -110,7 +110,7 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
     PW_LAUNCH(adam_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
         param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(), n, k);
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("adam_kernel");
 }
 
 }  // namespace pipewright::cuda

@@ -95,7 +95,7 @@ void philox_uniform(uint64_t seed, uint64_t offset, double lo, double hi, Tensor
     PW_LAUNCH(uniform_kernel<T>, grid_for(blocks.count), kBlock, 0, ctx.stream)(
         seed, offset, lo, hi, out.data<T>(), n, blocks);
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("uniform_kernel");
 }
 
 void philox_normal(uint64_t seed, uint64_t offset, double mean, double std, Tensor& out) {
@@ -109,7 +109,7 @@ void philox_normal(uint64_t seed, uint64_t offset, double mean, double std, Tens
     PW_LAUNCH(normal_kernel<T>, grid_for(blocks.count), kBlock, 0, ctx.stream)(
         seed, offset, mean, std, out.data<T>(), n, blocks);
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("normal_kernel");
 }
 
 void dropout(uint64_t seed, uint64_t offset, double p, const Tensor& x, Tensor& out,
@@ -123,7 +123,7 @@ void dropout(uint64_t seed, uint64_t offset, double p, const Tensor& x, Tensor& 
     PW_LAUNCH(dropout_kernel<T>, grid_for(blocks.count), kBlock, 0, ctx.stream)(
         seed, offset, p, x.data<T>(), out.data<T>(), mask.data<T>(), n, blocks);
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("dropout_kernel");
 }
 
 }  // namespace pipewright::cuda

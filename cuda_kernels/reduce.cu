@@ -122,7 +122,7 @@ void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inne
           x.data<T>(), out.data<T>(), outer, n, inner, is_max, scale);
     }
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH(inner == 1 ? "reduce_rows_kernel" : "reduce_columns_kernel");
 }
 
 void argmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out) {
@@ -138,7 +138,7 @@ void argmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& ou
           x.data<T>(), out.data<int64_t>(), outer, n, inner);
     }
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH(inner == 1 ? "argmax_rows_kernel" : "argmax_columns_kernel");
 }
 
 }  // namespace pipewright::cuda

@@ -63,7 +63,7 @@ void softmax(const Tensor& x, bool log, Tensor& out) {
     PW_LAUNCH(softmax_kernel<T>, row_grid(rows), row_block(cols), 0, ctx.stream)(
         x.data<T>(), out.data<T>(), rows, cols, log);
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("softmax_kernel");
 }
 
 void softmax_backward(const Tensor& grad, const Tensor& y, bool log, Tensor& out) {
@@ -75,7 +75,7 @@ void softmax_backward(const Tensor& grad, const Tensor& y, bool log, Tensor& out
     PW_LAUNCH(softmax_backward_kernel<T>, row_grid(rows), row_block(cols), 0, ctx.stream)(
         grad.data<T>(), y.data<T>(), out.data<T>(), rows, cols, log);
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
 }
 
 }  // namespace pipewright::cuda

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "cuda_kernels/caching_allocator.h"
@@ -217,6 +218,28 @@ TEST_CASE("out of memory throws CudaError naming the size", "[cuda][allocator]")
   void* p = a.allocate(100, nullptr);
   CHECK(p != nullptr);
   a.deallocate(p, 100);
+}
+
+TEST_CASE("direct mode: every allocation is its own cudaMalloc of exactly its size, freed at once",
+          "[cuda][allocator]") {
+  if (!gpu_available_or_skip()) return;
+  // Read when an allocator is made (Note [Direct mode]); this one is the test's own.
+  setenv("PIPEWRIGHT_CUDA_ALLOCATOR", "direct", 1);
+  CachingAllocator a(gpu());
+  unsetenv("PIPEWRIGHT_CUDA_ALLOCATOR");
+  REQUIRE(a.direct());
+  void* p = a.allocate(1000, nullptr);
+  CHECK(a.reserved() == 1000);  // not rounded to 1,024
+  CHECK(a.allocated() == 1000);
+  a.deallocate(p, 1000);
+  CHECK(a.reserved() == 0);  // back to the driver, not cached
+  CHECK(a.cached_blocks() == 0);
+  void* q = a.allocate(1000, nullptr);
+  CHECK(a.device_mallocs() == 2);  // a new cudaMalloc, no reuse
+  a.deallocate(q, 1000);
+  CHECK(a.reserved() == 0);
+  CHECK(a.peak() == 1000);
+  CHECK_FALSE(CachingAllocator(gpu()).direct());  // the default: caching
 }
 
 }  // namespace

@@ -103,7 +103,9 @@ def _cuda_objects_impl(ctx):
     ]
     headers = depset(ctx.files.hdrs + dep_headers)
 
-    mode_flags = ["-DNDEBUG"] if ctx.var.get("COMPILATION_MODE") == "opt" else ["-g", "-lineinfo"]
+    # -lineinfo in every mode: compute-sanitizer and ncu name source lines in optimised code
+    # too (it adds line tables, not code).
+    mode_flags = ["-DNDEBUG", "-lineinfo"] if ctx.var.get("COMPILATION_MODE") == "opt" else ["-g", "-lineinfo"]
     objects = []
     for src in ctx.files.srcs:
         stem = src.basename[:-len(src.extension) - 1]
