@@ -3,11 +3,18 @@
 // Copies are asynchronous on the given stream, with one exception made for safety: a copy to
 // the host synchronizes the stream before returning, so the caller may read the bytes at once
 // (Tensor::to(Device::cpu()) then item()). For pageable host memory, which is what the CPU
-// allocator hands out, the runtime does this anyway.
+// allocator hands out, the runtime does this anyway. A copy from the host goes through a
+// pinned block (Note [Pinned staging], pinned_staging.h), so it is asynchronous too.
 //
-//   dst \ src   CPU                      CUDA i
-//   CPU         (not here: CPU backend)  cudaMemcpyAsync D2H + stream sync
-//   CUDA j      cudaMemcpyAsync H2D      i == j: cudaMemcpyAsync D2D; else cudaMemcpyPeerAsync
+//   dst \ src   CPU                           CUDA i
+//   CPU         (not here: CPU backend)       cudaMemcpyAsync D2H + stream sync
+//   CUDA j      memcpy to pinned, H2D async   i == j: cudaMemcpyAsync D2D; else cudaMemcpyPeerAsync
+//
+// Note [Pooled events]: like streams (Note [Pooled streams]), events are never destroyed:
+// destroy_event() puts one back in a per-device pool and create_event() takes from there, so a
+// training step that makes and drops its fences every time creates no event once warm. Events
+// that only order work are made with cudaEventDisableTiming (cheaper to record); the few made
+// for timing are destroyed as usual.
 //
 // Note [Peer copies]: before the first copy between GPUs i and j, peer access is enabled in
 // both directions where cudaDeviceCanAccessPeer allows it (NVLink or PCIe P2P), so
@@ -22,12 +29,14 @@
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "cuda_kernels/caching_allocator.h"
 #include "cuda_kernels/check.h"
 #include "cuda_kernels/device_guard.h"
+#include "cuda_kernels/pinned_staging.h"
 #include "tensor/allocator.h"
 
 namespace pipewright::cuda {
@@ -57,7 +66,8 @@ class CudaBackend final : public DeviceBackend {
     }
     DeviceGuard guard(device_index);
     cudaStream_t stream = nullptr;
-    PW_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamDefault));  // Note [Blocking streams]
+    // Note [Non-blocking streams]
+    PW_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     return stream;
   }
 
@@ -77,16 +87,39 @@ class CudaBackend final : public DeviceBackend {
     PW_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream)));
   }
 
-  void* create_event(int device_index) override {
+  void* create_event(int device_index, bool timing) override {
+    if (!timing) {  // Note [Pooled events]
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& idle = idle_events_[device_index];
+      if (!idle.empty()) {
+        cudaEvent_t event = idle.back();
+        idle.pop_back();
+        return event;
+      }
+    }
     DeviceGuard guard(device_index);
     cudaEvent_t event = nullptr;
-    PW_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDefault));  // timing enabled
+    PW_CUDA_CHECK(cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming));
+    if (timing) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      timing_events_.insert(event);
+    }
     return event;
   }
 
-  void destroy_event(int /*device_index*/, void* event) override {
+  // Called from destructors: never throws.
+  void destroy_event(int device_index, void* event) override {
     if (event == nullptr) return;
-    PW_CUDA_REPORT(cudaEventDestroy(as_event(event)));  // never throws (see destroy_stream)
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (timing_events_.erase(as_event(event)) == 0) {
+        idle_events_[device_index].push_back(as_event(event));  // Note [Pooled events]
+        return;
+      }
+    } catch (...) {
+      // Out of memory for the pool's vector: destroyed below instead.
+    }
+    PW_CUDA_REPORT(cudaEventDestroy(as_event(event)));
   }
 
   void record_event(int device_index, void* event, void* stream) override {
@@ -138,7 +171,7 @@ class CudaBackend final : public DeviceBackend {
             cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, bytes, s));
       }
     } else if (dst_device.is_cuda()) {
-      PW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+      pinned_staging().copy_to_device(dst, src, bytes, dst_device.index, s);
     } else {
       PW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
       PW_CUDA_CHECK(cudaStreamSynchronize(s));  // the host may read dst on return
@@ -176,6 +209,8 @@ class CudaBackend final : public DeviceBackend {
 
   std::mutex mutex_;
   std::map<int, std::vector<cudaStream_t>> idle_streams_;  // Note [Pooled streams]
+  std::map<int, std::vector<cudaEvent_t>> idle_events_;    // Note [Pooled events]
+  std::unordered_set<cudaEvent_t> timing_events_;          // made with timing: not pooled
   std::set<std::pair<int, int>> peer_pairs_;               // Note [Peer copies]
 };
 

@@ -4,13 +4,16 @@
 // cudaEvent_t. Registered for DeviceType::kCUDA at start-up by cuda_kernels/register.cc, so
 // code above tensor/ uses Stream, Event and Tensor::to() and never names CUDA.
 //
-// Note [Blocking streams]
-// Streams made by create_stream() are *blocking* streams (cudaStreamDefault): the legacy
-// default stream (handle nullptr, every thread's current stream until a StreamGuard says
-// otherwise) waits for them and they wait for it. So a tensor written on the default stream is
-// safe to read on a worker's stream without an Event. Two created streams still run
-// concurrently with each other; issuing work on the default stream while they run serialises
-// them, which is why pipeline workers use created streams for everything.
+// Note [Non-blocking streams]
+// Streams made by create_stream() are *non-blocking* (cudaStreamNonBlocking): they never wait
+// for the legacy default stream (handle nullptr, every thread's current stream until a
+// StreamGuard says otherwise) nor it for them. So work on one stream is ordered after work on
+// another only by an Event: a tensor written on the default stream is read on a worker's
+// stream after the worker waited for an event recorded after the write (the pipeline's entry
+// fence, Note [The caller's streams] in pipeline/runtime.cc), and the caller reads the
+// workers' results after its stream waited for theirs (the exit fence). With blocking streams
+// every kernel the caller issued on the default stream during a step (the optimizer, a loss)
+// would have waited for every worker, and the workers for it.
 #pragma once
 
 #include "tensor/stream.h"

@@ -89,6 +89,15 @@ bool completed(cudaEvent_t event) {
   (void)cudaGetLastError();  // cudaErrorNotReady is not an error; clear it
   return false;
 }
+
+/// True when `stream` has no queued work left; throws CudaError for a real failure.
+bool idle(cudaStream_t stream) {
+  const cudaError_t status = cudaStreamQuery(stream);
+  if (status == cudaSuccess) return true;
+  if (status != cudaErrorNotReady) check(status, "cudaStreamQuery(stream)", __FILE__, __LINE__);
+  (void)cudaGetLastError();
+  return false;
+}
 }  // namespace
 
 bool CachingAllocator::uses_done(const FreeBlock& block) {
@@ -97,7 +106,7 @@ bool CachingAllocator::uses_done(const FreeBlock& block) {
 }
 
 // Only blocks whose other-stream uses are done; among them the same stream first (no wait
-// needed), else any block whose free-time event has completed.
+// needed), else any block whose own stream is idle or whose free event has completed.
 void* CachingAllocator::take_cached(size_t size, cudaStream_t stream) {
   auto [first, last] = cache_.equal_range(size);
   auto chosen = last;
@@ -109,9 +118,17 @@ void* CachingAllocator::take_cached(size_t size, cudaStream_t stream) {
   }
   if (chosen == last) {
     for (auto it = first; it != last; ++it) {
-      const cudaEvent_t e = it->second.freed;
-      if (e == nullptr) continue;  // recording failed at free time: never safe across streams
-      if (completed(e) && uses_done(it->second)) {
+      FreeBlock& block = it->second;
+      if (block.stream == stream) continue;  // its other-stream uses are not done
+      if (block.freed == nullptr) {  // Note [Free events, lazily]
+        if (idle(block.stream)) {    // all of its stream's work is done, the block's too
+          if (!uses_done(block)) continue;
+          chosen = it;
+          break;
+        }
+        if (!record_freed(block)) continue;
+      }
+      if (completed(block.freed) && uses_done(block)) {
         chosen = it;
         break;
       }
@@ -122,6 +139,26 @@ void* CachingAllocator::take_cached(size_t size, cudaStream_t stream) {
   recycle(chosen->second);
   cache_.erase(chosen);
   return ptr;
+}
+
+// Note [Free events, lazily]: the event that marks a block's last use on its own stream is
+// recorded the first time another stream wants the block, not at every free: a block freed
+// and taken again on one stream (nearly every block of a training step) never needs one. An
+// event recorded now, later on that stream than the free, still comes after the block's last
+// use there; it only completes a little later.
+bool CachingAllocator::record_freed(FreeBlock& block) {
+  cudaEvent_t freed = nullptr;
+  try {
+    freed = new_event(device().index);
+  } catch (const std::exception&) {
+    return false;  // no event: not reusable across streams for now
+  }
+  if (!PW_CUDA_REPORT(cudaEventRecord(freed, block.stream))) {
+    event_pool_[device().index].push_back(freed);
+    return false;
+  }
+  block.freed = freed;
+  return true;
 }
 
 void CachingAllocator::recycle(FreeBlock& block) {
@@ -209,19 +246,7 @@ void CachingAllocator::deallocate(void* ptr, size_t bytes) {
   // free-time event cannot be recorded (the runtime is shutting down) the block can still be
   // reused on its own stream; when a use event cannot be recorded, that stream is waited for
   // here instead.
-  FreeBlock free_block{ptr, block.stream, nullptr, {}};
-  try {
-    DeviceGuard guard(device());
-    cudaEvent_t freed = new_event(device().index);
-    if (PW_CUDA_REPORT(cudaEventRecord(freed, block.stream))) {
-      free_block.freed = freed;
-    } else {
-      PW_CUDA_REPORT(cudaEventDestroy(freed));
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "pipewright: freeing a block of %s: %s\n", device().str().c_str(),
-                 e.what());
-  }
+  FreeBlock free_block{ptr, block.stream, nullptr, {}};  // Note [Free events, lazily]
   for (const StreamUse& use : block.uses) {
     try {
       DeviceGuard guard(use.device);  // an event must belong to its stream's GPU
@@ -255,7 +280,11 @@ void CachingAllocator::empty_cache() {
 void CachingAllocator::release_cached() {
   for (auto& [size, block] : cache_) {
     // Its last kernels, on every stream that used it, must finish first.
-    if (block.freed != nullptr) PW_CUDA_REPORT(cudaEventSynchronize(block.freed));
+    if (block.freed != nullptr) {
+      PW_CUDA_REPORT(cudaEventSynchronize(block.freed));
+    } else {
+      PW_CUDA_REPORT(cudaStreamSynchronize(block.stream));  // Note [Free events, lazily]
+    }
     for (const UseEvent& use : block.uses) PW_CUDA_REPORT(cudaEventSynchronize(use.event));
     recycle(block);
     PW_CUDA_REPORT(cudaFree(block.ptr));

@@ -15,12 +15,14 @@
 // A block remembers the stream it was allocated for. When it is freed, its memory may still be
 // in use by kernels queued on that stream, so deallocate() records an event on it:
 //
-//   stream A: ──kernel(x)──┐ free(x): record event E on A
+//   stream A: ──kernel(x)──┐ free(x)  ·····  (B wants the block): record event E on A
 //                          │
 //   allocate on A:   reuse at once: A runs its work in order, so the new user of the block
 //                    cannot start before kernel(x) finishes.
 //   allocate on B:   reuse only once E has completed (cudaEventQuery == success); before
-//                    that a B kernel could overwrite x while kernel(x) still reads it.
+//                    that a B kernel could overwrite x while kernel(x) still reads it. E is
+//                    recorded the first time another stream wants the block (Note [Free
+//                    events, lazily], caching_allocator.cc), not at every free.
 //
 // Note [Streams that use a block] (record_stream)
 // A block used on a second stream (a copy stream reading an activation, the next stage's
@@ -29,7 +31,7 @@
 // stream, and the block is reused by *no* stream, its own included, before all of those
 // events have completed:
 //
-//   stream A (alloc): ──kernel(x)──────────┐ free(x): event E on A, event U on B
+//   stream A (alloc): ──kernel(x)──────────┐ free(x): event U on B (E on A when C wants x)
 //   stream B (use):   ──copy(x)───────────────────────┐
 //   allocate on A:    reuse once U is done (A's order says nothing about B's work)
 //   allocate on C:    reuse once E and U are done
@@ -116,7 +118,8 @@ class CachingAllocator final : public Allocator {
   struct FreeBlock {
     void* ptr;
     cudaStream_t stream;  // the stream it was last allocated for
-    cudaEvent_t freed;    // recorded on `stream` at deallocate(); nullptr if recording failed
+    cudaEvent_t freed;    // recorded on `stream` when another stream first wants the block
+                          // (Note [Free events, lazily]); nullptr until then
     std::vector<UseEvent> uses;  // recorded on each record_stream()'ed stream at deallocate()
   };
   struct LiveBlock {
@@ -127,6 +130,7 @@ class CachingAllocator final : public Allocator {
 
   void* take_cached(size_t size, cudaStream_t stream);  // nullptr on a miss; mutex held
   bool uses_done(const FreeBlock& block);               // every use event completed; mutex held
+  bool record_freed(FreeBlock& block);                  // false: no event now; mutex held
   void recycle(FreeBlock& block);                       // events back to the pools; mutex held
   void* device_malloc(size_t size);                     // mutex held; throws on OOM
   [[noreturn]] void throw_out_of_memory(size_t size, cudaError_t status);  // mutex held

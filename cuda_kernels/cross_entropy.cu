@@ -8,7 +8,8 @@
 //   backward: one thread per (i, c): g_i (exp(logp[i, c]) - eps/C) - [c == t_i] g_i (1-eps)
 //
 // A target outside [0, C) is recorded through IndexCheck (index_check.h) and thrown as
-// std::out_of_range after the kernel: both functions therefore wait for their stream.
+// std::out_of_range at the next read from the device (Note [Deferred checks]): neither function
+// waits for its stream.
 // Dtypes: logp float32 / float64.
 #include "cuda_kernels/index_check.h"
 #include "cuda_kernels/kernel_table.h"
@@ -63,15 +64,16 @@ __global__ void cross_entropy_backward_kernel(const T* logp, const int64_t* targ
   }
 }
 
-/// Throws std::out_of_range for the first bad target, in the CPU kernel's words.
-void throw_if_bad(const char* kernel, const IndexCheck& check, const Tensor& target,
-                  int64_t classes) {
-  const int64_t i = check.first_bad();
-  if (i < 0) return;
-  const int64_t t = check.read(target.data<int64_t>(), i);
-  throw std::out_of_range(std::string(kernel) + ": target " + std::to_string(t) + " at index " +
-                          std::to_string(i) + " is outside [0, " + std::to_string(classes) +
-                          ")");
+/// Registers the check: the first bad target becomes std::out_of_range in the CPU kernel's
+/// words when it is read.
+void defer_bad_target(const char* kernel, IndexCheck& check, const Tensor& target,
+                      int64_t classes) {
+  check.defer([kernel, target, classes](int64_t i) {
+    const int64_t t = IndexCheck::read(target, i);
+    return std::make_exception_ptr(std::out_of_range(
+        std::string(kernel) + ": target " + std::to_string(t) + " at index " +
+        std::to_string(i) + " is outside [0, " + std::to_string(classes) + ")"));
+  });
 }
 
 }  // namespace
@@ -88,7 +90,7 @@ void cross_entropy(const Tensor& logp, const Tensor& target, double eps, Tensor&
         static_cast<T>(eps / static_cast<double>(c)), eps != 0.0, check.slot());
   });
   PW_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
-  throw_if_bad("cross_entropy", check, target, c);
+  defer_bad_target("cross_entropy", check, target, c);
 }
 
 void cross_entropy_backward(const Tensor& logp, const Tensor& target, double eps,
@@ -104,7 +106,7 @@ void cross_entropy_backward(const Tensor& logp, const Tensor& target, double eps
         static_cast<T>(1.0 - eps), static_cast<T>(eps / static_cast<double>(c)), check.slot());
   });
   PW_CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
-  throw_if_bad("cross_entropy_backward", check, target, c);
+  defer_bad_target("cross_entropy_backward", check, target, c);
 }
 
 }  // namespace pipewright::cuda

@@ -1,31 +1,29 @@
 #include "cuda_kernels/index_check.h"
 
+#include <utility>
+
 #include "cuda_kernels/check.h"
 #include "cuda_kernels/device_guard.h"
+#include "tensor/deferred_check.h"
 
 namespace pipewright::cuda {
 
 IndexCheck::IndexCheck(Device device, cudaStream_t stream)
-    : device_(device), stream_(stream), slot_(device, 1, stream) {
-  DeviceGuard guard(device_);
-  PW_CUDA_CHECK(cudaMemsetAsync(slot_.get(), 0xff, sizeof(unsigned long long), stream_));
+    : flag_(Tensor::empty({1}, {DType::kInt64, device})) {
+  DeviceGuard guard(device);
+  PW_CUDA_CHECK(cudaMemsetAsync(flag_.raw_data(), 0xff, sizeof(int64_t), stream));
 }
 
-int64_t IndexCheck::first_bad() const {
-  DeviceGuard guard(device_);
-  unsigned long long host = 0;
-  PW_CUDA_CHECK(cudaMemcpyAsync(&host, slot_.get(), sizeof host, cudaMemcpyDeviceToHost, stream_));
-  PW_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return host == ~0ull ? -1 : static_cast<int64_t>(host);
+unsigned long long* IndexCheck::slot() const {
+  return static_cast<unsigned long long*>(flag_.raw_data());
 }
 
-int64_t IndexCheck::read(const int64_t* values, int64_t position) const {
-  DeviceGuard guard(device_);
-  int64_t host = 0;
-  PW_CUDA_CHECK(cudaMemcpyAsync(&host, values + position, sizeof host, cudaMemcpyDeviceToHost,
-                                stream_));
-  PW_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return host;
+void IndexCheck::defer(std::function<std::exception_ptr(int64_t position)> make_error) {
+  defer_check({flag_, std::move(make_error)});
+}
+
+int64_t IndexCheck::read(const Tensor& values, int64_t position) {
+  return values.reshape({-1}).slice(position, position + 1).to_vector<int64_t>()[0];
 }
 
 }  // namespace pipewright::cuda

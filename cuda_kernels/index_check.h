@@ -1,42 +1,45 @@
-// IndexCheck: how a kernel reports an out-of-range index so the host can throw.
+// IndexCheck: how a kernel reports an out-of-range index without the host waiting for it.
 //
 // A kernel cannot throw. Kernels that read indices (cross-entropy targets, index_select rows)
-// instead record the *position* of the first bad index in one device word with atomicMin;
-// after the launch the host reads that word back (one stream synchronization) and throws
-// std::out_of_range naming the index, its position and the bound, like the CPU kernel:
+// instead record the *position* of the first bad index in a one-element int64 device tensor
+// with atomicMin (all ones, -1, means none), and the host registers that flag as a deferred
+// check (Note [Deferred checks], tensor/deferred_check.h): the exception, std::out_of_range
+// naming the index, its position and the bound like the CPU kernel's, is thrown when the
+// thread next reads from the device, or at the end of the pipeline step that ran the kernel.
 //
-//   IndexCheck check(out.device(), stream);           // slot = "none" (all ones)
+//   IndexCheck check(out.device(), stream);           // flag = none, cleared on the stream
 //   kernel<<<..., stream>>>(..., check.slot());       // bad index at i: atomicMin(slot, i)
-//   if (int64_t i = check.first_bad(); i >= 0) throw ...;   // waits for the stream
+//   check.defer([=](int64_t i) { return std::make_exception_ptr(...); });   // no wait
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <exception>
+#include <functional>
 
-#include "cuda_kernels/scratch.h"
-#include "tensor/device.h"
+#include "tensor/tensor.h"
 
 namespace pipewright::cuda {
 
 class IndexCheck {
  public:
-  /// Takes 8 bytes of `device` memory from its caching allocator, cleared on `stream`.
+  /// An int64 [1] flag on `device` from its caching allocator, set to "none" on `stream`.
   IndexCheck(Device device, cudaStream_t stream);
   IndexCheck(const IndexCheck&) = delete;
   IndexCheck& operator=(const IndexCheck&) = delete;
 
   /// The device word kernels atomicMin() a bad position into.
-  unsigned long long* slot() const { return slot_.get(); }
-  /// Waits for the stream; the lowest bad position recorded, or -1 when there was none.
-  int64_t first_bad() const;
-  /// The int64 at `position` of the device array `values` (to name the bad index).
-  int64_t read(const int64_t* values, int64_t position) const;
+  unsigned long long* slot() const;
+  /// Registers the flag as a deferred check whose exception, for a bad position, is
+  /// make_error(position). Call once, after the kernel is queued.
+  void defer(std::function<std::exception_ptr(int64_t position)> make_error);
+
+  /// The int64 at `position` of `values` (a device tensor), read now: for error messages.
+  static int64_t read(const Tensor& values, int64_t position);
 
  private:
-  Device device_;
-  cudaStream_t stream_;
-  Scratch<unsigned long long> slot_;
+  Tensor flag_;
 };
 
 }  // namespace pipewright::cuda

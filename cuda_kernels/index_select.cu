@@ -3,8 +3,8 @@
 // Shape legend: src [rows, R...] (R = elements per row), index [K] int64, out [K, R...];
 // one thread per output element (K * R). Elements move as raw 4- or 8-byte words, so any
 // dtype works. An index outside [0, rows) is recorded through IndexCheck and thrown as
-// std::out_of_range after the kernel (so this function waits for its stream); the rows it
-// would have written are left untouched.
+// std::out_of_range at the thread's next read from the device (Note [Deferred checks]; this
+// function does not wait); the rows it would have written are left untouched.
 #include "cuda_kernels/index_check.h"
 #include "cuda_kernels/kernel_table.h"
 #include "cuda_kernels/launch.cuh"
@@ -49,12 +49,12 @@ void index_select(const Tensor& src, const Tensor& index, Tensor& out) {
         check.slot());
   }
   PW_CUDA_CHECK_LAUNCH("index_select_kernel");
-  if (const int64_t i = check.first_bad(); i >= 0) {
-    const int64_t bad = check.read(index.data<int64_t>(), i);
-    throw std::out_of_range("index_select: index " + std::to_string(bad) + " at position " +
-                            std::to_string(i) + " is outside [0, " + std::to_string(rows) +
-                            ") for src of shape " + src.shape().str());
-  }
+  check.defer([index, rows, shape = src.shape()](int64_t i) {
+    const int64_t bad = IndexCheck::read(index, i);
+    return std::make_exception_ptr(std::out_of_range(
+        "index_select: index " + std::to_string(bad) + " at position " + std::to_string(i) +
+        " is outside [0, " + std::to_string(rows) + ") for src of shape " + shape.str()));
+  });
 }
 
 }  // namespace pipewright::cuda

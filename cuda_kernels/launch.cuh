@@ -126,7 +126,7 @@ __device__ T block_sum(T v, T* shared) {
   __syncthreads();  // `shared` may still be read by a previous call
   if (lane == 0) shared[warp] = v;
   __syncthreads();
-  v = threadIdx.x < warps ? shared[threadIdx.x] : T(0);
+  v = static_cast<int>(threadIdx.x) < warps ? shared[threadIdx.x] : T(0);
   if (warp == 0) v = warp_sum(v);
   if (threadIdx.x == 0) shared[0] = v;
   __syncthreads();
@@ -142,7 +142,7 @@ __device__ T block_max(T v, T* shared) {
   __syncthreads();
   if (lane == 0) shared[warp] = v;
   __syncthreads();
-  v = threadIdx.x < warps ? shared[threadIdx.x] : lowest<T>();
+  v = static_cast<int>(threadIdx.x) < warps ? shared[threadIdx.x] : lowest<T>();
   if (warp == 0) v = warp_max(v);
   if (threadIdx.x == 0) shared[0] = v;
   __syncthreads();

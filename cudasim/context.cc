@@ -324,4 +324,50 @@ void reset_device(int device) {
 
 int simulated_device_count() { return detail::rt().device_count; }
 
+namespace {
+
+struct ApiCounts {
+  std::mutex mu;
+  std::map<std::string, int64_t> counts;
+};
+
+ApiCounts& api_counter() {
+  static ApiCounts* counts = new ApiCounts();  // leaked, like the runtime
+  return *counts;
+}
+
+}  // namespace
+
+std::map<std::string, int64_t> api_counts() {
+  ApiCounts& c = api_counter();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.counts;
+}
+
+void reset_api_counts() {
+  ApiCounts& c = api_counter();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.counts.clear();
+}
+
+namespace detail {
+
+void count_api(const std::string& api) {
+  ApiCounts& c = api_counter();
+  std::lock_guard<std::mutex> lock(c.mu);
+  ++c.counts[api];
+}
+
+bool is_pinned_host(const void* p, size_t count) {
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  auto it = r.pinned.upper_bound(address);
+  if (it == r.pinned.begin()) return false;
+  --it;
+  return address - it->first + count <= it->second;
+}
+
+}  // namespace detail
+
 }  // namespace cudasim

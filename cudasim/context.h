@@ -49,6 +49,7 @@ struct Runtime {
   uintptr_t next_token = 0x10000;
   int next_stream_id = 0;
   std::vector<std::string> race_reports;
+  std::map<uintptr_t, size_t> pinned;  // cudaMallocHost blocks: base -> size
 
   /// A fresh handle value: never reused, never dereferenced.
   uintptr_t new_token() { return next_token += 16; }
@@ -112,6 +113,12 @@ cudaError_t host_wait(const std::shared_ptr<Stream>& stream, uint64_t seq,
                       const VectorClock& vc);
 cudaError_t sync_stream(const std::shared_ptr<Stream>& stream);
 cudaError_t sync_device(int device);
+
+/// Counts one call of `api` (cudasim::api_counts).
+void count_api(const std::string& api);
+
+/// True when [p, p + count) lies inside one block from cudaMallocHost.
+bool is_pinned_host(const void* p, size_t count);
 
 /// cudaMalloc on `device` (not the current one); sets *ptr (nullptr for size 0).
 cudaError_t device_malloc(int device, size_t size, void** ptr);

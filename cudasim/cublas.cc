@@ -255,6 +255,7 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
                               cublasOperation_t transb, int m, int n, int k, const float* alpha,
                               const float* A, int lda, const float* B, int ldb,
                               const float* beta, float* C, int ldc) {
+  cudasim::detail::count_api("cublasSgemm");
   return gemm<float>("cublasSgemm", handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta,
                      C, ldc);
 }
@@ -263,6 +264,7 @@ cublasStatus_t cublasDgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
                               cublasOperation_t transb, int m, int n, int k, const double* alpha,
                               const double* A, int lda, const double* B, int ldb,
                               const double* beta, double* C, int ldc) {
+  cudasim::detail::count_api("cublasDgemm");
   return gemm<double>("cublasDgemm", handle, transa, transb, m, n, k, alpha, A, lda, B, ldb,
                       beta, C, ldc);
 }

@@ -20,6 +20,10 @@
 //                                     Either way the report goes to stderr and to
 //                                     take_race_reports().
 //
+// Pinned host memory (cudaMallocHost) is what a GPU has it be: a copy from it is read when the
+// stream runs the copy, not when it is queued (a copy from pageable memory is read at the call,
+// as CUDA's staging does), so reusing a pinned block before its copy ran is visible.
+//
 // Semantics that differ from a GPU on purpose: every stream runs on its own host thread;
 // kernels with a bad pointer argument are refused at launch (the launch returns
 // cudaErrorIllegalAddress, which is sticky) rather than faulting later; cudaStreamDestroy waits
@@ -27,6 +31,8 @@
 // not set the last error (as on CUDA: NotReady is a status, not an error).
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -48,5 +54,13 @@ void reset_device(int device);
 
 /// The number of simulated devices (PIPEWRIGHT_CUDASIM_DEVICES).
 int simulated_device_count();
+
+/// How many times each CUDA runtime and cuBLAS entry point was called since the last
+/// reset_api_counts(), process-wide, by name: "cudaStreamSynchronize", "cudaEventRecord",
+/// "cudaMemcpyAsync DeviceToHost" (copies by direction), "kernel launch", "cublasSgemm", ...
+/// Calls refused for their arguments count too. For tests that count what a training step
+/// asks of the GPU (deterministic, unlike its time).
+std::map<std::string, int64_t> api_counts();
+void reset_api_counts();
 
 }  // namespace cudasim

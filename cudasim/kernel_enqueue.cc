@@ -6,6 +6,7 @@ namespace cudasim {
 
 cudaError_t enqueue_kernel(cudaStream_t stream, const Site& site, std::vector<Access> accesses,
                            std::function<void()> work) {
+  detail::count_api("kernel launch");
   CUDASIM_NO_CALLBACK("a kernel launch");
   detail::Request req;
   req.stream = stream;

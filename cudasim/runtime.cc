@@ -121,6 +121,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+  count_api("cudaDeviceSynchronize");
   CUDASIM_NO_CALLBACK("cudaDeviceSynchronize");
   {
     std::lock_guard<std::mutex> lock(rt().mu);
@@ -165,6 +166,7 @@ cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags) {
 // ---- streams -------------------------------------------------------------------------------
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  count_api("cudaStreamCreateWithFlags");
   CUDASIM_NO_CALLBACK("cudaStreamCreateWithFlags");
   if (stream == nullptr) return fail(cudaErrorInvalidValue, "pStream is null");
   if (flags != cudaStreamDefault && flags != cudaStreamNonBlocking) {
@@ -208,6 +210,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  count_api("cudaStreamSynchronize");
   CUDASIM_NO_CALLBACK("cudaStreamSynchronize");
   std::shared_ptr<Stream> s;
   {
@@ -244,6 +247,7 @@ cudaError_t cudaStreamGetDevice(cudaStream_t stream, int* device) {
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  count_api("cudaStreamWaitEvent");
   CUDASIM_NO_CALLBACK("cudaStreamWaitEvent");
   if (flags != 0) return fail(cudaErrorInvalidValue, "cudaStreamWaitEvent flags must be 0");
   Request req;

@@ -21,6 +21,7 @@ int64_t now_ns() {
 // ---- events --------------------------------------------------------------------------------
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  count_api("cudaEventCreateWithFlags");
   CUDASIM_NO_CALLBACK("cudaEventCreateWithFlags");
   if (event == nullptr) return fail(cudaErrorInvalidValue, "event is null");
   const unsigned known = cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
@@ -44,6 +45,7 @@ cudaError_t cudaEventCreate(cudaEvent_t* event) {
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  count_api("cudaEventDestroy");
   CUDASIM_NO_CALLBACK("cudaEventDestroy");
   std::lock_guard<std::mutex> lock(rt().mu);
   if (rt().events.erase(reinterpret_cast<uintptr_t>(event)) == 0) {
@@ -53,6 +55,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  count_api("cudaEventRecord");
   CUDASIM_NO_CALLBACK("cudaEventRecord");
   std::shared_ptr<Event> e;
   {
@@ -106,6 +109,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  count_api("cudaEventSynchronize");
   CUDASIM_NO_CALLBACK("cudaEventSynchronize");
   std::shared_ptr<Event> e;
   std::shared_ptr<EventRecord> record;

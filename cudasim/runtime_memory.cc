@@ -1,6 +1,7 @@
 // The CUDA runtime's memory functions: cudaMalloc, cudaFree, cudaMemcpy(Async), peer copies,
 // cudaMemsetAsync. Copies are validated against the registry (memory.h): each device range
 // must lie inside one live allocation and match the copy kind.
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -108,6 +109,7 @@ const char* kind_name(cudaMemcpyKind kind) {
 // device-to-device copies, which CUDA leaves asynchronous to the host).
 cudaError_t copy(const char* api, void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                  cudaStream_t stream, bool synchronous) {
+  count_api(std::string(api) + " " + kind_name(kind));
   CUDASIM_NO_CALLBACK("cudaMemcpy");
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) {
     return fail(cudaErrorInvalidMemcpyDirection, std::string(api) + ": kind " +
@@ -147,7 +149,10 @@ cudaError_t copy(const char* api, void* dst, const void* src, size_t count, cuda
   req.rules = PointerRules::kCopy;
   if (src_dev) req.accesses.push_back({src, count, /*write=*/false});
   if (dst_dev) req.accesses.push_back({dst, count, /*write=*/true});
-  if (!src_dev) {
+  if (!src_dev && is_pinned_host(src, count)) {
+    // Pinned host source: read when the stream runs the copy, as the DMA engine would.
+    req.work = [dst, src, count] { std::memmove(dst, src, count); };
+  } else if (!src_dev) {
     // Pageable host source: read at the call, so the caller may reuse it on return.
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                       static_cast<const char*>(src) + count);
@@ -163,14 +168,57 @@ cudaError_t copy(const char* api, void* dst, const void* src, size_t count, cuda
 }  // namespace
 
 cudaError_t cudaMalloc(void** ptr, size_t size) {
+  count_api("cudaMalloc");
   CUDASIM_NO_CALLBACK("cudaMalloc");
   if (ptr == nullptr) return fail(cudaErrorInvalidValue, "cudaMalloc: devPtr is null");
   return device_malloc(current_device(), size, ptr);
 }
 
 cudaError_t cudaFree(void* ptr) {
+  count_api("cudaFree");
   CUDASIM_NO_CALLBACK("cudaFree");
   return device_free(ptr);
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  count_api("cudaMallocHost");
+  CUDASIM_NO_CALLBACK("cudaMallocHost");
+  if (ptr == nullptr) return fail(cudaErrorInvalidValue, "cudaMallocHost: ptr is null");
+  *ptr = nullptr;
+  if (size == 0) return cudaSuccess;
+  void* block = nullptr;
+  if (posix_memalign(&block, 4096, size) != 0) {
+    return fail(cudaErrorMemoryAllocation, "cudaMallocHost of " + std::to_string(size) + " B");
+  }
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.pinned[reinterpret_cast<uintptr_t>(block)] = size;
+  *ptr = block;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  count_api("cudaFreeHost");
+  CUDASIM_NO_CALLBACK("cudaFreeHost");
+  if (ptr == nullptr) return cudaSuccess;
+  Runtime& r = rt();
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (r.pinned.count(reinterpret_cast<uintptr_t>(ptr)) == 0) {
+      std::ostringstream why;
+      why << "cudaFreeHost(" << ptr << "): not a block from cudaMallocHost";
+      return fail(cudaErrorInvalidValue, why.str());
+    }
+  }
+  // Like CUDA, it waits for the devices' work first (a queued copy may still read the block).
+  for (int d = 0; d < r.device_count; ++d) {
+    const cudaError_t status = sync_device(d);
+    if (status != cudaSuccess) return status;
+  }
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.pinned.erase(reinterpret_cast<uintptr_t>(ptr));
+  std::free(ptr);
+  return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
@@ -207,6 +255,7 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int 
 }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
+  count_api("cudaMemsetAsync");
   CUDASIM_NO_CALLBACK("cudaMemsetAsync");
   if (count == 0) return cudaSuccess;
   const Place p = classify(ptr, count);

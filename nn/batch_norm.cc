@@ -98,10 +98,12 @@ void BatchNorm1d::discard_deferred() {
 
 void BatchNorm1d::update_running_stats(const Tensor& mean, const Tensor& biased_var,
                                        int64_t count) {
-  const auto tracked = static_cast<int64_t>(num_batches_tracked_.item()) + 1;
+  // num_batches_tracked += 1 where it lives, never read back: on a GPU the read would make the
+  // host wait for the device once per layer and step. Only momentum None (the cumulative
+  // average) needs the count itself, as in PyTorch.
   num_batches_tracked_.copy_from(
-      Tensor::scalar(static_cast<double>(tracked), {DType::kInt64, num_batches_tracked_.device()}));
-  const double f = momentum_ ? *momentum_ : 1.0 / static_cast<double>(tracked);
+      ops::add(num_batches_tracked_.to(DType::kFloat64), 1.0).to(DType::kInt64));
+  const double f = momentum_ ? *momentum_ : 1.0 / num_batches_tracked_.item();
   const double unbias = count > 1 ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
   const Device device = running_mean_.device();
   const DType dtype = running_mean_.dtype();

@@ -167,9 +167,10 @@ class Pipe {
   /// std::invalid_argument when N differs between input and target, when a given schedule
   /// does not fit this pipe (workers, stages, stage placement, micro-batch count — naming
   /// both) or fails validate(); std::domain_error when a micro-batch's loss is NaN or
-  /// infinite (Note [Non-finite loss], runtime.cc: the step stops before that micro-batch's
-  /// backward; other micro-batches' backwards may have run, so zero .grad before the next
-  /// step); and whatever a stage or loss_fn throws. After any failure last_failure() says
+  /// infinite (Note [Non-finite loss], pipeline/step_readback.cc: found when the step's
+  /// losses are read at its end, so the backwards ran and .grad holds what they spread: zero
+  /// it before the next step); and whatever a stage or loss_fn throws (a GPU kernel's bad
+  /// index, std::out_of_range, also at the step's end: Note [One read per step]). After any failure last_failure() says
   /// where it began; deferred BatchNorm statistics of the failed step are discarded.
   StepResult train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn);
   StepResult train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,

@@ -8,6 +8,7 @@
 #include "autograd/shape_ops.h"
 #include "nn/skip.h"
 #include "pipeline/stage_skips.h"
+#include "pipeline/step_readback.h"
 #include "tensor/stream.h"
 #include "tensor/threads.h"
 
@@ -140,6 +141,14 @@ Runtime::Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> sta
                                                 devices[static_cast<size_t>(w)],
                                                 std::move(cpus[static_cast<size_t>(w)])));
   }
+  // The partitions were placed on their devices on the constructing thread's current streams:
+  // a first fence like execute()'s entry one (Note [The caller's streams]), since a step may
+  // come from another stream or thread.
+  for (const auto& worker : workers_) {
+    Event placed(worker->device());
+    placed.record(Stream::current(worker->device()));
+    placed.wait(worker->compute_stream());
+  }
 }
 
 void Runtime::manual_seed(uint64_t seed) {
@@ -221,12 +230,17 @@ void Runtime::execute(Step& step, const std::vector<std::vector<Action>>& action
   if (error != nullptr && processes_ != nullptr) error = processes_->step_failed(step, error);
   try {
     hand_back(step, done);
+    if (error == nullptr) {
+      read_step_values(step);
+      error = step.error();  // a failed deferred check or a non-finite loss, with its action
+    }
   } catch (...) {
     if (error == nullptr) error = std::current_exception();
   }
   publish(step);
   if (error != nullptr) std::rethrow_exception(error);
 }
+
 
 // The exit half of Note [The caller's streams].
 void Runtime::hand_back(Step& step, const std::vector<Event>& done) {
@@ -268,14 +282,24 @@ void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& act
     const Action& action = actions[i];
     if (step.failed()) return;  // stop after the failing step, do not start new work
     step.count_action_start();
+    const Step::Where where{worker, static_cast<int>(i), action};
     try {
       if (fault_hook_) fault_hook_(worker, static_cast<int>(i), action);
       run_action(step, worker, action);
     } catch (const RunCancelled&) {
+      (void)take_deferred_checks();  // the step failed: nothing of it is read
       throw;  // another worker failed first
     } catch (...) {
+      (void)take_deferred_checks();
       step.fail_at(std::current_exception(), worker, static_cast<int>(i), action);
       return;
+    }
+    // What the action's kernels left to check, and the loss it made, are read at the end.
+    for (DeferredCheck& check : take_deferred_checks()) {
+      step.deferred_checks[static_cast<size_t>(worker)].emplace_back(std::move(check), where);
+    }
+    if (action.kind == ActionKind::kForward && step.is_last(action.stage) && step.loss_fn) {
+      step.loss_made[static_cast<size_t>(action.microbatch)] = where;
     }
     if (last[static_cast<size_t>(action.stage)] == static_cast<int>(i)) {
       processes_->stage_finished(action.stage, partitions_[static_cast<size_t>(action.stage)]);
@@ -433,18 +457,11 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
   if (!step.is_last(s)) {
     send(step, {s, j, Direction::kActivation}, std::move(out), s, s + 1);
   } else if (step.loss_fn) {
-    // Note [Non-finite loss]: a NaN or infinite loss stops the step with an error before its
-    // backward can spread it into the gradients of every parameter (eval_step, which runs no
-    // backward, reports it as it is).
-    step.losses[j] = out.at(0).item();
+    // Read with the rest of the step's values at its end (Note [One read per step]).
+    step.loss_values[j] = out.at(0).detach();
     if (step.mode == CellMode::kNoGrad) {
       ++step.counters.forwards[s];
       return;
-    }
-    if (!std::isfinite(step.losses[j])) {
-      throw std::domain_error("train_step: the loss of micro-batch " + std::to_string(j) +
-                              " is " + std::to_string(step.losses[j]) +
-                              " (not finite); the step is abandoned before its backward");
     }
     step.loss_grads[j] = Tensor::full(out[0].shape(), step.loss_scale(j),
                                       {out[0].dtype(), out[0].device()});

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/arguments.h"
@@ -30,6 +31,7 @@
 #include "pipeline/schedule/schedule.h"
 #include "pipeline/trace.h"
 #include "pipeline/transport.h"
+#include "tensor/deferred_check.h"
 
 namespace pipewright::pipeline {
 
@@ -108,8 +110,19 @@ class Step {
   std::vector<std::vector<Cell>> cells;                  // [stage][micro-batch]
   std::vector<nn::Tensors> outputs;                      // last stage, per micro-batch
                                                          // (with a loss: detached copies)
-  std::vector<double> losses;                            // last stage, per micro-batch
+  std::vector<double> losses;                            // last stage, per micro-batch (read
+                                                         // at the end: Note [One read per step])
+  std::vector<Tensor> loss_values;                       // last stage: each loss, detached, on
+                                                         // the device, until then
   std::vector<Tensor> loss_grads;                        // last stage: d(mean)/d(loss_j)
+  /// Where each micro-batch's loss and each worker's deferred checks (Note [Deferred checks],
+  /// tensor/deferred_check.h) were made, so a failure found at the end names that action.
+  struct Where {
+    int worker = -1, index = -1;
+    Action action;
+  };
+  std::vector<Where> loss_made;                          // per micro-batch
+  std::vector<std::vector<std::pair<DeferredCheck, Where>>> deferred_checks;  // per worker
   std::vector<nn::Tensors> input_grads;                  // stage 0, per micro-batch
   StepCounters counters;
   std::vector<std::vector<TraceEvent>> events;           // per worker

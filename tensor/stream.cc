@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "tensor/deferred_check.h"
 #include "tensor/tensor.h"
 
 namespace pipewright {
@@ -23,7 +24,7 @@ class CpuBackend final : public DeviceBackend {
   void* create_stream(int) override { return new char; }
   void destroy_stream(int, void* stream) override { delete static_cast<char*>(stream); }
   void synchronize_stream(int, void*) override {}
-  void* create_event(int) override { return nullptr; }
+  void* create_event(int, bool) override { return nullptr; }
   void destroy_event(int, void*) override {}
   void record_event(int, void*, void*) override {}
   void stream_wait_event(int, void*, void*) override {}
@@ -89,6 +90,7 @@ Stream Stream::current(Device device) {
 
 void Stream::synchronize() const {
   backend_for(device_.type).synchronize_stream(device_.index, handle());
+  raise_deferred_checks();  // Note [Deferred checks]
 }
 
 StreamGuard::StreamGuard(const Stream& stream) : previous_(Stream::current(stream.device())) {
@@ -99,8 +101,8 @@ StreamGuard::~StreamGuard() { current_stream_map().insert_or_assign(previous_.de
 
 // ---- Event ----
 
-Event::Event(Device device)
-    : device_(device), handle_(backend_for(device.type).create_event(device.index)) {}
+Event::Event(Device device, bool timing)
+    : device_(device), handle_(backend_for(device.type).create_event(device.index, timing)) {}
 
 Event::~Event() {
   if (handle_ != nullptr) backend_for(device_.type).destroy_event(device_.index, handle_);
@@ -146,6 +148,7 @@ void Event::wait(const Stream& stream) const {
 
 void Event::synchronize() const {
   backend_for(device_.type).synchronize_event(device_.index, handle_);
+  raise_deferred_checks();  // Note [Deferred checks]
 }
 
 float Event::elapsed_ms(const Event& end) const {

@@ -26,7 +26,10 @@ class DeviceBackend {
   virtual void* create_stream(int device_index) = 0;
   virtual void destroy_stream(int device_index, void* stream) = 0;
   virtual void synchronize_stream(int device_index, void* stream) = 0;
-  virtual void* create_event(int device_index) = 0;
+  /// An event of device `device_index`; `timing`: it can be asked for elapsed times
+  /// (event_elapsed_ms), which costs a timestamp at every record, so events that only order
+  /// work are made without.
+  virtual void* create_event(int device_index, bool timing) = 0;
   virtual void destroy_event(int device_index, void* event) = 0;
   virtual void record_event(int device_index, void* event, void* stream) = 0;
   /// Makes `stream` (on device `device_index`) wait, on the device and without blocking the
@@ -97,7 +100,9 @@ class StreamGuard {
 
 class Event {
  public:
-  explicit Event(Device device);
+  /// `timing`: elapsed_ms() may be asked of it (CUDA: a timestamp at every record); events
+  /// that only order work leave it off.
+  explicit Event(Device device, bool timing = false);
   ~Event();
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
@@ -114,7 +119,8 @@ class Event {
   void wait(const Stream& stream) const;
   /// Blocks the host until the recorded point is reached.
   void synchronize() const;
-  /// Milliseconds from this event to `end` (both recorded, both complete). CPU: 0.
+  /// Milliseconds from this event to `end` (both recorded, both complete, both made with
+  /// timing). CPU: 0.
   float elapsed_ms(const Event& end) const;
   Device device() const { return device_; }
 

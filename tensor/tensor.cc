@@ -6,6 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "tensor/deferred_check.h"
 #include "tensor/kernels.h"
 #include "tensor/stream.h"
 
@@ -34,9 +35,10 @@ Tensor make_view(const std::shared_ptr<Storage>& storage, Shape shape,
 // thread's current streams, like PyTorch's copy_ (aten/src/ATen/native/cuda/Copy.cu):
 //
 //   CPU  -> CPU    memcpy.
-//   CPU  -> GPU j  on current(j), which owns dst (to()); pageable host memory is staged
-//                  before cudaMemcpyAsync returns, so the host source is free at once.
-//   GPU i -> CPU   on current(i), then that stream is synchronized: the host reads dst.
+//   CPU  -> GPU j  on current(j), which owns dst (to()); the backend stages the host bytes
+//                  in pinned memory before returning, so the host source is free at once.
+//   GPU i -> CPU   on current(i); the backend waits for the copy: the host reads dst. Any
+//                  deferred check of the thread is then read (Note [Deferred checks]).
 //   GPU i -> GPU j on current(i), the *source's* stream, with a two-way barrier:
 //
 //     current(j): ──(pending work on dst's device)──● dst_ready ──────────└wait─► (users of y)
@@ -82,10 +84,10 @@ void copy_across_devices(const Tensor& dst, const Tensor& src) {
     return;
   }
   const Stream stream = Stream::current(src_device);
-  if (dst_device.is_cpu()) {  // GPU -> host: done when this returns
+  if (dst_device.is_cpu()) {  // GPU -> host: done when this returns (the backend waits)
     cuda.copy(dst.raw_data(), dst_device, src.raw_data(), src_device, bytes, src_device.index,
               stream.handle());
-    stream.synchronize();
+    raise_deferred_checks();  // Note [Deferred checks]: the thread has waited anyway
     return;
   }
   const Stream dst_stream = Stream::current(dst_device);

@@ -75,7 +75,7 @@ TEST_CASE("events time GPU work", "[cuda][backend]") {
   if (!gpu_available_or_skip()) return;
   const Stream stream = Stream::create(gpu());
   StreamGuard guard(stream);
-  Event start(gpu()), end(gpu());
+  Event start(gpu(), /*timing=*/true), end(gpu(), /*timing=*/true);
   const auto host_begin = std::chrono::steady_clock::now();
   start.record();
   Tensor a = Tensor::ones({1024, 1024}, {DType::kFloat32, gpu()});

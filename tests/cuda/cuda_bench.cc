@@ -2,9 +2,16 @@
 //
 //   1. GEMM float32: our kernel-table gemm (cuBLAS underneath, handle pool + row-major swap)
 //      against a raw cublasSgemm call, full FP32 and TF32, square sizes; TFLOP/s.
-//   2. ReLU (unary) bandwidth: GB/s counting bytes read + written.
-//   3. BatchNorm training forward + backward: our kernels against cuDNN's (legacy
-//      cudnnBatchNormalization* API), 2-D [N, C] and 3-D [N, C, L]; GB/s of the minimum traffic.
+//   2. Device-to-device copy bandwidth (cudaMemcpyAsync, 256 MiB): the card's ceiling for
+//      memory-bound kernels, GB/s counting bytes read + written.
+//   3. ReLU (unary) bandwidth: GB/s counting bytes read + written, and as % of the copy's.
+//   4. BatchNorm training forward + backward: our kernels against cuDNN's (legacy
+//      cudnnBatchNormalization* API), 2-D [N, C] and 3-D [N, C, L]; GB/s of the minimum traffic
+//      and as % of the copy's.
+//   5. Adam (the fused optimizer kernel): GB/s of its minimum traffic (read p, g, m, v; write
+//      p, m, v) and as % of the copy's.
+// Ends with SUMMARY lines (tools/gpu/check.sh collects them): the goal for ReLU, BatchNorm and
+// Adam is at least 70 % of the copy's bandwidth at the largest size.
 //
 // Usage: cuda_bench [iterations]   (default 20, after 3 warm-up runs; times from CUDA events on
 // one created stream). Prints Markdown tables for docs/BENCHMARKS.md. Exits 1 without a GPU.
@@ -45,11 +52,14 @@ namespace {
 
 int g_iterations = 20;
 const Device kGpu = Device::cuda(0);
+double g_copy_gbs = 0;  // the device-to-device copy's bandwidth, GB/s (bench_copy)
+
+double percent_of_copy(double gbs) { return g_copy_gbs > 0 ? 100.0 * gbs / g_copy_gbs : 0.0; }
 
 /// Mean milliseconds of `fn` over g_iterations, after 3 warm-ups, on the current stream.
 double time_ms(const std::function<void()>& fn) {
   for (int i = 0; i < 3; ++i) fn();
-  Event start(kGpu), end(kGpu);
+  Event start(kGpu, /*timing=*/true), end(kGpu, /*timing=*/true);
   start.record();
   for (int i = 0; i < g_iterations; ++i) fn();
   end.record();
@@ -94,15 +104,53 @@ void bench_gemm(cudaStream_t stream) {
   PW_CUDA_CHECK(cublasDestroy(raw));
 }
 
+void bench_copy(cudaStream_t stream) {
+  const int64_t n = int64_t{1} << 26;  // 256 MiB of float32
+  const Tensor x = random_gpu({n}, 6);
+  Tensor y = Tensor::empty({n}, {DType::kFloat32, kGpu});
+  const size_t bytes = static_cast<size_t>(n) * 4;
+  const double ms = time_ms([&] {
+    PW_CUDA_CHECK(cudaMemcpyAsync(y.raw_data(), x.raw_data(), bytes, cudaMemcpyDeviceToDevice,
+                                  stream));
+  });
+  g_copy_gbs = 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
+  std::printf("\n### Device-to-device copy, 256 MiB\n\n%.3f ms, %.0f GB/s (read + write)\n", ms,
+              g_copy_gbs);
+  std::printf("SUMMARY copy: %.0f GB/s device to device (read + write)\n", g_copy_gbs);
+}
+
 void bench_relu() {
-  std::printf("\n### ReLU float32 (unary kernel)\n\n| elements | ms | GB/s (read + write) |\n|---|---|---|\n");
+  std::printf("\n### ReLU float32 (unary kernel)\n\n| elements | ms | GB/s (read + write) | %% of copy |\n|---|---|---|---|\n");
+  double last = 0;
   for (int64_t n : {int64_t{1} << 20, int64_t{1} << 24, int64_t{1} << 28}) {
     const Tensor x = random_gpu({n}, 3);
     Tensor y = Tensor::empty({n}, {DType::kFloat32, kGpu});
     const double ms = time_ms([&] { gpu().unary(UnaryOp::kRelu, x, y); });
-    std::printf("| %lld | %.4f | %.0f |\n", static_cast<long long>(n), ms,
-                2.0 * 4.0 * static_cast<double>(n) / (ms * 1e-3) / 1e9);
+    last = 2.0 * 4.0 * static_cast<double>(n) / (ms * 1e-3) / 1e9;
+    std::printf("| %lld | %.4f | %.0f | %.0f |\n", static_cast<long long>(n), ms, last,
+                percent_of_copy(last));
   }
+  std::printf("SUMMARY ReLU: %.0f%% of the copy's bandwidth at 2^28 elements (goal >= 70%%)\n",
+              percent_of_copy(last));
+}
+
+void bench_adam() {
+  std::printf("\n### Adam float32 (fused step)\n\n| elements | ms | GB/s (7 x 4 B per element) | %% of copy |\n|---|---|---|---|\n");
+  double last = 0;
+  for (int64_t n : {int64_t{1} << 20, int64_t{1} << 24, int64_t{1} << 26}) {
+    Tensor p = random_gpu({n}, 7), m = random_gpu({n}, 8), v = random_gpu({n}, 9);
+    const Tensor g = random_gpu({n}, 10);
+    v = Tensor::ones({n}, {DType::kFloat32, kGpu});  // a valid second moment
+    int64_t step = 1;
+    const double ms = time_ms([&] {
+      gpu().adam_step(p, g, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.0, false, step++);
+    });
+    last = 7.0 * 4.0 * static_cast<double>(n) / (ms * 1e-3) / 1e9;
+    std::printf("| %lld | %.4f | %.0f | %.0f |\n", static_cast<long long>(n), ms, last,
+                percent_of_copy(last));
+  }
+  std::printf("SUMMARY Adam: %.0f%% of the copy's bandwidth at 2^26 elements (goal >= 70%%)\n",
+              percent_of_copy(last));
 }
 
 /// cuDNN descriptors for x viewed as [N, C, L, 1] and its [1, C, 1, 1] parameters.
@@ -131,8 +179,9 @@ struct CudnnBn {
 
 void bench_batch_norm(cudaStream_t stream) {
   std::printf("\n### BatchNorm float32, training forward + backward\n\n");
-  std::printf("| shape [N, C, L] | ours fwd ms | cuDNN fwd ms | ours bwd ms | cuDNN bwd ms | ours fwd GB/s |\n");
-  std::printf("|---|---|---|---|---|---|\n");
+  std::printf("| shape [N, C, L] | ours fwd ms | cuDNN fwd ms | ours bwd ms | cuDNN bwd ms | ours fwd GB/s | fwd %% of copy | bwd %% of copy |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  double last_fwd = 0, last_bwd = 0;
   struct S { int64_t n, c, l; };
   for (S s : {S{256, 1024, 1}, S{4096, 1024, 1}, S{64, 256, 784}, S{32, 64, 12544}}) {
     const Shape xs{s.n, s.c, s.l};
@@ -164,13 +213,19 @@ void bench_batch_norm(cudaStream_t stream) {
           g.data<float>(), bn.x, gx.data<float>(), bn.param, gamma.data<float>(),
           gg.data<float>(), gb.data<float>(), 1e-5, mean.data<float>(), invstd.data<float>()));
     });
-    // Minimum traffic of the forward: read x, write y (4 bytes each).
-    const double bytes = 2.0 * 4.0 * static_cast<double>(s.n * s.c * s.l);
-    std::printf("| [%lld, %lld, %lld] | %.4f | %.4f | %.4f | %.4f | %.0f |\n",
+    // Minimum traffic: forward reads x and writes y, backward reads g and x and writes gx
+    // (4 bytes each).
+    const double elements = static_cast<double>(s.n * s.c * s.l);
+    last_fwd = 2.0 * 4.0 * elements / (ours_fwd * 1e-3) / 1e9;
+    last_bwd = 3.0 * 4.0 * elements / (ours_bwd * 1e-3) / 1e9;
+    std::printf("| [%lld, %lld, %lld] | %.4f | %.4f | %.4f | %.4f | %.0f | %.0f | %.0f |\n",
                 static_cast<long long>(s.n), static_cast<long long>(s.c),
-                static_cast<long long>(s.l), ours_fwd, cudnn_fwd, ours_bwd, cudnn_bwd,
-                bytes / (ours_fwd * 1e-3) / 1e9);
+                static_cast<long long>(s.l), ours_fwd, cudnn_fwd, ours_bwd, cudnn_bwd, last_fwd,
+                percent_of_copy(last_fwd), percent_of_copy(last_bwd));
   }
+  std::printf("SUMMARY BatchNorm [32, 64, 12544]: forward %.0f%%, backward %.0f%% of the copy's "
+              "bandwidth (goal >= 70%%)\n",
+              percent_of_copy(last_fwd), percent_of_copy(last_bwd));
 }
 
 }  // namespace
@@ -191,9 +246,11 @@ int main(int argc, char** argv) {
     const Stream stream = Stream::create(kGpu);
     StreamGuard guard(stream);
     auto* s = static_cast<cudaStream_t>(stream.handle());
+    bench_copy(s);
     bench_gemm(s);
     bench_relu();
     bench_batch_norm(s);
+    bench_adam();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_bench: %s\n", e.what());
     return 1;

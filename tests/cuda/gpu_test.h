@@ -23,6 +23,7 @@
 
 #include "cuda_kernels/launch_limits.h"
 #include "tensor/kernels.h"
+#include "tensor/stream.h"
 #include "tensor/tensor.h"
 
 namespace pipewright::testing {
@@ -74,6 +75,15 @@ Tensor random_tensor(const Shape& shape, DType dtype, uint32_t seed, double lo =
                      double hi = 1.0);
 /// A CPU int64 tensor of `shape` with elements uniform in [0, bound).
 Tensor random_indices(const Shape& shape, int64_t bound, uint32_t seed);
+
+/// Runs `f` (GPU kernels), then waits for cuda:0's current stream, where a kernel's deferred
+/// index check (Note [Deferred checks], tensor/deferred_check.h) throws: what the kernels
+/// would throw if they waited for themselves.
+template <class F>
+void run_and_read(F&& f) {
+  f();
+  Stream::current(gpu()).synchronize();
+}
 
 /// CHECKs |actual - expected| <= atol + rtol * |expected| elementwise (actual on any device,
 /// expected on the CPU, same shape); on failure reports the worst element. NaN equals NaN.

@@ -269,6 +269,54 @@ TEST_CASE("a layer that throws on its k-th call on a GPU, across schedules",
   REQUIRE(in_recompute == 3 * m);
 }
 
+TEST_CASE("a bad target on a GPU: the kernel's own error at the step's end, naming its action",
+          "[cuda][pipe][fault]") {
+  // The cross-entropy kernel records the bad target in a device flag and the step reads it
+  // with its losses at the end (Note [One read per step]): the same std::out_of_range as on
+  // the CPU, failure() naming the F of that micro-batch on the last stage, deferred BatchNorm
+  // discarded, and the next step as a fresh Pipe's.
+  if (!gpu_available_or_skip()) return;
+  const int m = 4;
+  Generator g(1);
+  GeneratorGuard guard(g);
+  auto classifier = [] {
+    return nn::Sequential(nn::Linear(16, 32), nn::BatchNorm1d(32), nn::ReLU(), nn::Linear(32, 5));
+  };
+  auto make = [&](nn::Sequential model) {
+    return Pipe(std::move(model), {.balance = {3, 1},
+                                   .devices = {gpu_or_shared(0), gpu_or_shared(1)},
+                                   .chunks = m,
+                                   .deferred_batch_norm = true});
+  };
+  Pipe pipe = make(classifier());
+  Generator g2(1);
+  GeneratorGuard guard2(g2);
+  Pipe fresh = make(classifier());
+  const Tensor x = randn({16, 16}, 11);
+  std::vector<int64_t> labels = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0};
+  const Tensor good = Tensor::from_vector(labels, Device::cpu(0));
+  labels[9] = 7;  // micro-batch 2 (rows 8-11), its row 1
+  const Tensor bad = Tensor::from_vector(labels, Device::cpu(0));
+  const pipeline::LossFn ce = [](const Tensor& o, const Tensor& t) { return nn::cross_entropy(o, t); };
+  const std::vector<std::string> stats = buffer_bytes(pipe.module());
+  for (const std::string schedule : {"gpipe", "1f1b"}) {
+    CAPTURE(schedule);
+    REQUIRE_THROWS_MATCHES(pipe.train_step(x, bad, ce, schedule), std::out_of_range,
+                           Catch::Message("cross_entropy: target 7 at index 1 is outside [0, 5)"));
+    const std::optional<Failure> f = pipe.last_failure();
+    REQUIRE(f.has_value());
+    CHECK(f->action.kind == ActionKind::kForward);
+    CHECK(f->action.stage == 1);
+    CHECK(f->action.microbatch == 2);
+    CHECK(buffer_bytes(pipe.module()) == stats);  // deferred BatchNorm: nothing committed
+  }
+  pipe.zero_grad();
+  const StepResult r = pipe.train_step(x, good, ce, "1f1b");
+  const StepResult ref = fresh.train_step(x, good, ce, "1f1b");
+  CHECK(r.microbatch_losses == ref.microbatch_losses);
+  CHECK(grad_bytes(pipe.module()) == grad_bytes(fresh.module()));
+}
+
 TEST_CASE("a stage whose output lands on the other GPU: copied back to the stage's GPU",
           "[cuda][pipe]") {
   if (!gpus_available_or_skip(2)) return;

@@ -183,6 +183,10 @@ TEST_CASE("review bug 3: a recycled cuBLAS handle does not share its workspace a
   };  // the thread exits right after: its handle goes back to the pool, GEMMs still queued
   on_thread([&] { gemms_on(s_first, &first); });
   on_thread([&] { gemms_on(s_second, &second); });  // takes that handle (LIFO pool)
+  // Read here, on this thread's default stream, which nothing orders after the created
+  // streams (Note [Non-blocking streams]): wait for them first.
+  s_first.synchronize();
+  s_second.synchronize();
   check_close(first, expected, 1e-5, 1e-4);
   check_close(second, expected, 1e-5, 1e-4);
   // Workspaces exist per (handle, stream) pair (a pair may have been made by an earlier test).
@@ -212,6 +216,7 @@ TEST_CASE("review bug 4: a copy stream waits for every source device of a messag
     got = transport.recv(key);
     got[1] = ops::mul(got[1], 1.0);  // read on the consumer's stream
   });
+  consumer.synchronize();  // the checks below read on this thread's default stream
   REQUIRE(got.size() == 2);
   check_close(got[0], Tensor::full({5}, 7.0), 0.0, 0.0);
   check_close(got[1], Tensor::full({n}, 3.0), 0.0, 0.0);

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "cuda_kernels/launch_limits.h"
+#include "tensor/deferred_check.h"
+#include "tensor/stream.h"
 #include "tests/cuda/gpu_test.h"
 
 namespace pipewright::testing {
@@ -126,13 +128,16 @@ TEST_CASE("cuda cross-entropy names the first bad target past the grid", "[cuda]
     INFO(describe(limits));
     for (double eps : {0.0, 0.1}) {
       Tensor loss = Tensor::empty({n}, {DType::kFloat64, gpu()});
-      CHECK_THROWS_WITH(gpu_kernels().cross_entropy(logp.to(gpu()), target.to(gpu()), eps, loss),
+      CHECK_THROWS_WITH(run_and_read([&] {
+                          gpu_kernels().cross_entropy(logp.to(gpu()), target.to(gpu()), eps, loss);
+                        }),
                         "cross_entropy: target 107 at index 20 is outside [0, 100)");
       Tensor grad = Tensor::empty({n, c}, {DType::kFloat64, gpu()});
-      CHECK_THROWS_WITH(
-          gpu_kernels().cross_entropy_backward(logp.to(gpu()), target.to(gpu()), eps,
-                                               g.to(gpu()), grad),
-          "cross_entropy_backward: target 107 at index 20 is outside [0, 100)");
+      CHECK_THROWS_WITH(run_and_read([&] {
+                          gpu_kernels().cross_entropy_backward(logp.to(gpu()), target.to(gpu()),
+                                                               eps, g.to(gpu()), grad);
+                        }),
+                        "cross_entropy_backward: target 107 at index 20 is outside [0, 100)");
     }
   }
   Tensor loss = Tensor::empty({n}, {DType::kFloat64, Device::cpu(0)});
@@ -146,15 +151,19 @@ TEST_CASE("cuda cross-entropy throws out_of_range naming the first bad target",
   const Tensor logp = Tensor::zeros({4, 3}, {DType::kFloat32, gpu()});
   const Tensor target = Tensor::from_vector<int64_t>({0, 2, 3, -1}, gpu());
   Tensor loss = Tensor::empty({4}, {DType::kFloat32, gpu()});
-  CHECK_THROWS_WITH(gpu_kernels().cross_entropy(logp, target, 0.0, loss),
-                    "cross_entropy: target 3 at index 2 is outside [0, 3)");
+  // Queued without a wait (Note [Deferred checks]); the thread's next read raises it, once.
+  CHECK_NOTHROW(gpu_kernels().cross_entropy(logp, target, 0.0, loss));
+  CHECK_THROWS_WITH(loss.to(Device::cpu(0)), "cross_entropy: target 3 at index 2 is outside [0, 3)");
   const Tensor g = Tensor::ones({4}, {DType::kFloat32, gpu()});
   Tensor grad = Tensor::empty({4, 3}, {DType::kFloat32, gpu()});
-  CHECK_THROWS_AS(gpu_kernels().cross_entropy_backward(logp, target, 0.0, g, grad),
-                  std::out_of_range);
-  // The stream is still usable afterwards.
+  gpu_kernels().cross_entropy_backward(logp, target, 0.0, g, grad);
+  CHECK_THROWS_WITH(Stream::current(gpu()).synchronize(),
+                    "cross_entropy_backward: target 3 at index 2 is outside [0, 3)");
+  // Nothing is left pending, and the stream is still usable afterwards.
+  CHECK(take_deferred_checks().empty());
   const Tensor good = Tensor::from_vector<int64_t>({0, 1, 2, 0}, gpu());
-  CHECK_NOTHROW(gpu_kernels().cross_entropy(logp, good, 0.0, loss));
+  gpu_kernels().cross_entropy(logp, good, 0.0, loss);
+  CHECK_NOTHROW(loss.to(Device::cpu(0)));
 }
 
 }  // namespace

@@ -273,7 +273,7 @@ TEST_CASE("an allocation failure in the CPU allocator during train_step") {
   }
 }
 
-TEST_CASE("a NaN or infinite loss stops the step with an error naming the micro-batch") {
+TEST_CASE("a NaN or infinite loss fails the step with an error naming the micro-batch and its action") {
   for (const double bad :
        {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
     Pipe pipe = make_pipe(2, Checkpoint::kNever);
@@ -285,8 +285,9 @@ TEST_CASE("a NaN or infinite loss stops the step with an error naming the micro-
     REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, loss, "1f1b"), std::domain_error,
                            Catch::Message(std::string("train_step: the loss of micro-batch 0 is ") +
                                           (std::isnan(bad) ? "nan" : "inf") +
-                                          " (not finite); the step is abandoned before its "
-                                          "backward"));
+                                          " (not finite); the step's backwards ran, so .grad "
+                                          "holds non-finite values: zero it before the next "
+                                          "step"));
     REQUIRE(buffers(pipe) == stats);
     const std::optional<Failure> f = pipe.last_failure();
     REQUIRE(f.has_value());

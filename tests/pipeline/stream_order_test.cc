@@ -130,7 +130,7 @@ class RecordingBackend final : public DeviceBackend {
   void synchronize_stream(int, void* s) override {
     recorder().log("synchronize_stream " + recorder().stream(s));
   }
-  void* create_event(int) override { return new char; }
+  void* create_event(int, bool) override { return new char; }
   void destroy_event(int, void* e) override {
     recorder().log("destroy_event " + recorder().event(e));
     delete static_cast<char*>(e);
@@ -257,9 +257,12 @@ TEST_CASE("two GPUs: the copy stream waits for the producer, the consumer for th
     out.backward(Tensor::ones(out.shape(), {.device = Device::cuda(1)}));
     log = recorder().stop();
   }
-  // The Pipe made one compute stream per worker, on the caller's thread, before anything ran.
+  // The Pipe made one compute stream per worker, on the caller's thread, before anything ran,
+  // and made it wait for the partitions' placement on the caller's stream.
   CHECK(thread_of(log, "create_stream " + C0) == std::this_thread::get_id());
   CHECK(thread_of(log, "create_stream " + C1) == std::this_thread::get_id());
+  CHECK(thread_of(log, "stream_wait_event " + C0 + " waits default.e1") == std::this_thread::get_id());
+  CHECK(thread_of(log, "stream_wait_event " + C1 + " waits default.e2") == std::this_thread::get_id());
 
   const std::string K1 = "cuda:1.s2";  // copies into cuda:1 (activations)
   const std::string K0 = "cuda:0.s2";  // copies into cuda:0 (gradients)
@@ -271,9 +274,10 @@ TEST_CASE("two GPUs: the copy stream waits for the producer, the consumer for th
   // produced it), then B (waits for the gradient's copy on K0 before computing). Each
   // execute() (forward, then backward) starts by waiting for the caller's stream and ends by
   // recording `done` (Note [The caller's streams], runtime.cc); the caller is on the default
-  // streams here, whose events are default.e1 (cuda:0), default.e2 (cuda:1), then e3, e4.
+  // streams here, whose events are default.e1 (cuda:0) and default.e2 (cuda:1), the fences
+  // the Pipe's constructor put after placing the partitions, then e3, e4, e5, e6.
   CHECK(calls_of(log, w0) == std::vector<std::string>{
-      "stream_wait_event " + C0 + " waits default.e1",          //    entry (forward)
+      "stream_wait_event " + C0 + " waits default.e3",          //    entry (forward)
       "record_stream block(default) on " + C0,                  // the caller's micro-batch
       "record_event " + C0 + ".e1 on " + C0,                    // 1. producer's point
       "create_stream " + K1,                                    //    (first use)
@@ -283,7 +287,7 @@ TEST_CASE("two GPUs: the copy stream waits for the producer, the consumer for th
       "record_event " + K1 + ".e1 on " + K1,                    // 4. copy's point
       "destroy_event " + C0 + ".e1",
       "record_event " + C0 + ".e2 on " + C0,                    //    done (forward)
-      "stream_wait_event " + C0 + " waits default.e3",          //    entry (backward)
+      "stream_wait_event " + C0 + " waits default.e5",          //    entry (backward)
       "stream_wait_event " + C0 + " waits " + K0 + ".e1",       // 5. B waits for the copy
       "record_stream block(" + K0 + ") on " + C0,               // 6. y used on C0
       "destroy_event " + K0 + ".e1",
@@ -291,12 +295,12 @@ TEST_CASE("two GPUs: the copy stream waits for the producer, the consumer for th
   });
   // Worker 1: F waits for the activation's copy; B sends the gradient the same way.
   CHECK(calls_of(log, w1) == std::vector<std::string>{
-      "stream_wait_event " + C1 + " waits default.e2",
+      "stream_wait_event " + C1 + " waits default.e4",
       "stream_wait_event " + C1 + " waits " + K1 + ".e1",
       "record_stream block(" + K1 + ") on " + C1,
       "destroy_event " + K1 + ".e1",
       "record_event " + C1 + ".e1 on " + C1,
-      "stream_wait_event " + C1 + " waits default.e4",
+      "stream_wait_event " + C1 + " waits default.e6",
       "record_stream block(default) on " + C1,                  // the user's dOut
       "record_event " + C1 + ".e2 on " + C1,
       "create_stream " + K0,
@@ -346,23 +350,23 @@ TEST_CASE("one GPU: no copy; the consumer's stream waits for the producer's") {
   const std::thread::id w0 = thread_of(log, "record_stream block(default) on " + A);
   const std::thread::id w1 = thread_of(log, "stream_wait_event " + B + " waits " + A + ".e1");
   CHECK(calls_of(log, w0) == std::vector<std::string>{
-      "stream_wait_event " + A + " waits default.e1",   // entry (forward)
+      "stream_wait_event " + A + " waits default.e3",   // entry (forward)
       "record_stream block(default) on " + A,
       "record_event " + A + ".e1 on " + A,         // the activation is ready on A
       "record_event " + A + ".e2 on " + A,         // done (forward)
-      "stream_wait_event " + A + " waits default.e3",   // entry (backward)
+      "stream_wait_event " + A + " waits default.e5",   // entry (backward)
       "stream_wait_event " + A + " waits " + B + ".e2",
       "record_stream block(" + B + ") on " + A,    // B's gradient is now used on A
       "destroy_event " + B + ".e2",
       "record_event " + A + ".e3 on " + A,         // done (backward)
   });
   CHECK(calls_of(log, w1) == std::vector<std::string>{
-      "stream_wait_event " + B + " waits default.e2",
+      "stream_wait_event " + B + " waits default.e4",
       "stream_wait_event " + B + " waits " + A + ".e1",
       "record_stream block(" + A + ") on " + B,
       "destroy_event " + A + ".e1",
       "record_event " + B + ".e1 on " + B,
-      "stream_wait_event " + B + " waits default.e4",
+      "stream_wait_event " + B + " waits default.e6",
       "record_stream block(default) on " + B,
       "record_event " + B + ".e2 on " + B,
       "record_event " + B + ".e3 on " + B,
@@ -397,12 +401,12 @@ TEST_CASE("host and GPU stages: both copies run on the GPU's copy streams; the h
   });
   // (The CPU worker's entry and exit events are CPU ones: no-ops, not logged.)
   CHECK(calls_of(log, gpu) == std::vector<std::string>{
-      "stream_wait_event " + C + " waits default.e1",   // entry (forward)
+      "stream_wait_event " + C + " waits default.e2",   // entry (forward)
       "stream_wait_event " + C + " waits " + Kin + ".e1",
       "record_stream block(" + Kin + ") on " + C,
       "destroy_event " + Kin + ".e1",
       "record_event " + C + ".e1 on " + C,              // done (forward)
-      "stream_wait_event " + C + " waits default.e2",   // entry (backward)
+      "stream_wait_event " + C + " waits default.e3",   // entry (backward)
       "record_stream block(default) on " + C,
       "record_event " + C + ".e2 on " + C,
       "create_stream " + Kout,                      // D2H runs on cuda:0's gradient stream

@@ -52,7 +52,7 @@ TEST_CASE("a stream lives as long as its last handle, even as the current stream
 
 TEST_CASE("CPU events are always complete") {
   const Device d = Device::cpu(0);
-  Event start(d), end(d);
+  Event start(d, /*timing=*/true), end(d, /*timing=*/true);
   start.record();
   end.record(Stream::create(d));
   end.wait(Stream::current(d));

@@ -1,0 +1,90 @@
+#include "pipeline/step_readback.h"
+
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensor/stream.h"
+
+namespace pipewright::pipeline {
+
+// Note [One read per step]
+// The host learns a step's losses, and whether a kernel met a bad index (Note [Deferred
+// checks], tensor/deferred_check.h), once, after the workers are done and the caller's
+// streams waited for theirs (the exit fence): per device, the values are cast to float64 and
+// gathered into one tensor there (kernels and device-to-device copies on the caller's stream),
+// which comes to the host in one copy, the step's one wait (one per device that holds any).
+// So no worker waits for its own results in the middle of a step, and a GPU stage keeps its
+// queue full: each micro-batch's loss.item() and every cross-entropy's index check used to
+// stall the last stage. The price: a NaN or infinite loss (Note [Non-finite loss]) or a bad
+// index is found after the step's backwards ran, so .grad holds what they spread (the
+// exception says so; zero .grad before the next step).
+void read_step_values(Step& step) {
+  struct Value {
+    Tensor tensor;
+    int loss = -1;                                                 // its micro-batch, or
+    const std::pair<DeferredCheck, Step::Where>* check = nullptr;  // the check it is the flag of
+  };
+  // Per device, then per dtype (losses float, flags int64): one gather and one cast each.
+  std::map<Device, std::map<DType, std::vector<Value>>> by_device;
+  for (int j = 0; j < step.num_microbatches; ++j) {
+    const Tensor& loss = step.loss_values[static_cast<size_t>(j)];
+    if (loss.defined()) by_device[loss.device()][loss.dtype()].push_back({loss, j, nullptr});
+  }
+  for (const auto& checks : step.deferred_checks) {
+    for (const auto& check : checks) {
+      const Tensor& flag = check.first.flag;
+      by_device[flag.device()][flag.dtype()].push_back({flag, -1, &check});
+    }
+  }
+  const std::pair<DeferredCheck, Step::Where>* failed_check = nullptr;
+  int64_t failed_position = -1;
+  for (const auto& [device, by_dtype] : by_device) {
+    const Stream stream = Stream::current(device);
+    std::vector<Tensor> groups;
+    std::vector<const Value*> order;
+    for (const auto& [dtype, values] : by_dtype) {
+      std::vector<Tensor> parts;
+      for (const Value& v : values) {
+        record_stream(v.tensor, stream);  // a worker's block, read on the caller's stream
+        parts.push_back(v.tensor.reshape({1}));
+        order.push_back(&v);
+      }
+      groups.push_back(cat(parts).to(DType::kFloat64));
+    }
+    const std::vector<double> host = cat(groups).to_vector<double>();  // the one copy
+    for (size_t k = 0; k < order.size(); ++k) {
+      if (order[k]->loss >= 0) {
+        step.losses[static_cast<size_t>(order[k]->loss)] = host[k];
+      } else if (host[k] >= 0 && failed_check == nullptr) {
+        failed_check = order[k]->check;
+        failed_position = static_cast<int64_t>(host[k]);
+      }
+    }
+  }
+  for (auto& loss : step.loss_values) loss = Tensor();
+  if (failed_check != nullptr) {  // a bad index, as the kernel's own exception
+    const Step::Where& w = failed_check->second;
+    step.fail_at(failed_check->first.error(failed_position), w.worker, w.index, w.action);
+    return;
+  }
+  // Note [Non-finite loss]: a NaN or infinite loss fails the training step (eval_step, which
+  // runs no backward, reports it as it is).
+  if (step.mode == CellMode::kNoGrad || !step.loss_fn) return;
+  for (int j = 0; j < step.num_microbatches; ++j) {
+    const double loss = step.losses[static_cast<size_t>(j)];
+    if (std::isfinite(loss)) continue;
+    const Step::Where& w = step.loss_made[static_cast<size_t>(j)];
+    step.fail_at(std::make_exception_ptr(std::domain_error(
+                     "train_step: the loss of micro-batch " + std::to_string(j) + " is " +
+                     std::to_string(loss) + " (not finite); the step's backwards ran, so .grad "
+                     "holds non-finite values: zero it before the next step")),
+                 w.worker, w.index, w.action);
+    return;
+  }
+}
+
+}  // namespace pipewright::pipeline
