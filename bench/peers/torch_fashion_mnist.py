@@ -13,6 +13,11 @@ reshuffled every epoch, Adam (lr 1e-3) with a per-step cosine learning rate to 0
                  pipeline::balance_by_parameters cuts it),
                  --chunks 4, checkpoint 'never' (ours: --checkpoint never)
 
+  --device cuda  (eager only) the model on the GPU, as ours with --devices cuda:0: the data set
+                 stays on the CPU, each mini-batch is gathered there and copied to the GPU;
+                 full FP32 matrix products (PyTorch's default: torch.backends.cuda.matmul.
+                 allow_tf32 is False); run by tools/gpu/check.sh on the same card as ours
+
 Prints one line per epoch in the format of ours ("epoch i/n: ... | X s | Y samples/s") and
 finally `RESULT mode=... samples_per_s=...`: training samples over the summed time of the
 epochs' training steps (evaluation excluded, as in ours). PyTorch is Debian's python3-torch
@@ -45,9 +50,9 @@ def read_idx(path):
     return array.reshape(dims)
 
 
-def load(split, limit):
-    images = read_idx(os.path.join(DATA_DIR, f"{split}-images-idx3-ubyte.gz"))
-    labels = read_idx(os.path.join(DATA_DIR, f"{split}-labels-idx1-ubyte.gz"))
+def load(split, limit, data_dir=DATA_DIR):
+    images = read_idx(os.path.join(data_dir, f"{split}-images-idx3-ubyte.gz"))
+    labels = read_idx(os.path.join(data_dir, f"{split}-labels-idx1-ubyte.gz"))
     if limit:
         images, labels = images[:limit], labels[:limit]
     x = (images.reshape(len(images), -1).float() / 255.0 - MEAN) / STD
@@ -91,12 +96,17 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--train-limit", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--data-dir", default=DATA_DIR)
     args = p.parse_args()
+    device = torch.device(args.device)
+    if device.type != "cpu" and args.mode != "eager":
+        sys.exit("--device cuda runs --mode eager only")
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    x_train, y_train = load("train", args.train_limit)
-    x_test, y_test = load("t10k", 0)
+    x_train, y_train = load("train", args.train_limit, args.data_dir)
+    x_test, y_test = load("t10k", 0, args.data_dir)
     layers = build_model(args.hidden, args.dropout)
 
     if args.mode == "pipe":
@@ -116,17 +126,20 @@ def main():
         model = Pipe(nn.Sequential(*partitions), chunks=args.chunks, checkpoint="never")
         forward = lambda x: model(x).local_value()
     else:
-        model = nn.Sequential(*layers)
-        forward = model
+        model = nn.Sequential(*layers).to(device)
+        forward = lambda x: model(x.to(device))
 
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     n = len(x_train)
     steps_per_epoch = math.ceil(n / args.batch_size)
     total_steps = args.epochs * steps_per_epoch
     total_samples, total_seconds = 0, 0.0
+    where = (f"{torch.cuda.get_device_name(device)} (TF32 matmul "
+             f"{torch.backends.cuda.matmul.allow_tf32})" if device.type == "cuda"
+             else f"BLAS {blas_name()}")
     print(f"torch {torch.__version__} | mode {args.mode} | threads {torch.get_num_threads()} | "
           f"chunks {args.chunks if args.mode == 'pipe' else '-'} | "
-          f"balance {args.balance if args.mode == 'pipe' else '-'} | BLAS {blas_name()}",
+          f"balance {args.balance if args.mode == 'pipe' else '-'} | {where}",
           flush=True)
     for epoch in range(args.epochs):
         model.train()
@@ -141,17 +154,19 @@ def main():
             for group in optimizer.param_groups:
                 group["lr"] = lr
             optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(forward(xb), yb)
+            loss = F.cross_entropy(forward(xb), yb.to(device))
             loss.backward()
             optimizer.step()
             loss_sum += loss.item() * len(idx)
             step += 1
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         seconds = time.perf_counter() - start
         total_samples += n
         total_seconds += seconds
         model.eval()
         with torch.no_grad():
-            correct = sum((forward(x_test[i:i + 1000]).argmax(1) == y_test[i:i + 1000]).sum().item()
+            correct = sum((forward(x_test[i:i + 1000]).argmax(1).cpu() == y_test[i:i + 1000]).sum().item()
                           for i in range(0, len(x_test), 1000))
         print(f"epoch {epoch + 1}/{args.epochs}: train loss {loss_sum / n:.4f} | test acc "
               f"{correct / len(x_test):.4f} | {seconds:.1f} s | {n / seconds:,.0f} samples/s",

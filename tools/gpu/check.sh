@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# Runs pipewright's GPU checks from the bundle tools/gpu/pack.sh made, on a machine with a GPU
+# and no Bazel (docs/cuda.md, "Running on a GPU machine without Bazel").
+#
+#   tools/gpu/check.sh OUTDIR [--quick]        (in the repository root, .gpu/ present;
+#                                               PIPEWRIGHT_GPU_BUNDLE=DIR for another folder)
+#
+# Each step runs under `timeout`, the whole in at most 8 minutes, and writes one file to
+# OUTDIR (7 in all, summary.txt last):
+#   gpu.txt        nvidia-smi, the toolkit, where each CUDA library was found
+#   tests.txt      every bundled test with PIPEWRIGHT_REQUIRE_GPU=1, its output and a line
+#                  "N passed, M failed, K skipped" (test cases; a crash or timeout is a failure)
+#   mainjob.txt    the main job for 2 epochs on cuda:0 and on cuda:0,cuda:0 (two stages, one
+#                  GPU) against the same run on the CPU, and the large MLP (hidden 4096 4096,
+#                  batch 4096) on cuda:0
+#   sanitizer.txt  compute-sanitizer memcheck, racecheck and synccheck on the kernel tests, and
+#                  memcheck on a short main-job run
+#   peer.txt       PyTorch eager (bench/peers/torch_fashion_mnist.py) on the same card, the
+#                  same two models
+#   bench.txt      //tests/cuda:cuda_bench's tables (GEMM, copy bandwidth, ReLU, BatchNorm, Adam)
+#   summary.txt    one line per check, and the ratios
+# --quick: two tests, one short main-job run, no sanitizer, peer or benchmark (CI's dry run
+# against a --cudasim bundle, which needs no GPU).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+out=${1:?usage: tools/gpu/check.sh OUTDIR [--quick]}
+quick=0
+[[ "${2:-}" == "--quick" ]] && quick=1
+bundle=${PIPEWRIGHT_GPU_BUNDLE:-.gpu}
+bundle=$(cd "$bundle" 2>/dev/null && pwd || echo "$bundle")
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+start=$SECONDS
+budget=$((8 * 60))
+summary=()
+note() { summary+=("$*"); echo "check.sh: $*" >&2; }
+
+# Seconds left for a step: its own cap, or less so the whole stays within the budget.
+cap() {
+  local want=$1 left=$((budget - (SECONDS - start) - 15))
+  ((left < want)) && want=$left
+  ((want < 1)) && want=1
+  echo "$want"
+}
+
+# ---- the bundle ----
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if ! tar -C "$work" -xJf "$bundle/bundle.tar.xz"; then
+  note "FAILED: cannot unpack $bundle/bundle.tar.xz (run tools/gpu/pack.sh first)"
+  printf '%s\n' "${summary[@]}" >"$out/summary.txt"
+  exit 1
+fi
+bin=$work/bin
+
+# The CUDA libraries where this machine keeps them: the toolkit's lib64, and the nvidia/*/lib
+# folders of python3's site-packages (PyTorch's pip wheels).
+cuda_dirs=()
+for d in "${CUDA_PATH:-/usr/local/cuda}/lib64" /usr/local/cuda/targets/x86_64-linux/lib; do
+  [[ -d "$d" ]] && cuda_dirs+=("$d")
+done
+if command -v python3 >/dev/null; then
+  while read -r site; do
+    for d in "$site"/nvidia/*/lib; do [[ -d "$d" ]] && cuda_dirs+=("$d"); done
+  done < <(python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null)
+fi
+cuda_path=$(IFS=:; echo "${cuda_dirs[*]}")
+# The bundle's own libraries only where the machine lacks one: nothing is shadowed.
+mkdir -p "$work/missing"
+for b in "$bin"/*; do
+  LD_LIBRARY_PATH=$cuda_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ldd "$b" 2>/dev/null |
+    awk '/not found/ {print $1}'
+done | sort -u | while read -r soname; do
+  [[ -e "$work/lib/$soname" ]] && ln -sf "$work/lib/$soname" "$work/missing/$soname"
+done
+export LD_LIBRARY_PATH=$cuda_path${cuda_path:+:}$work/missing${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+# The data where the binaries look for it (Debian's path), unless the machine has it.
+data=/usr/share/datasets/fashion-mnist
+if [[ ! -e "$data/train-images-idx3-ubyte.gz" ]]; then
+  if mkdir -p "$(dirname "$data")" 2>/dev/null && ln -sfn "$bundle/fashion-mnist" "$data"; then
+    :
+  else
+    note "no $data and no permission to link it: the data-reading checks will fail"
+  fi
+fi
+
+{
+  echo "== nvidia-smi"
+  if command -v nvidia-smi >/dev/null; then
+    timeout 20 nvidia-smi
+    timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  else
+    echo "(no nvidia-smi)"
+  fi
+  echo "== nvcc"; command -v nvcc >/dev/null && nvcc --version || echo "(no nvcc)"
+  echo "== bundle"; cat "$work/MANIFEST"
+  echo "== CUDA library folders"; printf '%s\n' "${cuda_dirs[@]}"
+  echo "== taken from the bundle"; ls "$work/missing"
+  echo "== libraries of the main job"; ldd "$bin/examples_fashion_mnist"
+} >"$out/gpu.txt" 2>&1
+gpu_name=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+note "GPU: ${gpu_name:-none found by nvidia-smi} | bundle $(head -1 "$work/MANIFEST")"
+unresolved=$(ldd "$bin"/* 2>/dev/null | grep -c "not found")
+((unresolved > 0)) && note "FAILED: $unresolved library references not found (gpu.txt)"
+
+# ---- tests ----
+tests=("$bin"/*_test)
+((quick)) && tests=("$bin/tests_cuda_elementwise_test" "$bin/tests_cuda_reduce_test")
+passed=0 failed=0 skipped=0
+{
+  for t in "${tests[@]}"; do
+    name=$(basename "$t")
+    echo "== $name"
+    log=$(PIPEWRIGHT_REQUIRE_GPU=1 timeout "$(cap 120)" "$t" 2>&1)
+    rc=$?
+    echo "$log" | tail -n 60
+    # Catch2 v2: "All tests passed (A assertions in N test cases)" or
+    # "test cases: N | P passed | F failed"; a skipped case counts as passed there.
+    all=$(echo "$log" | sed -n 's/^All tests passed (.* in \([0-9]*\) test case.*/\1/p' | tail -1)
+    p=$(echo "$log" | sed -n 's/^test cases: *[0-9]* | *\([0-9]*\) passed.*/\1/p' | tail -1)
+    f=$(echo "$log" | sed -n 's/^test cases:.*| *\([0-9]*\) failed.*/\1/p' | tail -1)
+    s=$(echo "$log" | sed -n 's/^\*\*\* SKIPPED: \([0-9]*\) test case.*/\1/p' | tail -1)
+    s=${s:-0}
+    if [[ -n "$all" ]]; then
+      passed=$((passed + all - s)) skipped=$((skipped + s))
+    elif [[ -n "$p" ]]; then
+      passed=$((passed + p - s)) failed=$((failed + ${f:-1})) skipped=$((skipped + s))
+    else
+      failed=$((failed + 1))
+      echo "(no result line: exit status $rc, a crash or a timeout counts as one failure)"
+    fi
+  done
+  echo "${passed} passed, ${failed} failed, ${skipped} skipped"
+} >"$out/tests.txt" 2>&1
+note "tests: $(tail -n 1 "$out/tests.txt") (${#tests[@]} binaries, PIPEWRIGHT_REQUIRE_GPU=1; tests.txt)"
+
+# ---- the main job ----
+main=$bin/examples_fashion_mnist
+# "epoch 2/2: train loss L | test acc A | T s | S samples/s | ...": A and S of the last epoch.
+last_epoch() { grep '^epoch ' | tail -n 1 | sed -n 's/.*test acc \([0-9.]*\).*| \([0-9,]*\) samples\/s.*/\1 \2/p' | tr -d ,; }
+run_main() {  # label, seconds, flags...
+  local label=$1 seconds=$2
+  shift 2
+  echo "== $label: fashion_mnist $*"
+  timeout "$(cap "$seconds")" "$main" --no-progress "$@" 2>&1 | tee "$work/main.log"
+  read -r acc sps < <(last_epoch <"$work/main.log")
+  echo "RESULT $label accuracy ${acc:-none} samples_per_s ${sps:-none}"
+}
+if ((quick)); then
+  short=(--epochs 1 --train-limit 1024 --test-limit 512)
+  run_main gpu 120 "${short[@]}" --stages 2 --devices cuda:0,cuda:0 >"$out/mainjob.txt" 2>&1
+else
+  {
+    run_main cpu 60 --epochs 2
+    run_main gpu1 60 --epochs 2 --stages 1 --devices cuda:0
+    run_main gpu2 60 --epochs 2 --stages 2 --devices cuda:0,cuda:0
+    run_main large1 60 --epochs 1 --stages 1 --devices cuda:0 --hidden 4096 4096 --batch-size 4096
+  } >"$out/mainjob.txt" 2>&1
+fi
+result() { sed -n "s/^RESULT $1 accuracy \([^ ]*\) samples_per_s \([^ ]*\)/\\$2/p" "$out/mainjob.txt" | tail -n 1; }
+for label in cpu gpu gpu1 gpu2 large1; do
+  acc=$(result "$label" 1)
+  [[ -z "$acc" ]] && continue
+  line="main job $label: test acc $acc, $(result "$label" 2) samples/s"
+  cpu_acc=$(result cpu 1)
+  if [[ "$label" == gpu* && -n "$cpu_acc" && "$acc" != none && "$cpu_acc" != none ]]; then
+    line+=" ($(awk -v a="$acc" -v c="$cpu_acc" 'BEGIN { d = a - c; if (d < 0) d = -d;
+      printf "%.4f from the CPU run: %s", d, d <= 0.01 ? "within 0.01" : "FAILED, over 0.01" }'))"
+  fi
+  [[ "$acc" == none ]] && line+=" FAILED (mainjob.txt)"
+  note "$line"
+done
+
+if ((quick)); then
+  note "quick run: no sanitizer, peer or benchmark"
+  note "done in $((SECONDS - start)) s"
+  printf '%s\n' "${summary[@]}" >"$out/summary.txt"
+  exit 0
+fi
+
+# ---- compute-sanitizer ----
+if command -v compute-sanitizer >/dev/null; then
+  kernel_tests=(elementwise reduce softmax batch_norm optim index_select random copy)
+  {
+    for tool in memcheck racecheck synccheck; do
+      for k in "${kernel_tests[@]}"; do
+        [[ "$tool" != memcheck && ! "$k" =~ ^(reduce|softmax|batch_norm)$ ]] && continue
+        echo "== $tool tests_cuda_${k}_test"
+        PIPEWRIGHT_REQUIRE_GPU=1 PIPEWRIGHT_CUDA_ALLOCATOR=direct timeout "$(cap 40)" \
+          compute-sanitizer --tool "$tool" --print-limit 20 "$bin/tests_cuda_${k}_test" 2>&1 |
+          grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Race|Barrier|error|passed|failed" | tail -n 25
+      done
+    done
+    echo "== memcheck fashion_mnist (1 epoch of 2,048 images, two stages on cuda:0)"
+    PIPEWRIGHT_CUDA_ALLOCATOR=direct timeout "$(cap 90)" compute-sanitizer --tool memcheck \
+      --print-limit 20 "$main" --no-progress --epochs 1 --train-limit 2048 --test-limit 512 \
+      --stages 2 --devices cuda:0,cuda:0 2>&1 | tail -n 25
+  } >"$out/sanitizer.txt" 2>&1
+  errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$out/sanitizer.txt" | awk '{s += $1} END {print s + 0}')
+  runs=$(grep -c "ERROR SUMMARY" "$out/sanitizer.txt")
+  note "compute-sanitizer: $errors errors in $runs runs (sanitizer.txt)"
+else
+  echo "(no compute-sanitizer on this machine)" >"$out/sanitizer.txt"
+  note "compute-sanitizer: not on this machine"
+fi
+
+# ---- the PyTorch peer on the same card ----
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  {
+    for config in "--epochs 2" "--epochs 1 --hidden 4096 4096 --batch-size 4096"; do
+      echo "== torch eager cuda $config"
+      # shellcheck disable=SC2086
+      PYTHONUNBUFFERED=1 timeout "$(cap 90)" python3 "$bundle/peers/torch_fashion_mnist.py" \
+        --mode eager --device cuda --data-dir "$bundle/fashion-mnist" $config 2>&1 | tail -n 8
+    done
+  } >"$out/peer.txt" 2>&1
+  mapfile -t torch_sps < <(sed -n 's/^RESULT .*samples_per_s=\([0-9.]*\).*/\1/p' "$out/peer.txt")
+  ours_main=$(result gpu1 2) ours_two=$(result gpu2 2) ours_large=$(result large1 2)
+  ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "n/a" }'; }
+  note "PyTorch eager on this card: main job ${torch_sps[0]:-n/a} samples/s (ours 1 stage $(ratio "$ours_main" "${torch_sps[0]:-0}"), 2 stages $(ratio "$ours_two" "${torch_sps[0]:-0}")); large MLP ${torch_sps[1]:-n/a} samples/s (ours $(ratio "$ours_large" "${torch_sps[1]:-0}"))"
+else
+  echo "(no python3 with a CUDA-capable torch)" >"$out/peer.txt"
+  note "PyTorch peer: no python3 with CUDA torch here"
+fi
+
+# ---- the GPU benchmark ----
+if [[ -x "$bin/tests_cuda_cuda_bench" ]]; then
+  timeout "$(cap 90)" "$bin/tests_cuda_cuda_bench" >"$out/bench.txt" 2>&1
+  note "cuda_bench: exit status $? (bench.txt)"
+  while read -r line; do note "$line"; done < <(grep -E '^SUMMARY' "$out/bench.txt")
+fi
+
+note "done in $((SECONDS - start)) s"
+printf '%s\n' "${summary[@]}" >"$out/summary.txt"
