@@ -1,5 +1,7 @@
 // Elementwise CPU kernels: fill, copies and casts, binary/unary maps, axpy, index_select.
 // Each applies an Eigen array expression to contiguous ranges, split across intra-op threads.
+#include <unsupported/Eigen/SpecialFunctions>
+
 #include <cstring>
 #include <vector>
 
@@ -35,6 +37,7 @@ void apply_unary(UnaryOp op, const X& x, O&& o) {
     case UnaryOp::kAbs: o = x.abs(); return;
     case UnaryOp::kTanh: o = x.tanh(); return;
     case UnaryOp::kSigmoid: o = (T(1) + (-x).exp()).inverse(); return;
+    case UnaryOp::kErf: o = x.erf(); return;
   }
 }
 
