@@ -186,9 +186,7 @@ void gemm_batched_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, 
   const T* a = a_t.data<T>();
   const T* b = b_t.data<T>();
   T* c = c_t.data<T>();
-  const int64_t threads = intra_op_threads();
-  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k * batch;
-  const bool split_each = batch < threads;
+  const bool split_each = batch < intra_op_threads();
   auto products = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const T *ai = a + i * stride_a, *bi = b + i * stride_b;
@@ -202,15 +200,15 @@ void gemm_batched_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, 
       }
     }
   };
-  const int64_t parts = split_each || flops < kParallelFlops ? 1 : threads;
-  if (parts <= 1) {
+  if (split_each) {
     products(0, batch);
     return;
   }
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static)
-#endif
-  for (int64_t p = 0; p < parts; ++p) products(batch * p / parts, batch * (p + 1) / parts);
+  // A stack of at least kParallelFlops runs on the intra-op threads: parallel_for's threshold
+  // is kParallelThreshold cost units, so a product costs its flops scaled by their ratio.
+  constexpr double kFlopsPerUnit = kParallelFlops / kParallelThreshold;
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k;
+  parallel_for(batch, static_cast<int64_t>(flops / kFlopsPerUnit) + 1, products);
 }
 
 /// OpenBLAS is held to one thread of its own (Note [GEMM backend]).
