@@ -4,8 +4,8 @@
 // whole batch, one process) and compares the norm (every rank gets the whole pipeline's)
 // and the clipped gradients of the stages it owns.
 //
-//   mpirun -np 2 clip_grad_main --replicas 1      (2 workers)
-//   mpirun -np 4 clip_grad_main --replicas 2      (2 workers x 2 replicas)
+//   mpirun -np 2 clip_grad_main 1      (2 workers, 1 replica)
+//   mpirun -np 4 clip_grad_main 2      (2 workers x 2 replicas)
 //
 // Exit status 0 when every comparison on every rank passed.
 #include <cmath>
@@ -120,10 +120,7 @@ void run(const std::string& schedule, int virtual_stages, int workers, int repli
 int main(int argc, char** argv) {
   distributed::MpiSession mpi(&argc, &argv);
   rank = mpi.world_rank();
-  int replicas = 1;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--replicas") replicas = std::atoi(argv[i + 1]);
-  }
+  const int replicas = argc > 1 ? std::atoi(argv[1]) : 1;
   const int workers = mpi.world_size() / replicas;
   for (double norm_type : {2.0, double(INFINITY)}) {
     run("gpipe", 1, workers, replicas, norm_type);
