@@ -102,13 +102,15 @@ void BM_AttentionProducts(benchmark::State& state) {  // q·kᵀ then (·)·v, a
   });
 }
 
-BENCHMARK(BM_Block)->Name("block")->ArgName("reference")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Attention)->Name("attention")->ArgName("reference")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_LayerNorm)->Name("parts/layer_norm")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Gelu)->Name("parts/gelu")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Mlp)->Name("parts/mlp")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_CausalSoftmax)->Name("parts/causal_softmax")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_AttentionProducts)->Name("parts/attention_products")->Unit(benchmark::kMillisecond)->UseRealTime();
+#define PW_TRANSFORMER_BENCH(fn, name) \
+  BENCHMARK(fn)->Name(name)->Unit(benchmark::kMillisecond)->UseRealTime()
+PW_TRANSFORMER_BENCH(BM_Block, "block")->ArgName("reference")->Arg(0)->Arg(1);
+PW_TRANSFORMER_BENCH(BM_Attention, "attention")->ArgName("reference")->Arg(0)->Arg(1);
+PW_TRANSFORMER_BENCH(BM_LayerNorm, "parts/layer_norm");
+PW_TRANSFORMER_BENCH(BM_Gelu, "parts/gelu");
+PW_TRANSFORMER_BENCH(BM_Mlp, "parts/mlp");
+PW_TRANSFORMER_BENCH(BM_CausalSoftmax, "parts/causal_softmax");
+PW_TRANSFORMER_BENCH(BM_AttentionProducts, "parts/attention_products");
 
 }  // namespace
 }  // namespace pipewright

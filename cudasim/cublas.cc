@@ -151,7 +151,9 @@ cublasStatus_t gemm(const char* api, cublasHandle_t handle, cublasOperation_t ta
   }
   if (!valid_op(ta) || !valid_op(tb)) return invalid(what.str() + ": invalid operation");
   if (m < 0 || n < 0 || k < 0 || batch < 0) return invalid(what.str() + ": negative size");
-  if (stride_a < 0 || stride_b < 0 || stride_c < 0) return invalid(what.str() + ": negative stride");
+  if (stride_a < 0 || stride_b < 0 || stride_c < 0) {
+    return invalid(what.str() + ": negative stride");
+  }
   const bool na = ta == CUBLAS_OP_N, nb = tb == CUBLAS_OP_N;
   if (lda < std::max(1, na ? m : k)) return invalid(what.str() + ": lda too small");
   if (ldb < std::max(1, nb ? k : n)) return invalid(what.str() + ": ldb too small");
@@ -171,7 +173,8 @@ cublasStatus_t gemm(const char* api, cublasHandle_t handle, cublasOperation_t ta
   req.rules = PointerRules::kKernel;
   // Each operand's extent over the whole batch: the last product's end.
   auto batch_extent = [&](size_t one, long long stride) {
-    return one == 0 ? 0 : one + static_cast<size_t>(batch - 1) * static_cast<size_t>(stride) * sizeof(T);
+    const size_t step = static_cast<size_t>(stride) * sizeof(T);
+    return one == 0 ? 0 : one + static_cast<size_t>(batch - 1) * step;
   };
   const size_t a_bytes = batch_extent(extent(na ? m : k, na ? k : m, lda, sizeof(T)), stride_a);
   const size_t b_bytes = batch_extent(extent(nb ? k : n, nb ? n : k, ldb, sizeof(T)), stride_b);

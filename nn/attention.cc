@@ -26,7 +26,8 @@ CausalSelfAttention::CausalSelfAttention(int64_t dim, int64_t heads, AttentionOp
                                 "got dim " + std::to_string(dim) + ", heads " +
                                 std::to_string(heads));
   }
-  c_attn_ = register_module("c_attn", std::make_shared<Linear>(dim, 3 * dim, attention.bias, options));
+  c_attn_ = register_module("c_attn",
+                            std::make_shared<Linear>(dim, 3 * dim, attention.bias, options));
   c_proj_ = register_module("c_proj", std::make_shared<Linear>(dim, dim, attention.bias, options));
   attn_dropout_ = register_module("attn_dropout", std::make_shared<Dropout>(attention.dropout));
   resid_dropout_ = register_module("resid_dropout", std::make_shared<Dropout>(attention.dropout));

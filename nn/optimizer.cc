@@ -52,7 +52,8 @@ std::string join(const std::vector<std::string>& items) {
 
 }  // namespace
 
-std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, double weight_decay) {
+std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params,
+                                            double weight_decay) {
   std::vector<ParamGroup> groups{{.params = {}, .weight_decay = weight_decay},
                                  {.params = {}, .weight_decay = 0.0}};
   for (const Tensor& p : params) groups[p.defined() && p.dim() >= 2 ? 0 : 1].params.push_back(p);

@@ -53,7 +53,8 @@ struct ParamGroup {
 /// nanoGPT's split for AdamW: parameters of rank >= 2 (Linear and Embedding weights) decay by
 /// `weight_decay`; those of rank < 2 (biases, LayerNorm and RMSNorm weights) do not decay.
 /// Returns {decaying, non-decaying}, each in the order of `params` (a group may be empty).
-std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, double weight_decay);
+std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params,
+                                            double weight_decay);
 
 class Optimizer {
  public:

@@ -35,13 +35,16 @@ TransformerBlock::TransformerBlock(int64_t dim, int64_t heads, TransformerBlockO
     throw std::invalid_argument("TransformerBlock: mlp_ratio must be positive, got " +
                                 std::to_string(block.mlp_ratio));
   }
-  ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(dim, block.eps, true, block.bias, options));
-  attn_ = register_module(
-      "attn", std::make_shared<CausalSelfAttention>(
-                  dim, heads,
-                  AttentionOptions{.dropout = block.dropout, .bias = block.bias, .kernel = block.kernel},
-                  options));
-  ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(dim, block.eps, true, block.bias, options));
+  auto layer_norm = [&] {
+    return std::make_shared<LayerNorm>(dim, block.eps, /*elementwise_affine=*/true, block.bias,
+                                       options);
+  };
+  const AttentionOptions attention{.dropout = block.dropout, .bias = block.bias,
+                                   .kernel = block.kernel};
+  ln_1_ = register_module("ln_1", layer_norm());
+  attn_ = register_module("attn",
+                          std::make_shared<CausalSelfAttention>(dim, heads, attention, options));
+  ln_2_ = register_module("ln_2", layer_norm());
   mlp_ = register_module("mlp", std::make_shared<MLP>(dim, block.mlp_ratio * dim, block.dropout,
                                                       block.bias, block.approximate, options));
 }

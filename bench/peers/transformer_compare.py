@@ -49,7 +49,8 @@ def ours():
 
 def torch_peer(threads, iters):
     out = run(["/usr/bin/python3", TORCH, "--threads", str(threads), "--iters", str(iters)])
-    return {f"torch/{m.group(1)}": float(m.group(2)) for m in map(RESULT.match, out.splitlines()) if m}
+    matches = [m for m in map(RESULT.match, out.splitlines()) if m]
+    return {f"torch/{m.group(1)}": float(m.group(2)) for m in matches}
 
 
 def main():

@@ -136,7 +136,8 @@ def layer_case(out, name, module, x, seed):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.path.join(ROOT, "tests/nn/fixtures/transformer.safetensors"))
+    parser.add_argument("--out",
+                        default=os.path.join(ROOT, "tests/nn/fixtures/transformer.safetensors"))
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_default_dtype(torch.float64)

@@ -94,7 +94,8 @@ void run(const std::string& schedule, int virtual_stages, int workers, int repli
   expect(std::abs(got - want) <= 1e-5 * want,
          where + ": norm " + std::to_string(got) + ", want " + std::to_string(want));
 
-  const std::vector<int> placement = pipeline::schedule_placement(schedule, workers, virtual_stages);
+  const std::vector<int> placement =
+      pipeline::schedule_placement(schedule, workers, virtual_stages);
   const std::vector<nn::Sequential> reference = [&] {
     std::vector<nn::Sequential> parts;
     size_t begin = 0;
