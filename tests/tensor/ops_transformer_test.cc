@@ -69,6 +69,30 @@ TEST_CASE("transpose and permute are views with the elements moved", "[views]") 
   CHECK_THROWS_AS(ops::transpose(x, 0, 3), std::out_of_range);
 }
 
+TEST_CASE("contiguous() of large permuted views, split across threads", "[views]") {
+  const Shape s{20, 33, 3, 64};  // as attention's [B, T, 3, D] before its heads are split
+  const std::vector<double> v = random_values(s.numel(), 15);
+  const Tensor x = tensor_of<float>(v, s);
+  const std::vector<double> xr = rounded<float>(v);
+  for (int threads : {1, 2}) {
+    ThreadBudgetGuard budget(threads);
+    // Last dim kept (rows copied whole), and last dim moved (element by element).
+    for (const std::vector<int64_t>& dims : {std::vector<int64_t>{2, 0, 1, 3}, {3, 1, 0, 2}}) {
+      INFO("threads " << threads << " dims " << dims[0] << dims[1] << dims[2] << dims[3]);
+      const Tensor p = ops::permute(x, dims);
+      const std::vector<double> got = p.contiguous().to_vector<double>();
+      bool equal = true;
+      for (int64_t f = 0; f < p.numel() && equal; ++f) {
+        const std::vector<int64_t> i = unflat(p.shape(), f);
+        std::vector<int64_t> src(4);
+        for (size_t k = 0; k < 4; ++k) src[static_cast<size_t>(dims[k])] = i[k];
+        equal = got[f] == xr[flat(s, src)];
+      }
+      CHECK(equal);
+    }
+  }
+}
+
 TEST_CASE("expand repeats with stride 0 and refuses other sizes", "[views]") {
   const Tensor x = Tensor::from_vector<double>({1, 2, 3}, Shape{3, 1});
   const Tensor e = ops::expand(x, Shape{2, 3, 2});
