@@ -55,6 +55,7 @@ __device__ inline T apply_unary(T x) {
   if constexpr (op == UnaryOp::kAbs) return fabs(x);
   if constexpr (op == UnaryOp::kTanh) return tanh(x);
   if constexpr (op == UnaryOp::kSigmoid) return T(1) / (T(1) + exp(-x));
+  if constexpr (op == UnaryOp::kErf) return erf(x);
   return x;
 }
 
@@ -100,6 +101,7 @@ void dispatch_unary(UnaryOp op, F&& f) {
     case UnaryOp::kAbs: f(std::integral_constant<UnaryOp, UnaryOp::kAbs>{}); return;
     case UnaryOp::kTanh: f(std::integral_constant<UnaryOp, UnaryOp::kTanh>{}); return;
     case UnaryOp::kSigmoid: f(std::integral_constant<UnaryOp, UnaryOp::kSigmoid>{}); return;
+    case UnaryOp::kErf: f(std::integral_constant<UnaryOp, UnaryOp::kErf>{}); return;
   }
   throw std::invalid_argument("cuda unary: unknown UnaryOp " +
                               std::to_string(static_cast<int>(op)));

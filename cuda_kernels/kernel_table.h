@@ -14,12 +14,19 @@
 //   random.cu         philox_uniform, philox_normal, dropout (bit-identical to the CPU: philox.h)
 //   index_select.cu   index_select (src of any dtype)
 //   optim.cu          sgd_step, adam_step
+//   gemm.cc           gemm_batched (cuBLAS strided-batched)
+//   masking.cu        masked_fill (also int64), triangular (also int64), causal_softmax,
+//                     causal_softmax_backward
+//   index_add.cu      index_add (waits for its stream to check its indices)
+//   gelu.cu           gelu, gelu_backward (erf is a unary op of elementwise.cu)
+//   layer_norm.cu     layer_norm, layer_norm_backward
 //
 // Every kernel may assume what kernels.h promises (contiguous tensors on one CUDA device,
 // shapes checked, outputs allocated). Work is queued on the calling thread's current stream
 // of that device and is asynchronous: results are ready for later work on the same stream,
 // and for the host after a synchronize or a copy to the CPU. Exceptions: cross_entropy,
-// cross_entropy_backward and index_select wait for their stream to check their indices.
+// cross_entropy_backward, index_select and index_add wait for their stream to check their
+// indices.
 // Dtypes: float32 and float64, like the CPU kernels; int64 too where a comment says so.
 // Anything else throws std::invalid_argument naming the op and the dtype.
 #pragma once

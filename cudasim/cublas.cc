@@ -1,5 +1,6 @@
 // The cuBLAS subset pipewright calls: handles (bound to the device current at cublasCreate,
-// on the legacy default stream until cublasSetStream), math mode, workspace, S/D GEMM.
+// on the legacy default stream until cublasSetStream), math mode, workspace, S/D GEMM and
+// S/D strided-batched GEMM.
 //
 // A GEMM is a stream operation like a kernel: its operands are checked (kernel pointer rules)
 // and recorded with the race detector — A and B read over exactly their column-major extents,
@@ -123,10 +124,15 @@ void compute(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, T 
   else c = alpha * product + beta * c;
 }
 
+// One GEMM, or a strided batch of `batch` of them (cublas?gemmStridedBatched: product i reads
+// A + i·stride_a and B + i·stride_b and writes C + i·stride_c; a stride of 0 shares one
+// operand between every product).
 template <typename T>
 cublasStatus_t gemm(const char* api, cublasHandle_t handle, cublasOperation_t ta,
                     cublasOperation_t tb, int m, int n, int k, const T* alpha, const T* A,
-                    int lda, const T* B, int ldb, const T* beta, T* C, int ldc) {
+                    int lda, const T* B, int ldb, const T* beta, T* C, int ldc,
+                    long long stride_a = 0, long long stride_b = 0, long long stride_c = 0,
+                    int batch = 1) {
   if (in_host_callback()) {
     return set_blas_detail(CUBLAS_STATUS_EXECUTION_FAILED,
                            std::string(api) + " called from a cudaLaunchHostFunc callback");
@@ -140,14 +146,24 @@ cublasStatus_t gemm(const char* api, cublasHandle_t handle, cublasOperation_t ta
   what << api << " " << (valid_op(ta) ? op_name(ta) : "?") << (valid_op(tb) ? op_name(tb) : "?")
        << " m=" << m << " n=" << n << " k=" << k << " lda=" << lda << " ldb=" << ldb
        << " ldc=" << ldc;
+  if (batch != 1) {
+    what << " strides " << stride_a << "/" << stride_b << "/" << stride_c << " batch " << batch;
+  }
   if (!valid_op(ta) || !valid_op(tb)) return invalid(what.str() + ": invalid operation");
-  if (m < 0 || n < 0 || k < 0) return invalid(what.str() + ": negative size");
+  if (m < 0 || n < 0 || k < 0 || batch < 0) return invalid(what.str() + ": negative size");
+  if (stride_a < 0 || stride_b < 0 || stride_c < 0) {
+    return invalid(what.str() + ": negative stride");
+  }
   const bool na = ta == CUBLAS_OP_N, nb = tb == CUBLAS_OP_N;
   if (lda < std::max(1, na ? m : k)) return invalid(what.str() + ": lda too small");
   if (ldb < std::max(1, nb ? k : n)) return invalid(what.str() + ": ldb too small");
   if (ldc < std::max(1, m)) return invalid(what.str() + ": ldc too small");
   if (alpha == nullptr || beta == nullptr) return invalid(what.str() + ": alpha/beta null");
-  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  const size_t c_bytes = extent(m, n, ldc, sizeof(T));
+  if (batch > 1 && static_cast<size_t>(stride_c) * sizeof(T) < c_bytes) {
+    return invalid(what.str() + ": stride_c smaller than one C (the products would overlap)");
+  }
   const T a_scale = *alpha, b_scale = *beta;  // host pointer mode: read at the call
   const bool tf32 = std::is_same_v<T, float> && (h.math & 0xF) == CUBLAS_TF32_TENSOR_OP_MATH;
 
@@ -155,16 +171,26 @@ cublasStatus_t gemm(const char* api, cublasHandle_t handle, cublasOperation_t ta
   req.stream = h.stream;
   req.site.what = what.str();
   req.rules = PointerRules::kKernel;
-  const size_t a_bytes = extent(na ? m : k, na ? k : m, lda, sizeof(T));
-  const size_t b_bytes = extent(nb ? k : n, nb ? n : k, ldb, sizeof(T));
+  // Each operand's extent over the whole batch: the last product's end.
+  auto batch_extent = [&](size_t one, long long stride) {
+    const size_t step = static_cast<size_t>(stride) * sizeof(T);
+    return one == 0 ? 0 : one + static_cast<size_t>(batch - 1) * step;
+  };
+  const size_t a_bytes = batch_extent(extent(na ? m : k, na ? k : m, lda, sizeof(T)), stride_a);
+  const size_t b_bytes = batch_extent(extent(nb ? k : n, nb ? n : k, ldb, sizeof(T)), stride_b);
   if (a_bytes > 0) req.accesses.push_back({A, a_bytes, false, 0});
   if (b_bytes > 0) req.accesses.push_back({B, b_bytes, false, 1});
   // C: read (beta != 0) and written; the write alone already conflicts with any access.
-  req.accesses.push_back({C, extent(m, n, ldc, sizeof(T)), true, 2});
+  req.accesses.push_back({C, batch_extent(c_bytes, stride_c), true, 2});
   if (h.workspace != nullptr && h.workspace_bytes > 0) {
     req.accesses.push_back({h.workspace, h.workspace_bytes, true, 3});
   }
-  req.work = [=] { compute<T>(ta, tb, m, n, k, a_scale, A, lda, B, ldb, b_scale, C, ldc, tf32); };
+  req.work = [=] {
+    for (int i = 0; i < batch; ++i) {
+      compute<T>(ta, tb, m, n, k, a_scale, A + i * stride_a, lda, B + i * stride_b, ldb, b_scale,
+                 C + i * stride_c, ldc, tf32);
+    }
+  };
   if (h.stream == nullptr || h.stream == cudaStreamLegacy) {
     // The legacy stream of the handle's device, whatever the caller's current device is.
     const int saved = current_device();
@@ -267,6 +293,26 @@ cublasStatus_t cublasDgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
   cudasim::detail::count_api("cublasDgemm");
   return gemm<double>("cublasDgemm", handle, transa, transb, m, n, k, alpha, A, lda, B, ldb,
                       beta, C, ldc);
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const float* alpha, const float* A, int lda,
+                                         long long int strideA, const float* B, int ldb,
+                                         long long int strideB, const float* beta, float* C,
+                                         int ldc, long long int strideC, int batchCount) {
+  return gemm<float>("cublasSgemmStridedBatched", handle, transa, transb, m, n, k, alpha, A, lda,
+                     B, ldb, beta, C, ldc, strideA, strideB, strideC, batchCount);
+}
+
+cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                         cublasOperation_t transb, int m, int n, int k,
+                                         const double* alpha, const double* A, int lda,
+                                         long long int strideA, const double* B, int ldb,
+                                         long long int strideB, const double* beta, double* C,
+                                         int ldc, long long int strideC, int batchCount) {
+  return gemm<double>("cublasDgemmStridedBatched", handle, transa, transb, m, n, k, alpha, A, lda,
+                      B, ldb, beta, C, ldc, strideA, strideB, strideC, batchCount);
 }
 
 const char* cublasGetStatusString(cublasStatus_t status) { return blas_status_string(status); }

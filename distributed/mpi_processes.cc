@@ -282,22 +282,28 @@ std::exception_ptr MpiProcesses::step_failed(const pipeline::Step& step, std::ex
   return std::make_exception_ptr(std::runtime_error(text));
 }
 
-double MpiProcesses::sum_on(MPI_Comm comm, double value, const std::string& what) {
-  double sum = 0;
+double MpiProcesses::reduce_on(MPI_Comm comm, double value, const std::string& what, MPI_Op op) {
+  double result = 0;
   MPI_Request request;
-  check(MPI_Iallreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, comm, &request),
+  check(MPI_Iallreduce(&value, &result, 1, MPI_DOUBLE, op, comm, &request),
         ("MPI_Iallreduce (" + what + ")").c_str());
   wait_for(request, what);
-  return sum;
+  return result;
 }
 
 double MpiProcesses::sum_over_replicas(double value) {
   if (replicas_ == 1) return value;
-  return sum_on(stage_comm_, value, "sum of the loss over replicas");
+  return reduce_on(stage_comm_, value, "sum of the loss over replicas");
+}
+
+double MpiProcesses::combine_over_pipeline(double value, bool max) {
+  return reduce_on(replica_comm_, value, max ? "maximum of the gradient norm over the pipeline"
+                                          : "sum of the gradient norm over the pipeline",
+                max ? MPI_MAX : MPI_SUM);
 }
 
 double MpiProcesses::sum_over_job(double value) {
-  return sum_on(world_, value, "sum over the job");
+  return reduce_on(world_, value, "sum over the job");
 }
 
 void MpiProcesses::max_over_job(std::vector<double>& values) {

@@ -91,6 +91,8 @@ class MpiProcesses final : public pipeline::Processes {
   void worker_finished(int worker, bool failed) override;
   void step_finished(pipeline::Step& step) override;
   std::exception_ptr step_failed(const pipeline::Step& step, std::exception_ptr error) override;
+  /// Over the replica's pipeline communicator (its p workers).
+  double combine_over_pipeline(double value, bool max) override;
 
   // ---- collectives for programs ----
   /// Σ over replicas of `value` (on the data-parallel communicator). Throws as wait().
@@ -116,8 +118,9 @@ class MpiProcesses final : public pipeline::Processes {
   struct DeviceBucket;
   void reduce_on_device(const std::vector<Tensor>& grads);
   void wait_for(MPI_Request& request, const std::string& what);
-  /// Σ value over the ranks of `comm` (a non-blocking all-reduce waited for by wait_for).
-  double sum_on(MPI_Comm comm, double value, const std::string& what);
+  /// Σ value (or `op`) over the ranks of `comm` (a non-blocking all-reduce waited for by
+  /// wait_for).
+  double reduce_on(MPI_Comm comm, double value, const std::string& what, MPI_Op op = MPI_SUM);
   /// The worker of `stage` in the latest step's placement (round robin before the first).
   int worker_of(int stage) const;
 

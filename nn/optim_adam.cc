@@ -1,6 +1,7 @@
 #include "nn/optim_adam.h"
 
 #include <cmath>
+#include <string>
 #include <sstream>
 #include <stdexcept>
 
@@ -44,20 +45,47 @@ AdamOptions from_values(const std::map<std::string, double>& v) {
           .decoupled = decoupled == 1};
 }
 
+std::vector<Tensor> all_params(const std::vector<ParamGroup>& groups) {
+  std::vector<Tensor> params;
+  for (const ParamGroup& g : groups) params.insert(params.end(), g.params.begin(), g.params.end());
+  return params;
+}
+
+AdamOptions adam_options(const AdamWOptions& o) {
+  return {.lr = o.lr, .betas = o.betas, .eps = o.eps, .weight_decay = o.weight_decay,
+          .decoupled = true};
+}
+
+// The group hyperparameter names: "1.weight_decay" and "<g>.num_params" (group 0's without
+// the "0.", the base's convention).
+std::string group_name(size_t g, const char* entry) {
+  return g == 0 ? std::string(entry) : std::to_string(g) + "." + entry;
+}
+
 }  // namespace
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions options)
-    : Optimizer(std::move(params)), options_(options) {
+    : Adam(std::vector<ParamGroup>{{.params = std::move(params)}}, options) {}
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
+    : Optimizer(all_params(groups)), options_(options) {
+  for (const ParamGroup& g : groups) {
+    group_sizes_.push_back(static_cast<int64_t>(g.params.size()));
+    group_decay_.push_back(g.weight_decay.value_or(options.weight_decay));
+    AdamOptions group = options_;
+    group.weight_decay = group_decay_.back();
+    validate(group);
+  }
+  options_.weight_decay = group_decay_.at(0);
   validate(options_);
   state_.resize(this->params().size());
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
-    : Adam(std::move(params), {.lr = options.lr,
-                               .betas = options.betas,
-                               .eps = options.eps,
-                               .weight_decay = options.weight_decay,
-                               .decoupled = true}) {}
+    : Adam(std::move(params), adam_options(options)) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
+    : Adam(std::move(groups), adam_options(options)) {}
 
 void Adam::set_lr(double lr) {
   AdamOptions changed = options_;
@@ -70,7 +98,10 @@ void Adam::step() {
   const std::vector<Tensor> grads = checked_grads();  // all checked before any change
 
   const AdamOptions& o = options_;
+  size_t group = 0;
+  int64_t group_end = group_sizes_[0];
   for (size_t i = 0; i < grads.size(); ++i) {
+    while (static_cast<int64_t>(i) >= group_end) group_end += group_sizes_[++group];
     if (!grads[i].defined()) continue;  // PyTorch skips parameters without a grad
     Tensor param = params()[i];
     State& s = state_[i];
@@ -84,7 +115,7 @@ void Adam::step() {
     }
     s.step += 1;
     PW_KERNEL(param.device(), adam_step)(param, grads[i], s.exp_avg, s.exp_avg_sq, o.lr,
-                                         o.betas.first, o.betas.second, o.eps, o.weight_decay,
+                                         o.betas.first, o.betas.second, o.eps, group_decay_[group],
                                          o.decoupled, s.step);
   }
 }
@@ -98,21 +129,44 @@ NamedTensors Adam::param_state(size_t i) const {
 }
 
 std::vector<std::pair<std::string, double>> Adam::hyperparameters() const {
-  return {{"lr", options_.lr},
-          {"beta1", options_.betas.first},
-          {"beta2", options_.betas.second},
-          {"eps", options_.eps},
-          {"weight_decay", options_.weight_decay},
-          {"decoupled", options_.decoupled ? 1.0 : 0.0}};
+  std::vector<std::pair<std::string, double>> values{{"lr", options_.lr},
+                                                     {"beta1", options_.betas.first},
+                                                     {"beta2", options_.betas.second},
+                                                     {"eps", options_.eps},
+                                                     {"weight_decay", options_.weight_decay},
+                                                     {"decoupled", options_.decoupled ? 1.0 : 0.0}};
+  if (group_sizes_.size() == 1) return values;  // one group: no group entries (older files)
+  for (size_t g = 0; g < group_sizes_.size(); ++g) {
+    values.emplace_back(group_name(g, "num_params"), static_cast<double>(group_sizes_[g]));
+    if (g > 0) values.emplace_back(group_name(g, "weight_decay"), group_decay_[g]);
+  }
+  return values;
 }
 
 void Adam::validate_hyperparameters(const std::map<std::string, double>& values) const {
   validate(from_values(values));
+  for (size_t g = 0; g < group_sizes_.size() && group_sizes_.size() > 1; ++g) {
+    const double size = values.at(group_name(g, "num_params"));
+    if (size != static_cast<double>(group_sizes_[g])) {
+      std::ostringstream msg;
+      msg << name() << ": parameter group " << g << " has " << group_sizes_[g]
+          << " parameters but the state dict's has " << size;
+      throw std::invalid_argument(msg.str());
+    }
+    if (g == 0) continue;
+    AdamOptions group = from_values(values);
+    group.weight_decay = values.at(group_name(g, "weight_decay"));
+    validate(group);
+  }
 }
 
 void Adam::commit_state(std::vector<std::map<std::string, Tensor>> per_param,
                         const std::map<std::string, double>& hyperparameters) {
   options_ = from_values(hyperparameters);
+  group_decay_[0] = options_.weight_decay;
+  for (size_t g = 1; g < group_sizes_.size(); ++g) {
+    group_decay_[g] = hyperparameters.at(group_name(g, "weight_decay"));
+  }
   for (size_t i = 0; i < per_param.size(); ++i) {
     auto& entries = per_param[i];
     if (entries.empty()) {

@@ -45,6 +45,11 @@ class Adam : public Optimizer {
   /// Throws std::invalid_argument naming the value for lr < 0, a beta outside [0, 1), eps < 0
   /// or weight_decay < 0 (NaN included); and everything Optimizer's constructor throws.
   Adam(std::vector<Tensor> params, AdamOptions options);
+  /// Parameter groups (torch's param_groups): group g's parameters decay by its weight_decay
+  /// (options.weight_decay where it has none); every other hyperparameter is shared.
+  /// Parameters are numbered across the groups in order. options().weight_decay is group 0's.
+  /// Throws as above, also for a group's weight_decay < 0.
+  Adam(std::vector<ParamGroup> groups, AdamOptions options);
 
   void step() override;
   double lr() const override { return options_.lr; }
@@ -68,6 +73,8 @@ class Adam : public Optimizer {
   };
   AdamOptions options_;
   std::vector<State> state_;
+  std::vector<int64_t> group_sizes_;    // parameters per group, in order
+  std::vector<double> group_decay_;     // λ of each group (group 0's is options_.weight_decay)
 };
 
 /// Adam with decoupled weight decay (Loshchilov & Hutter, "Decoupled Weight Decay
@@ -75,6 +82,9 @@ class Adam : public Optimizer {
 class AdamW : public Adam {
  public:
   AdamW(std::vector<Tensor> params, AdamWOptions options);
+  /// With parameter groups, e.g. no decay on biases and norms:
+  ///   nn::AdamW opt(nn::weight_decay_groups(model.parameters(), 0.1), {.lr = 3e-4});
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions options);
 };
 
 }  // namespace pipewright::nn

@@ -10,7 +10,20 @@ namespace pipewright::nn {
 namespace {
 
 constexpr const char* kStatePrefix = "state.";
+constexpr const char* kGroupsPrefix = "param_groups.";
 constexpr const char* kGroupPrefix = "param_groups.0.";
+
+// The key of hyperparameter `entry`: "lr" is group 0's ("param_groups.0.lr"), "1.weight_decay"
+// names its group ("param_groups.1.weight_decay").
+std::string group_key(const std::string& entry) {
+  return (entry.find('.') == std::string::npos ? kGroupPrefix : kGroupsPrefix) + entry;
+}
+
+// The inverse of group_key: "param_groups.0.lr" -> "lr", "param_groups.1.x" -> "1.x".
+std::string group_entry(const std::string& key) {
+  const std::string rest = key.substr(std::string(kGroupsPrefix).size());
+  return rest.compare(0, 2, "0.") == 0 ? rest.substr(2) : rest;
+}
 
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
@@ -38,6 +51,14 @@ std::string join(const std::vector<std::string>& items) {
 }
 
 }  // namespace
+
+std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params,
+                                            double weight_decay) {
+  std::vector<ParamGroup> groups{{.params = {}, .weight_decay = weight_decay},
+                                 {.params = {}, .weight_decay = 0.0}};
+  for (const Tensor& p : params) groups[p.defined() && p.dim() >= 2 ? 0 : 1].params.push_back(p);
+  return groups;
+}
 
 Optimizer::Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {
   if (params_.empty()) throw std::invalid_argument("optimizer got an empty parameter list");
@@ -132,7 +153,7 @@ NamedTensors Optimizer::state_dict() const {
     }
   }
   for (const auto& [entry, value] : hyperparameters()) {
-    out.emplace_back(kGroupPrefix + entry, Tensor::scalar(value, {.dtype = DType::kFloat64}));
+    out.emplace_back(group_key(entry), Tensor::scalar(value, {.dtype = DType::kFloat64}));
   }
   return out;
 }
@@ -149,8 +170,8 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
     if (!seen.insert(key).second) {
       throw std::invalid_argument(std::string(name()) + ": duplicate key '" + key + "'");
     }
-    if (starts_with(key, kGroupPrefix)) {
-      const std::string entry = key.substr(std::string(kGroupPrefix).size());
+    if (starts_with(key, kGroupsPrefix)) {
+      const std::string entry = group_entry(key);
       if (!hyper_names.count(entry)) {
         throw std::invalid_argument(std::string(name()) + ": unexpected key '" + key +
                                     "' (hyperparameters: " +
@@ -182,7 +203,7 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
 
   std::vector<std::string> missing;
   for (const auto& entry : hyper_names) {
-    if (!hyper.count(entry)) missing.push_back(kGroupPrefix + entry);
+    if (!hyper.count(entry)) missing.push_back(group_key(entry));
   }
   for (size_t i = 0; i < per_param.size(); ++i) {
     if (per_param[i].empty()) continue;  // never stepped: no state, like PyTorch

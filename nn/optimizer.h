@@ -22,10 +22,15 @@
 //   param_groups.0.<name>   the hyperparameters as float64 scalars ("param_groups.0.lr"; a
 //                           flag like nesterov is 0 or 1). Loading restores them, as PyTorch
 //                           does, so a learning-rate schedule resumes where it stopped.
+//   param_groups.<g>.<name> with several parameter groups (ParamGroup), what differs per group
+//                           g >= 1 ("param_groups.1.weight_decay") and each group's size
+//                           ("param_groups.<g>.num_params"); parameters are numbered across the
+//                           groups in order, as in PyTorch.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +42,19 @@ namespace pipewright::nn {
 // The same alias as nn/module.h declares (redeclaring an alias of the same type is legal C++),
 // so the optimizers do not depend on Module.
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+/// One of torch.optim's param_groups: parameters that share a setting. weight_decay
+/// overrides the optimizer's (nullopt: the optimizer's). Adam and AdamW take a list of groups.
+struct ParamGroup {
+  std::vector<Tensor> params;
+  std::optional<double> weight_decay = std::nullopt;
+};
+
+/// nanoGPT's split for AdamW: parameters of rank >= 2 (Linear and Embedding weights) decay by
+/// `weight_decay`; those of rank < 2 (biases, LayerNorm and RMSNorm weights) do not decay.
+/// Returns {decaying, non-decaying}, each in the order of `params` (a group may be empty).
+std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params,
+                                            double weight_decay);
 
 class Optimizer {
  public:
@@ -88,7 +106,7 @@ class Optimizer {
   /// Parameter i's state as (name, tensor) in state_names() order, or empty when it has none.
   /// The tensors may be the live ones: state_dict() copies them.
   virtual NamedTensors param_state(size_t i) const = 0;
-  /// Hyperparameters as (name, value).
+  /// Hyperparameters as (name, value): "lr" is group 0's, "1.weight_decay" group 1's.
   virtual std::vector<std::pair<std::string, double>> hyperparameters() const = 0;
 
   /// Throws std::invalid_argument (naming the values) when loaded hyperparameters are invalid.

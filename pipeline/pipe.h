@@ -203,6 +203,19 @@ class Pipe {
   StepResult eval_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
                        const StepOptions& options = {});
 
+  // ---- gradient clipping ----
+  /// torch's clip_grad_norm_ over every parameter of the model, wherever it lives: the
+  /// p-norm of all gradients together (parameters without a .grad skipped), each stage's
+  /// share reduced on its device, the shares summed (the maximum for p = inf) over stages,
+  /// workers and, with PipeOptions::processes, over the processes of the replica's pipeline;
+  /// then every gradient this process holds is scaled by min(1, max_norm / (norm + 1e-6)).
+  /// Data-parallel replicas hold equal gradients after a step, so each computes the same norm.
+  /// Equal to nn::clip_grad_norm on the un-pipelined model within float rounding (the sum's
+  /// order differs). Call between steps (after train_step, or after the backward through
+  /// forward()'s output). Returns the norm before clipping. Throws std::invalid_argument for
+  /// norm_type <= 0 or max_norm < 0 (nn/clip_grad.h), and communication errors.
+  double clip_grad_norm(double max_norm, double norm_type = 2.0);
+
   // ---- structure ----
   nn::Sequential& module() { return module_; }
   const nn::Sequential& module() const { return module_; }

@@ -56,6 +56,11 @@ class Processes {
   /// On the caller's thread after a failed execute(): the exception to rethrow (the original
   /// one, or one naming where the run failed).
   virtual std::exception_ptr step_failed(const Step& step, std::exception_ptr error) = 0;
+  /// Σ of `value` (its maximum, with max) over the processes that run one replica's workers,
+  /// each bringing its own stages' share: how Pipe::clip_grad_norm totals its gradient norm.
+  /// Collective over those processes; called on the caller's thread between steps. Throws on
+  /// communication errors.
+  virtual double combine_over_pipeline(double value, bool max) = 0;
 };
 
 }  // namespace pipewright::pipeline

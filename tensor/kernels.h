@@ -38,7 +38,8 @@
 namespace pipewright {
 
 enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv, kRSub, kRDiv };  // R: b op a
-enum class UnaryOp : uint8_t { kNeg, kExp, kLog, kSqrt, kRelu, kSquare, kAbs, kTanh, kSigmoid };
+enum class UnaryOp : uint8_t { kNeg, kExp, kLog, kSqrt, kRelu, kSquare, kAbs, kTanh, kSigmoid,
+                               kErf };
 enum class ReduceOp : uint8_t { kSum, kMean, kMax };
 
 /// Every kernel, every device. One X(name, (parameters)) per kernel, documented above it.
@@ -120,7 +121,43 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax };
   /* p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps). */                                     \
   X(adam_step, (Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr, \
                 double beta1, double beta2, double eps, double weight_decay, bool decoupled,       \
-                int64_t step))
+                int64_t step))                                                                     \
+  /* ---- transformer blocks (tensor/batched_matmul.h, masking.h, gelu.h, normalization.h, */      \
+  /* index_add.h) ---- */                                                                          \
+  /* c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for i < B, op as in gemm: a [Ba, ., .], */   \
+  /* b [Bb, ., .], c [B, M, N], Ba and Bb each B or 1 (1: one matrix shared by every i). */        \
+  X(gemm_batched, (bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,     \
+                   double beta, Tensor& c))                                                        \
+  /* out[i] = mask[i % mask.numel()] != 0 ? value : x[i]; mask of any dtype, its numel divides */  \
+  /* x's (a mask of x's trailing dims repeats over the leading ones). */                           \
+  X(masked_fill, (const Tensor& x, const Tensor& mask, double value, Tensor& out))                 \
+  /* x, out [B, R, C]: out[b, i, j] = x[b, i, j] where j - i >= diagonal (upper) or */             \
+  /* j - i <= diagonal (lower), else 0 (torch.triu / torch.tril). */                               \
+  X(triangular, (const Tensor& x, int64_t diagonal, bool upper, Tensor& out))                      \
+  /* x, out [B, L, S]: row i of each matrix is softmax over j <= i of scale * x[b, i, j], */       \
+  /* and 0 for j > i (a causal mask, top-left aligned like torch's is_causal). */                  \
+  X(causal_softmax, (const Tensor& x, double scale, Tensor& out))                                  \
+  /* Its gradient, y the forward output: gx = scale * y * (g - Σ_j g y) (0 where masked). */       \
+  X(causal_softmax_backward, (const Tensor& grad, const Tensor& y, double scale, Tensor& out))     \
+  /* dst[index[i], ...] += src[i, ...] along dim 0 (index int64 [K], src [K, ...]), in index */    \
+  /* order for each element. Throws std::out_of_range naming an index outside [0, dst rows). */    \
+  X(index_add, (Tensor& dst, const Tensor& index, const Tensor& src))                              \
+  /* GELU: x * Φ(x) = x/2 * (1 + erf(x/√2)), or with tanh_approximation */                         \
+  /* x/2 * (1 + tanh(√(2/π) (x + 0.044715 x³))); the backward is g * d/dx of the same. */          \
+  X(gelu, (const Tensor& x, bool tanh_approximation, Tensor& out))                                 \
+  X(gelu_backward, (const Tensor& grad, const Tensor& x, bool tanh_approximation, Tensor& out))    \
+  /* LayerNorm over the rows of x [rows, cols]: mean[r], rstd[r] = 1/sqrt(biased var + eps), */    \
+  /* y = (x - mean) * rstd * weight + bias. rms: RMSNorm, mean not used (may be undefined), */     \
+  /* rstd = 1/sqrt(mean of x² + eps), y = x * rstd * weight. weight, bias [cols] or undefined */   \
+  /* (1 and 0); mean, rstd [rows] in x's dtype. */                                                 \
+  X(layer_norm, (const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, bool rms,  \
+                 Tensor& y, Tensor& mean, Tensor& rstd))                                           \
+  /* Its gradients; any of grad_x / grad_weight / grad_bias may be undefined (not wanted). */      \
+  /* x̂ = (x - mean) * rstd, ĝ = g * weight: grad_bias = Σ_rows g, grad_weight = Σ_rows g x̂, */   \
+  /* grad_x = rstd * (ĝ - mean_cols(ĝ) - x̂ mean_cols(ĝ x̂)) (rms: without the mean_cols(ĝ)). */   \
+  X(layer_norm_backward, (const Tensor& grad_y, const Tensor& x, const Tensor& weight,             \
+                          const Tensor& mean, const Tensor& rstd, bool rms, Tensor& grad_x,        \
+                          Tensor& grad_weight, Tensor& grad_bias))
 
 /// Kernels that only the CPU has (Note [One kernel list]); null on other devices. None yet.
 #define PIPEWRIGHT_CPU_ONLY_KERNELS(X)

@@ -19,6 +19,7 @@
 #include "nn/dropout.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
+#include "nn/lr_scheduler.h"
 #include "nn/optim.h"
 #include "nn/serialize.h"
 #include "pipeline/balance.h"
@@ -66,13 +67,14 @@ std::unique_ptr<nn::Optimizer> make_optimizer(const TrainConfig& config, const n
       params, nn::AdamOptions{.lr = config.lr, .weight_decay = config.weight_decay});
 }
 
-// The learning rate of global step `step` (0-based) of `total`: cosine annealing
-// (Loshchilov & Hutter, SGDR, without restarts) from config.lr to 0, or constant. A function
-// of the step alone, so a resumed run continues the same curve.
-double learning_rate(const TrainConfig& config, int64_t step, int64_t total) {
-  if (config.lr_schedule == "constant") return config.lr;
-  const double progress = static_cast<double>(step) / static_cast<double>(total);
-  return config.lr * 0.5 * (1.0 + std::cos(M_PI * progress));
+// The learning-rate schedule over the run's `total` steps (nn/lr_scheduler.h): cosine
+// annealing from config.lr to 0, or constant. A function of the global step alone, so a
+// resumed run continues the same curve. Made before a resume restores the optimizer's lr, so
+// its base is config.lr.
+std::unique_ptr<nn::LRScheduler> make_schedule(const TrainConfig& config, nn::Optimizer& optimizer,
+                                               int64_t total) {
+  if (config.lr_schedule == "constant") return std::make_unique<nn::ConstantLR>(optimizer, 1.0, 0);
+  return std::make_unique<nn::WarmupCosineLR>(optimizer, /*warmup_steps=*/0, total);
 }
 
 // ---- checkpoint metadata: everything besides tensors that a bitwise resume needs ----
@@ -342,6 +344,8 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
                        .threads_per_worker = config.threads,
                        .processes = processes});
   std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(config, pipe.parameters());
+  const std::unique_ptr<nn::LRScheduler> schedule =
+      make_schedule(config, *optimizer, int64_t{config.epochs} * loader.num_batches());
 
   int first_epoch = 0;
   if (!config.resume.empty()) {
@@ -388,8 +392,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
     int64_t samples = 0, steps = 0;
     const auto start = Clock::now();
     for (const data::Batch& batch : loader) {
-      optimizer->set_lr(learning_rate(config, epoch * loader.num_batches() + steps,
-                                      config.epochs * loader.num_batches()));
+      schedule->set_last_step(epoch * loader.num_batches() + steps);
       optimizer->zero_grad();
       const auto [input, target] =
           task.make_step ? task.make_step(config, batch, epoch * loader.num_batches() + steps)

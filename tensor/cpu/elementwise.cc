@@ -1,5 +1,7 @@
 // Elementwise CPU kernels: fill, copies and casts, binary/unary maps, axpy, index_select.
 // Each applies an Eigen array expression to contiguous ranges, split across intra-op threads.
+#include <unsupported/Eigen/SpecialFunctions>
+
 #include <cstring>
 #include <vector>
 
@@ -35,31 +37,50 @@ void apply_unary(UnaryOp op, const X& x, O&& o) {
     case UnaryOp::kAbs: o = x.abs(); return;
     case UnaryOp::kTanh: o = x.tanh(); return;
     case UnaryOp::kSigmoid: o = (T(1) + (-x).exp()).inverse(); return;
+    case UnaryOp::kErf: o = x.erf(); return;
   }
 }
 
-/// dst[i] = src at the i-th row-major position of its (arbitrary) strides: an odometer over
-/// the multi-index that moves the source position by one stride per step.
+/// dst[i] = src at the i-th row-major position of its (arbitrary) strides. Rows of the
+/// innermost dim are copied whole (memcpy when that dim has stride 1, as in a permuted view
+/// that keeps its last dim); an odometer over the outer dims moves the source position by one
+/// stride per row. Rows are split across the intra-op threads, each range starting from the
+/// multi-index of its first row.
 template <class T>
 void copy_strided_typed(const Tensor& src, Tensor& dst) {
   const T* s = src.data<T>();
   T* d = dst.data<T>();
   const std::vector<int64_t>& sizes = src.shape().dims();
   const std::vector<int64_t>& strides = src.strides();
-  std::vector<int64_t> index(sizes.size(), 0);
-  int64_t pos = 0;
-  const int64_t n = src.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    d[i] = s[pos];
-    for (size_t k = sizes.size(); k-- > 0;) {
-      if (++index[k] < sizes[k]) {
-        pos += strides[k];
-        break;
-      }
-      pos -= strides[k] * (sizes[k] - 1);
-      index[k] = 0;
+  const size_t outer = sizes.size() - 1;  // rank >= 1: a rank-0 tensor is contiguous
+  const int64_t width = sizes[outer], step = strides[outer];
+  const int64_t rows = width == 0 ? 0 : src.numel() / width;
+  parallel_for(rows, width, [&](int64_t r, int64_t end) {
+    std::vector<int64_t> index(outer, 0);
+    int64_t pos = 0;
+    int64_t rest = r;
+    for (size_t k = outer; k-- > 0;) {
+      index[k] = rest % sizes[k];
+      rest /= sizes[k];
+      pos += index[k] * strides[k];
     }
-  }
+    for (; r < end; ++r) {
+      T* row = d + r * width;
+      if (step == 1) {
+        std::memcpy(row, s + pos, static_cast<size_t>(width) * sizeof(T));
+      } else {
+        for (int64_t j = 0; j < width; ++j) row[j] = s[pos + j * step];
+      }
+      for (size_t k = outer; k-- > 0;) {
+        if (++index[k] < sizes[k]) {
+          pos += strides[k];
+          break;
+        }
+        pos -= strides[k] * (sizes[k] - 1);
+        index[k] = 0;
+      }
+    }
+  });
 }
 
 }  // namespace

@@ -113,42 +113,44 @@ void eigen_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T a
   if (trans_a && trans_b) accumulate(A.transpose(), B.transpose());
 }
 
+/// One product on the calling thread: Eigen for few rows (Note [Few rows]) and under the Eigen
+/// backend (gemm.h), else OpenBLAS.
 template <class T>
-void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, const Tensor& b_t, T beta,
-                Tensor& c_t) {
-  const int64_t m = c_t.size(0), n = c_t.size(1);
-  const int64_t k = trans_a ? a_t.size(0) : a_t.size(1);
-  const int64_t lda = a_t.size(1), ldb = b_t.size(1), ldc = n;
-  const T* a = a_t.data<T>();
-  const T* b = b_t.data<T>();
-  T* c = c_t.data<T>();
-  if (m == 0 || n == 0) return;
-  constexpr int64_t kMaxDim = std::numeric_limits<blasint>::max();  // 32-bit BLAS interface
+void gemm_on_this_thread(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha,
+                         const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,
+                         int64_t ldc) {
+  if (m <= kFewRows || gemm_backend() == GemmBackend::kEigen) {
+    eigen_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  } else {
+    blas_gemm(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
+              alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+}
+
+/// Throws std::invalid_argument when a size exceeds the 32-bit BLAS interface.
+void check_blas_dims(const char* op, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb) {
+  constexpr int64_t kMaxDim = std::numeric_limits<blasint>::max();
   if (m > kMaxDim || n > kMaxDim || k > kMaxDim || lda > kMaxDim || ldb > kMaxDim) {
-    throw std::invalid_argument("gemm: a dimension exceeds the BLAS limit of " +
+    throw std::invalid_argument(std::string(op) + ": a dimension exceeds the BLAS limit of " +
                                 std::to_string(kMaxDim) + " (m=" + std::to_string(m) +
                                 ", n=" + std::to_string(n) + ", k=" + std::to_string(k) + ")");
   }
+}
+
+/// One product, C split over the calling thread's intra-op threads when it is large enough.
+template <class T>
+void gemm_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+                int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if (k == 0) {  // BLAS would scale c by beta; beta == 0 must also clear NaN
     for (int64_t i = 0; i < m * n; ++i) c[i] = beta == T(0) ? T(0) : beta * c[i];
     return;
   }
-  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-  const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-
-  // Note [Few rows]; every product when Eigen is the backend.
-  const bool eigen_only = gemm_backend() == GemmBackend::kEigen;
-  const int64_t eigen_rows = eigen_only ? m : kFewRows;
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k;
   const bool split_n = n >= m;
   const int64_t units = split_n ? (n + kColumnAlign - 1) / kColumnAlign : m;
   const int64_t parts = flops < kParallelFlops ? 1 : std::min<int64_t>(intra_op_threads(), units);
   if (parts <= 1) {
-    if (m <= eigen_rows) {
-      eigen_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    } else {
-      blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    }
+    gemm_on_this_thread(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
 #ifdef _OPENMP
@@ -161,23 +163,80 @@ void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, const Te
       const int64_t j0 = lo * kColumnAlign, j1 = std::min(n, hi * kColumnAlign);
       if (j1 <= j0) continue;
       const T* b_block = trans_b ? b + j0 * ldb : b + j0;
-      if (m <= eigen_rows) {
-        eigen_gemm(trans_a, trans_b, m, j1 - j0, k, alpha, a, lda, b_block, ldb, beta, c + j0,
-                   ldc);
-      } else {
-        blas_gemm(ta, tb, m, j1 - j0, k, alpha, a, lda, b_block, ldb, beta, c + j0, ldc);
-      }
+      gemm_on_this_thread(trans_a, trans_b, m, j1 - j0, k, alpha, a, lda, b_block, ldb, beta,
+                          c + j0, ldc);
     } else {
       // Rows [lo, hi) of C need rows [lo, hi) of op(A): A[lo:hi, :] or columns lo:hi of Aᵀ.
       const T* a_block = trans_a ? a + lo : a + lo * lda;
-      if (eigen_only) {
+      if (gemm_backend() == GemmBackend::kEigen) {
         eigen_gemm(trans_a, trans_b, hi - lo, n, k, alpha, a_block, lda, b, ldb, beta,
-                      c + lo * ldc, ldc);
+                   c + lo * ldc, ldc);
       } else {
-        blas_gemm(ta, tb, hi - lo, n, k, alpha, a_block, lda, b, ldb, beta, c + lo * ldc, ldc);
+        blas_gemm(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                  hi - lo, n, k, alpha, a_block, lda, b, ldb, beta, c + lo * ldc, ldc);
       }
     }
   }
+}
+
+template <class T>
+void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a, const Tensor& b, T beta,
+                Tensor& c) {
+  const int64_t m = c.size(0), n = c.size(1), k = trans_a ? a.size(0) : a.size(1);
+  if (m == 0 || n == 0) return;
+  check_blas_dims("gemm", m, n, k, a.size(1), b.size(1));
+  gemm_split(trans_a, trans_b, m, n, k, alpha, a.data<T>(), a.size(1), b.data<T>(), b.size(1),
+             beta, c.data<T>(), n);
+}
+
+// Note [Batched GEMM]
+// A stack of products (attention's per-head Q·Kᵀ and P·V) is split across the intra-op
+// threads by matrix: each thread runs whole products on itself, so no product is cut and
+// the split costs nothing when there are at least as many matrices as threads. With fewer
+// matrices than threads each product runs in turn, C split by gemm_split. An operand stack
+// of one matrix (shared by every product) advances by 0.
+template <class T>
+void gemm_batched_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, const Tensor& b_t,
+                        T beta, Tensor& c_t) {
+  const int64_t batch = c_t.size(0), m = c_t.size(1), n = c_t.size(2);
+  const int64_t k = trans_a ? a_t.size(1) : a_t.size(2);
+  const int64_t lda = a_t.size(2), ldb = b_t.size(2);
+  const int64_t stride_a = a_t.size(0) == 1 ? 0 : a_t.size(1) * lda;
+  const int64_t stride_b = b_t.size(0) == 1 ? 0 : b_t.size(1) * ldb;
+  if (batch == 0 || m == 0 || n == 0) return;
+  check_blas_dims("gemm_batched", m, n, k, lda, ldb);
+  const T* a = a_t.data<T>();
+  const T* b = b_t.data<T>();
+  T* c = c_t.data<T>();
+  const bool split_each = batch < intra_op_threads();
+  auto products = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const T *ai = a + i * stride_a, *bi = b + i * stride_b;
+      T* ci = c + i * m * n;
+      if (split_each) {
+        gemm_split(trans_a, trans_b, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, n);
+      } else if (k == 0) {
+        for (int64_t e = 0; e < m * n; ++e) ci[e] = beta == T(0) ? T(0) : beta * ci[e];
+      } else {
+        gemm_on_this_thread(trans_a, trans_b, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, n);
+      }
+    }
+  };
+  if (split_each) {
+    products(0, batch);
+    return;
+  }
+  // A stack of at least kParallelFlops runs on the intra-op threads: parallel_for's threshold
+  // is kParallelThreshold cost units, so a product costs its flops scaled by their ratio.
+  constexpr double kFlopsPerUnit = kParallelFlops / kParallelThreshold;
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k;
+  parallel_for(batch, static_cast<int64_t>(flops / kFlopsPerUnit) + 1, products);
+}
+
+/// OpenBLAS is held to one thread of its own (Note [GEMM backend]).
+void use_one_openblas_thread() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
 }  // namespace
@@ -200,10 +259,18 @@ void set_gemm_backend(GemmBackend backend) {
   g_backend.store(static_cast<int>(backend), std::memory_order_relaxed);
 }
 
+void gemm_batched(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,
+                  double beta, Tensor& c) {
+  use_one_openblas_thread();
+  dispatch_floating(a.dtype(), "gemm_batched", [&](auto zero) {
+    using T = decltype(zero);
+    gemm_batched_typed<T>(trans_a, trans_b, static_cast<T>(alpha), a, b, static_cast<T>(beta), c);
+  });
+}
+
 void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
           Tensor& c) {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
+  use_one_openblas_thread();
   dispatch_floating(a.dtype(), "gemm", [&](auto zero) {
     using T = decltype(zero);
     gemm_typed<T>(trans_a, trans_b, static_cast<T>(alpha), a, b, static_cast<T>(beta), c);

@@ -8,12 +8,16 @@
 //   elementwise.cc  fill, copy_strided, cast, binary, binary_scalar, unary, relu_backward, axpy,
 //                   index_select
 //   reduce.cc       reduce, argmax
-//   gemm.cc         gemm
+//   gemm.cc         gemm, gemm_batched
 //   softmax.cc      softmax, softmax_backward
 //   loss.cc         cross_entropy, cross_entropy_backward
 //   batch_norm.cc   batch_norm_train, batch_norm_eval, batch_norm_backward
 //   random.cc       philox_uniform, philox_normal, dropout
 //   optim.cc        sgd_step, adam_step
+//   masking.cc      masked_fill, triangular, causal_softmax, causal_softmax_backward
+//   index_add.cc    index_add
+//   gelu.cc         gelu, gelu_backward (erf is a unary op of elementwise.cc)
+//   layer_norm.cc   layer_norm, layer_norm_backward
 #pragma once
 
 #include <cstdint>

@@ -10,12 +10,18 @@
 #include "autograd/functions.h"
 #include "autograd/gradcheck.h"
 #include "nn/activation.h"
+#include "nn/attention.h"
 #include "nn/batch_norm.h"
 #include "nn/dropout.h"
+#include "nn/embedding.h"
+#include "nn/gelu.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
+#include "nn/normalization.h"
 #include "nn/sequential.h"
+#include "nn/transformer.h"
 #include "tensor/generator.h"
+#include "tensor/masking.h"
 
 namespace pw = pipewright;
 namespace ag = pipewright::autograd;
@@ -143,6 +149,27 @@ TEST_CASE("gradcheck: every differentiable op and module") {
       {"batch_norm_train no affine", [](const V& v) { return ag::batch_norm_train(v[0], Tensor(), Tensor(), 1e-5); }, {rnd({5, 3})}},
       {"batch_norm_eval", [](const V& v) { return ag::batch_norm_eval(v[0], v[1], v[2], v[3], v[4], 1e-5); }, {rnd({3, 2, 4}), pos({2}), rnd({2}), cst({2}), pos({2}).detach()}},
       {"dropout", [](const V& v) { return ag::dropout(v[0], 0.4, 99, 8); }, {rnd({5, 6})}},
+      // ---- views, batched products, masks (attention) ----
+      {"transpose", [](const V& v) { return ag::transpose(v[0], 0, 2); }, {rnd({2, 3, 4})}},
+      {"permute", [](const V& v) { return ag::permute(v[0], {1, 2, 0}); }, {rnd({2, 3, 4})}},
+      {"contiguous of a view", [](const V& v) { return ag::mul(ag::contiguous(ag::transpose(v[0], 0, 1)), 2.0); }, {rnd({3, 4})}},
+      {"batched_matmul", [](const V& v) { return ag::batched_matmul(v[0], v[1]); }, {rnd({2, 3, 4}), rnd({2, 4, 2})}},
+      {"batched_matmul transposed", [](const V& v) { return ag::batched_matmul(v[0], v[1], true, true); }, {rnd({2, 4, 3}), rnd({2, 2, 4})}},
+      {"batched_matmul broadcast", [](const V& v) { return ag::batched_matmul(v[0], v[1]); }, {rnd({2, 1, 3, 4}), rnd({3, 4, 2})}},
+      {"batched_matmul shared matrix", [](const V& v) { return ag::batched_matmul(v[0], v[1], false, true); }, {rnd({3, 2, 4}), rnd({5, 4})}},
+      {"masked_fill", [](const V& v) { return ag::masked_fill(v[0], pw::ops::causal_mask(3), 0.5); }, {rnd({2, 3, 3})}},
+      {"causal_softmax", [](const V& v) { return ag::causal_softmax(v[0], 0.7); }, {rnd({2, 4, 4})}},
+      {"causal_softmax keys != queries", [](const V& v) { return ag::causal_softmax(v[0], 1.3); }, {rnd({3, 5})}},
+      // ---- transformer layers' ops ----
+      {"erf", [](const V& v) { return ag::erf(v[0]); }, {rnd({3, 4}, -2, 2)}},
+      {"gelu", [](const V& v) { return ag::gelu(v[0]); }, {rnd({3, 4}, -3, 3)}},
+      {"gelu tanh", [](const V& v) { return ag::gelu(v[0], true); }, {rnd({3, 4}, -3, 3)}},
+      {"layer_norm", [](const V& v) { return ag::layer_norm(v[0], v[1], v[2]); }, {rnd({2, 3, 5}), pos({5}), rnd({5})}},
+      {"layer_norm no affine", [](const V& v) { return ag::layer_norm(v[0], Tensor(), Tensor()); }, {rnd({4, 5})}},
+      {"rms_norm", [](const V& v) { return ag::rms_norm(v[0], v[1], 1e-6); }, {rnd({2, 3, 5}), pos({5})}},
+      {"embedding", [](const V& v) { return ag::embedding(v[0], v[1]); }, {labels({2, 0, 2, 3}), rnd({4, 3})}},
+      // (padding_idx withholds its row's gradient on purpose, as torch does: tests/nn.)
+      {"embedding 2-D indices", [](const V& v) { return ag::embedding(v[0], v[1]); }, {Tensor::from_vector<int64_t>({1, 0, 2, 1, 1, 3}, Shape{2, 3}), rnd({4, 3})}},
       // ---- losses ----
       {"mse_loss mean", [](const V& v) { return ag::mse_loss(v[0], v[1]); }, {rnd({4, 3}), rnd({4, 3})}},
       {"mse_loss sum", [](const V& v) { return ag::mse_loss(v[0], v[1], R::kSum); }, {rnd({4, 3}), rnd({4, 3})}},
@@ -164,6 +191,14 @@ TEST_CASE("gradcheck: every differentiable op and module") {
       [] { Case c = module_case("nn::Dropout", std::make_shared<nn::Dropout>(0.3), rnd({5, 6})); c.fn = with_seed(5, c.fn); return c; }(),
       module_case("nn::MSELoss", std::make_shared<nn::MSELoss>(), rnd({4, 3}), {rnd({4, 3})}),
       module_case("nn::CrossEntropyLoss", std::make_shared<nn::CrossEntropyLoss>(R::kMean, 0.1), rnd({4, 5}), {labels({4, 0, 1, 1})}),
+      module_case("nn::Embedding", make64<nn::Embedding>(5, 3, std::nullopt), labels({4, 0, 4, 1})),
+      module_case("nn::LayerNorm", make64<nn::LayerNorm>(5, 1e-5, true, true), rnd({2, 3, 5})),
+      module_case("nn::RMSNorm", make64<nn::RMSNorm>(5, 1e-6, true), rnd({2, 5})),
+      module_case("nn::GELU", std::make_shared<nn::GELU>("tanh"), rnd({3, 4})),
+      module_case("nn::CausalSelfAttention", make64<nn::CausalSelfAttention>(4, 2, nn::AttentionOptions{}), rnd({2, 3, 4})),
+      module_case("nn::CausalSelfAttention reference kernel", make64<nn::CausalSelfAttention>(4, 2, nn::AttentionOptions{.kernel = nn::AttentionKernel::kReference}), rnd({2, 3, 4})),
+      [] { Case c = module_case("nn::CausalSelfAttention dropout", make64<nn::CausalSelfAttention>(4, 2, nn::AttentionOptions{.dropout = 0.3}), rnd({2, 3, 4})); c.fn = with_seed(7, c.fn); return c; }(),
+      module_case("nn::TransformerBlock", make64<nn::TransformerBlock>(4, 2, nn::TransformerBlockOptions{.mlp_ratio = 2}), rnd({2, 3, 4})),
       module_case("nn::Sequential MLP", std::make_shared<nn::Sequential>(make64<nn::Linear>(3, 4, true), nn::Tanh(), make64<nn::Linear>(4, 2, true)), rnd({5, 3})),
   };
 

@@ -1,5 +1,5 @@
-// The cuBLAS subset: GEMM against a naive double reference, argument checks, beta == 0,
-// TF32 rounding, and the race on a handle's workspace shared by two streams.
+// The cuBLAS subset: GEMM and strided-batched GEMM against a naive double reference, argument
+// checks, beta == 0, TF32 rounding, and the race on a handle's workspace shared by two streams.
 #include <catch2/catch.hpp>
 
 #include <cublas_v2.h>
@@ -141,6 +141,41 @@ TEST_CASE("gemm: invalid arguments are rejected, m = 0 is a no-op") {
   CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
   clean();
   REQUIRE_CUDA(cudaFree(p));
+  REQUIRE(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+}
+
+TEST_CASE("gemm strided batched: each product at its strides, a stride 0 shares an operand") {
+  clean();
+  cublasHandle_t h;
+  REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  const int m = 3, n = 4, k = 5, batch = 3;
+  const auto A = random_matrix<double>(m * k * batch, 31), B = random_matrix<double>(k * n, 32);
+  double *a = to_device(A), *b = to_device(B), *c = nullptr;
+  REQUIRE_CUDA(cudaMalloc(reinterpret_cast<void**>(&c), m * n * batch * sizeof(double)));
+  const double one = 1, zero = 0;
+  REQUIRE(cublasDgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, m * k, b, k,
+                                    0, &zero, c, m, m * n, batch) == CUBLAS_STATUS_SUCCESS);
+  const auto got = to_host(c, static_cast<size_t>(m * n * batch));
+  for (int i = 0; i < batch; ++i) {
+    INFO("product " << i);
+    const std::vector<double> a_i(A.begin() + i * m * k, A.begin() + (i + 1) * m * k);
+    const auto want = reference(false, false, m, n, k, 1.0, a_i, m, B, k, 0.0,
+                                std::vector<double>(m * n, 0.0), m);
+    for (int e = 0; e < m * n; ++e) CHECK(std::abs(got[i * m * n + e] - want[e]) < 1e-14);
+  }
+  // Products whose C overlap, and negative strides, are refused.
+  CHECK(cublasDgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, m * k, b, k,
+                                  0, &zero, c, m, m * n - 1, batch) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(cublasDgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, -1, b, k, 0,
+                                  &zero, c, m, m * n, batch) == CUBLAS_STATUS_INVALID_VALUE);
+  // The last product's operands count: a batch reaching past A's allocation is refused.
+  CHECK(cublasDgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, m * k + 1, b,
+                                  k, 0, &zero, c, m, m * n, batch) == CUBLAS_STATUS_EXECUTION_FAILED);
+  CHECK(cudaGetLastError() == cudaErrorIllegalAddress);
+  clean();
+  (void)cudaFree(a);
+  (void)cudaFree(b);
+  (void)cudaFree(c);
   REQUIRE(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
 }
 

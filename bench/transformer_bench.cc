@@ -1,0 +1,118 @@
+// One TransformerBlock's forward + backward on the CPU, and its attention alone, at
+// B = 16, T = 128, C = 256, 4 heads, float32: pipewright's side of the comparison with
+// PyTorch eager (bench/peers/torch_transformer_block.py; both run interleaved by
+// bench/peers/transformer_compare.py, results in docs/BENCHMARKS.md, "Transformer block").
+//
+//   block/fused           nn::TransformerBlock, attention weights by causal_softmax (default)
+//   block/reference       the same with AttentionKernel::kReference (mul, masked_fill, softmax)
+//   attention/fused       nn::CausalSelfAttention alone
+//   attention/reference
+//   parts/...             the block's pieces alone (forward + backward of each), to see where
+//                         the time goes: layer_norm, gelu, the MLP, causal_softmax, the two
+//                         batched products of attention
+//
+// Each iteration: zero the gradients, forward, backward from a fixed random gradient; the
+// input requires grad, as a pipeline stage's does.
+//
+//   tools/bazel run //bench:transformer_bench -- --benchmark_repetitions=5 \
+//       --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <memory>
+
+#include "autograd/engine.h"
+#include "autograd/functions.h"
+#include "nn/transformer.h"
+#include "tensor/generator.h"
+
+namespace pipewright {
+namespace {
+
+constexpr int64_t kBatch = 16, kSeq = 128, kDim = 256, kHeads = 4;
+
+Tensor randn(const Shape& shape, uint64_t seed, bool requires_grad = false) {
+  Tensor t = Tensor::empty(shape);
+  Generator(seed).normal_(t);
+  if (requires_grad) t.set_requires_grad(true);
+  return t;
+}
+
+/// Runs forward(x) and its backward from a fixed gradient per iteration.
+template <class Forward>
+void run(benchmark::State& state, nn::Module* module, const Shape& shape, Forward forward) {
+  const Tensor x = randn(shape, 1, /*requires_grad=*/true);
+  Tensor y = forward(x);
+  const Tensor g = randn(y.shape(), 2);
+  for (auto _ : state) {
+    if (module != nullptr) module->zero_grad();
+    Tensor input = x;
+    input.set_grad(Tensor());
+    y = forward(x);
+    autograd::backward({y}, {g});
+  }
+  state.counters["tokens/s"] = benchmark::Counter(
+      static_cast<double>(kBatch * kSeq) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+
+nn::AttentionKernel kernel_of(const benchmark::State& state) {
+  return state.range(0) == 0 ? nn::AttentionKernel::kFused : nn::AttentionKernel::kReference;
+}
+
+void BM_Block(benchmark::State& state) {
+  Generator generator(0);
+  GeneratorGuard guard(generator);
+  nn::TransformerBlock block(kDim, kHeads, {.kernel = kernel_of(state)});
+  run(state, &block, {kBatch, kSeq, kDim}, [&](const Tensor& x) { return block.forward(x); });
+}
+
+void BM_Attention(benchmark::State& state) {
+  Generator generator(0);
+  GeneratorGuard guard(generator);
+  nn::CausalSelfAttention attention(kDim, kHeads, {.kernel = kernel_of(state)});
+  run(state, &attention, {kBatch, kSeq, kDim},
+      [&](const Tensor& x) { return attention.forward(x); });
+}
+
+void BM_LayerNorm(benchmark::State& state) {
+  nn::LayerNorm ln(kDim);
+  run(state, &ln, {kBatch, kSeq, kDim}, [&](const Tensor& x) { return ln.forward(x); });
+}
+
+void BM_Gelu(benchmark::State& state) {
+  run(state, nullptr, {kBatch, kSeq, 4 * kDim}, [](const Tensor& x) { return autograd::gelu(x); });
+}
+
+void BM_Mlp(benchmark::State& state) {
+  Generator generator(0);
+  GeneratorGuard guard(generator);
+  nn::MLP mlp(kDim, 4 * kDim);
+  run(state, &mlp, {kBatch, kSeq, kDim}, [&](const Tensor& x) { return mlp.forward(x); });
+}
+
+void BM_CausalSoftmax(benchmark::State& state) {
+  run(state, nullptr, {kBatch, kHeads, kSeq, kSeq},
+      [](const Tensor& x) { return autograd::causal_softmax(x, 0.125); });
+}
+
+void BM_AttentionProducts(benchmark::State& state) {  // q·kᵀ then (·)·v, as attention runs them
+  const Tensor k = randn({kBatch, kHeads, kSeq, kDim / kHeads}, 3, true);
+  run(state, nullptr, {kBatch, kHeads, kSeq, kDim / kHeads}, [&](const Tensor& q) {
+    return autograd::batched_matmul(autograd::batched_matmul(q, k, false, true), k);
+  });
+}
+
+#define PW_TRANSFORMER_BENCH(fn, name) \
+  BENCHMARK(fn)->Name(name)->Unit(benchmark::kMillisecond)->UseRealTime()
+PW_TRANSFORMER_BENCH(BM_Block, "block")->ArgName("reference")->Arg(0)->Arg(1);
+PW_TRANSFORMER_BENCH(BM_Attention, "attention")->ArgName("reference")->Arg(0)->Arg(1);
+PW_TRANSFORMER_BENCH(BM_LayerNorm, "parts/layer_norm");
+PW_TRANSFORMER_BENCH(BM_Gelu, "parts/gelu");
+PW_TRANSFORMER_BENCH(BM_Mlp, "parts/mlp");
+PW_TRANSFORMER_BENCH(BM_CausalSoftmax, "parts/causal_softmax");
+PW_TRANSFORMER_BENCH(BM_AttentionProducts, "parts/attention_products");
+
+}  // namespace
+}  // namespace pipewright
+
+BENCHMARK_MAIN();

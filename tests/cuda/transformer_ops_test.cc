@@ -1,0 +1,249 @@
+// The transformer kernels on CUDA against their CPU references: gemm_batched (strided-batched
+// cuBLAS, shared operands, every transpose case), masked_fill, triangular, causal_softmax and
+// its backward, erf, gelu and its backward, layer_norm (and RMSNorm) forward and backward,
+// index_add (repeated rows, a bad index); the row kernels also under small launch caps; and a
+// TransformerBlock on cuda:0 equal to the same block on the CPU, forward and gradients.
+// Tolerances: float32 rtol 1e-5 / atol 1e-6 (a few ulp of exp, erf, tanh and reordered row
+// sums), scaled by the summed length where a sum enters every entry; float64 1e-12.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "autograd/engine.h"
+#include "cuda_kernels/launch_limits.h"
+#include "nn/transformer.h"
+#include "tensor/generator.h"
+#include "tensor/masking.h"
+#include "tests/cuda/gpu_test.h"
+
+namespace pipewright::testing {
+namespace {
+
+const DType kDtypes[] = {DType::kFloat32, DType::kFloat64};
+
+double rtol(DType dtype) { return tol(dtype, 1e-5, 1e-12); }
+double atol(DType dtype) { return tol(dtype, 1e-6, 1e-13); }
+
+Tensor empty_on(const Shape& shape, DType dtype, Device device) {
+  return Tensor::empty(shape, {dtype, device});
+}
+
+TEST_CASE("cuda gemm_batched matches cpu: stacks, shared operands, transposes",
+          "[cuda][gemm_batched]") {
+  if (!gpu_available_or_skip()) return;
+  struct Case {
+    int64_t ba, bb, batch, m, k, n;
+  };
+  const Case cases[] = {{3, 3, 3, 5, 7, 4}, {1, 4, 4, 9, 3, 6}, {2, 1, 2, 17, 33, 9}};
+  for (DType dtype : kDtypes) {
+    for (const Case& c : cases) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          INFO(dtype_name(dtype) << " batch " << c.batch << " (a " << c.ba << ", b " << c.bb
+                                 << ") m " << c.m << " k " << c.k << " n " << c.n << " ta " << ta
+                                 << " tb " << tb);
+          const Tensor a = random_tensor(ta ? Shape{c.ba, c.k, c.m} : Shape{c.ba, c.m, c.k}, dtype, 1);
+          const Tensor b = random_tensor(tb ? Shape{c.bb, c.n, c.k} : Shape{c.bb, c.k, c.n}, dtype, 2);
+          Tensor expected = random_tensor({c.batch, c.m, c.n}, dtype, 3);
+          Tensor actual = expected.to(gpu());
+          cpu_kernels().gemm_batched(ta, tb, 0.5, a, b, -1.5, expected);
+          gpu_kernels().gemm_batched(ta, tb, 0.5, a.to(gpu()), b.to(gpu()), -1.5, actual);
+          check_close(actual, expected, rtol(dtype), atol(dtype) * static_cast<double>(c.k));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda masked_fill and triangular match cpu", "[cuda][masking]") {
+  if (!gpu_available_or_skip()) return;
+  for (DType dtype : kDtypes) {
+    INFO(dtype_name(dtype));
+    const Tensor x = random_tensor({3, 5, 7}, dtype, 4);
+    for (DType mask_dtype : {DType::kInt64, dtype}) {
+      const Tensor mask = ops::causal_mask(5, 7, {.dtype = mask_dtype});
+      Tensor expected = empty_on(x.shape(), dtype, Device::cpu(0));
+      Tensor actual = empty_on(x.shape(), dtype, gpu());
+      cpu_kernels().masked_fill(x, mask, -3.25, expected);
+      gpu_kernels().masked_fill(x.to(gpu()), mask.to(gpu()), -3.25, actual);
+      check_bitwise_equal(actual, expected);
+    }
+    for (bool upper : {false, true}) {
+      for (int64_t diagonal : {-2, 0, 3}) {
+        Tensor expected = empty_on(x.shape(), dtype, Device::cpu(0));
+        Tensor actual = empty_on(x.shape(), dtype, gpu());
+        cpu_kernels().triangular(x, diagonal, upper, expected);
+        gpu_kernels().triangular(x.to(gpu()), diagonal, upper, actual);
+        check_bitwise_equal(actual, expected);
+      }
+    }
+  }
+}
+
+/// causal_softmax and its backward on [batch, rows, cols] stacks.
+void check_causal_softmax(const std::vector<Shape>& shapes) {
+  for (DType dtype : kDtypes) {
+    for (const Shape& s : shapes) {
+      INFO(dtype_name(dtype) << " " << s);
+      const Tensor x = random_tensor(s, dtype, 5, -6, 6);
+      Tensor y_cpu = empty_on(s, dtype, Device::cpu(0)), y_gpu = empty_on(s, dtype, gpu());
+      cpu_kernels().causal_softmax(x, 0.3, y_cpu);
+      gpu_kernels().causal_softmax(x.to(gpu()), 0.3, y_gpu);
+      check_close(y_gpu, y_cpu, rtol(dtype), atol(dtype));
+      const Tensor g = random_tensor(s, dtype, 6);
+      Tensor gx_cpu = empty_on(s, dtype, Device::cpu(0)), gx_gpu = empty_on(s, dtype, gpu());
+      cpu_kernels().causal_softmax_backward(g, y_cpu, 0.3, gx_cpu);
+      gpu_kernels().causal_softmax_backward(g.to(gpu()), y_cpu.to(gpu()), 0.3, gx_gpu);
+      check_close(gx_gpu, gx_cpu, rtol(dtype), atol(dtype) * static_cast<double>(s[2]));
+    }
+  }
+}
+
+TEST_CASE("cuda causal_softmax matches cpu, forward and backward", "[cuda][masking]") {
+  if (!gpu_available_or_skip()) return;
+  check_causal_softmax({{2, 9, 9}, {1, 4, 37}, {3, 70, 70}});
+}
+
+TEST_CASE("cuda causal_softmax matches cpu past the grid (small launch caps)",
+          "[cuda][masking][limits]") {
+  if (!gpu_available_or_skip()) return;
+  for (const cuda::LaunchLimits& limits : kSmallLaunchLimits) {
+    cuda::ScopedLaunchLimits scoped(limits);
+    INFO(describe(limits));
+    check_causal_softmax({{2, 7, 33}, {1, 5, 100}});
+  }
+}
+
+TEST_CASE("cuda erf, gelu and gelu_backward match cpu", "[cuda][gelu]") {
+  if (!gpu_available_or_skip()) return;
+  for (DType dtype : kDtypes) {
+    INFO(dtype_name(dtype));
+    const Tensor x = random_tensor({1001}, dtype, 7, -5, 5), g = random_tensor({1001}, dtype, 8);
+    Tensor expected = empty_on(x.shape(), dtype, Device::cpu(0));
+    Tensor actual = empty_on(x.shape(), dtype, gpu());
+    cpu_kernels().unary(UnaryOp::kErf, x, expected);
+    gpu_kernels().unary(UnaryOp::kErf, x.to(gpu()), actual);
+    check_close(actual, expected, rtol(dtype), atol(dtype));
+    for (bool tanh_approximation : {false, true}) {
+      INFO("tanh " << tanh_approximation);
+      cpu_kernels().gelu(x, tanh_approximation, expected);
+      gpu_kernels().gelu(x.to(gpu()), tanh_approximation, actual);
+      check_close(actual, expected, rtol(dtype), atol(dtype));
+      cpu_kernels().gelu_backward(g, x, tanh_approximation, expected);
+      gpu_kernels().gelu_backward(g.to(gpu()), x.to(gpu()), tanh_approximation, actual);
+      check_close(actual, expected, rtol(dtype), atol(dtype) * 4);
+    }
+  }
+}
+
+/// layer_norm (rms or not, with and without weight and bias) and its three gradients.
+void check_layer_norm(const std::vector<Shape>& shapes) {
+  for (DType dtype : kDtypes) {
+    for (const Shape& s : shapes) {
+      for (bool rms : {false, true}) {
+        for (bool affine : {false, true}) {
+          INFO(dtype_name(dtype) << " " << s << " rms " << rms << " affine " << affine);
+          const int64_t rows = s[0], cols = s[1];
+          const Tensor x = random_tensor(s, dtype, 9, -2, 3);
+          const Tensor w = affine ? random_tensor({cols}, dtype, 10) : Tensor();
+          const Tensor b = affine && !rms ? random_tensor({cols}, dtype, 11) : Tensor();
+          auto on_gpu = [](const Tensor& t) { return t.defined() ? t.to(gpu()) : Tensor(); };
+          Tensor y_cpu = empty_on(s, dtype, Device::cpu(0)), y_gpu = empty_on(s, dtype, gpu());
+          Tensor mean_cpu = rms ? Tensor() : empty_on({rows}, dtype, Device::cpu(0));
+          Tensor mean_gpu = rms ? Tensor() : empty_on({rows}, dtype, gpu());
+          Tensor rstd_cpu = empty_on({rows}, dtype, Device::cpu(0)), rstd_gpu = empty_on({rows}, dtype, gpu());
+          cpu_kernels().layer_norm(x, w, b, 1e-5, rms, y_cpu, mean_cpu, rstd_cpu);
+          gpu_kernels().layer_norm(x.to(gpu()), on_gpu(w), on_gpu(b), 1e-5, rms, y_gpu, mean_gpu,
+                                   rstd_gpu);
+          check_close(y_gpu, y_cpu, rtol(dtype), atol(dtype));
+          check_close(rstd_gpu, rstd_cpu, rtol(dtype), atol(dtype));
+
+          const Tensor g = random_tensor(s, dtype, 12);
+          Tensor gx_cpu = empty_on(s, dtype, Device::cpu(0)), gx_gpu = empty_on(s, dtype, gpu());
+          Tensor gw_cpu = empty_on({cols}, dtype, Device::cpu(0)), gw_gpu = empty_on({cols}, dtype, gpu());
+          Tensor gb_cpu = empty_on({cols}, dtype, Device::cpu(0)), gb_gpu = empty_on({cols}, dtype, gpu());
+          cpu_kernels().layer_norm_backward(g, x, w, mean_cpu, rstd_cpu, rms, gx_cpu, gw_cpu, gb_cpu);
+          gpu_kernels().layer_norm_backward(g.to(gpu()), x.to(gpu()), on_gpu(w), on_gpu(mean_cpu),
+                                            rstd_cpu.to(gpu()), rms, gx_gpu, gw_gpu, gb_gpu);
+          check_close(gx_gpu, gx_cpu, rtol(dtype), atol(dtype) * static_cast<double>(cols));
+          check_close(gw_gpu, gw_cpu, rtol(dtype), atol(dtype) * static_cast<double>(rows));
+          check_close(gb_gpu, gb_cpu, rtol(dtype), atol(dtype) * static_cast<double>(rows));
+          // The W half alone (grad_x not wanted), as a deferred weight gradient asks for it.
+          Tensor none;
+          Tensor gw_only = empty_on({cols}, dtype, gpu());
+          gpu_kernels().layer_norm_backward(g.to(gpu()), x.to(gpu()), on_gpu(w), on_gpu(mean_cpu),
+                                            rstd_cpu.to(gpu()), rms, none, gw_only, none);
+          check_bitwise_equal(gw_only, gw_gpu);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda layer_norm and rms_norm match cpu, forward and backward", "[cuda][layer_norm]") {
+  if (!gpu_available_or_skip()) return;
+  check_layer_norm({{7, 33}, {3, 600}, {40, 8}});
+}
+
+TEST_CASE("cuda layer_norm matches cpu past the grid (small launch caps)",
+          "[cuda][layer_norm][limits]") {
+  if (!gpu_available_or_skip()) return;
+  for (const cuda::LaunchLimits& limits : kSmallLaunchLimits) {
+    cuda::ScopedLaunchLimits scoped(limits);
+    INFO(describe(limits));
+    check_layer_norm({{5, 100}, {7, 35}});
+  }
+}
+
+TEST_CASE("cuda index_add matches cpu bit for bit and names a bad index", "[cuda][index_add]") {
+  if (!gpu_available_or_skip()) return;
+  for (DType dtype : kDtypes) {
+    INFO(dtype_name(dtype));
+    const Tensor index = Tensor::from_vector<int64_t>({4, 0, 4, 2, 4, 0});
+    const Tensor src = random_tensor({6, 300}, dtype, 13);
+    Tensor expected = random_tensor({5, 300}, dtype, 14);
+    Tensor actual = expected.to(gpu());
+    cpu_kernels().index_add(expected, index, src);
+    gpu_kernels().index_add(actual, index.to(gpu()), src.to(gpu()));
+    check_bitwise_equal(actual, expected);  // the same additions in the same order
+
+    const Tensor bad = Tensor::from_vector<int64_t>({1, 5, -1}).to(gpu());
+    Tensor before = actual.clone();
+    CHECK_THROWS_WITH(gpu_kernels().index_add(actual, bad, src.slice(0, 3).to(gpu())),
+                      "index_add_: index 5 at position 1 is outside [0, 5) for dst of shape "
+                      "[5, 300]");
+    check_bitwise_equal(actual, before);
+  }
+}
+
+TEST_CASE("a TransformerBlock on cuda:0 equals the same block on the CPU", "[cuda][transformer]") {
+  if (!gpu_available_or_skip()) return;
+  for (nn::AttentionKernel kernel : {nn::AttentionKernel::kFused, nn::AttentionKernel::kReference}) {
+    INFO("kernel " << static_cast<int>(kernel));
+    auto make = [&] {
+      Generator generator(3);
+      GeneratorGuard guard(generator);
+      return nn::TransformerBlock(16, 4, {.mlp_ratio = 2, .kernel = kernel});
+    };
+    nn::TransformerBlock cpu_block = make(), gpu_block = make();
+    gpu_block.to(gpu());
+    const Tensor x = random_tensor({2, 6, 16}, DType::kFloat32, 15);
+    const Tensor g = random_tensor({2, 6, 16}, DType::kFloat32, 16);
+    Tensor x_cpu = x.clone(), x_gpu = x.to(gpu());
+    x_cpu.set_requires_grad(true);
+    x_gpu.set_requires_grad(true);
+    const Tensor y_cpu = cpu_block.forward(x_cpu), y_gpu = gpu_block.forward(x_gpu);
+    check_close(y_gpu, y_cpu, 1e-5, 1e-5);
+    const Tensor dx_cpu = autograd::backward({y_cpu}, {g}, {x_cpu})[0];
+    const Tensor dx_gpu = autograd::backward({y_gpu}, {g.to(gpu())}, {x_gpu})[0];
+    check_close(dx_gpu, dx_cpu, 1e-5, 1e-5);
+    const nn::NamedTensors p_cpu = cpu_block.named_parameters(), p_gpu = gpu_block.named_parameters();
+    for (size_t i = 0; i < p_cpu.size(); ++i) {
+      INFO(p_cpu[i].first);
+      check_close(p_gpu[i].second.grad(), p_cpu[i].second.grad(), 1e-5, 1e-5);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipewright::testing
