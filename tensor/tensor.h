@@ -25,8 +25,11 @@
 
 namespace pipewright {
 
+class Generator;  // tensor/generator.h
+
 namespace autograd {
-class Node;  // defined in autograd/node.h; tensor/ only holds pointers to it
+class Node;              // defined in autograd/node.h; tensor/ only holds pointers to it
+struct BackwardOptions;  // autograd/engine.h
 }
 
 /// dtype and device for factories: Tensor::zeros({2, 3}, {.dtype = DType::kFloat64}).
@@ -148,10 +151,16 @@ class Tensor {
   Tensor detach() const;
   const std::shared_ptr<autograd::Node>& grad_fn() const { return checked()->grad_fn; }
   /// Runs backward from this one-element tensor (gradient 1); defined in autograd/ (link
-  /// //autograd). Throws std::logic_error when it does not require grad.
+  /// //autograd). Throws std::logic_error when it does not require grad, or when the graph
+  /// was already freed by an earlier backward (pass retain_graph to run it twice).
   void backward() const;
   /// Runs backward with the given output gradient (same shape).
   void backward(const Tensor& grad_output) const;
+  /// torch's tensor.backward(gradient, retain_graph): autograd::backward({*this},
+  /// {grad_output}, {}, options), e.g. loss.backward({.retain_graph = true}) (include
+  /// autograd/engine.h for BackwardOptions).
+  void backward(const autograd::BackwardOptions& options) const;
+  void backward(const Tensor& grad_output, const autograd::BackwardOptions& options) const;
 
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
