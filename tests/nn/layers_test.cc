@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "autograd/engine.h"
@@ -143,4 +144,14 @@ TEST_CASE("cross_entropy matches a naive log-softmax, with label smoothing and r
   CHECK_THROWS_AS(nn::CrossEntropyLoss(nn::Reduction::kMean, 1.5), std::invalid_argument);
   CHECK(nn::CrossEntropyLoss(nn::Reduction::kMean, 0.1).str() ==
         "CrossEntropyLoss(reduction=mean, label_smoothing=0.1)");
+}
+
+TEST_CASE("the functional losses pass as a loss of (output, target), their defaults filled in") {
+  const std::function<Tensor(const Tensor&, const Tensor&)> mse = nn::mse_loss;
+  const std::function<Tensor(const Tensor&, const Tensor&)> ce = nn::cross_entropy;
+  Tensor a = Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2});
+  Tensor b = Tensor::from_vector<float>({0, 2, 5, 1}, {2, 2});
+  CHECK(mse(a, b).item() == nn::mse_loss(a, b, nn::Reduction::kMean).item());
+  Tensor t = Tensor::from_vector<int64_t>({1, 0});
+  CHECK(ce(a, t).item() == nn::cross_entropy(a, t, nn::Reduction::kMean, 0.0).item());
 }
