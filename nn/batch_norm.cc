@@ -6,6 +6,7 @@
 
 #include "autograd/batch_norm.h"
 #include "autograd/grad_mode.h"
+#include "tensor/check.h"
 #include "tensor/ops.h"
 
 namespace pipewright::nn {
@@ -42,6 +43,11 @@ Tensor BatchNorm1d::forward(const Tensor& x) {
                                 ", L]");
   }
   const bool tracking = running_mean_.defined();
+  if (weight_.defined()) {
+    check_like(str(), "input", x, "weight", weight_);
+  } else if (tracking) {
+    check_like(str(), "input", x, "running_mean", running_mean_);
+  }
   if (!is_training() && tracking) {
     return autograd::batch_norm_eval(x, weight_, bias_, running_mean_, running_var_, eps_);
   }

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "autograd/linear.h"
+#include "tensor/check.h"
 #include "tensor/generator.h"
 
 namespace pipewright::nn {
@@ -36,6 +37,7 @@ Tensor Linear::forward(const Tensor& x) {
                                 "): input has shape " + x.shape().str() + ", expected [*, " +
                                 std::to_string(in_features_) + "]");
   }
+  check_like(str(), "input", x, "weight", weight_);
   return autograd::linear(x, weight_, bias_);
 }
 
