@@ -131,11 +131,15 @@ class Pipe {
 
   /// input [N, ...] (float32/float64, any device; moved to the first stage's device) ->
   /// the model's output [N, ...] on the last stage's device, equal to module(input).
-  /// Splits into min(chunks, N) micro-batches (torch.chunk), runs GPipe (or, when workers
-  /// hold several stages, looped BFS over the placement: GPipe per stage); in training mode
-  /// with grad mode on, the output's grad_fn is "PipeBackward": backward through it runs
-  /// the pipeline's backward, accumulates every parameter's .grad and gives the input its
-  /// gradient when it requires one. In eval mode or under NoGradGuard nothing is kept.
+  /// Splits into micro-batches as torch.chunk does: ceil(N / chunks) rows each, the last
+  /// smaller, so at most chunks of them and sometimes fewer (N 10, chunks 8: 5 micro-batches
+  /// of 2; N 3, chunks 8: 3 of 1). Runs GPipe (or, when workers hold several stages, looped
+  /// BFS over the placement: GPipe per stage); in training mode with grad mode on, the
+  /// output's grad_fn is "PipeBackward": backward through it runs the pipeline's backward,
+  /// accumulates every parameter's .grad and gives the input its gradient when it requires
+  /// one; backward with retain_graph keeps the step, so the next backward runs it again and
+  /// accumulates once more, as through the plain model. In eval mode or under NoGradGuard
+  /// nothing is kept.
   /// Throws std::invalid_argument for a rank-0 or undefined input, for a Pipe spread over
   /// processes (use train_step), and whatever a stage throws.
   Tensor forward(const Tensor& input);
