@@ -36,6 +36,7 @@ BatchNorm1d::BatchNorm1d(int64_t num_features, double eps, std::optional<double>
 }
 
 Tensor BatchNorm1d::forward(const Tensor& x) {
+  check_not_moved_from();
   if ((x.dim() != 2 && x.dim() != 3) || x.size(1) != num_features_) {
     const std::string c = std::to_string(num_features_);
     throw std::invalid_argument("BatchNorm1d(num_features=" + c + "): input has shape " +

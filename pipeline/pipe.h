@@ -122,6 +122,8 @@ class Pipe {
   /// Joins the worker threads. Outputs of forward() whose backward has not run yet keep
   /// their activations; their backward then throws std::logic_error.
   ~Pipe();
+  /// A moved-from Pipe only accepts destruction and move assignment; anything else throws
+  /// std::logic_error "this Pipe was moved from (std::move) ...".
   Pipe(Pipe&&) noexcept;
   Pipe& operator=(Pipe&&) noexcept;
   Pipe(const Pipe&) = delete;
@@ -207,22 +209,22 @@ class Pipe {
                        const StepOptions& options = {});
 
   // ---- structure ----
-  nn::Sequential& module() { return module_; }
-  const nn::Sequential& module() const { return module_; }
+  nn::Sequential& module();
+  const nn::Sequential& module() const;
   /// The stages, in order (slices sharing the module's children).
   const std::vector<nn::Sequential>& partitions() const;
-  const std::vector<int>& balance() const { return options_.balance; }
+  const std::vector<int>& balance() const { return options().balance; }
   /// The device of each stage.
   const std::vector<Device>& devices() const;
-  const PipeOptions& options() const { return options_; }
+  const PipeOptions& options() const;
   int num_workers() const;
   int num_stages() const;
-  nn::Tensors parameters() const { return module_.parameters(); }
+  nn::Tensors parameters() const { return module().parameters(); }
   /// Training mode of the model and of every stage (Module::train).
   void train(bool on = true);
   void eval() { train(false); }
-  bool is_training() const { return module_.is_training(); }
-  void zero_grad() { module_.zero_grad(); }
+  bool is_training() const { return module().is_training(); }
+  void zero_grad() { module().zero_grad(); }
 
   // ---- randomness: each worker draws from its own Generator ----
   /// Re-seeds worker w's generator to (mix_seed(seed, w), 0).
@@ -251,6 +253,10 @@ class Pipe {
                       const TupleLossFn& loss_fn, const StepOptions& options, bool train);
   Schedule fill_drain_schedule(int microbatches) const;
   void run(Step& step, const std::vector<std::vector<Action>>& actions);
+  /// Throws std::logic_error when this Pipe was moved from: every public function but the
+  /// destructor and move assignment calls it, or runtime(), first.
+  void check_not_moved_from() const;
+  Runtime& runtime() const;
 
   nn::Sequential module_;
   PipeOptions options_;

@@ -2,6 +2,8 @@
 // and the structure a Pipe exposes.
 #include <catch2/catch.hpp>
 
+#include <string>
+
 #include "nn/activation.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
@@ -98,4 +100,31 @@ TEST_CASE("schedules that do not fit the pipe are refused before running") {
   REQUIRE_THROWS_AS(pipe.train_step(x, t, mse, "no-such-schedule"), std::invalid_argument);
   REQUIRE_THROWS_WITH(pipe.train_step(x, randn({7, 3}, 4), mse),
                       "target 0 of shape [7, 3] has 7 entries on dim 0, the batch has 8");
+}
+
+TEST_CASE("a moved-from Pipe throws std::logic_error on use; assigning to it revives it") {
+  Pipe pipe(small_mlp(1), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 2});
+  Pipe owner = std::move(pipe);
+  const Tensor x = randn({4, 4}, 1), y = randn({4, 3}, 2);
+  const auto moved = Catch::Message("this Pipe was moved from (std::move): use the Pipe it was "
+                                    "moved into");
+  REQUIRE_THROWS_MATCHES(pipe.forward(x), std::logic_error, moved);
+  REQUIRE_THROWS_MATCHES(pipe(x), std::logic_error, moved);
+  REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, nn::mse_loss), std::logic_error, moved);
+  REQUIRE_THROWS_MATCHES(pipe.eval_step(x, y, nn::mse_loss), std::logic_error, moved);
+  REQUIRE_THROWS_MATCHES(pipe.parameters(), std::logic_error, moved);
+  REQUIRE_THROWS_AS(pipe.module(), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.balance(), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.devices(), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.partitions(), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.num_stages(), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.zero_grad(), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.eval(), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.manual_seed(1), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.last_trace(), std::logic_error);
+  REQUIRE(owner.forward(x).shape() == Shape{4, 3});  // the new owner works
+
+  pipe = std::move(owner);
+  REQUIRE(pipe.forward(x).shape() == Shape{4, 3});
+  REQUIRE_THROWS_AS(owner.forward(x), std::logic_error);
 }
