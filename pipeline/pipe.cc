@@ -33,6 +33,7 @@ Pipe::Pipe(nn::Sequential module, PipeOptions options)
   const int num_stages = static_cast<int>(options_.balance.size());
   const int num_workers = num_stages / options_.virtual_stages;
   verify_devices(options_.devices, num_workers);
+  check_virtual_stages(options_.schedule, options_.virtual_stages);
 
   std::vector<int> stage_worker =
       options_.stage_worker.empty()

@@ -84,11 +84,12 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
     schedule = *options.custom_schedule;
   } else {
     const std::string& name = options.schedule.empty() ? options_.schedule : options.schedule;
+    check_virtual_stages(name, options_.virtual_stages);
     schedule = make_schedule(name, p, m, options_.virtual_stages);
     schedule = with_recompute(schedule, checkpoint_predicate(options_.checkpoint, m));
   }
-  check_schedule_fits(schedule, p, runtime_->stage_worker(), m);
-  schedule.skips = runtime_->skips().edges();  // the model's portals, whoever made the schedule
+  check_schedule_fits(schedule, p, runtime().stage_worker(), m);
+  schedule.skips = runtime().skips().edges();  // the model's portals, whoever made the schedule
   if (train) validate(schedule);  // (a forward phase alone is no complete schedule)
 
   const std::vector<int64_t> sizes = batches.sizes;
