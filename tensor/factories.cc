@@ -32,6 +32,14 @@ Tensor contiguous_over(std::shared_ptr<Storage> storage, const Shape& shape, DTy
   return Tensor(std::move(impl));
 }
 
+/// rand and randn make floating tensors only.
+void check_floating(const char* factory, DType dtype) {
+  if (!is_floating(dtype)) {
+    throw std::invalid_argument(std::string("Tensor::") + factory + ": dtype " +
+                                dtype_name(dtype) + " is not floating (float32 or float64)");
+  }
+}
+
 }  // namespace
 
 Tensor Tensor::empty(const Shape& shape, TensorOptions options) {
@@ -76,6 +84,7 @@ Tensor Tensor::arange(double start, double end, double step, TensorOptions optio
 }
 
 Tensor Tensor::rand(const Shape& shape, Generator& generator, TensorOptions options) {
+  check_floating("rand", options.dtype);
   Tensor t = empty(shape, options);
   generator.uniform_(t, 0.0, 1.0);
   return t;
@@ -86,6 +95,7 @@ Tensor Tensor::rand(const Shape& shape, TensorOptions options) {
 }
 
 Tensor Tensor::randn(const Shape& shape, Generator& generator, TensorOptions options) {
+  check_floating("randn", options.dtype);
   Tensor t = empty(shape, options);
   generator.normal_(t, 0.0, 1.0);
   return t;

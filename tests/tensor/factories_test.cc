@@ -89,8 +89,13 @@ TEST_CASE("randn: N(0, 1), replayable from the generator's state") {
   Generator other(4);
   REQUIRE(Tensor::randn({4}, other).to_vector<float>() !=
           Tensor::randn({4}, generator).to_vector<float>());
-  REQUIRE_THROWS_WITH(Tensor::randn({2}, generator, {.dtype = DType::kInt64}),
-                      Catch::Contains("expected a contiguous float32 or float64 tensor, got int64"));
+  const uint64_t offset = generator.offset();
+  REQUIRE_THROWS_MATCHES(Tensor::randn({2}, generator, {.dtype = DType::kInt64}),
+                         std::invalid_argument,
+                         Catch::Message("Tensor::randn: dtype int64 is not floating (float32 or "
+                                        "float64)"));
+  REQUIRE_THROWS_AS(Tensor::rand({2}, {.dtype = DType::kInt64}), std::invalid_argument);
+  REQUIRE(generator.offset() == offset);  // nothing drawn
 }
 
 TEST_CASE("from_vector copies onto any device; from_blob wraps the caller's memory") {
