@@ -56,11 +56,17 @@ Tensor Tensor::full(const Shape& shape, double value, TensorOptions options) {
   return t;
 }
 
-Tensor Tensor::zeros(const Shape& shape, TensorOptions options) { return full(shape, 0.0, options); }
+Tensor Tensor::zeros(const Shape& shape, TensorOptions options) {
+  return full(shape, 0.0, options);
+}
 
-Tensor Tensor::ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }
+Tensor Tensor::ones(const Shape& shape, TensorOptions options) {
+  return full(shape, 1.0, options);
+}
 
-Tensor Tensor::scalar(double value, TensorOptions options) { return full(Shape{}, value, options); }
+Tensor Tensor::scalar(double value, TensorOptions options) {
+  return full(Shape{}, value, options);
+}
 
 Tensor Tensor::arange(int64_t n, TensorOptions options) {
   if (n < 0) throw std::invalid_argument("arange: n must be >= 0, got " + std::to_string(n));
@@ -79,7 +85,9 @@ Tensor Tensor::arange(double start, double end, double step, TensorOptions optio
   }
   const auto n = static_cast<int64_t>(std::ceil((end - start) / step));
   std::vector<double> values(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = start + static_cast<double>(i) * step;
+  for (int64_t i = 0; i < n; ++i) {
+    values[static_cast<size_t>(i)] = start + static_cast<double>(i) * step;
+  }
   return from_vector(values, Shape{n}, options.device).to(options.dtype);
 }
 

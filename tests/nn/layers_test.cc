@@ -147,7 +147,7 @@ TEST_CASE("cross_entropy matches a naive log-softmax, with label smoothing and r
         "CrossEntropyLoss(reduction=mean, label_smoothing=0.1)");
 }
 
-TEST_CASE("a dtype or device mismatch entering a layer or loss names it, both tensors and the fix") {
+TEST_CASE("a dtype or device mismatch entering a layer or loss names it, both tensors, the fix") {
   nn::Linear layer(2, 3);
   CHECK_THROWS_MATCHES(
       layer(Tensor::ones({4, 2}, {.dtype = pw::DType::kFloat64})), std::invalid_argument,
