@@ -63,6 +63,8 @@ class Optimizer {
   /// undefined, integer or non-contiguous tensor, or the same tensor twice (naming its index).
   explicit Optimizer(std::vector<Tensor> params);
   virtual ~Optimizer() = default;
+  /// Neither copied nor moved, so there is no moved-from optimizer to misuse (hold one in a
+  /// std::unique_ptr<Optimizer> to pass it around).
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
