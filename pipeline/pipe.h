@@ -53,6 +53,10 @@
 #include "pipeline/step.h"
 #include "pipeline/trace.h"
 
+namespace pipewright::nn {
+class Optimizer;
+}  // namespace pipewright::nn
+
 namespace pipewright::pipeline {
 
 class Runtime;
@@ -221,6 +225,18 @@ class Pipe {
   /// forward()'s output). Returns the norm before clipping. Throws std::invalid_argument for
   /// norm_type <= 0 or max_norm < 0 (nn/clip_grad.h), and communication errors.
   double clip_grad_norm(double max_norm, double norm_type = 2.0);
+
+  // ---- the optimizer's step, stage by stage ----
+  /// optimizer.step(), with each stage's parameters updated on that stage's worker, all stages
+  /// at once (in a pipeline each stage owns its parameters; torch.distributed.pipelining gives
+  /// each stage its own optimizer): on a GPU each stage's update runs on its worker's stream
+  /// rather than serialised on the caller's, on CPU devices on its worker's cores. Equal to
+  /// optimizer.step() bit for bit (each parameter's update reads only its own grad and state).
+  /// Parameters of the optimizer that belong to no stage are updated on the caller's thread;
+  /// with PipeOptions::processes, only this process's stages are (the others' grads are
+  /// undefined here anyway). Every grad is checked before any is applied; throws what
+  /// nn::Optimizer::step throws. Call between steps.
+  void step(nn::Optimizer& optimizer);
 
   // ---- structure ----
   nn::Sequential& module();
