@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "pipeline/schedule/registry.h"
+
 namespace pipewright::examples {
 namespace {
 
@@ -29,6 +31,11 @@ void validate(const TrainConfig& c, size_t num_layers) {
     if (h < 1) bad("hidden", std::to_string(h), "widths must be at least 1");
   }
   if (c.dropout < 0 || c.dropout >= 1) bad("dropout", std::to_string(c.dropout), "must be in [0, 1)");
+  try {
+    (void)pipeline::find_schedule(c.schedule);
+  } catch (const std::invalid_argument& e) {
+    bad("schedule", c.schedule, e.what());
+  }
   if (c.virtual_stages < 0) {
     bad("virtual-stages", std::to_string(c.virtual_stages), "must be >= 0 (0: the schedule's)");
   }
@@ -77,7 +84,7 @@ void validate(const TrainConfig& c, size_t num_layers) {
 
 int virtual_stages_per_worker(const TrainConfig& c) {
   if (c.virtual_stages > 0) return c.virtual_stages;
-  return c.schedule == "zb-v" || c.schedule == "dualpipev" ? 2 : 1;
+  return pipeline::find_schedule(c.schedule).virtual_stages.min;
 }
 
 int num_partitions(const TrainConfig& c) { return c.stages * virtual_stages_per_worker(c); }

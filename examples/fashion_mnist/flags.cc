@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pipeline/schedule/checkpoint_mode.h"
+#include "pipeline/schedule/registry.h"
 #include "tensor/device.h"
 
 namespace pipewright::examples {
@@ -81,13 +82,11 @@ TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config)
   app.add_option("--checkpoint", checkpoint_,
                  "Activation checkpointing: always, except_last or never")
       ->check(CLI::IsMember({"always", "except_last", "never"}));
-  app.add_option("--schedule", c.schedule,
-                 "Pipeline schedule: gpipe, 1f1b, zb-h1, zb-h2, interleaved-1f1b, interleaved-zb, "
-                 "looped-bfs (with --virtual-stages 2 or more), zb-v, dualpipev (V-shaped: two "
-                 "virtual stages per worker)");
+  app.add_option("--schedule", c.schedule, "Pipeline schedule, one of:\n" +
+                                              pipeline::describe_schedules());
   app.add_option("--virtual-stages", c.virtual_stages,
-                 "Virtual stages per worker (0: the schedule's, 2 for zb-v and dualpipev, "
-                 "else 1); the model is cut into stages x this many partitions");
+                 "Virtual stages per worker (0: the least the schedule takes, the [v: ...] "
+                 "above, else 1); the model is cut into stages x this many partitions");
   app.add_option("--devices", devices_,
                  "Device per stage, comma-separated, e.g. cpu:0,cpu:1 (default cpu:0..)");
   app.add_option("--threads", c.threads, "Intra-op threads per stage worker (0: cores / stages)");

@@ -24,6 +24,7 @@
 #include "nn/serialize.h"
 #include "pipeline/balance.h"
 #include "pipeline/pipe.h"
+#include "pipeline/schedule/registry.h"
 #include "tensor/generator.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
@@ -364,7 +365,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   }
   if (virtual_stages_per_worker(config) > 1) {
     log << " | " << virtual_stages_per_worker(config) << " virtual stages each ("
-        << (config.schedule == "zb-v" || config.schedule == "dualpipev" ? "V" : "round robin")
+        << pipeline::to_string(pipeline::find_schedule(config.schedule).placement)
         << ")";
   }
   log << " | balance";
