@@ -30,7 +30,7 @@
 //
 // Devices: a stage's inputs are moved to its device, and a tensor its module returns on
 // another device is copied back to it, differentiably (Note [A stage's output on another
-// device], runtime.cc): what a stage sends, and forward()'s output, is on the stage's device.
+// device], stage_fn.cc): what a stage sends, and forward()'s output, is on the stage's device.
 //
 // Threads: one per worker, alive as long as the Pipe, joined by ~Pipe. Each uses
 // max(1, hardware_threads() / workers) intra-op threads (ThreadBudgetGuard; or
