@@ -47,6 +47,7 @@ Tensor Sequential::forward(const Tensor& input) {
 }
 
 Tensors Sequential::forward(const Tensors& inputs) {
+  check_not_moved_from();
   Tensors x = inputs;
   for (const auto& m : modules_) x = m->forward(x);
   return x;

@@ -412,7 +412,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
         }
         throw;
       }
-      optimizer->step();
+      pipe.step(*optimizer);  // each stage's parameters on its worker
       if (trace_now) {
         // Across processes: one trace, a process per rank (gathered on rank 0).
         const pipeline::Trace trace = processes ? processes->gather_trace(step.trace) : step.trace;

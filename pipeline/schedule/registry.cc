@@ -29,7 +29,7 @@ constexpr VirtualStages kTwo{2, 2};
 
 // The table. One row per schedule; the generators' headers hold their papers and pictures.
 std::vector<ScheduleInfo> builtin_schedules() {
-  using P = Placement;
+  using P = StagePlacement;
   return {
       {"gpipe", ignore_v<gpipe>, kOne, P::kRoundRobin, false,
        "fill-drain: every forward, then every backward (GPipe)"},
@@ -86,7 +86,7 @@ std::string quoted_list(const std::vector<std::string>& names) {
     throw std::invalid_argument(quoted + " has one virtual stage per worker, so v must be 1" +
                                 got + "; use " + quoted_list(any) + " for v > 1");
   }
-  if (row.placement == Placement::kV && vs.min == 2 && vs.max == 2) {
+  if (row.placement == StagePlacement::kV && vs.min == 2 && vs.max == 2) {
     throw std::invalid_argument(quoted + " holds two stages per worker (a V), so v must be 2" +
                                 got);
   }
@@ -96,12 +96,12 @@ std::string quoted_list(const std::vector<std::string>& names) {
 
 }  // namespace
 
-std::string to_string(Placement placement) {
-  return placement == Placement::kV ? "V" : "round robin";
+std::string to_string(StagePlacement placement) {
+  return placement == StagePlacement::kV ? "V" : "round robin";
 }
 
-std::vector<int> place(Placement placement, int p, int v) {
-  return placement == Placement::kV ? v_placement(p) : round_robin_placement(p, v);
+std::vector<int> place(StagePlacement placement, int p, int v) {
+  return placement == StagePlacement::kV ? v_placement(p) : round_robin_placement(p, v);
 }
 
 int VirtualStages::clamp(int v) const {

@@ -26,13 +26,13 @@ namespace pipewright::pipeline {
 
 /// Where a schedule puts its stages (schedule.h): round robin (stage s on worker s % p) or
 /// the V (worker w holds stages w and 2p-1-w).
-enum class Placement { kRoundRobin, kV };
+enum class StagePlacement { kRoundRobin, kV };
 
 /// "round robin" or "V".
-std::string to_string(Placement placement);
+std::string to_string(StagePlacement placement);
 
 /// round_robin_placement(p, v) or v_placement(p). Throws what those throw.
-std::vector<int> place(Placement placement, int p, int v);
+std::vector<int> place(StagePlacement placement, int p, int v);
 
 /// The virtual stages per worker (v) a schedule takes: every v in [min, max], max = 0
 /// meaning no upper bound. A schedule that is not given a v takes min.
@@ -52,7 +52,7 @@ struct ScheduleInfo {
   std::string name;                                    // "1f1b": what --schedule takes
   std::function<Schedule(int p, int m, int v)> generate;  // p workers, m micro-batches
   VirtualStages virtual_stages = {};
-  Placement placement = Placement::kRoundRobin;
+  StagePlacement placement = StagePlacement::kRoundRobin;
   bool splits_backward = false;                        // I and W actions instead of B
   std::string description;                             // one line, for help text
 };

@@ -53,7 +53,7 @@ std::map<std::string, int64_t> count_warm_step(int stages) {
     if (step == 5) cudasim::reset_api_counts();  // steps 0-4 warm the caches up
     adam.zero_grad();
     const double l = pipe.train_step(batch.inputs, batch.targets, loss).loss;
-    adam.step();
+    pipe.step(adam);  // each stage's parameters on its worker, as the main job does
     if (step == 5) counts = cudasim::api_counts();
     REQUIRE(std::isfinite(l));
     ++step;

@@ -172,7 +172,7 @@ TEST_CASE("a registered schedule trains by name, placed as its row says") {
                          return s;
                        },
                        .virtual_stages = {2, 2},
-                       .placement = Placement::kV,
+                       .placement = StagePlacement::kV,
                        .splits_backward = true,
                        .description = "ZB-V by another name"});
   }

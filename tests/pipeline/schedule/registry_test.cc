@@ -73,7 +73,7 @@ TEST_CASE("a schedule registered at run time is found by name like the built-in 
   register_schedule({.name = "gpipe-fifo",
                      .generate = [](int p, int m, int /*v*/) { return gpipe_fifo(p, m); },
                      .virtual_stages = {1, 1},
-                     .placement = Placement::kRoundRobin,
+                     .placement = StagePlacement::kRoundRobin,
                      .splits_backward = false,
                      .description = "GPipe, backwards oldest first"});
   REQUIRE(schedule_names().back() == "gpipe-fifo");
