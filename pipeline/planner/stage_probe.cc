@@ -39,7 +39,8 @@ void check_skips_inside(const nn::Sequential& model, int first, int last) {
   for (int b : {first, last - first, n - last}) {
     if (b > 0) balance.push_back(b);
   }
-  for (const SkipRoute& route : SkipLayout(model, balance).routes()) {
+  const SkipLayout layout(model, balance);
+  for (const SkipRoute& route : layout.routes()) {
     if (!route.local()) {
       throw std::invalid_argument("probe_stage: skip " + route.str() + " crosses the ends of " +
                                   "layers [" + std::to_string(first) + ", " +
@@ -90,9 +91,15 @@ class Probe {
         loss_values_[k] = out.at(0).detach();
         loss_grads_[k] = Tensor::full(out[0].shape(), 0.5, {out[0].dtype(), out[0].device()});
       } else {
+        // Only the outputs' shapes are kept: a reference would hold the last output past
+        // its cell's backward, which the runtime's send does not.
         output_bytes_ = bytes_of(out);
         output_like_.clear();
-        for (const Tensor& t : out) output_like_.push_back(t);
+        for (const Tensor& t : out) {
+          output_like_.push_back(
+              {t.defined() && is_floating(t.dtype()), t.defined() ? t.shape() : Shape{},
+               t.defined() ? t.dtype() : DType::kFloat32});
+        }
       }
     });
   }
@@ -108,10 +115,8 @@ class Probe {
     if (is_last_) {
       grads = {std::move(loss_grads_[k])};
     } else {
-      for (const Tensor& t : output_like_) {
-        grads.push_back(t.defined() && is_floating(t.dtype())
-                            ? Tensor::ones(t.shape(), {t.dtype(), device_})
-                            : Tensor());
+      for (const OutputShape& o : output_like_) {
+        grads.push_back(o.floating ? Tensor::ones(o.shape, {o.dtype, device_}) : Tensor());
       }
       grad_message_bytes_ = bytes_of(grads);
     }
@@ -157,7 +162,12 @@ class Probe {
   std::vector<char> needs_grad_;
   Cell cells_[2];
   Tensor loss_values_[2], loss_grads_[2];
-  nn::Tensors output_like_;
+  struct OutputShape {
+    bool floating;  // defined and floating: it receives a gradient
+    Shape shape;
+    DType dtype;
+  };
+  std::vector<OutputShape> output_like_;
 };
 
 }  // namespace
