@@ -23,4 +23,12 @@ std::vector<int> constrained_partition(const std::vector<double>& costs, int par
                                        const std::vector<char>& allowed,
                                        const std::function<bool(int, int, int)>& fits = {});
 
+/// Cuts [0, n) into `parts` contiguous non-empty blocks ending only at allowed cuts,
+/// minimising the largest cost(first, last, block index) for any cost (not only sums: a
+/// stage's estimated memory, whose weight depends on the block's index); among optimal cuts
+/// the lexicographically smallest balance. Empty when no cut exists. O(parts · n²) calls of
+/// cost.
+std::vector<int> min_max_partition(int n, int parts, const std::vector<char>& allowed,
+                                   const std::function<double(int, int, int)>& cost);
+
 }  // namespace pipewright::pipeline

@@ -12,8 +12,9 @@
 //    micro-batch sizes, bytes kept, bytes sent.
 // 2. For every registered schedule (schedule/registry.h), every virtual-stage count it takes
 //    (up to max_virtual_stages), every chunks candidate and a few balances — the min-max cut
-//    of F+B, of F+B+R, of parameters (balance_by_parameters' blocks), and the min-max cut of
-//    F+B among those whose stages' estimated memory fits the cap (cuts.h; skips stay inside
+//    of F+B, of F+B+R, of parameters (balance_by_parameters' blocks), and under a cap the
+//    min-max cut of F+B among those whose stages' estimated memory fits it and the cuts of
+//    least estimated memory without and with recomputes (cuts.h; skips stay inside
 //    stages) — simulate the schedule with the stages' summed times (simulator.h) and replay
 //    each device's memory (memory_replay.h) with the stages' estimated bytes
 //    (stage_estimate.h); where a device is over the cap, place recomputes cell by cell
@@ -22,8 +23,9 @@
 //    recomputes again with those bytes, and return the best that fits: its predicted step
 //    time and bubble (the simulation) and each device's peak (exact on CPU devices up to the
 //    messages' timing, DevicePeak::low..high).
-// When nothing fits, plan() throws NoPlanFits naming the smallest cap that would (every cell
-// of the leanest candidate recomputed, measured exactly).
+// When nothing fits, plan() throws NoPlanFits naming the smallest cap that would: the least
+// peak along the recompute placements of the configurations it measured (Note [Placing
+// recomputes]); exact when `verify` covers every configuration, as in small searches.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +59,9 @@ struct PlanOptions {
   std::vector<int> chunks = {};
   /// The most virtual stages per worker tried for schedules that take any v.
   int max_virtual_stages = 2;
+  /// Virtual stages per worker to consider; empty: every v a schedule takes, up to
+  /// max_virtual_stages for those that take any (then ignored).
+  std::vector<int> virtual_stages = {};
   /// Optimizer state bytes per parameter byte: 2 for Adam and AdamW, 1 for SGD with
   /// momentum, 0 for plain SGD.
   double optimizer_state_factor = 2.0;

@@ -75,8 +75,12 @@ RecomputePlacement place_recomputes(const Schedule& schedule, const Costs& costs
                                     bool worst_case) {
   std::set<CellId> cells;
   RecomputePlacement current = evaluate(schedule, cells, costs, model, cap, worst_case);
+  int64_t least = current.max_level(worst_case);
   while (!current.fits) {
-    if (give_up_us > 0 && current.simulation.makespan > give_up_us) return current;
+    if (give_up_us > 0 && current.simulation.makespan > give_up_us) {
+      current.least_peak = least;
+      return current;
+    }
     // The device furthest above the cap, at the moment of its peak.
     int w = 0;
     for (int u = 1; u < static_cast<int>(current.peaks.size()); ++u) {
@@ -88,27 +92,42 @@ RecomputePlacement place_recomputes(const Schedule& schedule, const Costs& costs
     const DevicePeak& peak = current.peaks[static_cast<size_t>(w)];
     const int at = worst_case ? peak.at_high : peak.at;
     const std::vector<Candidate> found = candidates(current, cells, costs, model, w, at);
-    if (found.empty()) return current;  // out of reach
-    int64_t excess = level(peak, worst_case) - cap;
-    for (const Candidate& c : found) {
-      cells.insert(c.cell);
-      excess -= std::max<int64_t>(c.saving, 1);
-      if (excess <= 0) break;
-    }
+    if (found.empty()) break;  // out of reach on this path
+    cells.insert(found.front().cell);
     current = evaluate(schedule, cells, costs, model, cap, worst_case);
+    least = std::min(least, current.max_level(worst_case));
   }
+  if (!current.fits) {
+    // The path ended without fitting: every cell checkpointed may still fit (an R's own
+    // peak can make it the leaner), and is the path's last resort.
+    RecomputePlacement all = recompute_everything(schedule, costs, model, worst_case);
+    least = std::min(least, all.max_level(worst_case));
+    if (cap > 0 && all.max_level(worst_case) <= cap) {
+      all.fits = true;
+      current = std::move(all);
+    }
+  }
+  current.least_peak = least;
   return current;
 }
 
 RecomputePlacement recompute_everything(const Schedule& schedule, const Costs& costs,
-                                        const MemoryModel& model) {
+                                        const MemoryModel& model, bool worst_case) {
   std::set<CellId> cells;
   for (const auto& list : schedule.actions) {
     for (const Action& a : list) {
       if (a.kind == ActionKind::kForward) cells.insert({a.stage, a.microbatch});
     }
   }
-  return evaluate(schedule, cells, costs, model, 0, true);
+  RecomputePlacement all = evaluate(schedule, cells, costs, model, 0, worst_case);
+  all.least_peak = all.max_level(worst_case);
+  return all;
+}
+
+int64_t RecomputePlacement::max_level(bool worst_case) const {
+  int64_t peak = 0;
+  for (const DevicePeak& p : peaks) peak = std::max(peak, level(p, worst_case));
+  return peak;
 }
 
 }  // namespace pipewright::pipeline

@@ -8,10 +8,17 @@
 // checkpointing one keeps only its input and moves its activations to an R just before its
 // backward (with_recompute). Among them take first the cells whose backward waits longest in
 // the simulated timeline (the gap before it, where a worker waiting for the gradient can
-// recompute for free), as many as the excess needs at once; then simulate and replay again.
-// It stops when every device fits, when no cell is left to checkpoint at the peak (the cap
-// is out of reach for this schedule, chunks and balance), or when the step has become slower
-// than `give_up_us`.
+// recompute for free), or else the one that saves the most; checkpoint it, simulate and
+// replay again. It stops when every device fits,
+// when the step has become slower than `give_up_us`, or when no cell is left to checkpoint
+// at the peak; then every cell checkpointed is tried last (an R's own peak or the messages
+// can make a partial placement or none the leaner, so that one is not always the least).
+//
+// One cell at a time, the path of placements tried does not depend on the cap: the cap only
+// says where the path stops. So the least peak along the path (least_peak) is the smallest
+// cap this placement reaches for the configuration, and every cap at or above it is
+// reached: the planner's refusal names that number (planner.h).
+//
 //
 //   1F1B, p = 2, m = 4, a cap that fits three of worker 0's cells:
 //     worker 0  F0 F1 .  .  R0 B0 F2 B1 F3 B2 B3        F0 checkpointed: R0 fills the wait
@@ -33,6 +40,10 @@ struct RecomputePlacement {
   std::vector<DevicePeak> peaks;   // per device (bounds only with worst_case)
   int recomputed = 0;              // cells checkpointed
   bool fits = false;               // every device's predicted peak <= cap
+  int64_t least_peak = 0;          // the least max_level of the placements tried
+
+  /// The largest device's peak: DevicePeak::high with `worst_case`, else predicted.
+  int64_t max_level(bool worst_case) const;
 };
 
 /// Note [Placing recomputes]. `schedule` must have no R yet and be valid; cap <= 0 means no
@@ -43,8 +54,8 @@ RecomputePlacement place_recomputes(const Schedule& schedule, const Costs& costs
                                     const MemoryModel& model, int64_t cap,
                                     double give_up_us = 0, bool worst_case = false);
 
-/// The same schedule with every cell checkpointed: the least memory any placement reaches.
+/// The same schedule with every cell checkpointed (bounds replayed with `worst_case`).
 RecomputePlacement recompute_everything(const Schedule& schedule, const Costs& costs,
-                                        const MemoryModel& model);
+                                        const MemoryModel& model, bool worst_case = true);
 
 }  // namespace pipewright::pipeline

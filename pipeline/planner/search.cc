@@ -131,10 +131,13 @@ class Search {
               options_.schedules.end()) {
         continue;
       }
-      const int top = row.virtual_stages.max == 0
-                          ? std::max(row.virtual_stages.min, options_.max_virtual_stages)
-                          : row.virtual_stages.max;
+      const std::vector<int>& only = options_.virtual_stages;
+      const int most = only.empty() ? options_.max_virtual_stages
+                                    : *std::max_element(only.begin(), only.end());
+      const int top = row.virtual_stages.max == 0 ? std::max(row.virtual_stages.min, most)
+                                                  : row.virtual_stages.max;
       for (int v = row.virtual_stages.min; v <= top; ++v) {
+        if (!only.empty() && std::find(only.begin(), only.end(), v) == only.end()) continue;
         const int stages = in_.workers * v;
         if (stages - 1 > cut_count) continue;
         for (int c : chunk_candidates()) add_configs(row.name, v, c, stages);
@@ -202,15 +205,28 @@ class Search {
       }
       const std::vector<int> cells = peak_memory(base).stage_activations;
       const double share = static_cast<double>(cap_) / (stages / in_.workers);
-      auto fits = [&](int i, int j, int s) {
+      // A stage's estimated peak: its parameters, gradients and optimizer state, and the
+      // cells the schedule keeps in flight on it, recorded or (recomputing) as inputs with
+      // one cell rebuilt at a time.
+      auto stage_bytes = [&](int i, int j, int s, bool recompute) {
         const double input = i == 0 ? static_cast<double>(profile_.input_bytes_per_row * rows)
                                     : profile_.layers[static_cast<size_t>(i - 1)].output_bytes.at(rows);
         const double cell = input + kept[static_cast<size_t>(j)] - kept[static_cast<size_t>(i)];
         const double p = params[static_cast<size_t>(j)] - params[static_cast<size_t>(i)];
+        const int in_flight = std::max(1, cells[static_cast<size_t>(s)]);
         return p * (2 + options_.optimizer_state_factor) +
-                   std::max(1, cells[static_cast<size_t>(s)]) * cell <= share;
+               (recompute ? in_flight * input + cell : in_flight * cell);
       };
-      add(constrained_partition(fb, stages, in_.allowed_cuts, fits));
+      add(constrained_partition(fb, stages, in_.allowed_cuts, [&](int i, int j, int s) {
+        return stage_bytes(i, j, s, false) <= share;
+      }));
+      // The leanest cuts, without and with recomputes: where the cap is tight, these may be
+      // the only ones that fit.
+      for (bool recompute : {false, true}) {
+        add(min_max_partition(n, stages, in_.allowed_cuts, [&](int i, int j, int s) {
+          return stage_bytes(i, j, s, recompute);
+        }));
+      }
     }
     return out;
   }
@@ -315,11 +331,9 @@ class Search {
   std::vector<size_t> leanest(size_t count) {
     std::vector<std::pair<int64_t, size_t>> lean;
     for (size_t i = 0; i < configs_.size(); ++i) {
-      const RecomputePlacement all =
-          recompute_everything(configs_[i].base, costs_of(configs_[i]), memory_of(configs_[i], false));
-      int64_t peak = 0;
-      for (const DevicePeak& p : all.peaks) peak = std::max(peak, p.predicted);
-      lean.push_back({peak, i});
+      const RecomputePlacement all = recompute_everything(
+          configs_[i].base, costs_of(configs_[i]), memory_of(configs_[i], false), false);
+      lean.push_back({all.max_level(false), i});
     }
     std::sort(lean.begin(), lean.end());
     std::vector<size_t> out;
@@ -327,26 +341,26 @@ class Search {
     return out;
   }
 
+  // Nothing fits: name the least cap a configuration tried would fit, the least peak along
+  // its placement path (Note [Placing recomputes]): measured ones when the search measures.
   [[noreturn]] void refuse() {
-    int64_t smallest = -1;
-    size_t where = 0;
-    for (size_t i : leanest(static_cast<size_t>(std::max(1, options_.verify)))) {
-      const Config& c = configs_[i];
-      const RecomputePlacement all =
-          recompute_everything(c.base, costs_of(c), memory_of(c, static_cast<bool>(in_.measure)));
-      int64_t peak = 0;
-      for (const DevicePeak& p : all.peaks) peak = std::max(peak, p.high);
-      if (smallest < 0 || peak < smallest) {
-        smallest = peak;
-        where = i;
+    const std::vector<Result>& tried = in_.measure ? verified_ : estimated_;
+    const Result* leanest = nullptr;
+    for (const Result& r : tried) {
+      if (leanest == nullptr || r.placement.least_peak < leanest->placement.least_peak) {
+        leanest = &r;
       }
     }
-    const Config& c = configs_[where];
+    if (leanest == nullptr) {
+      throw std::logic_error("plan: no configuration was evaluated");
+    }
+    const int64_t smallest = leanest->placement.least_peak;
+    const Config& c = configs_[leanest->config];
     throw NoPlanFits(
         "plan: nothing fits a memory cap of " + format_bytes(cap_) + " per device on " +
             std::to_string(in_.workers) + " devices: the leanest configuration (" + c.schedule +
             ", v " + std::to_string(c.v) + ", chunks " + std::to_string(c.chunks) +
-            ", balance " + balance_text(c.balance) + ", every cell recomputed) needs " +
+            ", balance " + balance_text(c.balance) + ", recomputing as needed) needs " +
             format_bytes(smallest) + " (" + std::to_string(smallest) +
             " bytes); raise the cap to at least that, or use more devices",
         smallest);
