@@ -77,6 +77,14 @@ void validate(const TrainConfig& c, size_t num_layers) {
         "needs one process per stage and replica: mpirun -np " +
             std::to_string(c.stages * c.data_parallel));
   }
+  if (c.plan != "" && c.plan != "auto") bad("plan", c.plan, "must be auto (or not given)");
+  if (c.plan.empty() && c.memory_cap > 0) {
+    bad("memory-cap", std::to_string(c.memory_cap), "is read only with --plan auto");
+  }
+  if (c.memory_cap < 0) bad("memory-cap", std::to_string(c.memory_cap), "must be >= 0");
+  if (!c.plan.empty() && c.distributed) {
+    bad("plan", c.plan, "runs in one process (the planner probes every stage here)");
+  }
   if (c.threads < 0) bad("threads", std::to_string(c.threads), "must be >= 0 (0: automatic)");
   if (c.train_limit < 0) bad("train-limit", std::to_string(c.train_limit), "must be >= 0");
   if (c.test_limit < 0) bad("test-limit", std::to_string(c.test_limit), "must be >= 0");

@@ -82,7 +82,7 @@ Measured train(const Plan& plan, const std::vector<Device>& devices, const Batch
   auto step = [&] {
     adam.zero_grad();
     pipe.train_step(b.x, b.y, cross_entropy, plan.schedule_for(plan.num_microbatches));
-    adam.step();
+    pipe.step(adam);
   };
   step();
   Measured m;
@@ -297,7 +297,7 @@ TEST_CASE("a cap only a partial recompute placement fits") {
   auto step = [&] {
     adam.zero_grad();
     pipe.train_step(b.x, b.y, cross_entropy, p.schedule_for(p.num_microbatches));
-    adam.step();
+    pipe.step(adam);
   };
   step();
   adam.zero_grad();
