@@ -20,9 +20,9 @@
 // reached: the planner's refusal names that number (planner.h).
 //
 //
-//   1F1B, p = 2, m = 4, a cap that fits three of worker 0's cells:
-//     worker 0  F0 F1 .  .  R0 B0 F2 B1 F3 B2 B3        F0 checkpointed: R0 fills the wait
-//     worker 1  .  F0 B0 F1 B1 F2 B2 F3 B3              for B0's gradient
+//   1F1B, p = 2, m = 4, a cap below two of stage 0's cells at once (planner_memory_test):
+//     worker 0  F0 F1 B0 F2 R1 B1 F3 R2 B2 R3 B3   the cells recorded while another's
+//     worker 1  F0 B0 F1 B1 F2 B2 F3 B3            backward runs are checkpointed
 #pragma once
 
 #include <cstdint>
