@@ -3,10 +3,11 @@
 //
 // Model: kLayers identical blocks Linear(kWidth→kWidth)·ReLU (so every cut at block
 // boundaries gives stages of equal cost), batch kBatch, MSE loss against zeros on the last
-// stage, input requiring grad (stage 0 computes dX like the others). Cut into p stages of
-// kLayers/p blocks, or p·v virtual stages (v = 2) for interleaved 1F1B, interleaved zero
-// bubble, looped BFS (round robin) and ZB-V, DualPipeV (V placement); worker w on cpu:w,
-// each worker ONE intra-op thread. No optimizer step and no zero_grad (gradients accumulate
+// stage, input requiring grad (stage 0 computes dX like the others). Every registered
+// schedule (pipeline/schedule/registry.h) with every (p, m) its generator accepts, cut into
+// p·v stages of equal size, v = 2 where the schedule takes it (the interleaved ones and
+// looped BFS round robin, ZB-V and DualPipeV in a V), else 1; worker w on cpu:w, each worker
+// ONE intra-op thread. No optimizer step and no zero_grad (gradients accumulate
 // into the existing .grad tensors, so every measured step allocates the same things).
 //
 //   schedule/p:P/m:M/<name>     Pipe::train_step(x, y, mse_loss, name), P workers, M micro-batches
@@ -24,13 +25,12 @@
 //   bubble_sim      the simulator run on the same schedule with the MEASURED mean cost of
 //                   each action kind on each stage over all timed steps (smaller than the
 //                   replay when the workers' speeds drift; see the Note)
-//   bubble_formula  the schedule's closed form for equal stages and free communication:
-//                   (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v·m+p-1) for interleaved
-//                   (idle (p-1)(tF+tB)/v per worker), (p-1)/(3m+p-1) for zb-h1 and zb-h2
-//                   (idle (p-1)(tF+tI-tW) with tF = tI = tW; within one step ZB-H2's makespan
-//                   equals ZB-H1's at equal costs, see docs/schedules.md),
-//                   (p-1)/(v·m+p-1) for looped-bfs, (p-1)/(3vm+p-1) for interleaved-zb, zb-v
-//                   and dualpipev (idle p-1 virtual-stage actions with tF = tI = tW)
+//   bubble_formula  the closed form for equal stages and free communication: (p-1)/(v·m+p-1)
+//                   for the schedules with whole backwards (gpipe and 1f1b at v = 1, idle
+//                   (p-1)(tF+tB)/v per worker), (p-1)/(3vm+p-1) for those that split them
+//                   (ScheduleInfo::splits_backward; zb-h1 and zb-h2 at v = 1, idle p-1
+//                   virtual-stage actions with tF = tI = tW; within one step ZB-H2's makespan
+//                   equals ZB-H1's at equal costs, see docs/schedules.md)
 //   peak_kib_wN     peak bytes allocated on worker N's device during a step, above what it
 //                   held before (KiB, the largest over the timed steps): activations kept
 //                   for backward, messages received early, and one action's working memory
@@ -50,6 +50,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -81,24 +82,30 @@ nn::Sequential make_mlp() {
   return m;
 }
 
-/// virtual stages per worker: 2 for the interleaved, looped and V-shaped schedules.
+/// Virtual stages per worker: 2 where the schedule takes it, else the one it takes.
 int virtual_stages_per_worker(const std::string& schedule) {
-  return schedule == "interleaved-1f1b" || schedule == "interleaved-zb" ||
-                 schedule == "looped-bfs" || schedule == "zb-v" || schedule == "dualpipev"
-             ? 2
-             : 1;
+  return pipeline::find_schedule(schedule).virtual_stages.clamp(2);
 }
 
 double formula_bubble(const std::string& schedule, int p, int m, int v) {
   const double idle = p - 1;
-  if (schedule == "interleaved-1f1b" || schedule == "looped-bfs") return idle / (v * m + idle);
-  if (schedule == "zb-h1" || schedule == "zb-h2") return idle / (3.0 * m + idle);
   // Idle (p-1) virtual-stage actions against 3·m·v per worker
   // (//tests/pipeline/schedule:frontier_test).
-  if (schedule == "interleaved-zb" || schedule == "zb-v" || schedule == "dualpipev") {
+  if (pipeline::find_schedule(schedule).splits_backward) {
     return idle / (3.0 * v * m + idle);
   }
-  return idle / (m + idle);
+  return idle / (v * m + idle);
+}
+
+/// Whether the schedule's generator takes p workers and m micro-batches (interleaved 1F1B
+/// needs m % p == 0, DualPipeV m >= 2p, ...): the generator itself is asked.
+bool accepts(const std::string& schedule, int p, int m) {
+  try {
+    (void)pipeline::make_schedule(schedule, p, m, virtual_stages_per_worker(schedule));
+    return true;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
 }
 
 void schedule_step(benchmark::State& state, const std::string& schedule, int p, int m,
@@ -166,12 +173,8 @@ void schedule_step(benchmark::State& state, const std::string& schedule, int p, 
 void register_all() {
   for (int p : {2, 4}) {
     for (int m : {4, 8, 16}) {
-      for (const std::string schedule :
-           {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "interleaved-zb", "looped-bfs",
-            "zb-v", "dualpipev"}) {
-        if (schedule == "interleaved-1f1b" && m % p != 0) continue;  // Megatron's requirement
-        if (schedule == "interleaved-zb" && m % std::max(1, m / p) != 0) continue;
-        if (schedule == "dualpipev" && m < 2 * p) continue;
+      for (const std::string& schedule : pipeline::schedule_names()) {
+        if (!accepts(schedule, p, m)) continue;
         const std::string name = "schedule/p:" + std::to_string(p) + "/m:" + std::to_string(m) +
                                  "/" + schedule;
         benchmark::RegisterBenchmark(name.c_str(), [schedule, p, m](benchmark::State& state) {

@@ -11,12 +11,10 @@
 #include <utility>
 
 #include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "nn/batch_norm.h"
 #include "nn/skip.h"
 #include "pipeline/partition.h"
+#include "pipeline/profile_state.h"
 #include "tensor/allocator.h"
-#include "tensor/generator.h"
 #include "tensor/stream.h"
 
 namespace pipewright::pipeline {
@@ -149,64 +147,6 @@ std::vector<int> balance_by_parameters(int partitions, const nn::Sequential& mod
 // ---- profiling ----
 
 namespace {
-
-/// Note [Profiling leaves the module as it was] (balance.h): everything the profile may
-/// change is recorded by the constructor and put back by the destructor, so an exception
-/// thrown by a layer restores it too.
-class ProfileStateGuard {
- public:
-  explicit ProfileStateGuard(nn::Module& module)
-      : generator_(current_generator().seed(), current_generator().offset()),
-        generator_guard_(generator_),
-        grad_mode_(autograd::grad_mode_enabled()),
-        checkpoint_flags_(/*checkpointing=*/false, /*recomputing=*/false) {
-    for (auto& [name, t] : module.named_buffers()) buffers_.emplace_back(t, t.clone());
-    record_modes(module);
-    autograd::set_grad_mode_enabled(true);
-    module.train(true);
-  }
-  ~ProfileStateGuard() {
-    for (auto& [live, saved] : buffers_) live.copy_from(saved);
-    // Pre-order: a parent's train() sets its children, which are then set to their own flag.
-    for (auto& [m, on] : modes_) m->train(on);
-    for (nn::BatchNorm1d* bn : deferred_) bn->set_deferred(true);
-    autograd::set_grad_mode_enabled(grad_mode_);
-  }
-  ProfileStateGuard(const ProfileStateGuard&) = delete;
-  ProfileStateGuard& operator=(const ProfileStateGuard&) = delete;
-
- private:
-  void record_modes(nn::Module& m) {
-    modes_.emplace_back(&m, m.is_training());
-    if (auto* bn = dynamic_cast<nn::BatchNorm1d*>(&m); bn != nullptr && bn->is_deferred()) {
-      bn->set_deferred(false);  // profile as plain BatchNorm; its accumulated sums stay
-      deferred_.push_back(bn);
-    }
-    for (auto& [name, child] : m.children()) record_modes(*child);
-  }
-
-  Generator generator_;  // a copy of the caller's state: realistic draws, caller's untouched
-  GeneratorGuard generator_guard_;
-  bool grad_mode_;
-  autograd::CheckpointModeGuard checkpoint_flags_;
-  std::vector<std::pair<Tensor, Tensor>> buffers_;  // (the live buffer, its saved copy)
-  std::vector<std::pair<nn::Module*, bool>> modes_;
-  std::vector<nn::BatchNorm1d*> deferred_;
-};
-
-/// What a layer gets as input: `outputs` cut from their graph, requiring grad exactly when
-/// they did (torchgpipe's detach between layers).
-nn::Tensors detach_like(const nn::Tensors& outputs) {
-  nn::Tensors out;
-  out.reserve(outputs.size());
-  for (const Tensor& t : outputs) {
-    const bool requires_grad = t.requires_grad();
-    Tensor d = t.detach();
-    d.set_requires_grad(requires_grad);
-    out.push_back(std::move(d));
-  }
-  return out;
-}
 
 void check_profile_inputs(const char* who, const nn::Sequential& module,
                           const nn::Tensors& sample, Device device) {

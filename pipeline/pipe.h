@@ -30,7 +30,7 @@
 //
 // Devices: a stage's inputs are moved to its device, and a tensor its module returns on
 // another device is copied back to it, differentiably (Note [A stage's output on another
-// device], runtime.cc): what a stage sends, and forward()'s output, is on the stage's device.
+// device], stage_fn.cc): what a stage sends, and forward()'s output, is on the stage's device.
 //
 // Threads: one per worker, alive as long as the Pipe, joined by ~Pipe. Each uses
 // max(1, hardware_threads() / workers) intra-op threads (ThreadBudgetGuard; or
@@ -97,8 +97,8 @@ struct StepOptions {
   /// concatenated over the micro-batches on output_dims[k] (dim 0 for all when empty).
   bool return_outputs = false;
   std::vector<int> output_dims = {};
-  /// The schedule: a make_schedule name, with options().checkpoint applied (empty:
-  /// options().schedule) ...
+  /// The schedule: a registered name (schedule/registry.h), with options().checkpoint
+  /// applied (empty: options().schedule) ...
   std::string schedule = {};
   /// ... or this schedule exactly as given (its R actions are its checkpointing).
   std::optional<Schedule> custom_schedule = std::nullopt;
@@ -172,7 +172,7 @@ class Pipe {
   /// micro-batch), backpropagated with weight n_j / N so that parameter gradients equal
   /// those of loss_fn on the whole batch. Gradients accumulate into .grad (zero them
   /// yourself). input [N, ...], target [N, ...] (same N; any dtype, moved to the last stage).
-  /// Uses options().schedule, or the named one (make_schedule names), with options().checkpoint
+  /// Uses options().schedule, or the named one (registered names), with options().checkpoint
   /// applied; or `schedule` exactly as given (its R actions are its checkpointing). Throws
   /// std::invalid_argument when N differs between input and target, when a given schedule
   /// does not fit this pipe (workers, stages, stage placement, micro-batch count — naming

@@ -9,8 +9,8 @@
 // Interleaved and V-shaped schedules (virtual_stages = v > 1): balance has p·v entries (one
 // per virtual stage), devices p entries (one per worker). Stage s runs on worker
 // stage_worker[s], on devices[stage_worker[s]]; by default the placement of `schedule`:
-// round robin (stage s on worker s % p), or the V shape for "zb-v" and "dualpipev" (worker w
-// holds stages w and 2p-1-w; v = 2).
+// round robin (stage s on worker s % p), or the V shape (worker w holds stages w and 2p-1-w;
+// v = 2) for the schedules whose registry row says so (schedule/registry.h).
 #pragma once
 
 #include <cstdint>
@@ -39,16 +39,16 @@ struct PipeOptions {
   /// Put every nn::BatchNorm1d in deferred mode: running statistics over the whole
   /// mini-batch, committed once per mini-batch (torchgpipe's deferred_batch_norm).
   bool deferred_batch_norm = false;
-  /// v: virtual stages per worker for "interleaved-1f1b", "interleaved-zb",
-  /// "looped-bfs"; 2 for "zb-v" and "dualpipev".
+  /// v: virtual stages per worker, as `schedule`'s registry row allows (ScheduleInfo::
+  /// virtual_stages: any v for the interleaved schedules and looped-bfs, 2 for the V-shaped).
   int virtual_stages = 1;
   /// The worker of each stage (balance.size() entries, each in [0, p) with p = balance.size()
   /// / virtual_stages, every worker holding a stage). Empty: the placement of `schedule`
-  /// (schedule_placement in generators/make_schedule.h). A schedule given to train_step must
+  /// (schedule_placement in schedule/registry.h). A schedule given to train_step must
   /// place its stages the same way.
   std::vector<int> stage_worker = {};
-  /// The schedule train_step runs when not given one (a make_schedule name: schedule_names()
-  /// lists them).
+  /// The schedule train_step runs when not given one (a registered name: schedule_names()
+  /// lists them, schedule/registry.h).
   std::string schedule = "gpipe";
   /// Seeds the workers' generators (worker w gets mix_seed(seed, w)); see Pipe::manual_seed.
   uint64_t seed = 0;

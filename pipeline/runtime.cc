@@ -5,9 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "autograd/shape_ops.h"
-#include "nn/skip.h"
-#include "pipeline/stage_skips.h"
+#include "pipeline/stage_fn.h"
 #include "pipeline/step_readback.h"
 #include "tensor/stream.h"
 #include "tensor/threads.h"
@@ -28,26 +26,6 @@ nn::Tensors to_stage(const nn::Tensors& tensors, Device device) {
     record_stream(out.back(), compute);
   }
   return out;
-}
-
-// Note [A stage's output on another device]
-// A stage may return tensors on a device other than its own (a module that ends with
-// to(other)). Each is copied back to the stage's device with the differentiable
-// autograd::to, inside the cell, so the copy is recorded (and recomputed under
-// checkpointing) like any layer: its backward takes the gradient from the stage's device
-// back to where the module left the tensor. Everything that leaves a stage is then on that
-// stage's device, as everything entering it is (to_stage, the transport): the next stage
-// receives from one known device, memory is counted there, and Pipe::forward returns on the
-// last stage's device. torchgpipe gets the same by copying every stage's output to the next
-// device; the value is unchanged either way, the cost one copy per such tensor. Refusing
-// such a stage was the other choice; copying keeps every model that runs unpipelined
-// runnable in a Pipe. Tested on CPU devices (pipe_output_device_test) and on simulated GPUs
-// (tests/cuda/pipe_fault_test).
-nn::Tensors on_stage_device(nn::Tensors tensors, Device device) {
-  for (Tensor& t : tensors) {
-    if (t.defined() && t.device() != device) t = autograd::to(t, device);
-  }
-  return tensors;
 }
 
 /// Each worker's device: the device of its stages, which must agree.
@@ -349,53 +327,15 @@ void Runtime::set_fault_hook(FaultHook hook) {
   fault_hook_ = std::move(hook);
 }
 
-// The function a cell runs: the stage, with its skip connections (Note [Portals]: the tensors
-// popped from portals are its last inputs, the tensors stashed for later stages its last
-// outputs), plus the loss on the last stage of train_step.
+// The function a cell runs (stage_fn.h): the stage, with its skip connections, plus the
+// loss on the last stage of train_step.
 StageFn Runtime::stage_fn(Step& step, int s, int j) {
-  nn::Sequential& module = partitions_.at(static_cast<size_t>(s));
-  bool has_skips = false;
-  for (const SkipRoute& route : skips_.routes()) {
-    has_skips = has_skips || route.stash_stage == s || route.pop_stage == s;
-  }
   const bool with_loss = step.is_last(s) && step.loss_fn != nullptr;
-  const Device device = stage_devices_.at(static_cast<size_t>(s));
-  if (!has_skips && !with_loss && step.arguments.empty()) {
-    return [&module, device](const nn::Tensors& in) {
-      // Note [A stage's output on another device]
-      return on_stage_device(module.forward(in), device);
-    };
-  }
-  return [this, &module, &step, s, j, device, has_skips, with_loss](const nn::Tensors& in) {
-    nn::ArgumentsGuard arguments(step.arguments);
-    nn::Tensors out, stashed;
-    if (has_skips) {
-      const auto regular = static_cast<std::ptrdiff_t>(in.size() - skips_.portals_in(s).size());
-      StageSkips skips(skips_, s, j, nn::Tensors(in.begin() + regular, in.end()));
-      nn::SkipTrackerGuard installed(skips);
-      out = on_stage_device(module.forward(nn::Tensors(in.begin(), in.begin() + regular)),
-                            device);
-      stashed = on_stage_device(skips.finish(), device);
-    } else {
-      out = on_stage_device(module.forward(in), device);
-    }
-    if (with_loss) {
-      if (step.keep_outputs) {
-        nn::Tensors kept;
-        for (const Tensor& t : out) kept.push_back(t.defined() ? t.detach() : t);
-        step.outputs[j] = std::move(kept);
-      }
-      Tensor loss = step.loss_fn(out, step.targets[j]);
-      if (!loss.defined() || loss.numel() != 1) {
-        throw std::invalid_argument(
-            "train_step: loss_fn must return a one-element tensor, got " +
-            (loss.defined() ? loss.shape().str() : "undefined"));
-      }
-      out = {loss};
-    }
-    out.insert(out.end(), stashed.begin(), stashed.end());
-    return out;
-  };
+  const StageLoss loss{with_loss ? &step.loss_fn : nullptr, with_loss ? &step.targets[j] : nullptr,
+                       with_loss && step.keep_outputs ? &step.outputs[j] : nullptr};
+  return stage_function(partitions_.at(static_cast<size_t>(s)),
+                        stage_devices_.at(static_cast<size_t>(s)), skips_, s, j, step.arguments,
+                        loss);
 }
 
 nn::Tensors Runtime::recv_portals(Step& step, const std::vector<int>& routes, int j,

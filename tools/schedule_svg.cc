@@ -14,7 +14,8 @@
 // before anything is printed, so a hand-edited schedule that would deadlock is refused here
 // with the workers it would block. NAME P M [V] and --recompute are then not used.
 //
-// V-shaped schedules (zb-v, dualpipev) take V = 2 by default.
+// NAME is a registered schedule (pipeline/schedule/registry.h; the usage line lists them); V
+// defaults to the least the schedule takes (2 for the V-shaped ones, else 1).
 //
 // Costs: tF = 1, tB = 2, tI = tW = 1, tR = 1 (pipeline/schedule/simulator.h), unless --costs F,B or
 // --costs F,I,W is given.
@@ -132,16 +133,17 @@ int main(int argc, char** argv) {
                    "usage: schedule_svg (NAME P M [V] [--recompute always|except_last|never] | "
                    "--from FILE)\n"
                    "                    [--ascii | --stats | --trace | --csv | --torch-csv] "
-                   "[--costs F,B | F,I,W]\n");
+                   "[--costs F,B | F,I,W]\n"
+                   "NAME, one of:\n%s",
+                   describe_schedules().c_str());
       return 2;
     }
     Schedule s;
     if (generate) {
       const int p = parse_number<int>(positional[1], "P");
       const int m = parse_number<int>(positional[2], "M");
-      const bool v_shape = positional[0] == "zb-v" || positional[0] == "dualpipev";
-      const int v =
-          positional.size() == 4 ? parse_number<int>(positional[3], "V") : v_shape ? 2 : 1;
+      const int v = positional.size() == 4 ? parse_number<int>(positional[3], "V")
+                                           : find_schedule(positional[0]).virtual_stages.min;
       s = make_schedule(positional[0], p, m, v);
       s = with_recompute(s, checkpoint_predicate(parse_checkpoint(recompute), m));
     } else {

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "pipeline/schedule/registry.h"
+
 namespace pipewright::examples {
 namespace {
 
@@ -29,6 +31,11 @@ void validate(const TrainConfig& c, size_t num_layers) {
     if (h < 1) bad("hidden", std::to_string(h), "widths must be at least 1");
   }
   if (c.dropout < 0 || c.dropout >= 1) bad("dropout", std::to_string(c.dropout), "must be in [0, 1)");
+  try {
+    (void)pipeline::find_schedule(c.schedule);
+  } catch (const std::invalid_argument& e) {
+    bad("schedule", c.schedule, e.what());
+  }
   if (c.virtual_stages < 0) {
     bad("virtual-stages", std::to_string(c.virtual_stages), "must be >= 0 (0: the schedule's)");
   }
@@ -70,6 +77,14 @@ void validate(const TrainConfig& c, size_t num_layers) {
         "needs one process per stage and replica: mpirun -np " +
             std::to_string(c.stages * c.data_parallel));
   }
+  if (c.plan != "" && c.plan != "auto") bad("plan", c.plan, "must be auto (or not given)");
+  if (c.plan.empty() && c.memory_cap > 0) {
+    bad("memory-cap", std::to_string(c.memory_cap), "is read only with --plan auto");
+  }
+  if (c.memory_cap < 0) bad("memory-cap", std::to_string(c.memory_cap), "must be >= 0");
+  if (!c.plan.empty() && c.distributed) {
+    bad("plan", c.plan, "runs in one process (the planner probes every stage here)");
+  }
   if (c.threads < 0) bad("threads", std::to_string(c.threads), "must be >= 0 (0: automatic)");
   if (c.train_limit < 0) bad("train-limit", std::to_string(c.train_limit), "must be >= 0");
   if (c.test_limit < 0) bad("test-limit", std::to_string(c.test_limit), "must be >= 0");
@@ -77,7 +92,7 @@ void validate(const TrainConfig& c, size_t num_layers) {
 
 int virtual_stages_per_worker(const TrainConfig& c) {
   if (c.virtual_stages > 0) return c.virtual_stages;
-  return c.schedule == "zb-v" || c.schedule == "dualpipev" ? 2 : 1;
+  return pipeline::find_schedule(c.schedule).virtual_stages.min;
 }
 
 int num_partitions(const TrainConfig& c) { return c.stages * virtual_stages_per_worker(c); }

@@ -33,11 +33,16 @@ struct TrainConfig {
   // Activations of this small MLP fit easily; recomputing them would cost ~25% more time.
   pipeline::Checkpoint checkpoint = pipeline::Checkpoint::kNever;
   std::string schedule = "gpipe";
-  // Virtual stages per worker (PipeOptions::virtual_stages): 0 = what the schedule takes,
-  // 2 for zb-v and dualpipev (a V), else 1; 2 or more for interleaved-1f1b, interleaved-zb
-  // and looped-bfs. The model is cut into stages x virtual stages partitions (balance has that
-  // many).
+  // Virtual stages per worker (PipeOptions::virtual_stages): 0 = the least the schedule's
+  // registry row takes (pipeline/schedule/registry.h: 2 for the V-shaped ones, else 1); 2 or
+  // more for the interleaved ones. The model is cut into stages x virtual stages partitions
+  // (balance has that many).
   int virtual_stages = 0;
+  // "auto": balance, schedule, chunks, virtual stages and recomputes from pipeline::plan
+  // (pipeline/planner/planner.h) under memory_cap; the flags that set those are then ignored.
+  std::string plan;
+  int64_t memory_cap = 0;                 // bytes per device for --plan auto (0: no cap)
+  bool explain = false;                   // print the plan's alternatives and why each lost
   std::vector<Device> devices;            // empty: cpu:0 .. cpu:(stages-1)
   int threads = 0;                        // intra-op threads per worker; 0: cores / stages
   // Across processes (main() sets `distributed` when started by mpirun): one MPI rank per

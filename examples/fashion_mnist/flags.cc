@@ -7,7 +7,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "pipeline/planner/planner.h"
 #include "pipeline/schedule/checkpoint_mode.h"
+#include "pipeline/schedule/registry.h"
 #include "tensor/device.h"
 
 namespace pipewright::examples {
@@ -81,13 +83,20 @@ TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config)
   app.add_option("--checkpoint", checkpoint_,
                  "Activation checkpointing: always, except_last or never")
       ->check(CLI::IsMember({"always", "except_last", "never"}));
-  app.add_option("--schedule", c.schedule,
-                 "Pipeline schedule: gpipe, 1f1b, zb-h1, zb-h2, interleaved-1f1b, interleaved-zb, "
-                 "looped-bfs (with --virtual-stages 2 or more), zb-v, dualpipev (V-shaped: two "
-                 "virtual stages per worker)");
+  app.add_option("--schedule", c.schedule, "Pipeline schedule, one of:\n" +
+                                              pipeline::describe_schedules());
   app.add_option("--virtual-stages", c.virtual_stages,
-                 "Virtual stages per worker (0: the schedule's, 2 for zb-v and dualpipev, "
-                 "else 1); the model is cut into stages x this many partitions");
+                 "Virtual stages per worker (0: the least the schedule takes, the [v: ...] "
+                 "above, else 1); the model is cut into stages x this many partitions");
+  app.add_option("--plan", c.plan,
+                 "auto: choose balance, schedule, chunks, virtual stages and which cells "
+                 "recompute with pipeline::plan under --memory-cap (overrides those flags)")
+      ->check(CLI::IsMember({"", "auto"}));
+  app.add_option("--memory-cap", memory_cap_,
+                 "Bytes each device may hold at its peak for --plan auto, e.g. 64MiB, 1.5GiB "
+                 "(default: no cap)");
+  app.add_flag("--explain", c.explain,
+               "With --plan auto: print the plan's alternatives and why each lost");
   app.add_option("--devices", devices_,
                  "Device per stage, comma-separated, e.g. cpu:0,cpu:1 (default cpu:0..)");
   app.add_option("--threads", c.threads, "Intra-op threads per stage worker (0: cores / stages)");
@@ -130,6 +139,14 @@ void TrainFlags::apply() {
             "is not a layer count (a whole number, or auto-time / auto-size for the list)"));
       }
       config_.balance.push_back(*layers);
+    }
+  }
+  config_.memory_cap = 0;
+  if (!memory_cap_.empty()) {
+    try {
+      config_.memory_cap = pipeline::parse_bytes(memory_cap_);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("--memory-cap " + std::string(e.what()));
     }
   }
   config_.progress = !no_progress_;

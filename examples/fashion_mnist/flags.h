@@ -36,6 +36,7 @@ class TrainFlags {
   std::string checkpoint_;
   std::string devices_;
   std::string balance_;
+  std::string memory_cap_;
   bool no_progress_ = false;
 };
 

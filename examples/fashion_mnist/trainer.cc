@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -13,6 +14,7 @@
 #include "data/dataloader.h"
 #include "data/fashion_mnist.h"
 #include "distributed/mpi_processes.h"
+#include "examples/fashion_mnist/auto_plan.h"
 #include "examples/fashion_mnist/progress.h"
 #include "nn/activation.h"
 #include "nn/batch_norm.h"
@@ -24,6 +26,8 @@
 #include "nn/serialize.h"
 #include "pipeline/balance.h"
 #include "pipeline/pipe.h"
+#include "pipeline/schedule/registry.h"
+#include "tensor/allocator.h"
 #include "tensor/generator.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
@@ -315,7 +319,10 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   };
   data::Dataset train_set = load(data::Split::kTrain, train_opts);
   data::Dataset test_set = load(data::Split::kTest, test_opts);
-  const std::vector<int> balance = choose_balance(config, model, train_set);
+  const std::vector<Device> workers(devices.begin(), devices.begin() + config.stages);
+  std::optional<pipeline::Plan> plan;
+  if (config.plan == "auto") plan = plan_training(config, model, train_set, task.loss, workers);
+  const std::vector<int> balance = plan ? plan->balance : choose_balance(config, model, train_set);
   data::DataLoader loader(train_set, {.batch_size = config.batch_size, .shuffle = true,
                                       .seed = config.seed});
 
@@ -331,18 +338,25 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   const bool leader = processes == nullptr || processes->rank() == 0;
   std::ostream silent(nullptr);
   std::ostream& log = leader ? out : silent;
-  pipeline::Pipe pipe(std::move(model),
-                      {.balance = balance,
-                       .devices = {devices.begin(), devices.begin() + config.stages},
-                       .chunks = config.chunks,
-                       .checkpoint = config.checkpoint,
-                       .deferred_batch_norm = true,
-                       .virtual_stages = virtual_stages_per_worker(config),
-                       .schedule = config.schedule,
-                       // Replica r > 0 draws other dropout masks than replica 0 (its rows differ).
-                       .seed = config.seed + (processes ? 1'000'003ULL * processes->replica() : 0),
-                       .threads_per_worker = config.threads,
-                       .processes = processes});
+  pipeline::PipeOptions pipe_options{
+      .balance = balance,
+      .devices = workers,
+      .chunks = config.chunks,
+      .checkpoint = config.checkpoint,
+      .deferred_batch_norm = true,
+      .virtual_stages = virtual_stages_per_worker(config),
+      .schedule = config.schedule,
+      // Replica r > 0 draws other dropout masks than replica 0 (its rows differ).
+      .seed = config.seed + (processes ? 1'000'003ULL * processes->replica() : 0),
+      .threads_per_worker = config.threads,
+      .processes = processes};
+  if (plan) {  // the plan's cut, chunks, stages and schedule (its recomputes are R actions)
+    pipeline::PipeOptions planned = plan->pipe_options(workers);
+    planned.seed = pipe_options.seed;
+    planned.threads_per_worker = config.threads;
+    pipe_options = std::move(planned);
+  }
+  pipeline::Pipe pipe(std::move(model), pipe_options);
   std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(config, pipe.parameters());
   const std::unique_ptr<nn::LRScheduler> schedule =
       make_schedule(config, *optimizer, int64_t{config.epochs} * loader.num_batches());
@@ -362,16 +376,21 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   for (int s = 0; s < config.stages; ++s) {
     log << " " << devices[s].str() << (s + 1 < config.stages ? "," : "");
   }
-  if (virtual_stages_per_worker(config) > 1) {
+  if (plan) {
+    log << " | planned: " << plan->str() << "\n";
+    if (config.explain) log << plan->explain();
+  } else if (virtual_stages_per_worker(config) > 1) {
     log << " | " << virtual_stages_per_worker(config) << " virtual stages each ("
-        << (config.schedule == "zb-v" || config.schedule == "dualpipev" ? "V" : "round robin")
+        << pipeline::to_string(pipeline::find_schedule(config.schedule).placement)
         << ")";
   }
-  log << " | balance";
-  for (int b : balance) log << " " << b;
-  log << " | chunks " << config.chunks << " | schedule " << config.schedule << " | checkpoint "
-      << pipeline::to_string(config.checkpoint) << "\n"
-      << "data: " << train_set.size() << " train / " << test_set.size() << " test images from "
+  if (!plan) {
+    log << " | balance";
+    for (int b : balance) log << " " << b;
+    log << " | chunks " << config.chunks << " | schedule " << config.schedule << " | checkpoint "
+        << pipeline::to_string(config.checkpoint) << "\n";
+  }
+  log << "data: " << train_set.size() << " train / " << test_set.size() << " test images from "
       << dir << "\n";
   if (task.describe) task.describe(pipe, log);
   if (first_epoch > 0)
@@ -381,9 +400,13 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   const pipeline::LossFn& loss_fn = task.loss;
   TrainResult result;
   bool traced = false;
+  double planned_step_seconds = 0;  // --plan auto: train_step's wall time, and how many steps
+  int64_t planned_steps = 0;
+  std::vector<int64_t> step_peaks(static_cast<size_t>(config.stages), 0);  // and their peaks
   const int last_epoch = config.stop_after > 0 ? std::min(config.stop_after, config.epochs) : config.epochs;
   for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
     for (int s = 0; s < config.stages; ++s) allocator_for(devices[s]).reset_peak();
+    std::vector<int64_t> epoch_peaks(static_cast<size_t>(config.stages), 0);
     EpochStats stats;
     Progress progress(log, epoch + 1, config.epochs, loader.num_batches(),
                       config.progress && leader);
@@ -402,14 +425,39 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
                                  config.trace_step;
       if (trace_now && processes) processes->barrier();  // the ranks' step clocks start together
       pipeline::StepResult step;
+      // --plan auto: the peaks of train_step alone, apart from the optimizer's step (the
+      // plan predicts the former); the epoch's peaks are kept in epoch_peaks meanwhile.
+      if (plan) {
+        for (int w = 0; w < config.stages; ++w) {
+          Allocator& a = allocator_for(devices[static_cast<size_t>(w)]);
+          epoch_peaks[static_cast<size_t>(w)] = std::max(epoch_peaks[static_cast<size_t>(w)], a.peak());
+          a.reset_peak();
+        }
+      }
+      const auto step_start = Clock::now();
       try {
-        step = processes ? distributed::train_step(pipe, *processes, input, target, loss_fn)
-                         : pipe.train_step(input, target, loss_fn);
+        if (processes) {
+          step = distributed::train_step(pipe, *processes, input, target, loss_fn);
+        } else if (plan) {
+          step = pipe.train_step(input, target, loss_fn,
+                                 plan->schedule_for(microbatches(input.size(0), plan->chunks)));
+        } else {
+          step = pipe.train_step(input, target, loss_fn);
+        }
       } catch (...) {  // the exception is unchanged; say where in the pipeline it began
         if (auto failure = pipe.last_failure()) {
           log << "\nstep failed at " << failure->str() << "\n";
         }
         throw;
+      }
+      // The steady state's full mini-batches (not the run's first step) time the plan.
+      if (plan && (epoch > first_epoch || steps > 0) && input.size(0) == config.batch_size) {
+        planned_step_seconds += seconds_since(step_start);
+        ++planned_steps;
+        for (int w = 0; w < config.stages; ++w) {
+          step_peaks[static_cast<size_t>(w)] = std::max(
+              step_peaks[static_cast<size_t>(w)], allocator_for(devices[static_cast<size_t>(w)]).peak());
+        }
       }
       pipe.step(*optimizer);  // each stage's parameters on its worker
       if (trace_now) {
@@ -444,7 +492,9 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
     stats.bubble = bubble_sum / num_steps;
     stats.bubble_replayed = processes ? std::nan("") : replayed_sum / num_steps;
     for (double b : busy_us) stats.busy_ms.push_back(b / 1000.0 / num_steps);
-    for (int s = 0; s < config.stages; ++s) stats.peak_bytes.push_back(allocator_for(devices[s]).peak());
+    for (int s = 0; s < config.stages; ++s) {
+      stats.peak_bytes.push_back(std::max(epoch_peaks[static_cast<size_t>(s)], allocator_for(devices[s]).peak()));
+    }
     std::string score;
     if (processes != nullptr) {
       // Each rank knows its own stage's bubble and memory: the mean and the maxima over ranks.
@@ -475,6 +525,22 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
     result.final_state.emplace_back(name, tensor.to(Device::cpu(0)).clone());
   }
   print_steady_state(log, result.epochs, devices);
+  if (plan && !result.epochs.empty()) {
+    MeasuredRun run;
+    run.step_ms = planned_steps > 0 ? 1000.0 * planned_step_seconds / planned_steps : 0.0;
+    const size_t first = result.epochs.size() > 1 ? 1 : 0;  // as print_steady_state
+    for (size_t i = first; i < result.epochs.size(); ++i) {
+      run.bubble += result.epochs[i].bubble / static_cast<double>(result.epochs.size() - first);
+    }
+    run.step_peak_bytes = step_peaks;
+    run.peak_bytes.assign(static_cast<size_t>(config.stages), 0);
+    for (const EpochStats& e : result.epochs) {
+      for (size_t w = 0; w < run.peak_bytes.size(); ++w) {
+        run.peak_bytes[w] = std::max(run.peak_bytes[w], e.peak_bytes[w]);
+      }
+    }
+    print_plan_against_run(log, *plan, run, devices);
+  }
   if (!config.trace.empty()) {
     if (traced) {
       log << "trace of step " << config.trace_step << " written to " << config.trace << "\n";

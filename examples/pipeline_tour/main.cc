@@ -15,7 +15,7 @@
 using namespace pipewright;
 
 int main(int argc, char** argv) {
-  const std::string schedule = argc > 1 ? argv[1] : "1f1b";  // any make_schedule name with v = 1
+  const std::string schedule = argc > 1 ? argv[1] : "1f1b";  // any registered schedule with v = 1
 
   // 1. A model of four children, cut 2 | 2 into two stages on two virtual CPU devices.
   nn::Sequential model{nn::Linear(8, 32), nn::ReLU(), nn::Linear(32, 32), nn::Linear(32, 1)};

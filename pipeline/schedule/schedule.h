@@ -26,7 +26,8 @@
 // The last stage's B/I starts from the loss of its own F (train_step) or from the gradient
 // the user's loss.backward() hands over (Pipe::forward).
 //
-// Where the rest lives: generators and with_recompute in generators.h, validate() in
+// Where the rest lives: generators and with_recompute in generators.h, the names and the
+// facts of each schedule (make_schedule) in registry.h, validate() in
 // validate.h, simulate() in simulator.h, to_ascii / to_csv / from_csv / to_svg in ascii.h,
 // io.h and svg.h (the Chrome trace of a simulated schedule: Trace::simulated in
 // pipeline/trace.h); the story with pictures in docs/schedules.md.
@@ -63,7 +64,7 @@ struct SkipEdge {
 };
 
 struct Schedule {
-  std::string name;            // "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "custom"
+  std::string name;            // a registered name (registry.h), "custom", or the file read
   int num_workers = 0;         // p
   int num_stages = 0;          // p * v (virtual stages)
   int num_microbatches = 0;    // m

@@ -12,7 +12,7 @@
 // bytes return to their pre-step values, deferred BatchNorm statistics are untouched, and the
 // next step equals a fresh Pipe's bit for bit.
 // And a stage whose output lands on the other GPU (Note [A stage's output on another device],
-// pipeline/runtime.cc): copied back, forward() returns on the last stage's device.
+// pipeline/stage_fn.cc): copied back, forward() returns on the last stage's device.
 // Where one GPU is present the placements fold onto it (gpu_or_shared: two workers, two
 // streams, one device); the last case needs two GPUs.
 #include <catch2/catch.hpp>

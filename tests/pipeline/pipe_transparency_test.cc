@@ -4,10 +4,13 @@
 // rounding. Two identical models are built from the same seed.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "autograd/functions.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "pipeline/pipe.h"
+#include "pipeline/schedule/registry.h"
 #include "tests/pipeline/pipe_test_util.h"
 
 using namespace pipewright;
@@ -154,6 +157,42 @@ TEST_CASE("the frontier schedules (V-shaped and interleaved zero bubble, looped 
   REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
   // Pipe::forward and its backward on the same placement (looped BFS over it).
   check_forward_equals_plain(pipe, plain, x0, target);
+}
+
+// A schedule registered at run time (docs/schedules.md, "Write your own schedule") is a name
+// like the built-in ones: the Pipe takes its placement from the row and train_step its
+// generator. The toy: ZB-V's order and V placement under another name.
+TEST_CASE("a registered schedule trains by name, placed as its row says") {
+  const std::vector<std::string> names = schedule_names();
+  if (std::find(names.begin(), names.end(), "toy-v") == names.end()) {
+    register_schedule({.name = "toy-v",
+                       .generate = [](int p, int m, int) {
+                         Schedule s = make_schedule("zb-v", p, m, 2);
+                         s.name = "toy-v";
+                         return s;
+                       },
+                       .virtual_stages = {2, 2},
+                       .placement = StagePlacement::kV,
+                       .splits_backward = true,
+                       .description = "ZB-V by another name"});
+  }
+  nn::Sequential plain = small_mlp(14);
+  Pipe pipe(small_mlp(14), {.balance = {1, 2, 1, 1},
+                            .devices = cpus(20, 2),
+                            .chunks = 4,
+                            .checkpoint = Checkpoint::kNever,
+                            .virtual_stages = 2,
+                            .schedule = "toy-v"});
+  REQUIRE(pipe.devices() == std::vector<Device>{Device::cpu(20), Device::cpu(21),
+                                                Device::cpu(21), Device::cpu(20)});
+  const Tensor x0 = randn({12, 4}, 15), target = randn({12, 3}, 16);
+  PlainRun ref = plain_model_run(plain, x0, target);
+  Tensor x = x0.clone().set_requires_grad(true);
+  StepResult r = pipe.train_step(
+      x, target, [](const Tensor& out, const Tensor& t) { return nn::mse_loss(out, t); });
+  REQUIRE(r.schedule.name == "toy-v");
+  REQUIRE(std::abs(r.loss - ref.loss.item()) <= kTol);
+  REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
 }
 
 TEST_CASE("a schedule placed differently from the pipe is refused, naming the stage") {

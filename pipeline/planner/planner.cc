@@ -1,0 +1,253 @@
+// plan(): gathers the search's inputs (search.h) from a model or a profile; Plan's methods.
+#include "pipeline/planner/planner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+
+#include "pipeline/balance.h"
+#include "pipeline/planner/cache.h"
+#include "pipeline/planner/cuts.h"
+#include "pipeline/planner/search.h"
+#include "pipeline/schedule/generators/recompute.h"
+#include "pipeline/schedule/registry.h"
+#include "tensor/threads.h"
+
+namespace pipewright::pipeline {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string fixed(double value, int digits) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
+void check_options(const PlanOptions& options) {
+  if (options.memory_cap_bytes < 0) {
+    throw std::invalid_argument("plan: memory_cap_bytes must be >= 0 (got " +
+                                std::to_string(options.memory_cap_bytes) + ")");
+  }
+  if (options.max_virtual_stages < 1) {
+    throw std::invalid_argument("plan: max_virtual_stages must be >= 1 (got " +
+                                std::to_string(options.max_virtual_stages) + ")");
+  }
+  if (!(options.optimizer_state_factor >= 0)) {
+    throw std::invalid_argument("plan: optimizer_state_factor must be >= 0 (got " +
+                                std::to_string(options.optimizer_state_factor) + ")");
+  }
+  for (const std::string& name : options.schedules) (void)find_schedule(name);
+}
+
+// The cells of `schedule` that recompute: [stage][micro-batch].
+std::set<std::pair<int, int>> recomputes(const Schedule& schedule) {
+  std::set<std::pair<int, int>> cells;
+  for (const auto& list : schedule.actions) {
+    for (const Action& a : list) {
+      if (a.kind == ActionKind::kRecompute) cells.insert({a.stage, a.microbatch});
+    }
+  }
+  return cells;
+}
+
+}  // namespace
+
+Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Device>& devices,
+          const PlanOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  check_options(options);
+  if (devices.empty()) throw std::invalid_argument("plan: no devices");
+  for (size_t i = 0; i < devices.size(); ++i) {
+    for (size_t k = 0; k < i; ++k) {
+      if (devices[i] == devices[k]) {
+        throw std::invalid_argument("plan: device " + devices[i].str() +
+                                    " is given twice (one device per worker)");
+      }
+    }
+  }
+  if (!sample.input.defined() || !sample.target.defined() || !sample.loss) {
+    throw std::invalid_argument("plan: the sample needs an input, a target and a loss");
+  }
+  const int workers = static_cast<int>(devices.size());
+  const int threads = options.threads_per_worker > 0
+                          ? options.threads_per_worker
+                          : std::max(1, hardware_threads() / workers);
+
+  PlanCache cache;
+  bool have_profile = false;
+  ProfileOptions profile_options{.threads = threads,
+                                 .workers = workers,
+                                 .deferred_batch_norm = options.deferred_batch_norm};
+  if (!options.cache.empty()) {
+    if (std::optional<PlanCache> read = read_plan_cache(options.cache)) {
+      if (read->profile.fingerprint == profile_fingerprint(model, sample.input, sample.target,
+                                                           threads,
+                                                           options.deferred_batch_norm)) {
+        cache = std::move(*read);
+        have_profile = true;
+      }
+    }
+  }
+  if (!have_profile) {
+    cache.profile = profile_model(model, sample.input, sample.target, sample.loss, profile_options);
+  }
+  std::map<std::tuple<int, int, int64_t>, StageMemory> measured;
+  for (const StageMemory& m : cache.stages) measured[{m.first, m.last, m.rows}] = m;
+  const size_t cached_stages = measured.size();
+
+  SearchInputs in;
+  in.profile = &cache.profile;
+  in.workers = workers;
+  for (const Device& d : devices) in.device_names.push_back(d.str());
+  in.allowed_cuts = allowed_cuts(model);
+  in.options = options;
+  in.by_parameters = [&model](int parts) {
+    return parts <= static_cast<int>(model.size()) ? balance_by_parameters(parts, model)
+                                                   : std::vector<int>{};
+  };
+  in.measure = [&](int first, int last, int64_t rows) {
+    const auto key = std::make_tuple(first, last, rows);
+    auto it = measured.find(key);
+    if (it == measured.end()) {
+      it = measured.emplace(key, probe_stage(model, first, last, rows, sample.input,
+                                             sample.target, sample.loss,
+                                             {.deferred_batch_norm = options.deferred_batch_norm}))
+               .first;
+    }
+    return it->second;
+  };
+  Plan result = search_plan(in);
+  if (!options.cache.empty() && (!have_profile || measured.size() != cached_stages)) {
+    cache.stages.clear();
+    for (const auto& [key, m] : measured) cache.stages.push_back(m);
+    write_plan_cache(options.cache, cache);
+  }
+  result.planning_seconds = seconds_since(start);
+  return result;
+}
+
+Plan plan(const ModelProfile& profile, int num_devices, const PlanOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  check_options(options);
+  if (num_devices < 1) {
+    throw std::invalid_argument("plan: num_devices must be >= 1 (got " +
+                                std::to_string(num_devices) + ")");
+  }
+  if (profile.layers.empty() || profile.batch_rows < 1) {
+    throw std::invalid_argument("plan: the profile has no layers or no batch");
+  }
+  SearchInputs in;
+  in.profile = &profile;
+  in.workers = num_devices;
+  for (int w = 0; w < num_devices; ++w) in.device_names.push_back("device " + std::to_string(w));
+  in.allowed_cuts.assign(profile.layers.size() + 1, 1);
+  in.options = options;
+  Plan result = search_plan(in);
+  result.planning_seconds = seconds_since(start);
+  return result;
+}
+
+// ---- Plan ----
+
+PipeOptions Plan::pipe_options(const std::vector<Device>& devices) const {
+  PipeOptions o;
+  o.balance = balance;
+  o.devices = devices;
+  o.chunks = chunks;
+  o.checkpoint = Checkpoint::kNever;
+  o.virtual_stages = virtual_stages;
+  o.stage_worker = stage_worker;
+  o.schedule = schedule_name;
+  o.deferred_batch_norm = deferred_batch_norm;
+  return o;
+}
+
+Schedule Plan::schedule_for(int m) const {
+  if (m == num_microbatches) return schedule;
+  const int workers = static_cast<int>(schedule.actions.size());
+  const std::set<std::pair<int, int>> cells = recomputes(schedule);
+  return with_recompute(make_schedule(schedule_name, workers, m, virtual_stages),
+                        [&cells](int s, int j) { return cells.count({s, j}) > 0; });
+}
+
+std::string Plan::str() const {
+  std::string b;
+  for (int x : balance) b += (b.empty() ? "" : "|") + std::to_string(x);
+  const int cells = static_cast<int>(balance.size()) * num_microbatches;
+  return schedule_name + ", " + std::to_string(virtual_stages) + " virtual stage" +
+         (virtual_stages > 1 ? "s" : "") + " per worker, chunks " + std::to_string(chunks) +
+         " (" + std::to_string(num_microbatches) + " micro-batches of " + std::to_string(rows) +
+         " rows), balance " + b + ", " + std::to_string(recomputed) + " of " +
+         std::to_string(cells) + " cells recomputed";
+}
+
+std::string Plan::explain() const {
+  std::string out = "plan: " + str() + "\n";
+  out += "predicted: step " + fixed(step_time_us / 1000.0, 2) + " ms, bubble " +
+         fixed(100 * bubble, 1) + " %, peak per device";
+  for (size_t w = 0; w < peaks.size(); ++w) {
+    out += (w == 0 ? " " : ", ") + devices[w] + " " + format_bytes(peaks[w].predicted);
+    if (peaks[w].low != peaks[w].high) {
+      out += " [" + format_bytes(peaks[w].low) + " .. " + format_bytes(peaks[w].high) + "]";
+    }
+  }
+  out += memory_cap_bytes > 0 ? " (cap " + format_bytes(memory_cap_bytes) + ")" : "";
+  out += exact_memory ? "; stages measured exactly\n" : "; memory estimated from the profile\n";
+  if (recomputed > 0) {
+    out += "recomputed cells (stage: micro-batches):";
+    std::map<int, std::string> by_stage;
+    for (const auto& [s, j] : recomputes(schedule)) {
+      by_stage[s] += (by_stage[s].empty() ? "" : ",") + std::to_string(j);
+    }
+    for (const auto& [s, list] : by_stage) out += " " + std::to_string(s) + ": " + list + ";";
+    out += "\n";
+  }
+  out += "alternatives (" + std::to_string(candidates) + " configurations simulated):\n";
+  for (const PlanAlternative& a : alternatives) {
+    out += "  " + a.config + ": " + a.why + "\n";
+  }
+  out += "planned in " + fixed(planning_seconds, 2) + " s\n";
+  return out;
+}
+
+// ---- bytes ----
+
+std::string format_bytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (std::llabs(bytes) >= (int64_t{1} << 30)) return fixed(b / (1 << 30), 2) + " GiB";
+  if (std::llabs(bytes) >= (int64_t{1} << 20)) return fixed(b / (1 << 20), 2) + " MiB";
+  if (std::llabs(bytes) >= (int64_t{1} << 10)) return fixed(b / (1 << 10), 1) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+int64_t parse_bytes(const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
+  static const std::map<std::string, double> units = {
+      {"", 1},        {"B", 1},         {"KB", 1e3},       {"MB", 1e6},     {"GB", 1e9},
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  auto it = units.find(unit);
+  if (used == 0 || it == units.end() || !(value >= 0) || !std::isfinite(value)) {
+    throw std::invalid_argument("'" + text + "' is not a size (a number and B, KB, MB, GB, "
+                                "KiB, MiB or GiB, e.g. 64MiB)");
+  }
+  return std::llround(value * it->second);
+}
+
+}  // namespace pipewright::pipeline

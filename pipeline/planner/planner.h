@@ -1,0 +1,162 @@
+// plan: the fastest way to run a model on given devices under a memory cap per device:
+// balance, schedule, chunks, virtual stages and which cells recompute, chosen together.
+//
+//   pipeline::Plan plan = pipeline::plan(model, {.input = x, .target = y, .loss = loss_fn},
+//                                        devices, {.memory_cap_bytes = 64 << 20});
+//   std::cout << plan.explain();                       // the choice and the runners-up
+//   pipeline::Pipe pipe(std::move(model), plan.pipe_options(devices));
+//   pipe.train_step(x, y, loss_fn, plan.schedule_for(pipe_microbatches));
+//
+// Note [How the planner searches]
+// 1. Profile every layer (profile.h; cached in options.cache): times of F, B, I, W at two
+//    micro-batch sizes, bytes kept, bytes sent.
+// 2. For every registered schedule (schedule/registry.h), every virtual-stage count it takes
+//    (up to max_virtual_stages), every chunks candidate and a few balances — the min-max cut
+//    of F+B, of F+B+R, of parameters (balance_by_parameters' blocks), and under a cap the
+//    min-max cut of F+B among those whose stages' estimated memory fits it and the cuts of
+//    least estimated memory without and with recomputes (cuts.h; skips stay inside
+//    stages) — simulate the schedule with the stages' summed times (simulator.h) and replay
+//    each device's memory (memory_replay.h) with the stages' estimated bytes
+//    (stage_estimate.h); where a device is over the cap, place recomputes cell by cell
+//    (recompute_placement.h). Candidates slower than the best that fits are not refined.
+// 3. Measure the stages of the best candidates exactly (stage_probe.h), place their
+//    recomputes again with those bytes, and return the best that fits: its predicted step
+//    time and bubble (the simulation) and each device's peak (exact on CPU devices up to the
+//    messages' timing, DevicePeak::low..high).
+// When nothing fits, plan() throws NoPlanFits naming the smallest cap that would: the least
+// peak along the recompute placements of the configurations it measured (Note [Placing
+// recomputes]); exact when `verify` covers every configuration, as in small searches.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "nn/sequential.h"
+#include "pipeline/pipe_options.h"
+#include "pipeline/planner/memory_replay.h"
+#include "pipeline/planner/profile.h"
+#include "pipeline/schedule/schedule.h"
+#include "pipeline/step.h"
+
+namespace pipewright::pipeline {
+
+enum class Objective {
+  kStepTime,    // the shortest predicted step that fits the cap
+  kPeakMemory,  // the smallest largest device peak (ties: the shorter step)
+};
+
+struct PlanOptions {
+  /// Bytes each device may hold at its peak (parameters, gradients, optimizer state,
+  /// activations, messages); 0: no cap.
+  int64_t memory_cap_bytes = 0;
+  Objective objective = Objective::kStepTime;
+  /// Registered schedule names to consider; empty: every registered schedule.
+  std::vector<std::string> schedules = {};
+  /// chunks (PipeOptions::chunks) to consider; empty: 1, 2, 3, 4, 6, 8, 12, 16, 24, 32 up
+  /// to the batch size.
+  std::vector<int> chunks = {};
+  /// The most virtual stages per worker tried for schedules that take any v.
+  int max_virtual_stages = 2;
+  /// Virtual stages per worker to consider; empty: every v a schedule takes, up to
+  /// max_virtual_stages for those that take any (then ignored).
+  std::vector<int> virtual_stages = {};
+  /// Optimizer state bytes per parameter byte: 2 for Adam and AdamW, 1 for SGD with
+  /// momentum, 0 for plain SGD.
+  double optimizer_state_factor = 2.0;
+  /// As PipeOptions::deferred_batch_norm.
+  bool deferred_batch_norm = false;
+  /// Intra-op threads per worker (0: max(1, hardware_threads() / devices), the Pipe's).
+  int threads_per_worker = 0;
+  /// A file holding the profile and the measured stages: read when it was made for the same
+  /// model, sample shapes and threads, written otherwise. Empty: no file.
+  std::string cache = {};
+  /// How many of the best candidates are measured exactly before choosing.
+  int verify = 6;
+  /// How many runners-up Plan::alternatives keeps.
+  int alternatives = 6;
+};
+
+/// The sample mini-batch the plan is for, and the loss computed on the last stage.
+struct PlanSample {
+  Tensor input;   // [N, ...]: N is the mini-batch the Pipe will get
+  Tensor target;  // [N, ...]
+  LossFn loss;
+};
+
+/// A configuration the search weighed and did not choose, and why.
+struct PlanAlternative {
+  std::string config;          // "zb-h1 v1 chunks 8 balance 4|9 recompute 3"
+  double step_time_us = 0;
+  int64_t peak_bytes = 0;      // the largest device's
+  bool fits = false;
+  std::string why;             // "1.12x the plan's step" / "needs 13.2 MiB on cpu:0 ..."
+};
+
+struct Plan {
+  std::string schedule_name;
+  int virtual_stages = 1;
+  int chunks = 1;
+  std::vector<int> balance;               // layers per stage (p · v entries)
+  std::vector<int> stage_worker;          // the schedule's placement
+  int num_microbatches = 0;               // of the sample's batch
+  int64_t rows = 0;                       // per micro-batch (the last may have fewer)
+  Schedule schedule;                      // for the sample's batch, R actions included
+  int recomputed = 0;                     // cells with an R
+  double step_time_us = 0;                // the simulated step
+  double bubble = 0;                      // the simulated bubble fraction
+  std::vector<DevicePeak> peaks;          // per device
+  bool exact_memory = false;              // peaks from measured stages (stage_probe.h)
+  int64_t memory_cap_bytes = 0;
+  bool deferred_batch_norm = false;       // PlanOptions'
+  std::vector<std::string> devices;       // their names, for the text
+  std::vector<PlanAlternative> alternatives;
+  int candidates = 0;                     // configurations simulated
+  double planning_seconds = 0;            // wall time of plan(), profile included
+
+  /// PipeOptions for `devices` (one per worker): balance, chunks, virtual stages, placement,
+  /// schedule name, deferred BatchNorm, checkpoint never (the recomputes are the schedule's R
+  /// actions).
+  PipeOptions pipe_options(const std::vector<Device>& devices) const;
+  /// The schedule for a batch cut into `num_microbatches` (a short last batch has fewer):
+  /// this plan's schedule and recomputes, the recompute placement kept for the micro-batches
+  /// both have. Throws what make_schedule throws.
+  Schedule schedule_for(int num_microbatches) const;
+  /// "1f1b, v 1, chunks 8, balance 4|9, 6 of 16 cells recomputed".
+  std::string str() const;
+  /// str(), the predicted step time, bubble and peaks, and the alternatives with why each
+  /// lost (the examples' --explain).
+  std::string explain() const;
+};
+
+/// No configuration fits the cap. smallest_cap_bytes() is the least cap that one would fit.
+class NoPlanFits : public std::runtime_error {
+ public:
+  NoPlanFits(const std::string& what, int64_t smallest_cap)
+      : std::runtime_error(what), smallest_cap_(smallest_cap) {}
+  int64_t smallest_cap_bytes() const { return smallest_cap_; }
+
+ private:
+  int64_t smallest_cap_;
+};
+
+/// Note [How the planner searches]. `model`'s parameters on one device (where it is
+/// profiled and probed; left as it was); `devices`: one per worker, distinct. Throws
+/// std::invalid_argument for no devices, repeated devices, an undefined sample, a loss, an
+/// empty model or fewer allowed cuts than devices (naming the values), NoPlanFits when no
+/// configuration fits the cap, and whatever profiling throws.
+Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Device>& devices,
+          const PlanOptions& options = {});
+
+/// The same search from a profile alone (no model: stages are estimated, never measured,
+/// and every cut is allowed), for `num_devices` workers. Throws as plan().
+Plan plan(const ModelProfile& profile, int num_devices, const PlanOptions& options = {});
+
+/// "12.50 MiB", "3.0 KiB", "512 B"; and the parser of --memory-cap ("64MiB", "1.5GiB",
+/// "4096", "500MB"; units B, KB, MB, GB (powers of 1000), KiB, MiB, GiB), throwing
+/// std::invalid_argument naming the text.
+std::string format_bytes(int64_t bytes);
+int64_t parse_bytes(const std::string& text);
+
+}  // namespace pipewright::pipeline

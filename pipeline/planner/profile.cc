@@ -1,0 +1,378 @@
+// profile_model: the per-layer times and bytes of profile.h.
+#include "pipeline/planner/profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "pipeline/deferred_batch_norm.h"
+#include "pipeline/profile_state.h"
+#include "tensor/allocator.h"
+#include "tensor/stream.h"
+#include "tensor/threads.h"
+
+namespace pipewright::pipeline {
+
+int64_t Affine::bytes(int64_t rows) const {
+  return std::max<int64_t>(0, std::llround(at(rows)));
+}
+
+Affine Affine::through(int64_t r1, double y1, int64_t r2, double y2) {
+  if (r1 == r2) return {y1, 0.0};
+  const double slope = (y2 - y1) / static_cast<double>(r2 - r1);
+  return {y1 - slope * static_cast<double>(r1), slope};
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double micros_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+int64_t bytes_of(const nn::Tensors& tensors) {
+  int64_t total = 0;
+  for (const Tensor& t : tensors) total += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+  return total;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+// One layer (or the loss) measured at one micro-batch size.
+struct Sample {
+  double forward = 0, backward = 0, backward_input = 0, backward_weight = 0;  // µs
+  int64_t output = 0, activation = 0, forward_peak = 0, backward_peak = 0, first_forward = 0;
+  bool frees_input = false;
+};
+
+// The gradient a layer's outputs receive: ones where an output requires grad.
+void roots_of(const nn::Tensors& outputs, nn::Tensors& roots, nn::Tensors& grads) {
+  for (const Tensor& t : outputs) {
+    if (t.defined() && t.requires_grad() && t.grad_fn() != nullptr) {
+      roots.push_back(t);
+      grads.push_back(Tensor::ones(t.shape(), {t.dtype(), t.device()}));
+    }
+  }
+}
+
+nn::Tensors requiring_grad(const nn::Tensors& tensors) {
+  nn::Tensors out;
+  for (const Tensor& t : tensors) {
+    if (t.defined() && t.requires_grad()) out.push_back(t);
+  }
+  return out;
+}
+
+// A layer as the profile runs it: the loss entry takes the targets as well.
+using Step1 = std::function<nn::Tensors(const nn::Tensors&)>;
+
+class Profiler {
+ public:
+  Profiler(nn::Sequential& model, const Tensor& input, const Tensor& target,
+           const LossFn& loss_fn, Device device, const ProfileOptions& options)
+      : model_(model), input_(input), target_(target), loss_fn_(loss_fn), device_(device),
+        options_(options), allocator_(allocator_for(device)) {}
+
+  /// Every layer and the loss at `rows` rows; .size() == layers + 1.
+  std::vector<Sample> measure(int64_t rows) {
+    const size_t n = model_.size();
+    std::vector<Sample> samples(n + 1);
+    const Tensor target = target_.slice(0, rows).to(device_);
+    std::vector<Step1> layers;
+    for (size_t i = 0; i < n; ++i) {
+      layers.push_back([this, i](const nn::Tensors& x) { return model_[i].forward(x); });
+    }
+    layers.push_back([this, target](const nn::Tensors& x) {
+      return nn::Tensors{loss_fn_(x.at(0), target)};
+    });
+    measure_memory(rows, layers, samples);
+    measure_times(rows, layers, samples);
+    return samples;
+  }
+
+ private:
+  nn::Tensors first_input(int64_t rows) const {
+    return {input_.slice(0, rows).to(device_).clone()};
+  }
+
+  // Note [The memory pass]
+  // The layers run as one chain, as a stage's Sequential does: layer i's output handle is
+  // dropped once layer i+1 has run, so `frees_input` says whether anything kept it (layer i
+  // saving its output, layer i+1 its input). Two micro-batches run, so a first forward's
+  // step-long allocations (deferred BatchNorm's sums) show as first_forward. Each layer's
+  // backward then runs alone on a detached copy of its input, from ones.
+  void measure_memory(int64_t rows, const std::vector<Step1>& layers,
+                      std::vector<Sample>& samples) {
+    std::unique_ptr<DeferredBatchNorm> deferred;
+    if (options_.deferred_batch_norm) deferred = std::make_unique<DeferredBatchNorm>(model_);
+    std::vector<nn::Tensors> chain_inputs(layers.size());
+    for (int pass = 0; pass < 2; ++pass) {
+      const nn::Tensors input = first_input(rows);  // kept, as a cell keeps its input
+      nn::Tensors x = input;
+      std::vector<nn::Tensors> outputs;  // keeps every layer's graph to the end of the pass
+      for (size_t i = 0; i < layers.size(); ++i) {
+        if (pass == 1) chain_inputs[i] = detach_like(x);
+        const int64_t before = allocator_.allocated();
+        allocator_.reset_peak();
+        nn::Tensors y = layers[i](x);
+        const int64_t grown = allocator_.allocated() - before;
+        Sample& s = samples[i];
+        if (pass == 0) {
+          s.first_forward = grown;
+          continue_chain(x, y, outputs);
+          continue;
+        }
+        s.first_forward -= grown;
+        s.forward_peak = allocator_.peak() - before;
+        s.output = bytes_of(y);
+        s.activation = grown - s.output;
+        const int64_t held = allocator_.allocated();
+        continue_chain(x, y, outputs);
+        s.frees_input = i > 0 && allocator_.allocated() < held;
+      }
+    }
+    if (deferred != nullptr) deferred->discard();
+    deferred.reset();  // the backwards below run plain BatchNorm: nothing accumulates
+    for (size_t i = 0; i < layers.size(); ++i) {
+      nn::Tensors x = chain_inputs[i];
+      for (Tensor& t : x) {
+        if (t.defined() && is_floating(t.dtype())) t.set_requires_grad(true);
+      }
+      nn::Tensors y = layers[i](x);
+      nn::Tensors roots, grads;
+      roots_of(y, roots, grads);
+      if (roots.empty()) continue;
+      nn::Tensors inputs = requiring_grad(x);
+      for (const Tensor& p : model_params(i)) inputs.push_back(p);
+      const int64_t before = allocator_.allocated();
+      allocator_.reset_peak();
+      autograd::backward(roots, grads, inputs);
+      samples[i].backward_peak = allocator_.peak() - before;
+    }
+  }
+
+  static void continue_chain(nn::Tensors& x, nn::Tensors& y, std::vector<nn::Tensors>& kept) {
+    kept.push_back(y);
+    x = std::move(y);
+  }
+
+  nn::Tensors model_params(size_t i) const {
+    nn::Tensors out;
+    if (i >= model_.size()) return out;
+    for (const Tensor& p : model_[i].parameters()) {
+      if (p.requires_grad()) out.push_back(p);
+    }
+    return out;
+  }
+
+  // Medians of options.repetitions timed passes after options.warmup untimed ones; each layer
+  // gets the previous one's output, detached, as balance.h's profile_times does.
+  void measure_times(int64_t rows, const std::vector<Step1>& layers,
+                     std::vector<Sample>& samples) {
+    const Stream stream = Stream::current(device_);
+    std::vector<std::vector<double>> f(layers.size()), b(layers.size()), in(layers.size()),
+        w(layers.size());
+    for (int pass = 0; pass < options_.warmup + options_.repetitions; ++pass) {
+      const bool timed = pass >= options_.warmup;
+      nn::Tensors x = first_input(rows);
+      for (size_t i = 0; i < layers.size(); ++i) {
+        stream.synchronize();
+        auto t0 = Clock::now();
+        nn::Tensors y = layers[i](x);
+        stream.synchronize();
+        auto t1 = Clock::now();
+        nn::Tensors roots, grads;
+        roots_of(y, roots, grads);
+        nn::Tensors inputs = requiring_grad(x);
+        const nn::Tensors params = model_params(i);
+        double whole = 0, input_half = 0, weight_half = 0;
+        if (!roots.empty()) {
+          nn::Tensors all = inputs;
+          all.insert(all.end(), params.begin(), params.end());
+          auto t2 = Clock::now();
+          autograd::backward(roots, grads, all);  // parameter gradients returned, not kept
+          stream.synchronize();
+          whole = micros_between(t2, Clock::now());
+          // The B/W split on a fresh graph: I now, W from the queue (into .grad, cleared).
+          nn::Tensors again = layers[i](x);
+          nn::Tensors roots2, grads2;
+          roots_of(again, roots2, grads2);
+          autograd::WeightGradQueue queue;
+          auto t3 = Clock::now();
+          autograd::backward(roots2, grads2, inputs, {.defer_weight_grads = &queue});
+          stream.synchronize();
+          auto t4 = Clock::now();
+          queue.run();
+          stream.synchronize();
+          input_half = micros_between(t3, t4);
+          weight_half = micros_between(t4, Clock::now());
+          for (Tensor p : params) p.set_grad(Tensor());
+        }
+        if (timed) {
+          f[i].push_back(micros_between(t0, t1));
+          b[i].push_back(whole);
+          in[i].push_back(input_half);
+          w[i].push_back(weight_half);
+        }
+        x = detach_like(y);
+      }
+    }
+    for (size_t i = 0; i < layers.size(); ++i) {
+      samples[i].forward = median(f[i]);
+      samples[i].backward = median(b[i]);
+      samples[i].backward_input = median(in[i]);
+      samples[i].backward_weight = median(w[i]);
+    }
+  }
+
+  nn::Sequential& model_;
+  Tensor input_, target_;
+  LossFn loss_fn_;
+  Device device_;
+  const ProfileOptions& options_;
+  Allocator& allocator_;
+};
+
+LayerProfile fit(const std::string& name, int64_t r1, const Sample& a, int64_t r2,
+                 const Sample& b) {
+  auto line = [&](double ya, double yb) { return Affine::through(r1, ya, r2, yb); };
+  LayerProfile l;
+  l.name = name;
+  l.forward_us = line(a.forward, b.forward);
+  l.backward_us = line(a.backward, b.backward);
+  l.backward_input_us = line(a.backward_input, b.backward_input);
+  l.backward_weight_us = line(a.backward_weight, b.backward_weight);
+  l.output_bytes = line(static_cast<double>(a.output), static_cast<double>(b.output));
+  l.activation_bytes = line(static_cast<double>(a.activation), static_cast<double>(b.activation));
+  l.forward_peak_bytes =
+      line(static_cast<double>(a.forward_peak), static_cast<double>(b.forward_peak));
+  l.backward_peak_bytes =
+      line(static_cast<double>(a.backward_peak), static_cast<double>(b.backward_peak));
+  l.first_forward_bytes =
+      line(static_cast<double>(a.first_forward), static_cast<double>(b.first_forward));
+  l.frees_input = b.frees_input;
+  return l;
+}
+
+}  // namespace
+
+Device profile_device(const nn::Sequential& model, const Tensor& input) {
+  std::optional<Device> device;
+  for (const auto& [name, t] : model.state_dict()) {
+    if (!device) device = t.device();
+    if (t.device() != *device) {
+      throw std::invalid_argument("profile_model: module tensor '" + name + "' is on " +
+                                  t.device().str() + " but another is on " + device->str() +
+                                  " (the profile runs where the parameters are)");
+    }
+  }
+  return device.value_or(input.device());
+}
+
+namespace {
+
+// The time of one copy of `bytes` bytes to another device, in bytes per microsecond.
+double copy_speed(Device device, int64_t bytes, int repetitions) {
+  const Tensor block = Tensor::zeros({std::max<int64_t>(bytes / 4, 1024)}, {.device = device});
+  const Device other{device.type, device.index + 1};
+  std::vector<double> times;
+  for (int k = 0; k < repetitions + 1; ++k) {
+    auto t0 = Clock::now();
+    Tensor copy = block.to(other);
+    Stream::current(other).synchronize();
+    if (k > 0) times.push_back(micros_between(t0, Clock::now()));
+  }
+  return static_cast<double>(block.nbytes()) / std::max(median(times), 1e-3);
+}
+
+}  // namespace
+
+ModelProfile profile_model(nn::Sequential& model, const Tensor& input, const Tensor& target,
+                           const LossFn& loss_fn, const ProfileOptions& options) {
+  if (model.size() == 0) {
+    throw std::invalid_argument("profile_model: the module has no layers (empty Sequential)");
+  }
+  if (!input.defined() || !target.defined() || input.dim() == 0 || target.dim() == 0) {
+    throw std::invalid_argument("profile_model: input and target must be defined tensors with "
+                                "a batch dimension");
+  }
+  if (input.size(0) != target.size(0)) {
+    throw std::invalid_argument("profile_model: input has " + std::to_string(input.size(0)) +
+                                " rows but target " + std::to_string(target.size(0)));
+  }
+  if (!loss_fn) throw std::invalid_argument("profile_model: loss_fn is empty");
+  if (options.warmup < 0 || options.repetitions < 1) {
+    throw std::invalid_argument("profile_model: warmup must be >= 0 and repetitions >= 1 "
+                                "(warmup: " + std::to_string(options.warmup) +
+                                ", repetitions: " + std::to_string(options.repetitions) + ")");
+  }
+  const int64_t batch = input.size(0);
+  std::vector<int64_t> rows = options.rows;
+  if (rows.empty()) rows = {std::max<int64_t>(1, batch / 16), batch};
+  for (int64_t r : rows) {
+    if (r < 1 || r > batch) {
+      throw std::invalid_argument("profile_model: rows " + std::to_string(r) +
+                                  " outside [1, " + std::to_string(batch) + "]");
+    }
+  }
+  const int64_t r1 = *std::min_element(rows.begin(), rows.end());
+  const int64_t r2 = *std::max_element(rows.begin(), rows.end());
+  const Device device = profile_device(model, input);
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : std::max(1, hardware_threads() / std::max(1, options.workers));
+
+  ModelProfile profile;
+  {
+    ThreadBudgetGuard budget(threads);
+    ProfileStateGuard state(model);
+    Profiler profiler(model, input, target, loss_fn, device, options);
+    const std::vector<Sample> small = profiler.measure(r1);
+    const std::vector<Sample> large = r2 == r1 ? small : profiler.measure(r2);
+    for (size_t i = 0; i < model.size(); ++i) {
+      LayerProfile l = fit(model[i].str(), r1, small[i], r2, large[i]);
+      for (const Tensor& p : model[i].parameters()) {
+        if (p.requires_grad()) l.parameter_bytes += static_cast<int64_t>(p.nbytes());
+      }
+      for (const auto& [name, b] : model[i].named_buffers()) {
+        l.buffer_bytes += static_cast<int64_t>(b.nbytes());
+      }
+      profile.layers.push_back(std::move(l));
+    }
+    profile.loss = fit("loss", r1, small.back(), r2, large.back());
+    profile.loss_bytes = large.back().output;
+    int64_t widest = 0;
+    for (const Sample& s : large) widest = std::max(widest, s.output);
+    profile.copy_bytes_per_us = copy_speed(device, widest, options.repetitions);
+  }
+  profile.input_bytes_per_row = static_cast<int64_t>(input.nbytes()) / batch;
+  profile.target_bytes_per_row = static_cast<int64_t>(target.nbytes()) / batch;
+  profile.batch_rows = batch;
+  profile.threads = threads;
+  profile.fingerprint =
+      profile_fingerprint(model, input, target, threads, options.deferred_batch_norm);
+  return profile;
+}
+
+std::string profile_fingerprint(const nn::Sequential& model, const Tensor& input,
+                                const Tensor& target, int threads, bool deferred_batch_norm) {
+  return model.str() + " | input " + input.shape().str() + " " + dtype_name(input.dtype()) +
+         " | target " + target.shape().str() + " " + dtype_name(target.dtype()) +
+         " | threads " + std::to_string(threads) +
+         (deferred_batch_norm ? " | deferred batch norm" : "");
+}
+
+}  // namespace pipewright::pipeline

@@ -1,0 +1,497 @@
+// search_plan: Note [How the planner searches] (planner.h).
+#include "pipeline/planner/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+
+#include "pipeline/planner/cuts.h"
+#include "pipeline/planner/recompute_placement.h"
+#include "pipeline/planner/stage_estimate.h"
+#include "pipeline/schedule/generators/recompute.h"
+#include "pipeline/schedule/registry.h"
+
+namespace pipewright::pipeline {
+namespace {
+
+struct Config {
+  std::string schedule;
+  int v = 1, chunks = 1, m = 1;
+  int64_t rows = 0, tail_rows = 0;
+  std::vector<int> balance;
+  Schedule base;  // without R
+  double base_time = 0;
+};
+
+enum class Outcome { kFits, kSlower, kOutOfReach };
+
+struct Result {
+  size_t config = 0;
+  RecomputePlacement placement;
+  Outcome outcome = Outcome::kOutOfReach;
+  bool exact = false;
+
+  double time() const { return placement.simulation.makespan; }
+  // The peaks held to the cap: the worst case when measured, else the simulated order's.
+  int64_t peak_of(size_t w) const {
+    return exact ? placement.peaks[w].high : placement.peaks[w].predicted;
+  }
+  int64_t max_peak() const {
+    int64_t peak = 0;
+    for (size_t w = 0; w < placement.peaks.size(); ++w) peak = std::max(peak, peak_of(w));
+    return peak;
+  }
+  int worst_device() const {
+    size_t w = 0;
+    for (size_t i = 1; i < placement.peaks.size(); ++i) {
+      if (peak_of(i) > peak_of(w)) w = i;
+    }
+    return static_cast<int>(w);
+  }
+};
+
+std::string balance_text(const std::vector<int>& balance) {
+  std::string out;
+  for (int b : balance) out += (out.empty() ? "" : "|") + std::to_string(b);
+  return out;
+}
+
+std::string fixed(double value, int digits) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
+std::string millis(double us) { return fixed(us / 1000.0, 2) + " ms"; }
+
+class Search {
+ public:
+  explicit Search(const SearchInputs& in)
+      : in_(in), profile_(*in.profile), options_(in.options), cap_(in.options.memory_cap_bytes) {}
+
+  Plan run() {
+    enumerate();
+    if (configs_.empty()) {
+      throw std::invalid_argument(
+          "plan: no registered schedule can run " + std::to_string(profile_.num_layers()) +
+          " layers on " + std::to_string(in_.workers) + " workers with the chunks and virtual "
+          "stages allowed (every stage needs a layer; cuts inside skip connections are not "
+          "allowed)");
+    }
+    // Fastest first, so that the best that fits prunes the rest early.
+    std::vector<size_t> order(configs_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return configs_[a].base_time < configs_[b].base_time;
+    });
+    double best = 0;
+    for (size_t i : order) {
+      const bool prune = options_.objective == Objective::kStepTime && best > 0;
+      Result r = evaluate(i, false, prune ? best : 0);
+      if (r.outcome == Outcome::kFits && (best == 0 || r.time() < best)) best = r.time();
+      estimated_.push_back(std::move(r));
+    }
+    std::optional<Result> chosen = choose();
+    if (!chosen) refuse();
+    return make_plan(*chosen);
+  }
+
+ private:
+  // ---- what is searched ----
+
+  std::vector<int> chunk_candidates() const {
+    std::vector<int> chunks = options_.chunks;
+    if (chunks.empty()) chunks = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+    std::vector<int> out;
+    std::vector<int> seen_m;
+    for (int c : chunks) {
+      if (c < 1 || c > profile_.batch_rows) continue;
+      const int64_t rows = (profile_.batch_rows + c - 1) / c;
+      const int m = static_cast<int>((profile_.batch_rows + rows - 1) / rows);
+      if (std::find(seen_m.begin(), seen_m.end(), m) != seen_m.end()) continue;
+      seen_m.push_back(m);
+      out.push_back(c);
+    }
+    return out;
+  }
+
+  void enumerate() {
+    const int layers = profile_.num_layers();
+    int cut_count = 0;
+    for (int c = 1; c < layers; ++c) cut_count += in_.allowed_cuts[static_cast<size_t>(c)];
+    std::vector<ScheduleInfo> rows = registered_schedules();
+    for (const ScheduleInfo& row : rows) {
+      if (!options_.schedules.empty() &&
+          std::find(options_.schedules.begin(), options_.schedules.end(), row.name) ==
+              options_.schedules.end()) {
+        continue;
+      }
+      const std::vector<int>& only = options_.virtual_stages;
+      const int most = only.empty() ? options_.max_virtual_stages
+                                    : *std::max_element(only.begin(), only.end());
+      const int top = row.virtual_stages.max == 0 ? std::max(row.virtual_stages.min, most)
+                                                  : row.virtual_stages.max;
+      for (int v = row.virtual_stages.min; v <= top; ++v) {
+        if (!only.empty() && std::find(only.begin(), only.end(), v) == only.end()) continue;
+        const int stages = in_.workers * v;
+        if (stages - 1 > cut_count) continue;
+        for (int c : chunk_candidates()) add_configs(row.name, v, c, stages);
+      }
+    }
+  }
+
+  void add_configs(const std::string& name, int v, int chunks, int stages) {
+    Config c;
+    c.schedule = name;
+    c.v = v;
+    c.chunks = chunks;
+    c.rows = (profile_.batch_rows + chunks - 1) / chunks;
+    c.m = static_cast<int>((profile_.batch_rows + c.rows - 1) / c.rows);
+    c.tail_rows = profile_.batch_rows - c.rows * (c.m - 1);
+    try {
+      c.base = make_schedule(name, in_.workers, c.m, v);
+    } catch (const std::invalid_argument&) {
+      return;  // the generator does not take this (p, m, v)
+    }
+    for (std::vector<int>& balance : balances(stages, c.rows, c.base)) {
+      Config with = c;
+      with.balance = std::move(balance);
+      with.base_time = simulate(with.base, costs_of(with)).makespan;
+      configs_.push_back(std::move(with));
+    }
+  }
+
+  // The min-max cuts of F+B and of F+B+R, balance_by_parameters' and, under a cap, the
+  // min-max cut of F+B among the cuts whose stages' estimated peak fits (a stage holding the
+  // cells the schedule keeps in flight on it).
+  std::vector<std::vector<int>> balances(int stages, int64_t rows, const Schedule& base) {
+    const int n = profile_.num_layers();
+    std::vector<double> fb(static_cast<size_t>(n)), fbr(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      const LayerProfile& l = profile_.layers[static_cast<size_t>(i)];
+      const double f = l.forward_us.at(rows);
+      fb[static_cast<size_t>(i)] = f + l.backward_us.at(rows);
+      fbr[static_cast<size_t>(i)] = fb[static_cast<size_t>(i)] + f;
+    }
+    fb.back() += profile_.loss.forward_us.at(rows) + profile_.loss.backward_us.at(rows);
+    fbr.back() += 2 * profile_.loss.forward_us.at(rows) + profile_.loss.backward_us.at(rows);
+    std::vector<std::vector<int>> out;
+    auto add = [&](std::vector<int> b) {
+      if (b.empty() || std::find(out.begin(), out.end(), b) != out.end()) return;
+      int at = 0;
+      for (size_t k = 0; k + 1 < b.size(); ++k) {
+        at += b[k];
+        if (!in_.allowed_cuts[static_cast<size_t>(at)]) return;
+      }
+      out.push_back(std::move(b));
+    };
+    add(constrained_partition(fb, stages, in_.allowed_cuts));
+    add(constrained_partition(fbr, stages, in_.allowed_cuts));
+    if (in_.by_parameters) add(in_.by_parameters(stages));
+    if (cap_ > 0) {
+      // Prefix sums of the bytes a cell keeps per layer and of the parameters'.
+      std::vector<double> kept(static_cast<size_t>(n) + 1, 0), params(static_cast<size_t>(n) + 1, 0);
+      for (int i = 0; i < n; ++i) {
+        const LayerProfile& l = profile_.layers[static_cast<size_t>(i)];
+        kept[static_cast<size_t>(i) + 1] =
+            kept[static_cast<size_t>(i)] + l.activation_bytes.at(rows) + l.output_bytes.at(rows);
+        params[static_cast<size_t>(i) + 1] =
+            params[static_cast<size_t>(i)] + static_cast<double>(l.parameter_bytes);
+      }
+      const std::vector<int> cells = peak_memory(base).stage_activations;
+      const double share = static_cast<double>(cap_) / (stages / in_.workers);
+      // A stage's estimated peak: its parameters, gradients and optimizer state, and the
+      // cells the schedule keeps in flight on it, recorded or (recomputing) as inputs with
+      // one cell rebuilt at a time.
+      auto stage_bytes = [&](int i, int j, int s, bool recompute) {
+        const double input = i == 0 ? static_cast<double>(profile_.input_bytes_per_row * rows)
+                                    : profile_.layers[static_cast<size_t>(i - 1)].output_bytes.at(rows);
+        const double cell = input + kept[static_cast<size_t>(j)] - kept[static_cast<size_t>(i)];
+        const double p = params[static_cast<size_t>(j)] - params[static_cast<size_t>(i)];
+        const int in_flight = std::max(1, cells[static_cast<size_t>(s)]);
+        return p * (2 + options_.optimizer_state_factor) +
+               (recompute ? in_flight * input + cell : in_flight * cell);
+      };
+      add(constrained_partition(fb, stages, in_.allowed_cuts, [&](int i, int j, int s) {
+        return stage_bytes(i, j, s, false) <= share;
+      }));
+      // The leanest cuts, without and with recomputes: where the cap is tight, these may be
+      // the only ones that fit.
+      for (bool recompute : {false, true}) {
+        add(min_max_partition(n, stages, in_.allowed_cuts, [&](int i, int j, int s) {
+          return stage_bytes(i, j, s, recompute);
+        }));
+      }
+    }
+    return out;
+  }
+
+  // ---- costs of a configuration ----
+
+  Costs costs_of(const Config& c) {
+    Costs costs;
+    int first = 0;
+    for (int b : c.balance) {
+      const auto key = std::make_tuple(first, first + b, c.rows);
+      auto it = times_.find(key);
+      if (it == times_.end()) {
+        it = times_.emplace(key, estimate_stage_times(profile_, first, first + b, c.rows)).first;
+      }
+      costs.per_stage.push_back(it->second);
+      first += b;
+    }
+    return costs;
+  }
+
+  const StageMemory& stage_memory(int first, int last, int64_t rows, bool exact) {
+    auto& memo = exact ? measured_ : estimated_memory_;
+    const auto key = std::make_tuple(first, last, rows);
+    auto it = memo.find(key);
+    if (it == memo.end()) {
+      it = memo.emplace(key, exact ? in_.measure(first, last, rows)
+                                   : estimate_stage_memory(profile_, first, last, rows))
+               .first;
+    }
+    return it->second;
+  }
+
+  MemoryModel memory_of(const Config& c, bool exact) {
+    MemoryModel model;
+    model.optimizer_state_factor = options_.optimizer_state_factor;
+    int first = 0;
+    for (int b : c.balance) {
+      model.full.push_back(stage_memory(first, first + b, c.rows, exact));
+      model.tail.push_back(stage_memory(first, first + b, c.tail_rows, exact));
+      first += b;
+    }
+    return model;
+  }
+
+  Result evaluate(size_t i, bool exact, double give_up) {
+    const Config& c = configs_[i];
+    Result r;
+    r.config = i;
+    r.exact = exact;
+    // Measured stages are held to the cap whatever the messages' timing (DevicePeak::high).
+    r.placement =
+        place_recomputes(c.base, costs_of(c), memory_of(c, exact), cap_, give_up, exact);
+    r.outcome = r.placement.fits ? Outcome::kFits
+                : give_up > 0 && r.placement.simulation.makespan > give_up ? Outcome::kSlower
+                                                                            : Outcome::kOutOfReach;
+    return r;
+  }
+
+  bool better(const Result& a, const Result& b) const {
+    if (options_.objective == Objective::kPeakMemory && a.max_peak() != b.max_peak()) {
+      return a.max_peak() < b.max_peak();
+    }
+    if (a.time() != b.time()) return a.time() < b.time();
+    return a.max_peak() < b.max_peak();
+  }
+
+  // ---- choosing ----
+
+  // The best candidate that fits, measured exactly when the search can measure: the best
+  // `verify` by estimate (more when none of them fits once measured).
+  std::optional<Result> choose() {
+    std::vector<const Result*> fitting;
+    for (const Result& r : estimated_) {
+      if (r.outcome == Outcome::kFits) fitting.push_back(&r);
+    }
+    std::sort(fitting.begin(), fitting.end(),
+              [&](const Result* a, const Result* b) { return better(*a, *b); });
+    if (!in_.measure) {
+      if (fitting.empty()) return std::nullopt;
+      return *fitting.front();
+    }
+    const size_t verify = static_cast<size_t>(std::max(1, options_.verify));
+    std::optional<Result> best;
+    for (size_t k = 0; k < fitting.size() && k < 3 * verify; ++k) {
+      if (best && k >= verify) break;
+      Result exact = evaluate(fitting[k]->config, true, 0);
+      if (exact.outcome == Outcome::kFits && (!best || better(exact, *best))) best = exact;
+      verified_.push_back(std::move(exact));
+    }
+    if (best) return best;
+    // None fits by estimate (or once measured): the leanest candidates, measured.
+    for (size_t i : leanest(verify)) {
+      Result exact = evaluate(i, true, 0);
+      if (exact.outcome == Outcome::kFits && (!best || better(exact, *best))) best = exact;
+      verified_.push_back(std::move(exact));
+    }
+    return best;
+  }
+
+  // The configurations whose every-cell-recomputed estimated peak is the smallest.
+  std::vector<size_t> leanest(size_t count) {
+    std::vector<std::pair<int64_t, size_t>> lean;
+    for (size_t i = 0; i < configs_.size(); ++i) {
+      const RecomputePlacement all = recompute_everything(
+          configs_[i].base, costs_of(configs_[i]), memory_of(configs_[i], false), false);
+      lean.push_back({all.max_level(false), i});
+    }
+    std::sort(lean.begin(), lean.end());
+    std::vector<size_t> out;
+    for (size_t k = 0; k < lean.size() && k < count; ++k) out.push_back(lean[k].second);
+    return out;
+  }
+
+  // Nothing fits: name the least cap a configuration tried would fit, the least peak along
+  // its placement path (Note [Placing recomputes]): measured ones when the search measures.
+  [[noreturn]] void refuse() {
+    const std::vector<Result>& tried = in_.measure ? verified_ : estimated_;
+    const Result* leanest = nullptr;
+    for (const Result& r : tried) {
+      if (leanest == nullptr || r.placement.least_peak < leanest->placement.least_peak) {
+        leanest = &r;
+      }
+    }
+    if (leanest == nullptr) {
+      throw std::logic_error("plan: no configuration was evaluated");
+    }
+    const int64_t smallest = leanest->placement.least_peak;
+    const Config& c = configs_[leanest->config];
+    throw NoPlanFits(
+        "plan: nothing fits a memory cap of " + format_bytes(cap_) + " per device on " +
+            std::to_string(in_.workers) + " devices: the leanest configuration (" + c.schedule +
+            ", v " + std::to_string(c.v) + ", chunks " + std::to_string(c.chunks) +
+            ", balance " + balance_text(c.balance) + ", recomputing as needed) needs " +
+            format_bytes(smallest) + " (" + std::to_string(smallest) +
+            " bytes); raise the cap to at least that, or use more devices",
+        smallest);
+  }
+
+  // ---- the answer ----
+
+  std::string config_text(const Result& r) const {
+    const Config& c = configs_[r.config];
+    return c.schedule + " v" + std::to_string(c.v) + " chunks " + std::to_string(c.chunks) +
+           " balance " + balance_text(c.balance) +
+           (r.placement.recomputed > 0 ? " recompute " + std::to_string(r.placement.recomputed)
+                                       : "");
+  }
+
+  std::string config_text(const Config& c) const {
+    return c.schedule + " v" + std::to_string(c.v) + " chunks " + std::to_string(c.chunks) +
+           " balance " + balance_text(c.balance);
+  }
+
+  std::string why(const Result& r, const Result& chosen) const {
+    const std::string device = in_.device_names[static_cast<size_t>(r.worst_device())];
+    switch (r.outcome) {
+      case Outcome::kFits:
+        if (options_.objective == Objective::kPeakMemory) {
+          return "peak " + format_bytes(r.max_peak()) + " against the plan's " +
+                 format_bytes(chosen.max_peak());
+        }
+        return fixed(r.time() / chosen.time(), 2) + "x the plan's step (" + millis(r.time()) +
+               ", bubble " + fixed(100 * r.placement.simulation.bubble_fraction, 1) + " %)";
+      case Outcome::kSlower:
+        return "over the cap on " + device + " without recomputes, and slower than the plan " +
+               "once recomputing (" + millis(r.time()) + " with " +
+               std::to_string(r.placement.recomputed) + " recomputes and still " +
+               format_bytes(r.max_peak()) + ")";
+      case Outcome::kOutOfReach:
+        break;
+    }
+    return "needs " + format_bytes(r.max_peak()) + " on " + device + " with " +
+           std::to_string(r.placement.recomputed) +
+           " recomputes, and no cell left to recompute at that peak (cap " +
+           format_bytes(cap_) + ")";
+  }
+
+  // The runners-up: the best result of each other (schedule, v, chunks), and the plan's own
+  // configuration under the global checkpoint modes.
+  std::vector<PlanAlternative> alternatives(const Result& chosen, const MemoryModel& model) {
+    std::map<std::tuple<std::string, int, int>, const Result*> best;
+    auto consider = [&](const Result& r) {
+      const Config& c = configs_[r.config];
+      const auto key = std::make_tuple(c.schedule, c.v, c.chunks);
+      const Config& mine = configs_[chosen.config];
+      if (key == std::make_tuple(mine.schedule, mine.v, mine.chunks)) return;
+      auto [it, inserted] = best.emplace(key, &r);
+      const bool fits = r.outcome == Outcome::kFits, had = it->second->outcome == Outcome::kFits;
+      if (!inserted && ((fits && !had) || (fits == had && better(r, *it->second)))) it->second = &r;
+    };
+    for (const Result& r : estimated_) consider(r);
+    for (const Result& r : verified_) consider(r);
+    std::vector<const Result*> ranked;
+    for (auto& [key, r] : best) ranked.push_back(r);
+    std::sort(ranked.begin(), ranked.end(), [&](const Result* a, const Result* b) {
+      const bool fa = a->outcome == Outcome::kFits, fb = b->outcome == Outcome::kFits;
+      if (fa != fb) return fa;
+      return better(*a, *b);
+    });
+    std::vector<PlanAlternative> out;
+    const Config& c = configs_[chosen.config];
+    const Costs costs = costs_of(c);
+    for (Checkpoint mode : {Checkpoint::kNever, Checkpoint::kExceptLast, Checkpoint::kAlways}) {
+      Result r;
+      r.config = chosen.config;
+      r.exact = chosen.exact;
+      r.placement.schedule = with_recompute(c.base, checkpoint_predicate(mode, c.m));
+      r.placement.simulation = simulate(r.placement.schedule, costs);
+      r.placement.peaks =
+          replay_memory(r.placement.schedule, r.placement.simulation, model, chosen.exact);
+      r.placement.fits = cap_ <= 0 || r.max_peak() <= cap_;
+      r.outcome = r.placement.fits ? Outcome::kFits : Outcome::kOutOfReach;
+      if (mode == Checkpoint::kNever && chosen.placement.recomputed == 0) continue;
+      const std::string config = config_text(c) + " checkpoint " + to_string(mode);
+      std::string reason = r.placement.fits ? why(r, chosen)
+                                            : "needs " + format_bytes(r.max_peak()) + " on " +
+                                                  in_.device_names[static_cast<size_t>(r.worst_device())];
+      out.push_back({config, r.time(), r.max_peak(), r.placement.fits, reason});
+    }
+    for (size_t k = 0; k < ranked.size() && static_cast<int>(k) < options_.alternatives; ++k) {
+      const Result& r = *ranked[k];
+      out.push_back({config_text(r) + (r.exact ? "" : " (estimated)"), r.time(), r.max_peak(),
+                     r.outcome == Outcome::kFits, why(r, chosen)});
+    }
+    return out;
+  }
+
+  Plan make_plan(const Result& chosen) {
+    const Config& c = configs_[chosen.config];
+    const MemoryModel model = memory_of(c, chosen.exact);
+    Plan plan;
+    plan.schedule_name = c.schedule;
+    plan.virtual_stages = c.v;
+    plan.chunks = c.chunks;
+    plan.balance = c.balance;
+    plan.stage_worker = c.base.stage_worker;
+    plan.num_microbatches = c.m;
+    plan.rows = c.rows;
+    plan.schedule = chosen.placement.schedule;
+    plan.recomputed = chosen.placement.recomputed;
+    plan.step_time_us = chosen.time();
+    plan.bubble = chosen.placement.simulation.bubble_fraction;
+    plan.peaks = replay_memory(plan.schedule, chosen.placement.simulation, model, true);
+    plan.exact_memory = chosen.exact;
+    plan.memory_cap_bytes = cap_;
+    plan.deferred_batch_norm = options_.deferred_batch_norm;
+    plan.devices = in_.device_names;
+    plan.alternatives = alternatives(chosen, model);
+    plan.candidates = static_cast<int>(configs_.size());
+    return plan;
+  }
+
+  const SearchInputs& in_;
+  const ModelProfile& profile_;
+  const PlanOptions& options_;
+  int64_t cap_;
+  std::vector<Config> configs_;
+  std::vector<Result> estimated_, verified_;
+  std::map<std::tuple<int, int, int64_t>, StageCosts> times_;
+  std::map<std::tuple<int, int, int64_t>, StageMemory> estimated_memory_, measured_;
+};
+
+}  // namespace
+
+Plan search_plan(const SearchInputs& inputs) { return Search(inputs).run(); }
+
+}  // namespace pipewright::pipeline

@@ -1,0 +1,33 @@
+// The planner's search (Note [How the planner searches], planner.h), given where stage costs
+// come from. plan() in planner.cc gathers these inputs from a model or a profile.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "pipeline/planner/planner.h"
+#include "pipeline/planner/profile.h"
+#include "pipeline/planner/stage_probe.h"
+
+namespace pipewright::pipeline {
+
+struct SearchInputs {
+  const ModelProfile* profile = nullptr;
+  int workers = 1;
+  std::vector<std::string> device_names;  // one per worker
+  std::vector<char> allowed_cuts;         // cuts.h
+  /// The exact memory of a stage (memoized by the caller); empty: estimates are final.
+  std::function<StageMemory(int first, int last, int64_t rows)> measure = {};
+  /// balance_by_parameters for a number of stages; empty: not tried.
+  std::function<std::vector<int>(int parts)> by_parameters = {};
+  PlanOptions options;
+};
+
+/// Runs the search and returns the plan (Plan::planning_seconds left 0). Throws NoPlanFits
+/// when nothing fits and std::invalid_argument when no schedule, v and chunks can be made
+/// for the workers and layers at all (naming them).
+Plan search_plan(const SearchInputs& inputs);
+
+}  // namespace pipewright::pipeline

@@ -1,0 +1,108 @@
+#include "pipeline/planner/stage_estimate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace pipewright::pipeline {
+namespace {
+
+// The layers of [first, last) and, on the last stage, the loss.
+std::vector<const LayerProfile*> layers_of(const ModelProfile& profile, int first, int last) {
+  std::vector<const LayerProfile*> out;
+  for (int i = first; i < last; ++i) out.push_back(&profile.layers[static_cast<size_t>(i)]);
+  if (last == profile.num_layers()) out.push_back(&profile.loss);
+  return out;
+}
+
+}  // namespace
+
+StageCosts estimate_stage_times(const ModelProfile& profile, int first, int last,
+                                int64_t rows) {
+  StageCosts c{0, 0, 0, 0, 0};
+  for (const LayerProfile* l : layers_of(profile, first, last)) {
+    c.forward += std::max(0.0, l->forward_us.at(rows));
+    c.backward += std::max(0.0, l->backward_us.at(rows));
+    c.backward_input += std::max(0.0, l->backward_input_us.at(rows));
+    c.backward_weight += std::max(0.0, l->backward_weight_us.at(rows));
+  }
+  // The copies: stage 0's micro-batch in F, the output sent at the end of F, the input
+  // gradient sent at the end of B / I.
+  const double speed = std::max(profile.copy_bytes_per_us, 1e-9);
+  const auto n = static_cast<double>(rows);
+  if (first == 0) c.forward += static_cast<double>(profile.input_bytes_per_row) * n / speed;
+  if (last < profile.num_layers()) {
+    c.forward += static_cast<double>(profile.layers[static_cast<size_t>(last - 1)]
+                                         .output_bytes.bytes(rows)) / speed;
+  }
+  if (first > 0) {
+    const double grad = static_cast<double>(
+        profile.layers[static_cast<size_t>(first - 1)].output_bytes.bytes(rows)) / speed;
+    c.backward += grad;
+    c.backward_input += grad;
+  }
+  c.recompute = c.forward;
+  return c;
+}
+
+// Note [Additive stage costs]
+// A recorded cell of layers [a, b) holds its input, what each layer keeps beyond its output,
+// and each layer's output except those freed as soon as the next layer has run
+// (LayerProfile::frees_input of the next layer): exact for chains, since the profile measured
+// the same chain (profile.cc, Note [The memory pass]). The forward's peak is the highest of
+// (held before layer i + layer i's forward peak). The backward is an estimate: the cell and
+// the arriving gradient, plus the largest single-layer backward peak (and the stage's
+// gradients on its first backward); I keeps each weight layer's output gradient for W.
+// These guide the search; stage_probe.h measures what the planner finally reports.
+StageMemory estimate_stage_memory(const ModelProfile& profile, int first, int last,
+                                  int64_t rows) {
+  StageMemory m;
+  m.first = first;
+  m.last = last;
+  m.rows = rows;
+  m.is_first = first == 0;
+  m.is_last = last == profile.num_layers();
+  const int64_t input = m.is_first
+                            ? profile.input_bytes_per_row * rows
+                            : profile.layers[static_cast<size_t>(first - 1)].output_bytes.bytes(rows);
+  m.input_bytes = m.is_first ? 0 : input;
+  m.grad_input_bytes = m.is_first ? 0 : input;
+  m.output_bytes = m.is_last ? 0 : profile.layers[static_cast<size_t>(last - 1)].output_bytes.bytes(rows);
+  m.grad_output_bytes = m.output_bytes;
+  m.target_bytes = m.is_last ? profile.target_bytes_per_row * rows : 0;
+
+  int64_t held = input, peak = input, first_forward = 0, backward_peak = 0, kept_for_w = 0;
+  int64_t previous_output = input;
+  bool first_layer = true;
+  for (const LayerProfile* l : layers_of(profile, first, last)) {
+    const int64_t out = l->output_bytes.bytes(rows);
+    peak = std::max(peak, held + l->forward_peak_bytes.bytes(rows));
+    held += out + static_cast<int64_t>(std::llround(l->activation_bytes.at(rows)));
+    if (!first_layer && l->frees_input) held -= previous_output;
+    first_layer = false;
+    previous_output = out;
+    first_forward += l->first_forward_bytes.bytes(rows);
+    backward_peak = std::max(backward_peak, l->backward_peak_bytes.bytes(rows));
+    if (l->parameter_bytes > 0) kept_for_w += out;
+    m.parameter_bytes += l->parameter_bytes;
+    m.buffer_bytes += l->buffer_bytes;
+  }
+  // Relative to the level before each action, with the arriving message already there.
+  const int64_t arrived = m.input_bytes;
+  const int64_t loss_seed = m.is_last ? profile.loss_bytes : 0;
+  m.forward = {peak - arrived, held + loss_seed - arrived};
+  m.forward_first = {m.forward.peak + first_forward, m.forward.delta + first_forward};
+  m.checkpoint = {peak - arrived, input - arrived};
+  m.checkpoint_first = {m.checkpoint.peak + first_forward, m.checkpoint.delta + first_forward};
+  m.recompute = {peak - input, held + loss_seed - input};
+  const int64_t residue = m.is_last ? profile.loss_bytes : 0;  // the loss value, to step end
+  const int64_t dy = m.is_last ? loss_seed : m.grad_output_bytes;
+  m.backward = {backward_peak, residue - held - loss_seed - (m.is_last ? 0 : dy)};
+  m.backward_first = {m.backward.peak + m.parameter_bytes, m.backward.delta + m.parameter_bytes};
+  m.backward_input = {backward_peak, kept_for_w - (m.is_last ? loss_seed : dy)};
+  m.weight = {0, residue - held - kept_for_w};
+  m.weight_first = {m.parameter_bytes, m.weight.delta + m.parameter_bytes};
+  return m;
+}
+
+}  // namespace pipewright::pipeline

@@ -1,0 +1,268 @@
+// probe_stage: Note [Probing a stage] (stage_probe.h).
+#include "pipeline/planner/stage_probe.h"
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "autograd/grad_mode.h"
+#include "pipeline/cell.h"
+#include "pipeline/deferred_batch_norm.h"
+#include "pipeline/planner/profile.h"
+#include "pipeline/profile_state.h"
+#include "pipeline/skip_layout.h"
+#include "pipeline/stage_fn.h"
+#include "tensor/allocator.h"
+#include "tensor/generator.h"
+
+namespace pipewright::pipeline {
+namespace {
+
+int64_t bytes_of(const nn::Tensors& tensors) {
+  int64_t total = 0;
+  for (const Tensor& t : tensors) total += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+  return total;
+}
+
+std::string mib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+
+// Throws unless every skip of `model` is stashed and popped on the same side of both ends of
+// [first, last).
+void check_skips_inside(const nn::Sequential& model, int first, int last) {
+  const int n = static_cast<int>(model.size());
+  std::vector<int> balance;
+  for (int b : {first, last - first, n - last}) {
+    if (b > 0) balance.push_back(b);
+  }
+  const SkipLayout layout(model, balance);
+  for (const SkipRoute& route : layout.routes()) {
+    if (!route.local()) {
+      throw std::invalid_argument("probe_stage: skip " + route.str() + " crosses the ends of " +
+                                  "layers [" + std::to_string(first) + ", " +
+                                  std::to_string(last) + ")");
+    }
+  }
+}
+
+// One stage's two cells and the runtime's part of each action (runtime.cc: Runtime::forward
+// and Runtime::backward), on the calling thread.
+class Probe {
+ public:
+  Probe(nn::Sequential& stage, Device device, nn::Tensors first_input, bool is_first,
+        bool is_last, const LossFn& loss_fn, const nn::Tensors& targets)
+      : stage_(stage), device_(device), allocator_(allocator_for(device)),
+        input_(std::move(first_input)), is_first_(is_first), is_last_(is_last),
+        loss_fn_(as_tuple_loss(loss_fn)), targets_(targets),
+        layout_(stage, {static_cast<int>(stage.size())}),
+        fn_(stage_function(stage, device, layout_, 0, 0, arguments_,
+                           is_last ? StageLoss{&loss_fn_, &targets_, nullptr} : StageLoss{})) {
+    for (const Tensor& t : input_) needs_grad_.push_back(!is_first || t.requires_grad());
+  }
+
+  // What `action` did to the device's counter.
+  template <class Action>
+  ActionBytes measure(Action&& action) {
+    const int64_t before = allocator_.allocated();
+    allocator_.reset_peak();
+    action();
+    return {allocator_.peak() - before, allocator_.allocated() - before};
+  }
+
+  // F of cell k: the input message arrives (a fresh copy, as the transport's), then the
+  // action runs: stage 0 copies its micro-batch to the device, the cell records or
+  // checkpoints, the output leaves (dropped) or the loss stays with its gradient seed.
+  ActionBytes forward(int k, CellMode mode) {
+    nn::Tensors in = is_first_ ? input_ : copies(input_);
+    input_message_bytes_ = is_first_ ? 0 : bytes_of(in);
+    return measure([&] {
+      nn::Tensors args = std::move(in);
+      if (is_first_) {
+        for (Tensor& t : args) t = t.to(device_);
+      }
+      nn::Tensors out = cells_[k].forward(fn_, args, mode, current_generator(),
+                                          is_first_ ? needs_grad_ : std::vector<char>{});
+      args.clear();
+      if (is_last_) {
+        loss_values_[k] = out.at(0).detach();
+        loss_grads_[k] = Tensor::full(out[0].shape(), 0.5, {out[0].dtype(), out[0].device()});
+      } else {
+        // Only the outputs' shapes are kept: a reference would hold the last output past
+        // its cell's backward, which the runtime's send does not.
+        output_bytes_ = bytes_of(out);
+        output_like_.clear();
+        for (const Tensor& t : out) {
+          output_like_.push_back(
+              {t.defined() && is_floating(t.dtype()), t.defined() ? t.shape() : Shape{},
+               t.defined() ? t.dtype() : DType::kFloat32});
+        }
+      }
+    });
+  }
+
+  ActionBytes recompute(int k) {
+    return measure([&] { cells_[k].recompute(fn_, current_generator()); });
+  }
+
+  // B or I of cell k: the gradient message arrives, the cell backpropagates, its input
+  // gradient leaves (dropped).
+  ActionBytes backward(int k, bool split) {
+    nn::Tensors grads;
+    if (is_last_) {
+      grads = {std::move(loss_grads_[k])};
+    } else {
+      for (const OutputShape& o : output_like_) {
+        grads.push_back(o.floating ? Tensor::ones(o.shape, {o.dtype, device_}) : Tensor());
+      }
+      grad_message_bytes_ = bytes_of(grads);
+    }
+    return measure([&] {
+      nn::Tensors g = std::move(grads);
+      nn::Tensors sent = split ? cells_[k].backward_input(g) : cells_[k].backward(g);
+      if (!is_first_) grad_input_bytes_ = bytes_of(sent);
+    });
+  }
+
+  ActionBytes weight(int k) {
+    return measure([&] { cells_[k].backward_weight(); });
+  }
+
+  // The step's end: loss values and deferred sums go, the next series starts from no .grad.
+  void end_series(DeferredBatchNorm* deferred) {
+    for (Tensor& t : loss_values_) t = Tensor();
+    for (Tensor& t : loss_grads_) t = Tensor();
+    if (deferred != nullptr) deferred->discard();
+    for (Tensor p : stage_.parameters()) p.set_grad(Tensor());
+  }
+
+  int64_t input_message_bytes_ = 0, output_bytes_ = 0, grad_message_bytes_ = 0,
+          grad_input_bytes_ = 0;
+
+ private:
+  static nn::Tensors copies(const nn::Tensors& tensors) {
+    nn::Tensors out;
+    for (const Tensor& t : tensors) out.push_back(t.defined() ? t.clone() : t);
+    return out;
+  }
+
+  nn::Sequential& stage_;
+  Device device_;
+  Allocator& allocator_;
+  nn::Tensors input_;
+  bool is_first_, is_last_;
+  TupleLossFn loss_fn_;
+  nn::Tensors targets_;
+  nn::Arguments arguments_;
+  SkipLayout layout_;
+  std::function<nn::Tensors(const nn::Tensors&)> fn_;
+  std::vector<char> needs_grad_;
+  Cell cells_[2];
+  Tensor loss_values_[2], loss_grads_[2];
+  struct OutputShape {
+    bool floating;  // defined and floating: it receives a gradient
+    Shape shape;
+    DType dtype;
+  };
+  std::vector<OutputShape> output_like_;
+};
+
+}  // namespace
+
+std::string StageMemory::str() const {
+  return "layers [" + std::to_string(first) + ", " + std::to_string(last) + ") rows " +
+         std::to_string(rows) + (exact ? "" : " (estimated)") + ": F keeps " +
+         mib(forward.delta) + " (peak +" + mib(forward.peak) + "), checkpointed F keeps " +
+         mib(checkpoint.delta) + ", B peak +" + mib(backward.peak) + ", parameters " +
+         mib(parameter_bytes);
+}
+
+StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows,
+                        const Tensor& input, const Tensor& target, const LossFn& loss_fn,
+                        const ProbeOptions& options) {
+  const int n = static_cast<int>(model.size());
+  if (first < 0 || last > n || first >= last) {
+    throw std::invalid_argument("probe_stage: layers [" + std::to_string(first) + ", " +
+                                std::to_string(last) + ") of a model of " + std::to_string(n) +
+                                " layers");
+  }
+  if (!input.defined() || input.dim() == 0 || rows < 1 || rows > input.size(0)) {
+    throw std::invalid_argument("probe_stage: rows " + std::to_string(rows) +
+                                " outside the sample's [1, N]");
+  }
+  check_skips_inside(model, first, last);
+  const Device device = profile_device(model, input);
+  const bool is_first = first == 0, is_last = last == n;
+
+  StageMemory m;
+  m.first = first;
+  m.last = last;
+  m.is_first = is_first;
+  m.is_last = is_last;
+  m.rows = rows;
+  m.exact = true;
+
+  ProfileStateGuard state(model);
+  nn::Sequential stage = model.slice(static_cast<size_t>(first), static_cast<size_t>(last));
+  for (const Tensor& p : stage.parameters()) {
+    if (p.requires_grad()) m.parameter_bytes += static_cast<int64_t>(p.nbytes());
+  }
+  for (const auto& [name, b] : stage.named_buffers()) m.buffer_bytes += static_cast<int64_t>(b.nbytes());
+  // The stage's input: stage 0's micro-batch (copied in F; from another device, as a data
+  // loader's batch is), or the earlier layers' output, computed without a graph.
+  Tensor batch = input.slice(0, rows);
+  nn::Tensors stage_input;
+  if (is_first) {
+    if (batch.device() == device) batch = batch.to(Device::cpu(device.is_cpu() ? device.index + 1 : 0));
+    stage_input = {batch};
+  } else {
+    autograd::NoGradGuard no_grad;
+    stage_input = model.slice(0, static_cast<size_t>(first)).forward(nn::Tensors{batch.to(device)});
+  }
+  nn::Tensors targets;
+  if (is_last) {
+    targets = {target.slice(0, rows).to(device)};
+    m.target_bytes = bytes_of(targets);
+  }
+  std::unique_ptr<DeferredBatchNorm> deferred;
+  if (options.deferred_batch_norm) deferred = std::make_unique<DeferredBatchNorm>(stage);
+
+  {  // recorded cells, whole backwards
+    Probe probe(stage, device, stage_input, is_first, is_last, loss_fn, targets);
+    m.forward_first = probe.forward(0, CellMode::kRecord);
+    m.forward = probe.forward(1, CellMode::kRecord);
+    m.backward_first = probe.backward(0, false);
+    m.backward = probe.backward(1, false);
+    probe.end_series(deferred.get());
+    m.input_bytes = probe.input_message_bytes_;
+    m.output_bytes = probe.output_bytes_;
+    m.grad_output_bytes = probe.grad_message_bytes_;
+    m.grad_input_bytes = probe.grad_input_bytes_;
+  }
+  {  // checkpointed cells
+    Probe probe(stage, device, stage_input, is_first, is_last, loss_fn, targets);
+    m.checkpoint_first = probe.forward(0, CellMode::kCheckpoint);
+    m.checkpoint = probe.forward(1, CellMode::kCheckpoint);
+    m.recompute = probe.recompute(0);
+    probe.backward(0, false);
+    probe.recompute(1);
+    probe.backward(1, false);
+    probe.end_series(deferred.get());
+  }
+  {  // split backwards
+    Probe probe(stage, device, stage_input, is_first, is_last, loss_fn, targets);
+    probe.forward(0, CellMode::kRecord);
+    probe.forward(1, CellMode::kRecord);
+    m.backward_input = probe.backward(0, true);
+    m.weight_first = probe.weight(0);
+    probe.backward(1, true);
+    m.weight = probe.weight(1);
+    probe.end_series(deferred.get());
+  }
+  return m;
+}
+
+}  // namespace pipewright::pipeline

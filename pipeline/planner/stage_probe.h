@@ -1,0 +1,83 @@
+// StageMemory: what every kind of action of one stage does to its device's allocated bytes,
+// measured to the byte by running the stage's cells as a step runs them (probe_stage), or
+// estimated from a layer profile (estimate_stage, Note [Additive stage costs] in
+// stage_estimate.cc). memory_replay.h turns these into each device's peak for a schedule.
+//
+// Note [Probing a stage]
+// The probe runs two micro-batches through the layers [first, last) on the calling thread,
+// with the same stage function (stage_fn.h) and the same Cell the runtime's workers use, and
+// reads the device's Allocator around each action:
+//
+//   arrive(x0) F0 arrive(x1) F1 | arrive(g0) B0 arrive(g1) B1       recorded cells
+//   arrive(x0) Fc0 arrive(x1) Fc1 | R0 arrive(g0) B0 R1 ...          checkpointed cells
+//   arrive(x0) F0 arrive(x1) F1 | arrive(g0) I0 W0 arrive(g1) I1 W1  split backward
+//
+// "arrive" allocates a message as the sender's copy would (the stage's input activation, or
+// the gradient of its output); what an action sends is dropped at its end, as the transport's
+// copy to another device leaves nothing behind. The first F of each series and the first B
+// (or W) are measured apart: a step's first forward of a stage allocates what lasts until
+// the step ends (deferred BatchNorm's sums), its first backward creates every .grad (a step
+// starts after zero_grad()). Stage 0 copies its micro-batch to the device inside F; the last
+// stage computes the loss inside F, keeps the loss value until the step ends and makes its
+// gradient seed in F (train_step's runtime does all three).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nn/sequential.h"
+#include "pipeline/step.h"
+#include "tensor/tensor.h"
+
+namespace pipewright::pipeline {
+
+/// One action's effect on its device: `peak` = the highest allocated() during it minus
+/// allocated() before it (>= 0), `delta` = allocated() after minus before.
+struct ActionBytes {
+  int64_t peak = 0;
+  int64_t delta = 0;
+};
+
+/// The bytes of one stage's cell actions for micro-batches of `rows` rows (file comment).
+struct StageMemory {
+  int first = 0, last = 0;  // the layers [first, last)
+  bool is_first = false, is_last = false;
+  int64_t rows = 0;
+  bool exact = false;             // measured by probe_stage (else estimated)
+  int64_t input_bytes = 0;        // the activation message arriving before F (0 on stage 0)
+  int64_t output_bytes = 0;       // the activation message F sends (0 on the last stage)
+  int64_t grad_output_bytes = 0;  // the gradient message arriving before B / I (0 on the last)
+  int64_t grad_input_bytes = 0;   // the gradient message B / I sends (0 on stage 0)
+  int64_t parameter_bytes = 0;    // the stage's parameters (each has a .grad of this size too)
+  int64_t buffer_bytes = 0;       // its buffers (BatchNorm's running statistics)
+  int64_t target_bytes = 0;       // last stage: the micro-batch's targets, there all step
+  ActionBytes forward_first, forward;        // recorded F; _first: the stage's first F
+  ActionBytes checkpoint_first, checkpoint;  // F of a checkpointed cell
+  ActionBytes recompute;                     // R
+  ActionBytes backward_first, backward;      // B; _first: the stage's first backward
+  ActionBytes backward_input;                // I
+  ActionBytes weight_first, weight;          // W; _first: the stage's first W
+
+  /// "layers [3, 7) rows 32: F +1.2 MiB (peak 1.5 MiB), B ...": for --explain.
+  std::string str() const;
+};
+
+struct ProbeOptions {
+  /// Deferred BatchNorm as the Pipe will run it (PipeOptions::deferred_batch_norm).
+  bool deferred_batch_norm = false;
+};
+
+/// Measures the stage made of `model`'s layers [first, last) for micro-batches of `rows` rows
+/// of the sample (`input` [N, ...] on any device, `target` [N, ...]), on the device of the
+/// model's parameters (Note [Probing a stage]); the layers before `first` run without grad
+/// to make its input. Leaves the model as it was (Note [Profiling leaves the module as it
+/// was], balance.h). A skip connection must not cross the stage's ends (the planner cuts
+/// only between skips). Throws std::invalid_argument for an empty or out-of-range
+/// [first, last), rows outside [1, N], or a skip crossing an end (naming it); and whatever
+/// the layers and loss_fn throw.
+StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows,
+                        const Tensor& input, const Tensor& target, const LossFn& loss_fn,
+                        const ProbeOptions& options = {});
+
+}  // namespace pipewright::pipeline

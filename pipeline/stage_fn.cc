@@ -1,0 +1,83 @@
+#include "pipeline/stage_fn.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "autograd/shape_ops.h"
+#include "nn/skip.h"
+#include "pipeline/stage_skips.h"
+
+namespace pipewright::pipeline {
+namespace {
+
+// Note [A stage's output on another device]
+// A stage may return tensors on a device other than its own (a module that ends with
+// to(other)). Each is copied back to the stage's device with the differentiable
+// autograd::to, inside the cell, so the copy is recorded (and recomputed under
+// checkpointing) like any layer: its backward takes the gradient from the stage's device
+// back to where the module left the tensor. Everything that leaves a stage is then on that
+// stage's device, as everything entering it is (to_stage, the transport): the next stage
+// receives from one known device, memory is counted there, and Pipe::forward returns on the
+// last stage's device. torchgpipe gets the same by copying every stage's output to the next
+// device; the value is unchanged either way, the cost one copy per such tensor. Refusing
+// such a stage was the other choice; copying keeps every model that runs unpipelined
+// runnable in a Pipe. Tested on CPU devices (pipe_output_device_test) and on simulated GPUs
+// (tests/cuda/pipe_fault_test).
+nn::Tensors on_stage_device(nn::Tensors tensors, Device device) {
+  for (Tensor& t : tensors) {
+    if (t.defined() && t.device() != device) t = autograd::to(t, device);
+  }
+  return tensors;
+}
+
+}  // namespace
+
+std::function<nn::Tensors(const nn::Tensors&)> stage_function(nn::Sequential& module,
+                                                              Device device,
+                                                              const SkipLayout& skips, int s,
+                                                              int j, const nn::Arguments& arguments,
+                                                              StageLoss loss) {
+  bool has_skips = false;
+  for (const SkipRoute& route : skips.routes()) {
+    has_skips = has_skips || route.stash_stage == s || route.pop_stage == s;
+  }
+  const bool with_loss = loss.loss_fn != nullptr && *loss.loss_fn;
+  if (!has_skips && !with_loss && arguments.empty()) {
+    return [&module, device](const nn::Tensors& in) {
+      return on_stage_device(module.forward(in), device);
+    };
+  }
+  return [&module, &skips, &arguments, device, s, j, has_skips, with_loss,
+          loss](const nn::Tensors& in) {
+    nn::ArgumentsGuard installed_arguments(arguments);
+    nn::Tensors out, stashed;
+    if (has_skips) {
+      const auto regular = static_cast<std::ptrdiff_t>(in.size() - skips.portals_in(s).size());
+      StageSkips tracker(skips, s, j, nn::Tensors(in.begin() + regular, in.end()));
+      nn::SkipTrackerGuard installed(tracker);
+      out = on_stage_device(module.forward(nn::Tensors(in.begin(), in.begin() + regular)),
+                            device);
+      stashed = on_stage_device(tracker.finish(), device);
+    } else {
+      out = on_stage_device(module.forward(in), device);
+    }
+    if (with_loss) {
+      if (loss.kept_outputs != nullptr) {
+        nn::Tensors kept;
+        for (const Tensor& t : out) kept.push_back(t.defined() ? t.detach() : t);
+        *loss.kept_outputs = std::move(kept);
+      }
+      Tensor value = (*loss.loss_fn)(out, *loss.targets);
+      if (!value.defined() || value.numel() != 1) {
+        throw std::invalid_argument(
+            "train_step: loss_fn must return a one-element tensor, got " +
+            (value.defined() ? value.shape().str() : "undefined"));
+      }
+      out = {value};
+    }
+    out.insert(out.end(), stashed.begin(), stashed.end());
+    return out;
+  };
+}
+
+}  // namespace pipewright::pipeline

@@ -1,0 +1,68 @@
+// The Fashion-MNIST example with --plan auto: the planner's choice trains, the run prints the
+// plan beside what it measured, a cap nothing fits is refused naming the cap that would, and
+// --memory-cap without --plan auto is refused.
+#include <sstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "examples/fashion_mnist/trainer.h"
+#include "pipeline/planner/planner.h"
+
+using pipewright::examples::TrainConfig;
+using pipewright::examples::train;
+
+namespace {
+
+TrainConfig planned_config() {
+  TrainConfig c;
+  c.epochs = 2;
+  c.batch_size = 48;
+  c.hidden = {64};
+  c.train_limit = 480;
+  c.test_limit = 200;
+  c.progress = false;
+  c.seed = 3;
+  c.plan = "auto";
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("--plan auto trains with the planner's choice and prints it beside the run") {
+  std::ostringstream log;
+  const auto result = train(planned_config(), log);
+  INFO(log.str());
+  REQUIRE(result.epochs.size() == 2);
+  CHECK(result.epochs[1].train_loss < result.epochs[0].train_loss);
+  CHECK(log.str().find("planned: ") != std::string::npos);
+  CHECK(log.str().find("plan vs run: step predicted") != std::string::npos);
+  CHECK(log.str().find("peak cpu:1: predicted") != std::string::npos);
+}
+
+TEST_CASE("--plan auto under a cap nothing fits names the least cap, which then trains") {
+  std::ostringstream log;
+  TrainConfig c = planned_config();
+  c.epochs = 1;
+  c.memory_cap = 1024;
+  int64_t smallest = 0;
+  try {
+    train(c, log);
+    FAIL("a 1 KiB cap was accepted");
+  } catch (const pipewright::pipeline::NoPlanFits& e) {
+    CHECK_THAT(e.what(), Catch::Contains("raise the cap to at least"));
+    smallest = e.smallest_cap_bytes();
+  }
+  REQUIRE(smallest > 1024);
+  c.memory_cap = smallest;
+  CHECK_NOTHROW(train(c, log));
+}
+
+TEST_CASE("--memory-cap is refused without --plan auto") {
+  std::ostringstream log;
+  TrainConfig c = planned_config();
+  c.plan = "";
+  c.memory_cap = 1 << 20;
+  CHECK_THROWS_WITH(train(c, log), Catch::Contains("--memory-cap 1048576") &&
+                                       Catch::Contains("only with --plan auto"));
+}

@@ -1,0 +1,221 @@
+// The planner's search by value, on synthetic profiles (no model runs): the constrained block
+// partition, the memory replay's closed forms, recompute placement, refusals, the cache's
+// JSON and the sizes' text.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "pipeline/balance.h"
+#include "pipeline/planner/cache.h"
+#include "pipeline/planner/cuts.h"
+#include "pipeline/planner/memory_replay.h"
+#include "pipeline/planner/planner.h"
+#include "pipeline/planner/recompute_placement.h"
+#include "pipeline/schedule/generators.h"
+#include "pipeline/schedule/validate.h"
+
+using namespace pipewright;
+using namespace pipewright::pipeline;
+
+namespace {
+
+// `layers` equal layers: per row 0.1 µs forward, 0.2 backward; 1 KiB kept, 256 B sent.
+ModelProfile synthetic(int layers, int64_t batch) {
+  ModelProfile p;
+  for (int i = 0; i < layers; ++i) {
+    LayerProfile l;
+    l.name = "layer " + std::to_string(i);
+    l.forward_us = {1, 0.1};
+    l.backward_us = {2, 0.2};
+    l.backward_input_us = {1, 0.1};
+    l.backward_weight_us = {1, 0.1};
+    l.parameter_bytes = 4096;
+    l.output_bytes = {0, 256};
+    l.activation_bytes = {0, 1024};
+    l.forward_peak_bytes = {0, 1536};
+    l.backward_peak_bytes = {0, 2048};
+    p.layers.push_back(l);
+  }
+  p.loss.name = "loss";
+  p.loss.output_bytes = {4, 0};
+  p.input_bytes_per_row = 256;
+  p.target_bytes_per_row = 8;
+  p.loss_bytes = 4;
+  p.batch_rows = batch;
+  p.copy_bytes_per_us = 1000;
+  p.fingerprint = "synthetic";
+  return p;
+}
+
+// A stage whose recorded cell keeps A bytes, as memory_replay's closed forms need.
+StageMemory cell_of(int64_t a) {
+  StageMemory m;
+  m.rows = 1;
+  m.exact = true;
+  m.forward = m.forward_first = m.recompute = {a, a};
+  m.checkpoint = m.checkpoint_first = {a, 0};
+  m.backward = m.backward_first = {0, -a};
+  m.backward_input = {0, 0};
+  m.weight = m.weight_first = {0, -a};
+  return m;
+}
+
+int64_t max_high(const Plan& p) {
+  int64_t h = 0;
+  for (const DevicePeak& d : p.peaks) h = std::max(h, d.high);
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("constrained_partition: block_partition's answer without rules, and the rules") {
+  const std::vector<int64_t> costs{5, 1, 1, 7, 2, 2, 3, 1};
+  const std::vector<double> as_double(costs.begin(), costs.end());
+  const std::vector<char> all(costs.size() + 1, 1);
+  for (int parts = 1; parts <= 8; ++parts) {
+    CAPTURE(parts);
+    CHECK(constrained_partition(as_double, parts, all) == block_partition(costs, parts));
+  }
+  std::vector<char> some = all;
+  some[1] = some[2] = some[3] = 0;  // no stage may end before layers 1, 2 or 3
+  CHECK(constrained_partition(as_double, 2, some) == std::vector<int>{4, 4});
+  // Block 0 may hold at most 2 layers.
+  CHECK(constrained_partition(as_double, 2, all, [](int i, int j, int s) {
+          return s != 0 || j - i <= 2;
+        }) == std::vector<int>{2, 6});
+  CHECK(constrained_partition(as_double, 2, all, [](int, int, int) { return false; }).empty());
+}
+
+TEST_CASE("replay_memory: GPipe and 1F1B hold m and p - s cells, messages within the bounds") {
+  const int64_t a = 1000;
+  for (const std::string name : {"gpipe", "1f1b"}) {
+    CAPTURE(name);
+    const Schedule s = make_schedule(name, 3, 6);
+    MemoryModel model;
+    model.optimizer_state_factor = 0;
+    model.full = model.tail = {cell_of(a), cell_of(a), cell_of(a)};
+    for (StageMemory& m : model.full) {
+      m.input_bytes = m.grad_output_bytes = 100;
+    }
+    model.tail = model.full;
+    model.full[0].input_bytes = model.tail[0].input_bytes = 0;
+    model.full[2].grad_output_bytes = model.tail[2].grad_output_bytes = 0;
+    const Simulation sim = simulate(s, Costs::unit());
+    const std::vector<DevicePeak> peaks = replay_memory(s, sim, model, true);
+    for (int w = 0; w < 3; ++w) {
+      CAPTURE(w);
+      const int cells = name == "gpipe" ? 6 : 3 - w;
+      const DevicePeak& p = peaks[static_cast<size_t>(w)];
+      CHECK(p.low <= p.predicted);
+      CHECK(p.predicted <= p.high);
+      // Held cells, each with the message it arrived in, at least; never more than every
+      // message of the worker on top.
+      CHECK(p.low >= cells * a);
+      CHECK(p.high <= cells * a + 12 * 100);
+    }
+  }
+}
+
+TEST_CASE("recompute placement: some cells, only where the cap needs them") {
+  const Schedule s = make_schedule("1f1b", 3, 6);
+  MemoryModel model;
+  model.optimizer_state_factor = 0;
+  model.full = model.tail = {cell_of(1000), cell_of(1000), cell_of(1000)};
+  const Costs costs = Costs::unit();
+  const RecomputePlacement none = place_recomputes(s, costs, model, 0);
+  CHECK(none.recomputed == 0);
+  CHECK(none.peaks[0].predicted == 3000);  // worker 0 holds F0 F1 F2 before B0
+  const RecomputePlacement some = place_recomputes(s, costs, model, 2000);
+  CHECK(some.fits);
+  CHECK(some.recomputed > 0);
+  CHECK(some.recomputed < 18);
+  for (const DevicePeak& p : some.peaks) CHECK(p.predicted <= 2000);
+  CHECK_NOTHROW(validate(some.schedule));
+  const RecomputePlacement all = recompute_everything(s, costs, model);
+  CHECK(all.recomputed == 18);
+  CHECK(some.simulation.makespan <= all.simulation.makespan);
+  // One cell's forward alone needs 1000 bytes: no placement fits less.
+  CHECK_FALSE(place_recomputes(s, costs, model, 999).fits);
+}
+
+TEST_CASE("plan from a profile: a valid plan for 100 layers on 8 devices") {
+  const ModelProfile profile = synthetic(100, 256);
+  const Plan p = plan(profile, 8, {.chunks = {8, 16, 32}});
+  CHECK(std::accumulate(p.balance.begin(), p.balance.end(), 0) == 100);
+  CHECK(static_cast<int>(p.balance.size()) == 8 * p.virtual_stages);
+  CHECK_NOTHROW(validate(p.schedule));
+  CHECK(p.schedule.num_workers == 8);
+  CHECK(p.peaks.size() == 8);
+  CHECK(p.step_time_us > 0);
+  CHECK(p.candidates > 10);
+  CHECK(p.explain().find("alternatives") != std::string::npos);
+  CHECK_NOTHROW(validate(p.schedule_for(p.num_microbatches - 1)));
+}
+
+TEST_CASE("plan from a profile: a cap makes it recompute, trade time, or refuse") {
+  const ModelProfile profile = synthetic(12, 64);
+  const Plan free = plan(profile, 2, {.schedules = {"1f1b"}, .chunks = {4}});
+  REQUIRE(free.recomputed == 0);
+  int64_t smallest = 0;
+  try {
+    plan(profile, 2, {.memory_cap_bytes = 1000, .schedules = {"1f1b"}, .chunks = {4}});
+    FAIL("a 1000-byte cap was accepted");
+  } catch (const NoPlanFits& e) {
+    smallest = e.smallest_cap_bytes();
+    CHECK_THAT(e.what(), Catch::Contains("1f1b, v 1, chunks 4") &&
+                             Catch::Contains("recomputing as needed"));
+  }
+  REQUIRE(smallest < max_high(free));
+  // Between the two: a leaner cut, or recomputes, never a faster step.
+  const Plan mid = plan(profile, 2, {.memory_cap_bytes = (smallest + max_high(free)) / 2,
+                                     .schedules = {"1f1b"},
+                                     .chunks = {4}});
+  CHECK(mid.step_time_us >= free.step_time_us);
+  for (const DevicePeak& d : mid.peaks) CHECK(d.predicted <= mid.memory_cap_bytes);
+  // At the smallest cap only recomputing fits.
+  const Plan capped =
+      plan(profile, 2, {.memory_cap_bytes = smallest, .schedules = {"1f1b"}, .chunks = {4}});
+  CHECK(capped.recomputed > 0);
+  CHECK(capped.step_time_us >= mid.step_time_us);
+  for (const DevicePeak& d : capped.peaks) CHECK(d.predicted <= smallest);
+  // The least memory: no faster, no larger.
+  const Plan lean = plan(profile, 2, {.memory_cap_bytes = mid.memory_cap_bytes,
+                                      .objective = Objective::kPeakMemory,
+                                      .schedules = {"1f1b"},
+                                      .chunks = {4}});
+  int64_t lean_peak = 0, mid_peak = 0;
+  for (const DevicePeak& d : lean.peaks) lean_peak = std::max(lean_peak, d.predicted);
+  for (const DevicePeak& d : mid.peaks) mid_peak = std::max(mid_peak, d.predicted);
+  CHECK(lean_peak <= mid_peak);
+}
+
+TEST_CASE("the cache's JSON round-trips the profile and the stages") {
+  PlanCache cache{synthetic(3, 16), {cell_of(77)}};
+  cache.stages[0].first = 1;
+  cache.stages[0].last = 3;
+  const PlanCache back = plan_cache_from_json(to_json(cache));
+  REQUIRE(back.profile.layers.size() == 3);
+  CHECK(back.profile.layers[2].name == "layer 2");
+  CHECK(back.profile.layers[1].activation_bytes.per_row == 1024);
+  CHECK(back.profile.fingerprint == "synthetic");
+  REQUIRE(back.stages.size() == 1);
+  CHECK(back.stages[0].last == 3);
+  CHECK(back.stages[0].backward.delta == -77);
+  CHECK_THROWS_WITH(plan_cache_from_json("{\"version\": 1}"),
+                    "planner cache: the file has no \"profile\"");
+}
+
+TEST_CASE("sizes as text") {
+  CHECK(parse_bytes("64MiB") == 64 << 20);
+  CHECK(parse_bytes("1.5 GiB") == 3 * (int64_t{1} << 29));
+  CHECK(parse_bytes("500MB") == 500000000);
+  CHECK(parse_bytes("4096") == 4096);
+  CHECK_THROWS_WITH(parse_bytes("lots"), Catch::StartsWith("'lots' is not a size"));
+  CHECK_THROWS_WITH(parse_bytes("3 parsecs"), Catch::StartsWith("'3 parsecs' is not a size"));
+  CHECK(format_bytes(512) == "512 B");
+  CHECK(format_bytes(3 << 10) == "3.0 KiB");
+  CHECK(format_bytes(12 << 20) == "12.00 MiB");
+}
