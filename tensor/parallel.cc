@@ -59,6 +59,10 @@ bool spin_until(const F& ready, std::chrono::nanoseconds spin) {
   }
 }
 
+// Set while a thread runs parts: a run_parts inside a part runs its parts on that thread
+// alone (the threads of the outer call are already busy), as a nested OpenMP region would.
+thread_local bool tls_in_parts = false;
+
 struct Job {
   const std::function<void(int64_t)>* part = nullptr;
   int64_t parts = 0;
@@ -87,8 +91,10 @@ class HelperPool {
 
   void run(int64_t parts, int helpers, const std::function<void(int64_t)>& part) {
     while (size() < helpers) {
+      // A new helper starts from the generation before this job's, so it takes this job too.
       const int index = size();
-      threads_.emplace_back([this, index] { helper_loop(index); });
+      const uint64_t seen = generation_.load(std::memory_order_acquire);
+      threads_.emplace_back([this, index, seen] { helper_loop(index, seen); });
     }
     auto job = std::make_shared<Job>();
     job->part = &part;
@@ -119,8 +125,8 @@ class HelperPool {
     }
   }
 
-  void helper_loop(int index) {
-    uint64_t seen = generation_.load(std::memory_order_acquire);
+  void helper_loop(int index, uint64_t seen) {
+    tls_in_parts = true;  // a helper runs nothing but parts
     for (;;) {
       const auto published = [&] { return generation_.load(std::memory_order_acquire) != seen; };
       std::shared_ptr<Job> job;
@@ -165,10 +171,14 @@ int helper_threads() { return this_threads_pool().size(); }
 void run_parts(int64_t parts, const std::function<void(int64_t part)>& part) {
   if (parts <= 0) return;
   const int helpers = static_cast<int>(std::min<int64_t>(parts, intra_op_threads())) - 1;
-  if (helpers <= 0) {
+  if (helpers <= 0 || tls_in_parts) {
     for (int64_t p = 0; p < parts; ++p) part(p);
     return;
   }
+  struct InParts {
+    InParts() { tls_in_parts = true; }
+    ~InParts() { tls_in_parts = false; }
+  } in_parts;
   this_threads_pool().run(parts, helpers, part);
 }
 

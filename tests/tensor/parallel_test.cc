@@ -74,6 +74,18 @@ TEST_CASE("run_parts from several threads at once, back to back, and nested") {
   CHECK(total.load() == 3 * (2000 * 4 + 3 * 2));
 }
 
+TEST_CASE("a run_parts inside a part runs on that part's thread alone") {
+  ThreadBudgetGuard budget(hardware_threads());
+  std::atomic<int> foreign{0};
+  run_parts(4, [&](int64_t) {
+    const std::thread::id outer = std::this_thread::get_id();
+    run_parts(8, [&](int64_t) {
+      if (std::this_thread::get_id() != outer) foreign.fetch_add(1);
+    });
+  });
+  CHECK(foreign.load() == 0);
+}
+
 TEST_CASE("a part held up does not hold up the others: the running threads take them") {
   if (hardware_threads() < 2) return;  // one thread runs everything in order
   ThreadBudgetGuard budget(2);
