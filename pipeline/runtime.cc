@@ -62,26 +62,23 @@ std::vector<Device> worker_devices(const std::vector<Device>& stage_devices,
 
 // Note [Worker CPUs]
 // Which CPUs does a worker thread run on? A thread inherits its creator's affinity mask, and
-// the creator's mask is not always the process's: with OMP_PROC_BIND set, libgomp binds the
-// initial thread to one place (one core) at start-up, so every worker — every stage — would
-// share that core (the main job: all three threads on cpu 0, 0.76x the samples/s). So each
-// worker sets its own mask from process_cpus() (tensor/threads.h: the process's mask, or the
-// union of the OpenMP places when libgomp has bound the caller), and the CPU kernels start
-// no OpenMP region for work they run on one thread (tensor/cpu/common.h: libgomp binds a
-// thread that starts even a one-thread team to the first place):
+// the creator's mask is not always the process's: a program built with OpenMP and run with
+// OMP_PROC_BIND set has libgomp bind the initial thread to one place (one core) at start-up,
+// so every worker — every stage — would share that core (the main job, when it was built with
+// OpenMP: all three threads on cpu 0, 0.76x the samples/s). So each worker sets its own mask
+// from process_cpus() (tensor/threads.h: the process's mask, or the union of the OpenMP places
+// when libgomp has bound the caller):
 //   - when the workers' budgets fit (workers x budget <= CPUs), worker w gets CPUs
 //     [w x budget, (w + 1) x budget) of that list in topology order (cpus_by_topology: a
 //     core's SMT siblings adjacent, one socket before the next), so stages share no core when
-//     the counts allow, and a worker's intra-op team, started from the worker's thread,
-//     inherits its share;
+//     the counts allow, and a worker's intra-op helper threads (tensor/parallel.h), made by
+//     the worker's thread, inherit its share;
 //   - otherwise (more workers than cores: the residual example's 3 stages on 2 cores) every
 //     worker may run on every CPU, and the kernel's scheduler shares them out.
 // PipeOptions::pin_workers = false (and a Pipe over processes, where a process runs one worker
 // and mpirun decides its cores) keeps the inherited mask. Measured (docs/BENCHMARKS.md,
-// "Worker CPUs"): with OMP_PROC_BIND=true the main job runs 1.32x faster pinned; without it
-// pinning is neutral (1.01x). Not solved: a worker with several intra-op threads under
-// OMP_PROC_BIND starts real teams, which libgomp places from the first place on, so two such
-// workers' teams can share cores; leave OMP_PROC_BIND unset for pipelines.
+// "Worker CPUs"): with OMP_PROC_BIND=true the main job ran 1.32x faster pinned; without it
+// pinning is neutral (1.01x).
 namespace {
 
 std::vector<std::vector<int>> worker_cpus(int num_workers, int budget, bool pin) {

@@ -1,7 +1,6 @@
-// Intra-op threads. With OpenMP the setting is the calling thread's nthreads ICV, which every
-// `#pragma omp parallel` in the CPU kernels and Eigen's GEMM read (Eigen::setNbThreads is never
-// called: it is process-wide). Without OpenMP (the tsan build) kernels run on one thread and
-// the setting is only remembered per thread.
+// Intra-op threads: the setting is the calling thread's own; run_parts (tensor/parallel.h)
+// reads it. OpenMP runs nothing here (Note [Waiting without burning a core]); its places are
+// read only to learn the process's CPUs when OMP_PROC_BIND had libgomp bind the main thread.
 #include "tensor/threads.h"
 
 #include <algorithm>
@@ -74,11 +73,9 @@ bool pin_current_thread(const std::vector<int>& cpus) {
   return any && sched_setaffinity(0, sizeof(set), &set) == 0;
 }
 
-#ifndef _OPENMP
 namespace {
 thread_local int tls_intra_op_threads = 0;  // 0: not set, use hardware_threads()
 }
-#endif
 
 std::vector<int> cpus_by_topology(const std::vector<int>& cpus,
                                   const std::function<std::optional<CpuPlace>(int)>& place) {
@@ -126,21 +123,11 @@ std::vector<int> cpus_by_topology(const std::vector<int>& cpus) {
 int hardware_threads() { return static_cast<int>(process_cpus().size()); }
 
 int intra_op_threads() {
-#ifdef _OPENMP
-  return std::min(omp_get_max_threads(), hardware_threads());
-#else
-  return tls_intra_op_threads > 0 ? tls_intra_op_threads : hardware_threads();
-#endif
+  return tls_intra_op_threads > 0 ? std::min(tls_intra_op_threads, hardware_threads())
+                                  : hardware_threads();
 }
 
-void set_intra_op_threads(int n) {
-  n = std::clamp(n, 1, hardware_threads());
-#ifdef _OPENMP
-  omp_set_num_threads(n);
-#else
-  tls_intra_op_threads = n;
-#endif
-}
+void set_intra_op_threads(int n) { tls_intra_op_threads = std::clamp(n, 1, hardware_threads()); }
 
 ThreadBudgetGuard::ThreadBudgetGuard(int n) : previous_(intra_op_threads()) {
   set_intra_op_threads(n);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tensor/tensor.h"
+#include "tensor/parallel.h"
 #include "tensor/threads.h"
 
 namespace pipewright::cpu {
@@ -63,30 +64,31 @@ Vec<T> out(const Tensor& t) {
 
 // ---- parallel loops ----
 
-/// Work (in elements) below which a loop stays on the calling thread: starting an OpenMP team
-/// costs a few microseconds, about the time to stream this many floats.
+/// Work (in elements) below which a loop stays on the calling thread: waking the helper
+/// threads costs a few microseconds, about the time to stream this many floats.
 constexpr int64_t kParallelThreshold = 1 << 15;
+/// Parts per intra-op thread: more parts than threads, so that when the scheduler keeps one
+/// thread off its core (another process), the running ones take its share (run_parts takes
+/// parts from a shared counter).
+constexpr int64_t kPartsPerThread = 4;
 
 /// Calls f(begin, end) on consecutive ranges that together cover [0, n). When the total work
 /// n * cost_per_item exceeds kParallelThreshold the ranges run on the calling thread's
-/// intra-op threads (tensor/threads.h), one range per thread. f must not throw: an exception
-/// cannot leave an OpenMP region, so kernels validate their inputs before the loop.
+/// intra-op threads (tensor/threads.h) through run_parts (tensor/parallel.h; Note [Waiting
+/// without burning a core]). f must compute each element from its range alone (the ranges'
+/// bounds depend on the thread count) and must not throw: kernels validate their inputs
+/// before the loop.
 template <class F>
 void parallel_for(int64_t n, int64_t cost_per_item, const F& f) {
   if (n <= 0) return;
   const bool large = n * std::max<int64_t>(cost_per_item, 1) > kParallelThreshold;
-  const int64_t parts = large ? std::min<int64_t>(n, intra_op_threads()) : 1;
-  if (parts <= 1) {
-    // No OpenMP region at all, not even one of a single thread: with OMP_PROC_BIND set,
-    // libgomp binds a thread that starts a team to the first place, which would undo a
-    // pipeline worker's own CPUs (Note [Worker CPUs], pipeline/runtime.cc).
+  const int64_t threads = large ? std::min<int64_t>(n, intra_op_threads()) : 1;
+  if (threads <= 1) {
     f(0, n);
     return;
   }
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static)
-#endif
-  for (int64_t p = 0; p < parts; ++p) f(n * p / parts, n * (p + 1) / parts);
+  const int64_t parts = std::min<int64_t>(n, threads * kPartsPerThread);
+  run_parts(parts, [&](int64_t p) { f(n * p / parts, n * (p + 1) / parts); });
 }
 
 }  // namespace pipewright::cpu

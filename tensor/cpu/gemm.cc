@@ -11,18 +11,17 @@
 // OPENBLAS_CORETYPE in the environment overrides the choice (OpenBLAS's own setting).
 // Eigen computes every product instead under set_gemm_backend(GemmBackend::kEigen) (gemm.h).
 //
-// Threads: one runtime for intra-op threads (OpenMP, tensor/threads.h). OpenBLAS is told to use
-// one thread of its own, once, and gemm() splits C into as many blocks as the calling thread's
-// intra_op_threads() allow, one cblas call per block on an OpenMP thread. So a pipeline worker
-// with a budget of one thread runs its GEMMs on itself, two workers never oversubscribe two
-// cores, and concurrent calls from several workers are safe (the pthread build of OpenBLAS,
-// which third_party/openblas pins, is made for concurrent callers: its buffer pool is guarded,
-// and a call with one thread runs on the caller without its thread server). The block split
-// is along the larger of M and N: each block packs only its slice of the operand that
-// dimension indexes and shares nothing with the others. Caveat,
-// measured: with more runnable threads than cores, libgomp's default spin-wait makes the
-// split far slower than OpenBLAS's own (yielding) threads would be (docs/BENCHMARKS.md,
-// "OpenMP under load"); the pipelined path, one thread per worker, never forks.
+// Threads: one runtime for intra-op threads (run_parts, tensor/parallel.h). OpenBLAS is told to
+// use one thread of its own, once, and gemm() splits C into blocks, two per thread the calling
+// thread's intra_op_threads() allow, one cblas call per block. So a pipeline worker with a
+// budget of one thread runs its GEMMs on itself, two workers never oversubscribe two cores,
+// and concurrent calls from several workers are safe (the pthread build of OpenBLAS, which
+// third_party/openblas pins, is made for concurrent callers: its buffer pool is guarded, and a
+// call with one thread runs on the caller without its thread server). The block split is
+// along the larger of M and N: each block packs only its slice of the operand that dimension
+// indexes and shares nothing with the others. Helpers that wait sleep after a short spin, so
+// a busy machine does not turn the split into spinning (Note [Waiting without burning a
+// core]; docs/BENCHMARKS.md, "Contention").
 #include "tensor/cpu/gemm.h"
 
 #include <cblas.h>
@@ -56,12 +55,14 @@ GemmBackend backend_from_environment() {
 // Unset until the first gemm_backend() reads the environment.
 std::atomic<int> g_backend{-1};
 
-// Below this many flops a GEMM stays on the calling thread (an OpenMP fork and join costs a
-// few microseconds, what a 2^20-flop product takes on one core).
+// Below this many flops a GEMM stays on the calling thread (waking the helpers costs a few
+// microseconds, what a 2^20-flop product takes on one core).
 constexpr double kParallelFlops = double(1 << 20);
 // Blocks of N are multiples of this many columns (a cache line of float32, a full AVX-512
 // register), so no block ends in a partial vector that its neighbour's first one shares.
 constexpr int64_t kColumnAlign = 16;
+// Blocks of C per intra-op thread (gemm_split).
+constexpr int64_t kBlocksPerThread = 2;
 
 void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, float alpha,
                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
@@ -148,20 +149,22 @@ void gemm_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T a
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k;
   const bool split_n = n >= m;
   const int64_t units = split_n ? (n + kColumnAlign - 1) / kColumnAlign : m;
-  const int64_t parts = flops < kParallelFlops ? 1 : std::min<int64_t>(intra_op_threads(), units);
-  if (parts <= 1) {
+  const int64_t threads =
+      flops < kParallelFlops ? 1 : std::min<int64_t>(intra_op_threads(), units);
+  if (threads <= 1) {
     gemm_on_this_thread(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static)
-#endif
-  for (int64_t p = 0; p < parts; ++p) {
+  // Two blocks per thread, taken from a shared counter (Note [Waiting without burning a core],
+  // tensor/parallel.h): a thread the scheduler keeps off its core leaves its second block to
+  // the others. Each block of C is one product of its own; the split costs a little packing.
+  const int64_t parts = std::min<int64_t>(units, threads * kBlocksPerThread);
+  run_parts(parts, [&](int64_t p) {
     const int64_t lo = units * p / parts, hi = units * (p + 1) / parts;
     if (split_n) {
       // Columns [j0, j1) of C need columns [j0, j1) of op(B): B[:, j0:j1] or rows j0:j1 of Bᵀ.
       const int64_t j0 = lo * kColumnAlign, j1 = std::min(n, hi * kColumnAlign);
-      if (j1 <= j0) continue;
+      if (j1 <= j0) return;
       const T* b_block = trans_b ? b + j0 * ldb : b + j0;
       gemm_on_this_thread(trans_a, trans_b, m, j1 - j0, k, alpha, a, lda, b_block, ldb, beta,
                           c + j0, ldc);
@@ -176,7 +179,7 @@ void gemm_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T a
                   hi - lo, n, k, alpha, a_block, lda, b, ldb, beta, c + lo * ldc, ldc);
       }
     }
-  }
+  });
 }
 
 template <class T>

@@ -1,0 +1,42 @@
+// run_parts: the intra-op threads of CPU kernels, without OpenMP.
+//
+// Note [Waiting without burning a core]
+// A kernel that splits its work over k intra-op threads (tensor/threads.h) runs part of it on
+// the calling thread and the rest on k - 1 helper threads that belong to the calling thread
+// (made on its first parallel call, so they inherit its CPU affinity: a pipeline worker's
+// helpers stay on the worker's cores). Between kernels the helpers wait, and so does the
+// caller for the last part; how they wait decides what happens on a busy machine:
+//   - OpenMP's default (libgomp, OMP_WAIT_POLICY unset) spins for a long while at every
+//     barrier. On a quiet machine that wins a few microseconds per kernel; beside one other
+//     busy process it loses everything: a thread spins on a core for a partner the scheduler
+//     put behind the other process, and the step ran 12x slower (docs/BENCHMARKS.md,
+//     "Contention").
+//   - here a waiter spins briefly (kSpin: long enough for back-to-back kernels, a few tens of
+//     microseconds), then sleeps on a condition variable until the work arrives; and parts
+//     are taken from a shared counter, not assigned, so a thread that the scheduler keeps
+//     off the CPU does not hold the others up: whoever is running takes the next part.
+// PIPEWRIGHT_SPIN_US in the environment sets the spin (microseconds; 0: sleep at once).
+// Results do not depend on which thread runs a part: every kernel computes each output from
+// its own part alone, in a fixed order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace pipewright {
+
+/// Calls part(p) for every p in [0, parts), on the calling thread and on up to
+/// min(parts, intra_op_threads()) - 1 helper threads of the calling thread, each p exactly
+/// once, in no particular order and concurrently; returns when all have returned. `part` must
+/// not throw (kernels validate their inputs before they split the work); an exception escaping
+/// it terminates the process, as an exception escaping an OpenMP region does.
+void run_parts(int64_t parts, const std::function<void(int64_t part)>& part);
+
+/// How long a waiting thread spins before it sleeps, in microseconds
+/// (Note [Waiting without burning a core]).
+int64_t spin_microseconds();
+
+/// Helper threads the calling thread has made so far (for tests).
+int helper_threads();
+
+}  // namespace pipewright
