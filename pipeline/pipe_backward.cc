@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "pipeline/runtime.h"
+#include "pipeline/tied_parameters.h"
 
 namespace pipewright::pipeline {
 
@@ -10,14 +11,16 @@ PipeBackward::PipeBackward(std::weak_ptr<Runtime> runtime, std::shared_ptr<Step>
                            std::vector<std::vector<Action>> actions,
                            std::vector<InputInfo> inputs, std::vector<int> output_dims,
                            std::vector<std::vector<int64_t>> output_sizes,
-                           std::vector<size_t> recorded)
+                           std::vector<size_t> recorded,
+                           std::shared_ptr<const TiedParameters> tied)
     : runtime_(std::move(runtime)),
       step_(std::move(step)),
       actions_(std::move(actions)),
       inputs_(std::move(inputs)),
       output_dims_(std::move(output_dims)),
       output_sizes_(std::move(output_sizes)),
-      recorded_(std::move(recorded)) {}
+      recorded_(std::move(recorded)),
+      tied_(std::move(tied)) {}
 
 std::vector<Tensor> PipeBackward::apply(const std::vector<Tensor>& grad_outputs,
                                         const std::vector<bool>& wanted) {
@@ -44,7 +47,10 @@ std::vector<Tensor> PipeBackward::apply(const std::vector<Tensor>& grad_outputs,
     for (int j = 0; j < step->num_microbatches; ++j) step->output_grads[j][k] = parts[j];
   }
 
+  auto every_stage = [](int) { return true; };  // Pipe::forward runs in one process
+  tied_->begin_backward(every_stage);
   runtime->execute(*step, actions_);
+  tied_->reduce(every_stage, nullptr);
 
   nn::Tensors input_grads = gather_input_grads(step->input_grads, inputs_, step->inputs.sizes);
   for (size_t i = 0; i < inputs_.size() && i < result.size(); ++i) {

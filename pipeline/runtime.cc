@@ -6,6 +6,7 @@
 #include <string>
 
 #include "autograd/shape_ops.h"
+#include "nn/random_key.h"
 #include "nn/skip.h"
 #include "pipeline/stage_skips.h"
 #include "pipeline/step_readback.h"
@@ -323,13 +324,18 @@ StageFn Runtime::stage_fn(Step& step, int s, int j) {
   }
   const bool with_loss = step.is_last(s) && step.loss_fn != nullptr;
   const Device device = stage_devices_.at(static_cast<size_t>(s));
+  // Every draw of the cell's random layers is keyed (Note [Keyed randomness]): the same in
+  // its forward and its recompute, and whatever the cut, the worker or the micro-batching.
+  const nn::RandomKey key = step.microbatch_key(j);
   if (!has_skips && !with_loss && step.arguments.empty()) {
-    return [&module, device](const nn::Tensors& in) {
+    return [&module, device, key](const nn::Tensors& in) {
+      nn::RandomKeyGuard keyed(key);
       // Note [A stage's output on another device]
       return on_stage_device(module.forward(in), device);
     };
   }
-  return [this, &module, &step, s, j, device, has_skips, with_loss](const nn::Tensors& in) {
+  return [this, &module, &step, s, j, device, has_skips, with_loss, key](const nn::Tensors& in) {
+    nn::RandomKeyGuard keyed(key);
     nn::ArgumentsGuard arguments(step.arguments);
     nn::Tensors out, stashed;
     if (has_skips) {
