@@ -237,6 +237,8 @@ class Pipe {
   const PipeOptions& options() const { return options_; }
   int num_workers() const;
   int num_stages() const;
+  /// Whether this process runs stage s (always, unless PipeOptions::processes says otherwise).
+  bool runs_stage(int s) const;
   nn::Tensors parameters() const { return module_.parameters(); }
   /// Training mode of the model and of every stage (Module::train).
   void train(bool on = true);
@@ -285,8 +287,6 @@ class Pipe {
                       const TupleLossFn& loss_fn, const StepOptions& options, bool train);
   Schedule fill_drain_schedule(int microbatches) const;
   void run(Step& step, const std::vector<std::vector<Action>>& actions);
-  /// Whether this process runs stage s.
-  bool runs_stage(int s) const;
 
   nn::Sequential module_;
   PipeOptions options_;
