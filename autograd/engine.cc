@@ -21,6 +21,20 @@
 namespace pipewright::autograd {
 namespace {
 
+thread_local bool t_retain_graph = false;  // retains_graph()
+
+/// Sets retains_graph() for a scope, restoring the outer value (nested backwards).
+class RetainGraphScope {
+ public:
+  explicit RetainGraphScope(bool retain) : outer_(t_retain_graph) { t_retain_graph = retain; }
+  ~RetainGraphScope() { t_retain_graph = outer_; }
+  RetainGraphScope(const RetainGraphScope&) = delete;
+  RetainGraphScope& operator=(const RetainGraphScope&) = delete;
+
+ private:
+  bool outer_;
+};
+
 std::string describe(const Tensor& t) {
   return "shape " + t.shape().str() + ", " + dtype_name(t.dtype()) + ", " + t.device().str();
 }
@@ -219,6 +233,8 @@ class GraphTask {
 
 }  // namespace
 
+bool retains_graph() { return t_retain_graph; }
+
 std::vector<Tensor> backward(const std::vector<Tensor>& outputs,
                              const std::vector<Tensor>& grad_outputs,
                              const std::vector<Tensor>& inputs, const BackwardOptions& options) {
@@ -228,6 +244,7 @@ std::vector<Tensor> backward(const std::vector<Tensor>& outputs,
                                 " grad_outputs");
   }
   NoGradGuard no_grad;  // backward itself records nothing (no higher-order gradients)
+  RetainGraphScope retain(options.retain_graph);
   GraphTask task(inputs, options);
   task.seed(outputs, grad_outputs);
   task.discover();
@@ -240,6 +257,7 @@ void WeightGradQueue::run() {
   std::vector<Item> items = std::move(items_);
   items_.clear();
   for (Item& item : items) {
+    RetainGraphScope retain(!item.release);
     // Every deferred input is a parameter: each may be accumulated in place.
     std::vector<Tensor> grads =
         item.node->apply_into_grad(item.grad_outputs, item.wanted, item.wanted);

@@ -63,4 +63,10 @@ std::vector<Tensor> backward(const std::vector<Tensor>& outputs,
                              const std::vector<Tensor>& inputs = {},
                              const BackwardOptions& options = {});
 
+/// Whether the backward running on this thread keeps its graph (BackwardOptions::retain_graph
+/// of the innermost backward() call, or of the queue item WeightGradQueue::run is applying);
+/// false outside a backward. For nodes whose apply() runs backwards of their own
+/// (pipeline::PipeBackward): they pass it on. torch's get_current_graph_task_keep_graph().
+bool retains_graph();
+
 }  // namespace pipewright::autograd

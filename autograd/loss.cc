@@ -8,6 +8,7 @@
 #include "autograd/elementwise.h"
 #include "autograd/function_node.h"
 #include "autograd/reduction.h"
+#include "tensor/check.h"
 #include "tensor/kernels.h"
 #include "tensor/ops.h"
 
@@ -42,6 +43,8 @@ class CrossEntropyBackward final : public FunctionNode {
 };
 
 void check_cross_entropy_args(const Tensor& logits, const Tensor& target, double eps) {
+  check_operand("cross_entropy", "target", target, DType::kInt64, logits.device(), "logits",
+                logits, ", which take int64 class indices on their device");
   const bool ok = logits.dim() == 2 && is_floating(logits.dtype()) &&
                   target.dtype() == DType::kInt64 && target.dim() == 1 &&
                   target.size(0) == logits.size(0) && target.device() == logits.device();
@@ -70,6 +73,7 @@ const char* reduction_name(Reduction r) {
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  check_like("mse_loss", "target", target, "input", input);
   if (input.shape() != target.shape()) {
     throw std::invalid_argument("mse_loss: input has shape " + input.shape().str() +
                                 " but target has shape " + target.shape().str());

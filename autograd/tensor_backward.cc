@@ -11,4 +11,12 @@ void Tensor::backward(const Tensor& grad_output) const {
   autograd::backward({*this}, {grad_output});
 }
 
+void Tensor::backward(const autograd::BackwardOptions& options) const {
+  autograd::backward({*this}, {Tensor()}, {}, options);
+}
+
+void Tensor::backward(const Tensor& grad_output, const autograd::BackwardOptions& options) const {
+  autograd::backward({*this}, {grad_output}, {}, options);
+}
+
 }  // namespace pipewright

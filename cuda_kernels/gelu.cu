@@ -55,7 +55,7 @@ void gelu(const Tensor& x, bool tanh_approximation, Tensor& out) {
     PW_LAUNCH(gelu_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(x.data<T>(), out.data<T>(), n,
                                                                   tanh_approximation);
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("gelu_kernel");
 }
 
 void gelu_backward(const Tensor& grad, const Tensor& x, bool tanh_approximation, Tensor& out) {
@@ -67,7 +67,7 @@ void gelu_backward(const Tensor& grad, const Tensor& x, bool tanh_approximation,
     PW_LAUNCH(gelu_backward_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
         grad.data<T>(), x.data<T>(), out.data<T>(), n, tanh_approximation);
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("gelu_backward_kernel");
 }
 
 }  // namespace pipewright::cuda

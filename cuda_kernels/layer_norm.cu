@@ -106,7 +106,7 @@ void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, doubl
         x.data<T>(), data_or_null<T>(weight), data_or_null<T>(bias), static_cast<T>(eps), rows,
         cols, y.data<T>(), rms ? nullptr : mean.data<T>(), rstd.data<T>());
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("layer_norm_kernel");
 }
 
 void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight,
@@ -123,14 +123,15 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
       PW_LAUNCH(layer_norm_input_grad_kernel<T>, row_grid(rows), row_block(cols), 0, ctx.stream)(
           grad_y.data<T>(), x.data<T>(), data_or_null<T>(weight), mu, rstd.data<T>(), rows, cols,
           grad_x.data<T>());
+      PW_CUDA_CHECK_LAUNCH("layer_norm_input_grad_kernel");
     }
     if (grad_weight.defined() || grad_bias.defined()) {
       PW_LAUNCH(layer_norm_weight_grad_kernel<T>, grid_for(cols), kBlock, 0, ctx.stream)(
           grad_y.data<T>(), x.data<T>(), mu, rstd.data<T>(), rows, cols,
           out_or_null<T>(grad_weight), out_or_null<T>(grad_bias));
+      PW_CUDA_CHECK_LAUNCH("layer_norm_weight_grad_kernel");
     }
   });
-  PW_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace pipewright::cuda

@@ -83,7 +83,7 @@ void masked_fill(const Tensor& x, const Tensor& mask, double value, Tensor& out)
           x.data<T>(), mask.data<M>(), static_cast<T>(value), out.data<T>(), n, period);
     });
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("masked_fill_kernel");
 }
 
 void triangular(const Tensor& x, int64_t diagonal, bool upper, Tensor& out) {
@@ -95,7 +95,7 @@ void triangular(const Tensor& x, int64_t diagonal, bool upper, Tensor& out) {
     PW_LAUNCH(triangular_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
         x.data<T>(), out.data<T>(), n, x.size(1), x.size(2), diagonal, upper);
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("triangular_kernel");
 }
 
 void causal_softmax(const Tensor& x, double scale, Tensor& out) {
@@ -107,7 +107,7 @@ void causal_softmax(const Tensor& x, double scale, Tensor& out) {
     PW_LAUNCH(causal_softmax_kernel<T>, row_grid(total), row_block(cols), 0, ctx.stream)(
         x.data<T>(), out.data<T>(), total, rows, cols, static_cast<T>(scale));
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("causal_softmax_kernel");
 }
 
 void causal_softmax_backward(const Tensor& grad, const Tensor& y, double scale, Tensor& out) {
@@ -119,7 +119,7 @@ void causal_softmax_backward(const Tensor& grad, const Tensor& y, double scale, 
     PW_LAUNCH(causal_softmax_backward_kernel<T>, row_grid(total), row_block(cols), 0, ctx.stream)(
         grad.data<T>(), y.data<T>(), out.data<T>(), total, rows, cols, static_cast<T>(scale));
   });
-  PW_CUDA_CHECK_LAUNCH();
+  PW_CUDA_CHECK_LAUNCH("causal_softmax_backward_kernel");
 }
 
 }  // namespace pipewright::cuda

@@ -6,6 +6,7 @@
 
 #include "autograd/batch_norm.h"
 #include "autograd/grad_mode.h"
+#include "tensor/check.h"
 #include "tensor/ops.h"
 
 namespace pipewright::nn {
@@ -35,6 +36,7 @@ BatchNorm1d::BatchNorm1d(int64_t num_features, double eps, std::optional<double>
 }
 
 Tensor BatchNorm1d::forward(const Tensor& x) {
+  check_not_moved_from();
   if ((x.dim() != 2 && x.dim() != 3) || x.size(1) != num_features_) {
     const std::string c = std::to_string(num_features_);
     throw std::invalid_argument("BatchNorm1d(num_features=" + c + "): input has shape " +
@@ -42,6 +44,11 @@ Tensor BatchNorm1d::forward(const Tensor& x) {
                                 ", L]");
   }
   const bool tracking = running_mean_.defined();
+  if (weight_.defined()) {
+    check_like(str(), "input", x, "weight", weight_);
+  } else if (tracking) {
+    check_like(str(), "input", x, "running_mean", running_mean_);
+  }
   if (!is_training() && tracking) {
     return autograd::batch_norm_eval(x, weight_, bias_, running_mean_, running_var_, eps_);
   }

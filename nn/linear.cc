@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "autograd/linear.h"
+#include "tensor/check.h"
 #include "tensor/generator.h"
 
 namespace pipewright::nn {
@@ -31,11 +32,13 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, TensorOptio
 }
 
 Tensor Linear::forward(const Tensor& x) {
+  check_not_moved_from();
   if (x.dim() < 1 || x.size(-1) != in_features_) {
     throw std::invalid_argument("Linear(in_features=" + std::to_string(in_features_) +
                                 "): input has shape " + x.shape().str() + ", expected [*, " +
                                 std::to_string(in_features_) + "]");
   }
+  check_like(str(), "input", x, "weight", weight_);
   return autograd::linear(x, weight_, bias_);
 }
 

@@ -9,13 +9,29 @@
 
 namespace pipewright::nn {
 
-// Free functions, documented in autograd/loss.h:
+using autograd::Reduction;
+
+// The functional losses, documented in autograd/loss.h:
 //   Tensor mse_loss(input, target, Reduction = kMean);
 //   Tensor cross_entropy(logits [N, C], int64 target [N], Reduction = kMean,
 //                        double label_smoothing = 0.0);   // mean = Σ loss_i / N
-using autograd::cross_entropy;
-using autograd::mse_loss;
-using autograd::Reduction;
+// Each is a function object calling autograd's function, so that it can also be passed
+// where a loss of (output, target) is expected, its defaults filled in, as torch's
+// F.mse_loss is: pipe.train_step(x, y, nn::mse_loss).
+struct MseLossFn {
+  Tensor operator()(const Tensor& input, const Tensor& target,
+                    Reduction reduction = Reduction::kMean) const {
+    return autograd::mse_loss(input, target, reduction);
+  }
+};
+struct CrossEntropyFn {
+  Tensor operator()(const Tensor& logits, const Tensor& target,
+                    Reduction reduction = Reduction::kMean, double label_smoothing = 0.0) const {
+    return autograd::cross_entropy(logits, target, reduction, label_smoothing);
+  }
+};
+inline constexpr MseLossFn mse_loss{};
+inline constexpr CrossEntropyFn cross_entropy{};
 
 /// A loss module: forward(input, target) -> loss. The list forward takes exactly
 /// {input, target} (else std::invalid_argument naming the count) and returns {loss}.

@@ -29,6 +29,33 @@ void move_impl(TensorImpl& impl, Device device) {
 
 }  // namespace
 
+Module::Module(Module&& other) noexcept
+    : parameters_(std::move(other.parameters_)),
+      buffers_(std::move(other.buffers_)),
+      children_(std::move(other.children_)),
+      training_(other.training_),
+      moved_from_(other.moved_from_) {
+  other.moved_from_ = true;
+}
+
+Module& Module::operator=(Module&& other) noexcept {
+  if (this == &other) return *this;
+  parameters_ = std::move(other.parameters_);
+  buffers_ = std::move(other.buffers_);
+  children_ = std::move(other.children_);
+  training_ = other.training_;
+  moved_from_ = other.moved_from_;
+  other.moved_from_ = true;
+  return *this;
+}
+
+void Module::check_not_moved_from() const {
+  if (moved_from_) {
+    throw std::logic_error(str() + " was moved from (std::move): use the module it was moved "
+                           "into");
+  }
+}
+
 Tensor Module::forward(const Tensor& input) {
   throw std::logic_error(str() + ": forward(const Tensor&) is not implemented; override it or "
                          "forward(const Tensors&)");
@@ -43,6 +70,7 @@ Tensors Module::forward(const Tensors& inputs) {
 }
 
 void Module::collect(const std::string& prefix, Kind kind, NamedTensors& out) const {
+  check_not_moved_from();
   if (kind != Kind::kBuffers) {
     for (const auto& [name, t] : parameters_) out.emplace_back(prefix + name, t);
   }
@@ -113,6 +141,7 @@ void Module::load_state_dict(const NamedTensors& state) {
 }
 
 void Module::train(bool on) {
+  check_not_moved_from();
   training_ = on;
   for (auto& [name, child] : children_) child->train(on);
 }

@@ -28,8 +28,11 @@ class Module {
   virtual ~Module() = default;
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
-  Module(Module&&) = default;
-  Module& operator=(Module&&) = default;
+  /// A moved-from module is marked so: its forward (operator(), Sequential::forward, the
+  /// layers'), parameters, buffers, state dicts, to() and train() throw std::logic_error
+  /// naming it, instead of running on emptied members.
+  Module(Module&& other) noexcept;
+  Module& operator=(Module&& other) noexcept;
 
   /// Single-tensor forward. The default throws std::logic_error naming the module: override
   /// this or forward(const Tensors&).
@@ -37,8 +40,14 @@ class Module {
   /// List forward. The default requires exactly one input (else std::invalid_argument naming
   /// the count) and calls forward(const Tensor&).
   virtual Tensors forward(const Tensors& inputs);
-  Tensor operator()(const Tensor& input) { return forward(input); }
-  Tensors operator()(const Tensors& inputs) { return forward(inputs); }
+  Tensor operator()(const Tensor& input) {
+    check_not_moved_from();
+    return forward(input);
+  }
+  Tensors operator()(const Tensors& inputs) {
+    check_not_moved_from();
+    return forward(inputs);
+  }
 
   /// "Linear(in_features=784, out_features=1024, bias=true)".
   virtual std::string str() const = 0;
@@ -60,6 +69,10 @@ class Module {
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const {
     return children_;
   }
+
+  /// Throws std::logic_error "<str()> was moved from (std::move): use the module it was
+  /// moved into" when this module was moved from.
+  void check_not_moved_from() const;
 
   /// Training mode (BatchNorm batch statistics, Dropout active) for this module and children.
   virtual void train(bool on = true);
@@ -97,6 +110,7 @@ class Module {
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  bool moved_from_ = false;
 };
 
 std::ostream& operator<<(std::ostream& os, const Module& m);

@@ -94,30 +94,24 @@ void Adam::set_lr(double lr) {
   options_ = changed;
 }
 
-void Adam::step() {
-  const std::vector<Tensor> grads = checked_grads();  // all checked before any change
-
+void Adam::update(size_t i, const Tensor& grad) {
   const AdamOptions& o = options_;
   size_t group = 0;
-  int64_t group_end = group_sizes_[0];
-  for (size_t i = 0; i < grads.size(); ++i) {
-    while (static_cast<int64_t>(i) >= group_end) group_end += group_sizes_[++group];
-    if (!grads[i].defined()) continue;  // PyTorch skips parameters without a grad
-    Tensor param = params()[i];
-    State& s = state_[i];
-    if (s.step == 0) {
-      const TensorOptions like{.dtype = param.dtype(), .device = param.device()};
-      s.exp_avg = Tensor::zeros(param.shape(), like);
-      s.exp_avg_sq = Tensor::zeros(param.shape(), like);
-    } else {
-      s.exp_avg = on_param_device(i, s.exp_avg);
-      s.exp_avg_sq = on_param_device(i, s.exp_avg_sq);
-    }
-    s.step += 1;
-    PW_KERNEL(param.device(), adam_step)(param, grads[i], s.exp_avg, s.exp_avg_sq, o.lr,
-                                         o.betas.first, o.betas.second, o.eps, group_decay_[group],
-                                         o.decoupled, s.step);
+  for (int64_t end = group_sizes_[0]; static_cast<int64_t>(i) >= end;) end += group_sizes_[++group];
+  Tensor param = params()[i];
+  State& s = state_[i];
+  if (s.step == 0) {
+    const TensorOptions like{.dtype = param.dtype(), .device = param.device()};
+    s.exp_avg = Tensor::zeros(param.shape(), like);
+    s.exp_avg_sq = Tensor::zeros(param.shape(), like);
+  } else {
+    s.exp_avg = on_param_device(i, s.exp_avg);
+    s.exp_avg_sq = on_param_device(i, s.exp_avg_sq);
   }
+  s.step += 1;
+  PW_KERNEL(param.device(), adam_step)(param, grad, s.exp_avg, s.exp_avg_sq, o.lr, o.betas.first,
+                                       o.betas.second, o.eps, group_decay_[group], o.decoupled,
+                                       s.step);
 }
 
 std::vector<std::string> Adam::state_names() const { return {"step", "exp_avg", "exp_avg_sq"}; }

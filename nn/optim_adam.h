@@ -51,7 +51,7 @@ class Adam : public Optimizer {
   /// Throws as above, also for a group's weight_decay < 0.
   Adam(std::vector<ParamGroup> groups, AdamOptions options);
 
-  void step() override;
+  void update(size_t i, const Tensor& grad) override;
   double lr() const override { return options_.lr; }
   void set_lr(double lr) override;
   const char* name() const override { return options_.decoupled ? "AdamW" : "Adam"; }

@@ -59,29 +59,24 @@ void SGD::set_lr(double lr) {
   options_ = changed;
 }
 
-void SGD::step() {
-  const std::vector<Tensor> grads = checked_grads();  // all checked before any change
-
+void SGD::update(size_t i, const Tensor& grad) {
   const SGDOptions& o = options_;
-  for (size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined()) continue;  // PyTorch skips parameters without a grad
-    Tensor param = params()[i];
-    Tensor& buffer = momentum_buffers_[i];
-    bool first_step = false;
-    if (o.momentum != 0) {
-      if (!buffer.defined()) {
-        // Filled by the kernel (buffer = g) on this first step.
-        buffer = Tensor::empty(param.shape(), {.dtype = param.dtype(), .device = param.device()});
-        first_step = true;
-      } else {
-        buffer = on_param_device(i, buffer);
-      }
+  Tensor param = params()[i];
+  Tensor& buffer = momentum_buffers_[i];
+  bool first_step = false;
+  if (o.momentum != 0) {
+    if (!buffer.defined()) {
+      // Filled by the kernel (buffer = g) on this first step.
+      buffer = Tensor::empty(param.shape(), {.dtype = param.dtype(), .device = param.device()});
+      first_step = true;
+    } else {
+      buffer = on_param_device(i, buffer);
     }
-    Tensor no_buffer;
-    PW_KERNEL(param.device(), sgd_step)(param, grads[i], o.momentum != 0 ? buffer : no_buffer,
-                                        o.lr, o.momentum, o.dampening, o.weight_decay,
-                                        o.nesterov, first_step);
   }
+  Tensor no_buffer;
+  PW_KERNEL(param.device(), sgd_step)(param, grad, o.momentum != 0 ? buffer : no_buffer, o.lr,
+                                      o.momentum, o.dampening, o.weight_decay, o.nesterov,
+                                      first_step);
 }
 
 std::vector<std::string> SGD::state_names() const { return {"momentum_buffer"}; }

@@ -35,7 +35,7 @@ class SGD : public Optimizer {
   /// everything Optimizer's constructor throws.
   SGD(std::vector<Tensor> params, SGDOptions options);
 
-  void step() override;
+  void update(size_t i, const Tensor& grad) override;
   double lr() const override { return options_.lr; }
   void set_lr(double lr) override;
   const char* name() const override { return "SGD"; }

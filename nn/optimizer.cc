@@ -88,6 +88,28 @@ void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.set_grad(Tensor());
 }
 
+void Optimizer::step() {
+  const std::vector<Tensor> grads = checked_grads();  // all checked before any change
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i].defined()) update(i, grads[i]);  // PyTorch skips parameters without a grad
+  }
+}
+
+void Optimizer::step(const std::vector<size_t>& indices) {
+  std::vector<Tensor> grads;
+  grads.reserve(indices.size());
+  for (size_t i : indices) {
+    if (i >= params_.size()) {
+      throw std::out_of_range(std::string(name()) + ": step over parameter " + std::to_string(i) +
+                              " of " + std::to_string(params_.size()));
+    }
+    grads.push_back(checked_grad(i));  // all checked before any change
+  }
+  for (size_t k = 0; k < indices.size(); ++k) {
+    if (grads[k].defined()) update(indices[k], grads[k]);
+  }
+}
+
 std::vector<Tensor> Optimizer::checked_grads() const {
   std::vector<Tensor> grads(params_.size());
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = checked_grad(i);

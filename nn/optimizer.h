@@ -63,13 +63,25 @@ class Optimizer {
   /// undefined, integer or non-contiguous tensor, or the same tensor twice (naming its index).
   explicit Optimizer(std::vector<Tensor> params);
   virtual ~Optimizer() = default;
+  /// Neither copied nor moved, so there is no moved-from optimizer to misuse (hold one in a
+  /// std::unique_ptr<Optimizer> to pass it around).
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
   /// One update of every parameter whose .grad is defined (the others are skipped and keep
   /// their state, as in PyTorch). Throws std::invalid_argument when a grad's shape, dtype or
   /// device differs from its parameter's (naming the parameter index and both values).
-  virtual void step() = 0;
+  void step();
+  /// The same update for the parameters at `indices` (positions in params(), each at most
+  /// once) and no others: one part of a step, e.g. a pipeline stage's (Pipe::step runs each
+  /// stage's part on that stage's worker). Each parameter's update reads only its own grad and
+  /// state, so the parts of one step, run in any order or at once on different threads for
+  /// disjoint index sets, equal step(). Throws std::out_of_range for an index past params(),
+  /// and what step() throws (checked for these parameters before any changes).
+  void step(const std::vector<size_t>& indices);
+  /// Throws what step() would throw for a grad that does not match its parameter, and
+  /// changes nothing: to check every grad before applying a step in parts.
+  void check_grads() const { (void)checked_grads(); }
 
   /// Sets every parameter's .grad to undefined (PyTorch's zero_grad(set_to_none=True)).
   void zero_grad();
@@ -99,6 +111,9 @@ class Optimizer {
 
  protected:
   // ---- what a concrete optimizer supplies ----
+
+  /// Updates parameter i from `grad` (defined, checked to match it), and its state.
+  virtual void update(size_t i, const Tensor& grad) = 0;
 
   /// Names of the per-parameter state entries ("momentum_buffer"; "step", "exp_avg", ...).
   /// A parameter either has all of them or none.

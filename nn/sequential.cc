@@ -50,6 +50,7 @@ Tensor Sequential::forward(const Tensor& input) {
 }
 
 Tensors Sequential::forward(const Tensors& inputs) {
+  check_not_moved_from();
   Tensors x = inputs;
   for (size_t i = 0; i < modules_.size(); ++i) {
     LayerScope layer(static_cast<int64_t>(first_layer_ + i));

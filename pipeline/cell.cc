@@ -82,7 +82,7 @@ nn::Tensors Cell::backward_input(const nn::Tensors& grad_outputs) {
 
 void Cell::backward_weight() {
   weight_grads_.run();
-  reset();
+  if (!retain_graph_) reset();
 }
 
 nn::Tensors Cell::backward_impl(const nn::Tensors& grad_outputs,
@@ -118,11 +118,13 @@ nn::Tensors Cell::backward_impl(const nn::Tensors& grad_outputs,
   if (!outs.empty()) {
     autograd::BackwardOptions options;
     options.defer_weight_grads = defer;
+    options.retain_graph = retain_graph_;
     std::vector<Tensor> result = autograd::backward(outs, grads, ins, options);
     for (size_t k = 0; k < input_pos.size() && k < result.size(); ++k) {
       grad_inputs[input_pos[k]] = result[k];
     }
   }
+  if (retain_graph_) return grad_inputs;
   has_graph_ = false;
   outputs_.clear();
   inputs_.clear();
@@ -136,6 +138,7 @@ void Cell::reset() {
   outputs_.clear();
   has_graph_ = false;
   recomputed_ = false;
+  retain_graph_ = false;
   weight_grads_ = autograd::WeightGradQueue();
 }
 

@@ -79,13 +79,18 @@ class Cell {
 
   /// B (defer == nullptr) or I (defer == this cell's weight queue, see backward_input()):
   /// gradients of the inputs, one per input (undefined for inputs that need none). An
-  /// undefined entry of `grad_outputs` counts as zeros. Frees the graph.
+  /// undefined entry of `grad_outputs` counts as zeros. Frees the graph (unless retained).
   /// Throws std::logic_error when the cell has no graph (not forwarded, not recomputed, or
   /// already backpropagated).
   nn::Tensors backward(const nn::Tensors& grad_outputs);
   nn::Tensors backward_input(const nn::Tensors& grad_outputs);
   /// W: runs the weight-gradient halves deferred by backward_input().
   void backward_weight();
+
+  /// Makes the next B / I / W keep the graph (autograd's retain_graph), so that the cell's
+  /// backward can run again, without R (Pipe::forward's output backpropagated twice). Reset
+  /// by forward() and reset().
+  void set_retain_graph(bool retain) { retain_graph_ = retain; }
 
   /// Drops everything (inputs, outputs, graph, deferred work).
   void reset();
@@ -98,6 +103,7 @@ class Cell {
   nn::Tensors outputs_;  // recorded outputs (kRecord, or after R)
   bool has_graph_ = false;
   bool recomputed_ = false;
+  bool retain_graph_ = false;
   uint64_t seed_ = 0;
   uint64_t offset_ = 0;
   autograd::WeightGradQueue weight_grads_;

@@ -29,7 +29,12 @@ void verify_module(const nn::Sequential& module) {
 }
 
 void verify_balance_sum(const std::vector<int>& balance, size_t count, const std::string& what) {
-  if (balance.empty()) throw std::invalid_argument("balance is required (got an empty balance)");
+  if (balance.empty()) {
+    throw std::invalid_argument(
+        "balance is required (got an empty balance): the number of children per stage, e.g. "
+        "{.balance = {3, 1}}; pipeline::balance_by_parameters(stages, model) computes one, and "
+        "pipeline::make_pipe derives it from where the children are");
+  }
   for (int b : balance) {
     if (b <= 0) {
       throw std::invalid_argument("all balance numbers must be positive integer (balance: " +

@@ -34,6 +34,7 @@ Pipe::Pipe(nn::Sequential module, PipeOptions options)
   const int num_stages = static_cast<int>(options_.balance.size());
   const int num_workers = num_stages / options_.virtual_stages;
   verify_devices(options_.devices, num_workers);
+  check_virtual_stages(options_.schedule, options_.virtual_stages);
 
   std::vector<int> stage_worker =
       options_.stage_worker.empty()
@@ -86,6 +87,7 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no
 }
 
 nn::Tensors Pipe::forward(const nn::Tensors& inputs, const ForwardOptions& options) {
+  check_not_moved_from();
   if (options_.processes != nullptr) {
     throw std::invalid_argument(
         "Pipe::forward runs every stage in this process, but this Pipe's workers are spread "
@@ -98,7 +100,7 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const ForwardOptions& optio
 
   Schedule schedule = fill_drain_schedule(m);
   if (record) schedule = with_recompute(schedule, checkpoint_predicate(options_.checkpoint, m));
-  schedule.skips = runtime_->skips().edges();
+  schedule.skips = runtime().skips().edges();
   validate(schedule);
   Phases phases = split_fill_drain(schedule);
 
@@ -152,14 +154,14 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const ForwardOptions& optio
 // backwards in reverse), which splits into the same two phases.
 Schedule Pipe::fill_drain_schedule(int m) const {
   return options_.virtual_stages == 1 ? gpipe(num_workers(), m)
-                                      : looped_bfs(runtime_->stage_worker(), m);
+                                      : looped_bfs(runtime().stage_worker(), m);
 }
 
 // Runs `actions` of `step` on the workers; the deferred BatchNorm statistics it gathered are
 // committed once it succeeds (in training mode) and discarded when it fails.
 void Pipe::run(Step& step, const std::vector<std::vector<Action>>& actions) {
   try {
-    runtime_->execute(step, actions);
+    runtime().execute(step, actions);
   } catch (...) {
     if (deferred_ != nullptr) deferred_->discard();
     throw;
@@ -173,27 +175,55 @@ bool Pipe::runs_stage(int s) const {
 }
 
 void Pipe::train(bool on) {
+  check_not_moved_from();
   module_.train(on);
-  for (int s = 0; s < num_stages(); ++s) runtime_->partition(s).train(on);
+  for (int s = 0; s < num_stages(); ++s) runtime().partition(s).train(on);
 }
 
-const std::vector<nn::Sequential>& Pipe::partitions() const { return runtime_->partitions(); }
-const std::vector<Device>& Pipe::devices() const { return runtime_->stage_devices(); }
-int Pipe::num_workers() const { return runtime_->num_workers(); }
-int Pipe::num_stages() const { return runtime_->num_stages(); }
+void Pipe::check_not_moved_from() const {
+  if (runtime_ == nullptr) {
+    throw std::logic_error("this Pipe was moved from (std::move): use the Pipe it was moved "
+                           "into");
+  }
+}
+
+Runtime& Pipe::runtime() const {
+  check_not_moved_from();
+  return *runtime_;
+}
+
+nn::Sequential& Pipe::module() {
+  check_not_moved_from();
+  return module_;
+}
+
+const nn::Sequential& Pipe::module() const {
+  check_not_moved_from();
+  return module_;
+}
+
+const PipeOptions& Pipe::options() const {
+  check_not_moved_from();
+  return options_;
+}
+
+const std::vector<nn::Sequential>& Pipe::partitions() const { return runtime().partitions(); }
+const std::vector<Device>& Pipe::devices() const { return runtime().stage_devices(); }
+int Pipe::num_workers() const { return runtime().num_workers(); }
+int Pipe::num_stages() const { return runtime().num_stages(); }
 void Pipe::manual_seed(uint64_t seed) {
-  runtime_->manual_seed(seed);
+  runtime().manual_seed(seed);
   random_seed_ = seed;
   random_step_ = 0;
 }
-Generator& Pipe::generator(int worker) { return runtime_->worker(worker).generator(); }
-Trace Pipe::last_trace() const { return runtime_->last_trace(); }
-StepCounters Pipe::last_counters() const { return runtime_->last_counters(); }
+Generator& Pipe::generator(int worker) { return runtime().worker(worker).generator(); }
+Trace Pipe::last_trace() const { return runtime().last_trace(); }
+StepCounters Pipe::last_counters() const { return runtime().last_counters(); }
 
-std::optional<Failure> Pipe::last_failure() const { return runtime_->last_failure(); }
+std::optional<Failure> Pipe::last_failure() const { return runtime().last_failure(); }
 
 void Pipe::set_fault_hook_for_testing(std::function<void(int, int, const Action&)> hook) {
-  runtime_->set_fault_hook(std::move(hook));
+  runtime().set_fault_hook(std::move(hook));
 }
 
 }  // namespace pipewright::pipeline

@@ -58,6 +58,10 @@
 #include "pipeline/step.h"
 #include "pipeline/trace.h"
 
+namespace pipewright::nn {
+class Optimizer;
+}  // namespace pipewright::nn
+
 namespace pipewright::pipeline {
 
 class Runtime;
@@ -132,6 +136,8 @@ class Pipe {
   /// Joins the worker threads. Outputs of forward() whose backward has not run yet keep
   /// their activations; their backward then throws std::logic_error.
   ~Pipe();
+  /// A moved-from Pipe only accepts destruction and move assignment; anything else throws
+  /// std::logic_error "this Pipe was moved from (std::move) ...".
   Pipe(Pipe&&) noexcept;
   Pipe& operator=(Pipe&&) noexcept;
   Pipe(const Pipe&) = delete;
@@ -141,11 +147,15 @@ class Pipe {
 
   /// input [N, ...] (float32/float64, any device; moved to the first stage's device) ->
   /// the model's output [N, ...] on the last stage's device, equal to module(input).
-  /// Splits into min(chunks, N) micro-batches (torch.chunk), runs GPipe (or, when workers
-  /// hold several stages, looped BFS over the placement: GPipe per stage); in training mode
-  /// with grad mode on, the output's grad_fn is "PipeBackward": backward through it runs
-  /// the pipeline's backward, accumulates every parameter's .grad and gives the input its
-  /// gradient when it requires one. In eval mode or under NoGradGuard nothing is kept.
+  /// Splits into micro-batches as torch.chunk does: ceil(N / chunks) rows each, the last
+  /// smaller, so at most chunks of them and sometimes fewer (N 10, chunks 8: 5 micro-batches
+  /// of 2; N 3, chunks 8: 3 of 1). Runs GPipe (or, when workers hold several stages, looped
+  /// BFS over the placement: GPipe per stage); in training mode with grad mode on, the
+  /// output's grad_fn is "PipeBackward": backward through it runs the pipeline's backward,
+  /// accumulates every parameter's .grad and gives the input its gradient when it requires
+  /// one; backward with retain_graph keeps the step, so the next backward runs it again and
+  /// accumulates once more, as through the plain model. In eval mode or under NoGradGuard
+  /// nothing is kept.
   /// Throws std::invalid_argument for a rank-0 or undefined input, for a Pipe spread over
   /// processes (use train_step), and whatever a stage throws.
   Tensor forward(const Tensor& input);
@@ -226,25 +236,37 @@ class Pipe {
   /// norm_type <= 0 or max_norm < 0 (nn/clip_grad.h), and communication errors.
   double clip_grad_norm(double max_norm, double norm_type = 2.0);
 
+  // ---- the optimizer's step, stage by stage ----
+  /// optimizer.step(), with each stage's parameters updated on that stage's worker, all stages
+  /// at once (in a pipeline each stage owns its parameters; torch.distributed.pipelining gives
+  /// each stage its own optimizer): on a GPU each stage's update runs on its worker's stream
+  /// rather than serialised on the caller's, on CPU devices on its worker's cores. Equal to
+  /// optimizer.step() bit for bit (each parameter's update reads only its own grad and state).
+  /// Parameters of the optimizer that belong to no stage are updated on the caller's thread;
+  /// with PipeOptions::processes, only this process's stages are (the others' grads are
+  /// undefined here anyway). Every grad is checked before any is applied; throws what
+  /// nn::Optimizer::step throws. Call between steps.
+  void step(nn::Optimizer& optimizer);
+
   // ---- structure ----
-  nn::Sequential& module() { return module_; }
-  const nn::Sequential& module() const { return module_; }
+  nn::Sequential& module();
+  const nn::Sequential& module() const;
   /// The stages, in order (slices sharing the module's children).
   const std::vector<nn::Sequential>& partitions() const;
-  const std::vector<int>& balance() const { return options_.balance; }
+  const std::vector<int>& balance() const { return options().balance; }
   /// The device of each stage.
   const std::vector<Device>& devices() const;
-  const PipeOptions& options() const { return options_; }
+  const PipeOptions& options() const;
   int num_workers() const;
   int num_stages() const;
   /// Whether this process runs stage s (always, unless PipeOptions::processes says otherwise).
   bool runs_stage(int s) const;
-  nn::Tensors parameters() const { return module_.parameters(); }
+  nn::Tensors parameters() const { return module().parameters(); }
   /// Training mode of the model and of every stage (Module::train).
   void train(bool on = true);
   void eval() { train(false); }
-  bool is_training() const { return module_.is_training(); }
-  void zero_grad() { module_.zero_grad(); }
+  bool is_training() const { return module().is_training(); }
+  void zero_grad() { module().zero_grad(); }
 
   // ---- randomness ----
   // Random layers (nn::Dropout, attention dropout) draw keyed masks (Note [Keyed randomness],
@@ -287,6 +309,10 @@ class Pipe {
                       const TupleLossFn& loss_fn, const StepOptions& options, bool train);
   Schedule fill_drain_schedule(int microbatches) const;
   void run(Step& step, const std::vector<std::vector<Action>>& actions);
+  /// Throws std::logic_error when this Pipe was moved from: every public function but the
+  /// destructor and move assignment calls it, or runtime(), first.
+  void check_not_moved_from() const;
+  Runtime& runtime() const;
 
   nn::Sequential module_;
   PipeOptions options_;

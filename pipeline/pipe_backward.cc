@@ -1,7 +1,9 @@
 #include "pipeline/pipe_backward.h"
 
+#include <algorithm>
 #include <stdexcept>
 
+#include "autograd/engine.h"
 #include "pipeline/runtime.h"
 #include "pipeline/tied_parameters.h"
 
@@ -26,13 +28,28 @@ std::vector<Tensor> PipeBackward::apply(const std::vector<Tensor>& grad_outputs,
                                         const std::vector<bool>& wanted) {
   check_not_released();
   std::vector<Tensor> result(num_inputs());
-  if (step_ == nullptr) return result;  // already ran (a deferred W-only call): nothing left
+  const auto first_parameter = wanted.begin() + static_cast<std::ptrdiff_t>(inputs_.size());
+  const bool wants_inputs = std::find(wanted.begin(), first_parameter, true) != first_parameter;
+  const bool wants_weights = std::find(first_parameter, wanted.end(), true) != wanted.end();
+  if (!wants_inputs && weights_done_) {  // the W half of a deferred backward: already done
+    weights_done_ = false;
+    return result;
+  }
+  if (step_ == nullptr) {
+    throw std::logic_error(
+        "PipeBackward: an earlier backward through this output failed, and its step with it; "
+        "run Pipe::forward again");
+  }
   std::shared_ptr<Runtime> runtime = runtime_.lock();
   if (runtime == nullptr) {
     throw std::logic_error("PipeBackward: the Pipe was destroyed before backward ran");
   }
-  // The step is consumed whatever happens: a failed backward leaves nothing to retry.
-  std::shared_ptr<Step> step = std::move(step_);
+  // Note [Backward through a Pipe, again]. Without retain_graph the step is consumed.
+  const bool retain = autograd::retains_graph();
+  std::shared_ptr<Step> step = retain ? step_ : std::move(step_);
+  for (std::vector<Cell>& stage : step->cells) {
+    for (Cell& cell : stage) cell.set_retain_graph(retain);
+  }
 
   // dOut[k] -> per micro-batch pieces on output k's dim, in the order the last stage
   // produced them (views on dim 0, copies on another: microbatch.h).
@@ -49,8 +66,19 @@ std::vector<Tensor> PipeBackward::apply(const std::vector<Tensor>& grad_outputs,
 
   auto every_stage = [](int) { return true; };  // Pipe::forward runs in one process
   tied_->begin_backward(every_stage);
-  runtime->execute(*step, actions_);
+  try {
+    runtime->execute(*step, actions_);
+  } catch (...) {
+    step_.reset();  // a failed backward leaves nothing to retry
+    throw;
+  }
   tied_->reduce(every_stage, nullptr);
+  weights_done_ = !wants_weights;
+  if (retain) {  // the kept graphs include the recomputed ones
+    for (std::vector<Action>& list : actions_) {
+      std::erase_if(list, [](const Action& a) { return a.kind == ActionKind::kRecompute; });
+    }
+  }
 
   nn::Tensors input_grads = gather_input_grads(step->input_grads, inputs_, step->inputs.sizes);
   for (size_t i = 0; i < inputs_.size() && i < result.size(); ++i) {

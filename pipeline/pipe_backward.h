@@ -15,8 +15,23 @@
 // Parameter gradients are accumulated into .grad by each cell's own backward on its worker
 // (per-cell tapes), so apply() returns undefined for the parameter edges; it returns the
 // input gradients for the user's inputs. The node owns the Step (activations and graphs of
-// every cell): dropping the output without backward frees them. A second backward, or a
-// backward after the Pipe was destroyed, throws std::logic_error.
+// every cell): dropping the output without backward frees them. A backward with
+// retain_graph keeps them, and the next backward runs the pipeline's backward again (Note
+// [Backward through a Pipe, again]); a second backward without it, a backward after a failed
+// one, or after the Pipe was destroyed, throws std::logic_error.
+//
+// Note [Backward through a Pipe, again]
+// torch semantics: backward(retain_graph = true) keeps every saved tensor, and each later
+// backward through the same graph accumulates into .grad once more. The engine tells apply()
+// whether it retains (autograd::retains_graph()); the node then keeps its Step and asks
+// every cell to keep its graph (Cell::set_retain_graph), instead of freeing each as its B
+// ends. The next apply() runs the same B actions again, without the R actions: a
+// checkpointed cell's recomputed graph is among those kept. The engine releases the node
+// (release_saved) after the first backward that does not retain, which drops the Step.
+//
+// Zero-bubble's B/W split asks twice within one backward (defer_weight_grads): first for the
+// inputs' gradients, then, from the WeightGradQueue, for the parameters'. One run of the
+// pipeline gives both, so the second call finds weights_done_ set and returns nothing.
 #pragma once
 
 #include <memory>
@@ -60,6 +75,7 @@ class PipeBackward final : public autograd::Node {
   std::vector<std::vector<int64_t>> output_sizes_;
   std::vector<size_t> recorded_;
   std::shared_ptr<const TiedParameters> tied_;
+  bool weights_done_ = false;  // the last run's parameter gradients were not asked for yet
 };
 
 }  // namespace pipewright::pipeline

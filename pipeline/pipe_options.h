@@ -31,7 +31,8 @@ struct PipeOptions {
   /// One device per worker (= per stage when virtual_stages is 1). Several workers may share
   /// a device (each still gets its own thread). Extra devices are ignored, as in torchgpipe.
   std::vector<Device> devices = {};
-  /// Micro-batches per mini-batch (fewer when the batch has fewer rows).
+  /// Micro-batches per mini-batch, at most: a batch of N rows is cut as torch.chunk cuts it,
+  /// ceil(N / chunks) rows per micro-batch, which can make fewer (N 10, chunks 8: 5 of 2).
   int chunks = 1;
   /// Which micro-batches recompute their forward before the backward (checkpoint_mode.h).
   Checkpoint checkpoint = Checkpoint::kExceptLast;

@@ -68,6 +68,7 @@ StepResult Pipe::eval_step(const Tensor& input, const Tensor& target, const Loss
 
 StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
                           const TupleLossFn& loss_fn, const StepOptions& options, bool train) {
+  check_not_moved_from();
   const char* what = train ? "train_step" : "eval_step";
   if (!loss_fn) throw std::invalid_argument(std::string(what) + ": loss_fn is empty");
   MicroBatches batches = scatter(inputs, options.input_chunks, options_.chunks);
@@ -84,11 +85,12 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
     schedule = *options.custom_schedule;
   } else {
     const std::string& name = options.schedule.empty() ? options_.schedule : options.schedule;
+    check_virtual_stages(name, options_.virtual_stages);
     schedule = make_schedule(name, p, m, options_.virtual_stages);
     schedule = with_recompute(schedule, checkpoint_predicate(options_.checkpoint, m));
   }
-  check_schedule_fits(schedule, p, runtime_->stage_worker(), m);
-  schedule.skips = runtime_->skips().edges();  // the model's portals, whoever made the schedule
+  check_schedule_fits(schedule, p, runtime().stage_worker(), m);
+  schedule.skips = runtime().skips().edges();  // the model's portals, whoever made the schedule
   if (train) validate(schedule);  // (a forward phase alone is no complete schedule)
 
   const std::vector<int64_t> sizes = batches.sizes;
@@ -96,7 +98,7 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
   auto step = std::make_shared<Step>(
       num_stages(), p, std::move(batches), train ? CellMode::kRecord : CellMode::kNoGrad,
       recomputed_cells(schedule),
-      processes ? processes->make_transport(runtime_->stage_worker()) : nullptr);
+      processes ? processes->make_transport(runtime().stage_worker()) : nullptr);
   for (const Tensor& t : inputs) step->input_needs_grad.push_back(train && t.requires_grad());
   step->loss_fn = loss_fn;
   step->reduction = options.reduction;
@@ -105,7 +107,7 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
   step->random_key = random_key();
   step->random_key.first_sample = options.first_sample;
   if (train) ++random_step_;
-  const Device last_device = runtime_->stage_devices().back();
+  const Device last_device = runtime().stage_devices().back();
   for (nn::Tensors& piece : target_pieces) {
     for (Tensor& t : piece) t = t.defined() ? t.to(last_device) : t;
     step->targets.push_back(std::move(piece));
@@ -137,7 +139,7 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
   result.microbatch_sizes = sizes;
   for (int j = 0; j < m; ++j) result.loss += step->loss_scale(j) * step->losses[j];
   if (options.return_outputs && (processes == nullptr || processes->runs_worker(
-                                                            runtime_->stage_worker().back()))) {
+                                                            runtime().stage_worker().back()))) {
     result.outputs = gather(step->outputs, options.output_dims);
   }
   result.trace = step->trace();

@@ -59,6 +59,50 @@ Device device_of(const nn::Module& child, const std::string& what) {
   return found.begin()->first;
 }
 
+/// The index of partition k's first child.
+int first_child(const Placement& placement, size_t k) {
+  int first = 0;
+  for (size_t i = 0; i < k; ++i) first += placement.balance[i];
+  return first;
+}
+
+/// "child 3" or "children 0-1": the children of partition k.
+std::string children_of(const Placement& placement, size_t k) {
+  const int first = first_child(placement, k);
+  const int last = first + placement.balance[k] - 1;
+  return first == last ? "child " + std::to_string(first)
+                       : "children " + std::to_string(first) + "-" + std::to_string(last);
+}
+
+/// Throws when a device holds two partitions with another between them (see
+/// PlacementOptions::allow_revisit), naming the likely cause: a parameterless child of the
+/// later partition, which runs on cpu:0 unless wrapped in WithDevice.
+void check_no_revisit(const nn::Sequential& module, const Placement& placement) {
+  for (size_t k = 1; k < placement.devices.size(); ++k) {
+    for (size_t i = 0; i + 1 < k; ++i) {
+      if (placement.devices[i] != placement.devices[k]) continue;
+      const Device device = placement.devices[k];
+      std::string message = "make_pipe: " + device.str() + " holds partitions " +
+                            std::to_string(i) + " (" + children_of(placement, i) + ") and " +
+                            std::to_string(k) + " (" + children_of(placement, k) + "), with " +
+                            placement.devices[i + 1].str() + " between them; ";
+      const int first = first_child(placement, k);
+      for (int c = first; c < first + placement.balance[k]; ++c) {
+        const nn::Module& child = module[static_cast<size_t>(c)];
+        if (dynamic_cast<const WithDevice*>(&child) == nullptr && child.state_dict().empty()) {
+          message += "child " + std::to_string(c) + " (" + child.str() +
+                     ") has no parameters or buffers, so it runs on cpu:0 unless wrapped in "
+                     "WithDevice; wrap it, or ";
+          break;
+        }
+      }
+      throw std::invalid_argument(message + "set PlacementOptions::allow_revisit to run " +
+                                  std::to_string(placement.devices.size()) + " partitions, " +
+                                  "each with its own worker");
+    }
+  }
+}
+
 }  // namespace
 
 Device placement_device(const nn::Module& child) { return device_of(child, "the module"); }
@@ -85,6 +129,7 @@ Placement derive_placement(const nn::Sequential& module) {
 
 PipeOptions placement_pipe_options(const nn::Sequential& module, const PlacementOptions& options) {
   Placement placement = derive_placement(module);
+  if (!options.allow_revisit) check_no_revisit(module, placement);
   return {.balance = std::move(placement.balance),
           .devices = std::move(placement.devices),
           .chunks = options.chunks,

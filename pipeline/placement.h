@@ -19,6 +19,9 @@
 //     device of every tensor;
 //   - consecutive children on the same device form one partition; a device that appears
 //     again after another one starts a new partition, with its own worker on that device.
+//     make_pipe refuses such a revisit unless PlacementOptions::allow_revisit is set: it is
+//     most often a parameterless child left without WithDevice, so on cpu:0 (cpu:0 cpu:1
+//     cpu:0 cpu:2 where cpu:0 cpu:1 cpu:2 was meant).
 //
 // Differences from torch, on purpose: torch made every CPU child a partition of its own,
 // because its CPU was one device beside the GPUs; pipewright's CPU devices cpu:0, cpu:1, ...
@@ -84,10 +87,17 @@ struct PlacementOptions {
   int threads_per_worker = 0;
   /// Each worker on its own CPUs (PipeOptions::pin_workers).
   bool pin_workers = true;
+  /// Accept a device that holds two partitions with another device's between them (each
+  /// partition then has its own worker, both on that device). False: refused, naming them.
+  bool allow_revisit = false;
 };
 
 /// PipeOptions for `module`: balance and devices from derive_placement(module), the rest from
-/// `options`. Throws what derive_placement throws.
+/// `options`. Throws what derive_placement throws, and std::invalid_argument when a device
+/// holds two partitions with another between them and options.allow_revisit is false
+/// ("make_pipe: cpu:0 holds partitions 0 (children 0-1) and 2 (child 3), with cpu:1
+/// between them; child 3 (ReLU()) has no parameters or buffers, so it runs on cpu:0 unless
+/// wrapped in WithDevice; wrap it, or set PlacementOptions::allow_revisit").
 PipeOptions placement_pipe_options(const nn::Sequential& module,
                                    const PlacementOptions& options = {});
 
@@ -95,7 +105,7 @@ PipeOptions placement_pipe_options(const nn::Sequential& module,
 /// devices follow the placement of `module`'s children, each partition moved to its device
 /// (which moves WithDevice children to their declared devices). Inputs, outputs and every
 /// call afterwards are those of a Pipe built with the same balance and devices (pipe.h).
-/// Throws what derive_placement throws, and what the Pipe constructor throws (chunks <= 0
+/// Throws what placement_pipe_options throws, and what the Pipe constructor throws (chunks <= 0
 /// -> std::invalid_argument; a parameter shared by children on different workers ->
 /// std::invalid_argument naming it).
 Pipe make_pipe(nn::Sequential module, PlacementOptions options = {});

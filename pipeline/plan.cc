@@ -36,6 +36,18 @@ Phases split_fill_drain(const Schedule& schedule) {
   return phases;
 }
 
+void check_virtual_stages(const std::string& schedule, int virtual_stages) {
+  const bool interleaves = schedule == "interleaved-1f1b" || schedule == "interleaved-zb" ||
+                           schedule == "looped-bfs";
+  if (interleaves && virtual_stages == 1) {
+    throw std::invalid_argument(
+        "schedule '" + schedule + "' interleaves several virtual stages per worker, but the " +
+        "pipe has virtual_stages = 1: set PipeOptions::virtual_stages to 2 or more (balance " +
+        "then has virtual_stages entries per worker), or use a schedule with one stage per " +
+        "worker ('gpipe', '1f1b', 'zb-h1', 'zb-h2')");
+  }
+}
+
 void check_schedule_fits(const Schedule& schedule, int num_workers,
                          const std::vector<int>& stage_worker, int num_microbatches) {
   const std::string name = "schedule '" + schedule.name + "'";

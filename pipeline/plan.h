@@ -11,6 +11,7 @@
 // that way; it runs whole in train_step, where the loss is known inside the pipeline.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "pipeline/schedule/schedule.h"
@@ -29,6 +30,11 @@ struct Phases {
 /// Splits every worker's list after its leading forwards. Throws std::invalid_argument
 /// naming the worker and action when a forward comes after a non-forward (not fill-drain).
 Phases split_fill_drain(const Schedule& schedule);
+
+/// Throws std::invalid_argument when `schedule` (a make_schedule name) is one that interleaves
+/// several virtual stages per worker ("interleaved-1f1b", "interleaved-zb", "looped-bfs") and
+/// the pipe has virtual_stages = 1, saying how to give it virtual stages.
+void check_virtual_stages(const std::string& schedule, int virtual_stages);
 
 /// Throws std::invalid_argument, naming both values, unless `schedule` has `num_workers`
 /// workers, stage_worker.size() stages placed as `stage_worker`, and `num_microbatches`

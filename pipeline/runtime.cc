@@ -152,6 +152,43 @@ Runtime::Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> sta
   }
 }
 
+void Runtime::run_on_workers(const std::function<void(int worker)>& work) {
+  std::lock_guard<std::mutex> lock(execute_mutex_);
+  std::vector<int> local;
+  for (int w = 0; w < num_workers(); ++w) {
+    if (processes_ == nullptr || processes_->runs_worker(w)) local.push_back(w);
+  }
+  std::vector<Event> entered, done;  // per worker, both on the worker's device
+  for (const auto& worker : workers_) {
+    entered.emplace_back(worker->device());
+    entered.back().record(Stream::current(worker->device()));
+    done.emplace_back(worker->device());
+  }
+  auto countdown = std::make_shared<Countdown>(static_cast<int>(local.size()));
+  for (int w : local) {
+    Event* entry = &entered[static_cast<size_t>(w)];
+    Event* exit = &done[static_cast<size_t>(w)];
+    workers_[w]->submit([this, &work, w, entry, exit, countdown] {
+      std::exception_ptr error;
+      try {
+        entry->wait(workers_[w]->compute_stream());
+        work(w);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      try {
+        exit->record(workers_[w]->compute_stream());
+      } catch (...) {
+        if (!error) error = std::current_exception();
+      }
+      countdown->done(std::move(error));
+    });
+  }
+  countdown->wait();
+  for (int w : local) done[static_cast<size_t>(w)].wait(Stream::current(workers_[w]->device()));
+  if (std::exception_ptr error = countdown->error()) std::rethrow_exception(error);
+}
+
 void Runtime::manual_seed(uint64_t seed) {
   std::lock_guard<std::mutex> lock(execute_mutex_);
   for (auto& w : workers_) w->generator().set_state(mix_seed(seed, w->index()), 0);

@@ -132,6 +132,13 @@ class Runtime {
   /// Re-seeds every worker's generator (worker w: mix_seed(seed, w), offset 0).
   void manual_seed(uint64_t seed);
 
+  /// Runs work(w) on every local worker w at once, on the worker's thread (its compute stream,
+  /// intra-op threads and generator), fenced against the caller's current streams at both
+  /// ends as execute() is (Note [The caller's streams]); returns when all are done and
+  /// rethrows the first exception. Serialised with execute(). For the optimizer's per-stage
+  /// parts (Pipe::step).
+  void run_on_workers(const std::function<void(int worker)>& work);
+
   /// What the last execute() did, failed or not: its step's trace and counters so far, and
   /// where it failed (Pipe::last_trace(), last_counters(), last_failure()).
   Trace last_trace() const;

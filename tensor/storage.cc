@@ -7,6 +7,11 @@ Storage::Storage(size_t bytes, Device device, void* stream)
       data_(allocator_->allocate(bytes, stream)),
       bytes_(bytes) {}
 
-Storage::~Storage() { allocator_->deallocate(data_, bytes_); }
+Storage::Storage(void* data, size_t bytes, Device device)
+    : allocator_(&allocator_for(device)), data_(data), bytes_(bytes), owned_(false) {}
+
+Storage::~Storage() {
+  if (owned_) allocator_->deallocate(data_, bytes_);
+}
 
 }  // namespace pipewright

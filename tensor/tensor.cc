@@ -1,5 +1,5 @@
-// Tensor: factories, views, copies between devices and dtypes, element access.
-// Printing (str, operator<<) lives in tensor_format.cc.
+// Tensor: views, copies between devices and dtypes, element access. Factories live in
+// factories.cc, printing (str, operator<<) in tensor_format.cc.
 #include "tensor/tensor.h"
 
 #include <algorithm>
@@ -59,12 +59,6 @@ Tensor make_view(const std::shared_ptr<Storage>& storage, Shape shape,
 // the backend ran it on *j*'s legacy default stream, then synchronized only i's: the copy
 // could still be running, unordered with i, when to() returned (cuda-review.md, bug 1).
 
-/// Copies `bytes` from host memory into a CPU or CUDA device (on its current stream).
-void copy_from_host(void* dst, Device dst_device, const void* src, size_t bytes) {
-  if (bytes == 0) return;
-  copy_on_stream(dst, dst_device, src, Device::cpu(0), bytes, Stream::current(dst_device));
-}
-
 /// dst.nbytes() bytes from src into dst, both contiguous, on different devices. Note [Copies
 /// between devices].
 void copy_across_devices(const Tensor& dst, const Tensor& src) {
@@ -106,53 +100,11 @@ void copy_across_devices(const Tensor& dst, const Tensor& src) {
 }  // namespace
 
 TensorImpl* Tensor::checked() const {
-  if (impl_ == nullptr) throw std::logic_error("operation on an undefined Tensor");
+  if (impl_ == nullptr) {
+    throw std::logic_error(
+        "operation on an undefined Tensor (default-constructed, or moved from with std::move)");
+  }
   return impl_.get();
-}
-
-// ---- factories ----
-
-Tensor Tensor::empty(const Shape& shape, TensorOptions options) {
-  for (int64_t size : shape.dims()) {
-    if (size < 0) {
-      throw std::invalid_argument("Tensor::empty: negative size in shape " + shape.str());
-    }
-  }
-  const size_t bytes = static_cast<size_t>(shape.numel()) * element_size(options.dtype);
-  auto storage = std::make_shared<Storage>(bytes, options.device,
-                                           Stream::current(options.device).handle());
-  return make_view(storage, shape, shape.contiguous_strides(), 0, options.dtype);
-}
-
-Tensor Tensor::full(const Shape& shape, double value, TensorOptions options) {
-  Tensor t = empty(shape, options);
-  PW_KERNEL(options.device, fill)(t, value);
-  return t;
-}
-
-Tensor Tensor::zeros(const Shape& shape, TensorOptions options) { return full(shape, 0.0, options); }
-
-Tensor Tensor::ones(const Shape& shape, TensorOptions options) { return full(shape, 1.0, options); }
-
-Tensor Tensor::scalar(double value, TensorOptions options) { return full(Shape{}, value, options); }
-
-Tensor Tensor::arange(int64_t n, TensorOptions options) {
-  if (n < 0) throw std::invalid_argument("arange: n must be >= 0, got " + std::to_string(n));
-  std::vector<int64_t> values(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = i;
-  return from_vector(values, Shape{n}, options.device).to(options.dtype);
-}
-
-template <class T>
-Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
-  if (static_cast<int64_t>(values.size()) != shape.numel()) {
-    throw std::invalid_argument("from_vector: " + std::to_string(values.size()) +
-                                " values for shape " + shape.str() + " (" +
-                                std::to_string(shape.numel()) + " elements)");
-  }
-  Tensor t = empty(shape, {DTypeOf<T>::value, device});
-  copy_from_host(t.raw_data(), device, values.data(), t.nbytes());
-  return t;
 }
 
 // ---- properties and element access ----
@@ -356,9 +308,8 @@ Tensor cat(const std::vector<Tensor>& tensors) {
 
 // ---- explicit instantiations ----
 
-#define PW_INSTANTIATE(T)                                                                     \
-  template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&, Device);      \
-  template T* Tensor::data<T>() const;                                                      \
+#define PW_INSTANTIATE(T)                  \
+  template T* Tensor::data<T>() const;   \
   template std::vector<T> Tensor::to_vector<T>() const;
 PW_INSTANTIATE(float)
 PW_INSTANTIATE(double)

@@ -25,8 +25,11 @@
 
 namespace pipewright {
 
+class Generator;  // tensor/generator.h
+
 namespace autograd {
-class Node;  // defined in autograd/node.h; tensor/ only holds pointers to it
+class Node;              // defined in autograd/node.h; tensor/ only holds pointers to it
+struct BackwardOptions;  // autograd/engine.h
 }
 
 /// dtype and device for factories: Tensor::zeros({2, 3}, {.dtype = DType::kFloat64}).
@@ -55,16 +58,35 @@ class Tensor {
   Tensor() = default;
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
-  // ---- factories (contiguous, on options.device) ----
+  // ---- factories (contiguous, on options.device; defined in tensor/factories.cc) ----
+  // torch's factories (torch.empty, zeros, ones, full, arange, rand, randn, from_blob) with
+  // one difference: the dtype is options.dtype, float32 unless given, also for arange of
+  // integers (torch infers int64 there). Errors: std::invalid_argument naming the values (a
+  // negative size, a value count that does not fill the shape, an integer dtype for
+  // rand/randn, a step of 0 or of the wrong sign for arange, a misaligned blob).
+
   /// Uninitialised memory.
   static Tensor empty(const Shape& shape, TensorOptions options = {});
   static Tensor zeros(const Shape& shape, TensorOptions options = {});
   static Tensor ones(const Shape& shape, TensorOptions options = {});
   static Tensor full(const Shape& shape, double value, TensorOptions options = {});
-  /// [0, 1, ..., n-1] as a 1-D tensor.
+  /// A rank-0 tensor holding `value`.
+  static Tensor scalar(double value, TensorOptions options = {});
+  /// [0, 1, ..., n-1] as a 1-D tensor (torch.arange(n)).
   static Tensor arange(int64_t n, TensorOptions options = {});
-  /// Copies `values` (row-major) into a tensor of `shape`; the dtype follows T (float, double,
-  /// int64_t). Throws std::invalid_argument when values.size() != shape.numel().
+  /// start, start + step, ... while below end (above it for a negative step): ceil((end -
+  /// start) / step) values, each start + i·step computed in double (torch.arange(start, end,
+  /// step)). arange(0, 1, 0.25) -> [0, 0.25, 0.5, 0.75].
+  static Tensor arange(double start, double end, double step = 1, TensorOptions options = {});
+  /// U[0, 1) (torch.rand), drawn from `generator` (advancing it; same numbers on every
+  /// device, tensor/generator.h), or from current_generator() without one. Floating dtypes.
+  static Tensor rand(const Shape& shape, Generator& generator, TensorOptions options = {});
+  static Tensor rand(const Shape& shape, TensorOptions options = {});
+  /// N(0, 1) (torch.randn), drawn like rand.
+  static Tensor randn(const Shape& shape, Generator& generator, TensorOptions options = {});
+  static Tensor randn(const Shape& shape, TensorOptions options = {});
+  /// Copies `values` (row-major) into a new tensor of `shape` on `device`; the dtype follows
+  /// T (float, double, int64_t). Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2}).
   template <class T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape,
                             Device device = Device::cpu(0));
@@ -73,8 +95,12 @@ class Tensor {
   static Tensor from_vector(const std::vector<T>& values, Device device = Device::cpu(0)) {
     return from_vector(values, Shape{static_cast<int64_t>(values.size())}, device);
   }
-  /// A rank-0 tensor holding `value`.
-  static Tensor scalar(double value, TensorOptions options = {});
+  /// A tensor over memory the caller owns, without copying it (torch::from_blob): `data`
+  /// holds shape.numel() row-major elements of options.dtype on options.device (a device
+  /// pointer for CUDA), aligned to the element size, and must outlive the tensor and every
+  /// view of it. Writes through the tensor change `data`. The allocator does not count it.
+  /// Use from_vector, or from_blob(...).clone(), for a tensor that owns its copy.
+  static Tensor from_blob(void* data, const Shape& shape, TensorOptions options = {});
 
   // ---- properties ----
   bool defined() const { return impl_ != nullptr; }
@@ -148,10 +174,16 @@ class Tensor {
   Tensor detach() const;
   const std::shared_ptr<autograd::Node>& grad_fn() const { return checked()->grad_fn; }
   /// Runs backward from this one-element tensor (gradient 1); defined in autograd/ (link
-  /// //autograd). Throws std::logic_error when it does not require grad.
+  /// //autograd). Throws std::logic_error when it does not require grad, or when the graph
+  /// was already freed by an earlier backward (pass retain_graph to run it twice).
   void backward() const;
   /// Runs backward with the given output gradient (same shape).
   void backward(const Tensor& grad_output) const;
+  /// torch's tensor.backward(gradient, retain_graph): autograd::backward({*this},
+  /// {grad_output}, {}, options), e.g. loss.backward({.retain_graph = true}) (include
+  /// autograd/engine.h for BackwardOptions).
+  void backward(const autograd::BackwardOptions& options) const;
+  void backward(const Tensor& grad_output, const autograd::BackwardOptions& options) const;
 
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }

@@ -248,7 +248,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
     const bool trace_now = tracer.before(step - first_step + 1);
     const pipeline::StepResult r = train_one_step(pipe, processes.get(), x, y, loss_fn, log);
     if (config.grad_clip > 0) pipe.clip_grad_norm(config.grad_clip);
-    optimizer.step();
+    pipe.step(optimizer);  // each stage's parameters on its worker
     train_seconds += seconds_since(start);
     if (trace_now) tracer.after(r);
     meter->add(r);

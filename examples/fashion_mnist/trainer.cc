@@ -280,7 +280,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
           tracer.before((epoch - first_epoch) * loader.num_batches() + steps + 1);
       const pipeline::StepResult step =
           train_one_step(pipe, processes.get(), input, target, loss_fn, log);
-      optimizer->step();
+      pipe.step(*optimizer);  // each stage's parameters on its worker
       if (trace_now) tracer.after(step);
       stats.step_losses.push_back(step.loss);
       loss_sum += step.loss * static_cast<double>(batch.size());

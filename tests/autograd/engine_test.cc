@@ -206,3 +206,52 @@ TEST_CASE("a gradient is never aliased between two leaves") {
   CHECK(values(a.grad()) == std::vector<float>{3, 3});
   CHECK(values(b.grad()) == std::vector<float>{1, 1});
 }
+
+namespace {
+
+/// y = x, recorded with a node that notes autograd::retains_graph() each time it is applied.
+class NotesRetain final : public ag::Node {
+ public:
+  explicit NotesRetain(std::vector<bool>* seen) : seen_(seen) {}
+  const char* name() const override { return "NotesRetainBackward"; }
+  std::vector<Tensor> apply(const std::vector<Tensor>& grads, const std::vector<bool>&) override {
+    seen_->push_back(ag::retains_graph());
+    return {grads.at(0)};
+  }
+  void release_saved() override { mark_released(); }
+
+ private:
+  std::vector<bool>* seen_;
+};
+
+Tensor noting(const Tensor& x, std::vector<bool>* seen) {
+  Tensor y = x.detach();
+  ag::NodeRecorder::record(std::make_shared<NotesRetain>(seen), {x}, {&y});
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("retains_graph() tells a node whether the backward applying it keeps the graph") {
+  std::vector<bool> seen;
+  Tensor x = leaf({1, 2}, Shape{2});
+  Tensor y = ag::sum(noting(x, &seen));
+  REQUIRE_FALSE(ag::retains_graph());  // outside any backward
+  ag::backward({y}, {}, {}, {.retain_graph = true});
+  y.backward();
+  REQUIRE(seen == std::vector<bool>{true, false});
+  REQUIRE_FALSE(ag::retains_graph());  // restored after each
+
+  // Deferred to a WeightGradQueue (x is a parameter of this backward): the queue applies the
+  // node with the retain_graph of the backward that deferred it.
+  for (const bool retain : {true, false}) {
+    seen.clear();
+    Tensor z = ag::sum(noting(x, &seen));
+    ag::WeightGradQueue queue;
+    ag::backward({z}, {}, {}, {.defer_weight_grads = &queue, .retain_graph = retain});
+    REQUIRE(seen.empty());
+    queue.run();
+    REQUIRE(seen == std::vector<bool>{retain});
+    REQUIRE_FALSE(ag::retains_graph());
+  }
+}

@@ -126,5 +126,24 @@ TEST_CASE("a Generator gives the same stream on cpu and cuda", "[cuda][random]")
   CHECK(on_cpu.offset() == on_gpu.offset());
 }
 
+TEST_CASE("Tensor's factories on a GPU: the CPU's numbers, and from_blob over device memory",
+          "[cuda][random]") {
+  if (!gpu_available_or_skip()) return;
+  Generator on_cpu(7), on_gpu(7);
+  check_bitwise_equal(Tensor::rand({1001}, on_gpu, {.device = gpu()}),
+                      Tensor::rand({1001}, on_cpu));
+  check_bitwise_equal(Tensor::randn({3, 5}, on_gpu, {.dtype = DType::kFloat64, .device = gpu()}),
+                      Tensor::randn({3, 5}, on_cpu, {.dtype = DType::kFloat64}));
+  check_bitwise_equal(Tensor::arange(0, 2, 0.5, {.device = gpu()}), Tensor::arange(0, 2, 0.5));
+  check_bitwise_equal(Tensor::full({4}, 1.5, {.device = gpu()}), Tensor::full({4}, 1.5));
+
+  const Tensor owner = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, gpu());
+  Tensor view = Tensor::from_blob(owner.raw_data(), {2, 3}, {.device = gpu()});
+  CHECK(view.device() == gpu());
+  CHECK(view.to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  view.slice(1, 2).copy_from(Tensor::full({1, 3}, 9));  // host -> the blob's device memory
+  CHECK(owner.to_vector<float>() == std::vector<float>{1, 2, 3, 9, 9, 9});
+}
+
 }  // namespace
 }  // namespace pipewright::testing

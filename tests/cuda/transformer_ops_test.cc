@@ -207,11 +207,16 @@ TEST_CASE("cuda index_add matches cpu bit for bit and names a bad index", "[cuda
     gpu_kernels().index_add(actual, index.to(gpu()), src.to(gpu()));
     check_bitwise_equal(actual, expected);  // the same additions in the same order
 
-    const Tensor bad = Tensor::from_vector<int64_t>({1, 5, -1}).to(gpu());
-    Tensor before = actual.clone();
-    CHECK_THROWS_WITH(gpu_kernels().index_add(actual, bad, src.slice(0, 3).to(gpu())),
+    // A bad index: reported at the next read (Note [Deferred checks]); the good rows (row 1
+    // here) are added, the bad ones skipped, nothing written outside dst.
+    const Tensor bad = Tensor::from_vector<int64_t>({1, 5, -1});
+    Tensor before = actual.to(Device::cpu(0));
+    CHECK_THROWS_WITH(run_and_read([&] {
+                        gpu_kernels().index_add(actual, bad.to(gpu()), src.slice(0, 3).to(gpu()));
+                      }),
                       "index_add_: index 5 at position 1 is outside [0, 5) for dst of shape "
                       "[5, 300]");
+    cpu_kernels().index_add(before, Tensor::from_vector<int64_t>({1}), src.slice(0, 1));
     check_bitwise_equal(actual, before);
   }
 }

@@ -2,10 +2,12 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "autograd/engine.h"
 #include "nn/activation.h"
+#include "nn/batch_norm.h"
 #include "nn/dropout.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
@@ -143,4 +145,48 @@ TEST_CASE("cross_entropy matches a naive log-softmax, with label smoothing and r
   CHECK_THROWS_AS(nn::CrossEntropyLoss(nn::Reduction::kMean, 1.5), std::invalid_argument);
   CHECK(nn::CrossEntropyLoss(nn::Reduction::kMean, 0.1).str() ==
         "CrossEntropyLoss(reduction=mean, label_smoothing=0.1)");
+}
+
+TEST_CASE("a dtype or device mismatch entering a layer or loss names it, both tensors, the fix") {
+  nn::Linear layer(2, 3);
+  CHECK_THROWS_MATCHES(
+      layer(Tensor::ones({4, 2}, {.dtype = pw::DType::kFloat64})), std::invalid_argument,
+      Catch::Message("Linear(in_features=2, out_features=3, bias=true): the input ([4, 2] "
+                     "float64 on cpu:0) does not match the weight ([3, 2] float32 on cpu:0): the "
+                     "dtypes differ. Convert the input first: input.to(DType::kFloat32)"));
+  CHECK_THROWS_WITH(layer(Tensor::ones({4, 2}, {.device = pw::Device::cpu(1)})),
+                    Catch::EndsWith("the devices differ. Convert the input first: "
+                                    "input.to(Device::cpu(0))"));
+  nn::BatchNorm1d norm(2);
+  CHECK_THROWS_WITH(norm(Tensor::ones({4, 2}, {.dtype = pw::DType::kFloat64})),
+                    Catch::StartsWith("BatchNorm1d(") &&
+                        Catch::Contains("Convert the input first: input.to(DType::kFloat32)"));
+
+  const Tensor out = Tensor::ones({4, 1}, {.device = pw::Device::cpu(2)});
+  CHECK_THROWS_MATCHES(
+      nn::mse_loss(out, Tensor::zeros({4, 1}, {.dtype = pw::DType::kInt64})),
+      std::invalid_argument,
+      Catch::Message("mse_loss: the target ([4, 1] int64 on cpu:0) does not match the input ([4, "
+                     "1] float32 on cpu:2): the dtypes and devices differ. Convert the target "
+                     "first: target.to(DType::kFloat32).to(Device::cpu(2))"));
+  const Tensor logits = Tensor::ones({4, 3}, {.device = pw::Device::cpu(2)});
+  CHECK_THROWS_MATCHES(
+      nn::cross_entropy(logits, Tensor::zeros({4}, {.dtype = pw::DType::kInt64})),
+      std::invalid_argument,
+      Catch::Message("cross_entropy: the target ([4] int64 on cpu:0) does not match the logits "
+                     "([4, 3] float32 on cpu:2), which take int64 class indices on their device: "
+                     "the devices differ. Convert the target first: target.to(Device::cpu(2))"));
+  CHECK_THROWS_WITH(nn::cross_entropy(logits, Tensor::zeros({4}, {.device = pw::Device::cpu(2)})),
+                    Catch::EndsWith("the dtypes differ. Convert the target first: "
+                                    "target.to(DType::kInt64)"));
+}
+
+TEST_CASE("the functional losses pass as a loss of (output, target), their defaults filled in") {
+  const std::function<Tensor(const Tensor&, const Tensor&)> mse = nn::mse_loss;
+  const std::function<Tensor(const Tensor&, const Tensor&)> ce = nn::cross_entropy;
+  Tensor a = Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2});
+  Tensor b = Tensor::from_vector<float>({0, 2, 5, 1}, {2, 2});
+  CHECK(mse(a, b).item() == nn::mse_loss(a, b, nn::Reduction::kMean).item());
+  Tensor t = Tensor::from_vector<int64_t>({1, 0});
+  CHECK(ce(a, t).item() == nn::cross_entropy(a, t, nn::Reduction::kMean, 0.0).item());
 }

@@ -169,3 +169,36 @@ TEST_CASE("a module without forward says so") {
   CHECK_THROWS_WITH(empty(nn::Tensors{Tensor::ones({1}), Tensor::ones({1})}),
                     Catch::Matchers::Contains("Empty()") && Catch::Matchers::Contains("2"));
 }
+
+TEST_CASE("a moved-from module throws std::logic_error naming it; assigning to it revives it") {
+  nn::Sequential model = make_model();
+  nn::Sequential kept = std::move(model);
+  const std::string message =
+      "Sequential() was moved from (std::move): use the module it was moved into";
+  CHECK_THROWS_MATCHES(model(Tensor::ones({2, 4})), std::logic_error, Catch::Message(message));
+  CHECK_THROWS_MATCHES(model.forward(Tensor::ones({2, 4})), std::logic_error,
+                       Catch::Message(message));
+  CHECK_THROWS_MATCHES(model.parameters(), std::logic_error, Catch::Message(message));
+  CHECK_THROWS_AS(model.state_dict(), std::logic_error);
+  CHECK_THROWS_AS(model.load_state_dict(kept.state_dict()), std::logic_error);
+  CHECK_THROWS_AS(model.to(pw::Device::cpu(1)), std::logic_error);
+  CHECK_THROWS_AS(model.train(), std::logic_error);
+  CHECK_THROWS_AS(model.zero_grad(), std::logic_error);
+  CHECK(kept(Tensor::ones({2, 4})).shape() == pw::Shape{2, 2});  // the new owner works
+
+  nn::Linear layer(4, 3);
+  nn::Linear owner = std::move(layer);
+  CHECK_THROWS_WITH(layer(Tensor::ones({2, 4})), Catch::StartsWith("Linear(in_features=4") &&
+                                                     Catch::EndsWith("was moved from (std::move): "
+                                                                     "use the module it was "
+                                                                     "moved into"));
+  CHECK_THROWS_AS(layer.forward(Tensor::ones({2, 4})), std::logic_error);
+  nn::BatchNorm1d norm(3);
+  nn::BatchNorm1d norm_owner = std::move(norm);
+  CHECK_THROWS_AS(norm.forward(Tensor::ones({2, 3})), std::logic_error);
+
+  model = std::move(kept);  // a moved-from module assigned to is whole again
+  CHECK(model.size() == 4);
+  CHECK(model(Tensor::ones({2, 4})).shape() == pw::Shape{2, 2});
+  CHECK(model.parameters().size() == 6);
+}

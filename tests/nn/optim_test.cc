@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <unistd.h>
 #include <vector>
 
@@ -104,6 +105,12 @@ Vec run_three_steps(const Options& options, DType dtype = DType::kFloat64) {
 }
 
 }  // namespace
+
+// An optimizer is neither copied nor moved (it holds per-parameter state indexed like its
+// parameters): there is no moved-from optimizer to misuse. A std::unique_ptr<Optimizer> moves.
+static_assert(!std::is_move_constructible_v<nn::SGD> && !std::is_move_assignable_v<nn::SGD>);
+static_assert(!std::is_move_constructible_v<nn::Adam> && !std::is_move_assignable_v<nn::AdamW>);
+static_assert(!std::is_copy_constructible_v<nn::Optimizer>);
 
 TEST_CASE("SGD matches numbers worked out on paper") {
   // p = 1, g = 1 every step, lr 0.1.

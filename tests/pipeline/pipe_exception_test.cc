@@ -161,3 +161,20 @@ TEST_CASE("a Pipe still alive at program exit is joined by static destruction") 
   static Tensor out = at_exit.forward(randn({4, 4}, 22));  // keeps a step alive too
   REQUIRE(out.grad_fn() != nullptr);
 }
+
+TEST_CASE("an input of another dtype names the layer it entered, and last_failure the stage") {
+  Pipe pipe(small_mlp(12), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 2});
+  const Tensor x = randn({4, 4}, 13).to(DType::kFloat64);
+  REQUIRE_THROWS_MATCHES(
+      pipe.forward(x), std::invalid_argument,
+      Catch::Message("Linear(in_features=4, out_features=8, bias=true): the input ([2, 4] "
+                     "float64 on cpu:0) does not match the weight ([8, 4] float32 on cpu:0): "
+                     "the dtypes differ. Convert the input first: input.to(DType::kFloat32)"));
+  REQUIRE(pipe.last_failure().has_value());
+  REQUIRE(pipe.last_failure()->action.stage == 0);
+  const Tensor wrong_target = Tensor::zeros({4, 3}, {.dtype = DType::kInt64});
+  REQUIRE_THROWS_WITH(pipe.train_step(randn({4, 4}, 13), wrong_target, nn::mse_loss),
+                      Catch::StartsWith("mse_loss: the target ([2, 3] int64 on cpu:1)") &&
+                          Catch::EndsWith("Convert the target first: "
+                                          "target.to(DType::kFloat32)"));
+}

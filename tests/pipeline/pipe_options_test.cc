@@ -2,6 +2,9 @@
 // and the structure a Pipe exposes.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <string>
+
 #include "nn/activation.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
@@ -22,8 +25,12 @@ TEST_CASE("balance errors name the values") {
   REQUIRE_THROWS_MATCHES(
       Pipe(small_mlp(1), {.balance = {3, 0, 2}, .devices = cpus(0, 3)}), std::invalid_argument,
       Catch::Message("all balance numbers must be positive integer (balance: [3, 0, 2])"));
-  REQUIRE_THROWS_AS(Pipe(small_mlp(1), {.balance = {}, .devices = cpus(0, 1)}),
-                    std::invalid_argument);
+  REQUIRE_THROWS_MATCHES(
+      Pipe(small_mlp(1), {.balance = {}, .devices = cpus(0, 1)}), std::invalid_argument,
+      Catch::Message("balance is required (got an empty balance): the number of children per "
+                     "stage, e.g. {.balance = {3, 1}}; pipeline::balance_by_parameters(stages, "
+                     "model) computes one, and pipeline::make_pipe derives it from where the "
+                     "children are"));
   REQUIRE_THROWS_WITH(Pipe(small_mlp(1), {.balance = {2, 2, 1}, .devices = cpus(0, 3),
                                           .virtual_stages = 2}),
                       Catch::Contains("multiple of virtual_stages"));
@@ -98,4 +105,54 @@ TEST_CASE("schedules that do not fit the pipe are refused before running") {
   REQUIRE_THROWS_AS(pipe.train_step(x, t, mse, "no-such-schedule"), std::invalid_argument);
   REQUIRE_THROWS_WITH(pipe.train_step(x, randn({7, 3}, 4), mse),
                       "target 0 of shape [7, 3] has 7 entries on dim 0, the batch has 8");
+}
+
+TEST_CASE("a schedule that interleaves virtual stages on a pipe without them says what to set") {
+  const std::string message =
+      "schedule 'interleaved-1f1b' interleaves several virtual stages per worker, but the pipe "
+      "has virtual_stages = 1: set PipeOptions::virtual_stages to 2 or more (balance then has "
+      "virtual_stages entries per worker), or use a schedule with one stage per worker "
+      "('gpipe', '1f1b', 'zb-h1', 'zb-h2')";
+  REQUIRE_THROWS_MATCHES(Pipe(small_mlp(1), {.balance = {2, 2, 1}, .devices = cpus(0, 3),
+                                             .chunks = 8, .schedule = "interleaved-1f1b"}),
+                         std::invalid_argument, Catch::Message(message));
+  Pipe pipe(small_mlp(1), {.balance = {2, 2, 1}, .devices = cpus(0, 3), .chunks = 8});
+  const Tensor x = randn({10, 4}, 1), y = randn({10, 3}, 2);
+  REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, nn::mse_loss, "interleaved-1f1b"),
+                         std::invalid_argument, Catch::Message(message));
+  for (const std::string name : {"interleaved-zb", "looped-bfs"}) {
+    REQUIRE_THROWS_WITH(pipe.train_step(x, y, nn::mse_loss, name),
+                        Catch::StartsWith("schedule '" + name + "' interleaves"));
+  }
+  // With virtual stages, the same schedule runs.
+  Pipe interleaved(small_mlp(1), {.balance = {1, 1, 2, 1}, .devices = cpus(0, 2), .chunks = 4,
+                                  .virtual_stages = 2, .schedule = "interleaved-1f1b"});
+  REQUIRE(std::isfinite(interleaved.train_step(x.slice(0, 8), y.slice(0, 8), nn::mse_loss).loss));
+}
+
+TEST_CASE("a moved-from Pipe throws std::logic_error on use; assigning to it revives it") {
+  Pipe pipe(small_mlp(1), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 2});
+  Pipe owner = std::move(pipe);
+  const Tensor x = randn({4, 4}, 1), y = randn({4, 3}, 2);
+  const auto moved = Catch::Message("this Pipe was moved from (std::move): use the Pipe it was "
+                                    "moved into");
+  REQUIRE_THROWS_MATCHES(pipe.forward(x), std::logic_error, moved);
+  REQUIRE_THROWS_MATCHES(pipe(x), std::logic_error, moved);
+  REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, nn::mse_loss), std::logic_error, moved);
+  REQUIRE_THROWS_MATCHES(pipe.eval_step(x, y, nn::mse_loss), std::logic_error, moved);
+  REQUIRE_THROWS_MATCHES(pipe.parameters(), std::logic_error, moved);
+  REQUIRE_THROWS_AS(pipe.module(), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.balance(), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.devices(), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.partitions(), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.num_stages(), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.zero_grad(), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.eval(), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.manual_seed(1), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.last_trace(), std::logic_error);
+  REQUIRE(owner.forward(x).shape() == Shape{4, 3});  // the new owner works
+
+  pipe = std::move(owner);
+  REQUIRE(pipe.forward(x).shape() == Shape{4, 3});
+  REQUIRE_THROWS_AS(owner.forward(x), std::logic_error);
 }

@@ -244,6 +244,27 @@ TEST_CASE("derive_placement and make_pipe errors name the child, its str() and t
                  Contains("is shared with stage 0, which runs on another worker"));
     REQUIRE(linear->weight().device() == kCpu0);  // refused before anything moved
   }
+  SECTION("a device that comes back after another is refused unless allow_revisit is set") {
+    // ReLU has no tensors: without WithDevice it runs on cpu:0, between cpu:1 and cpu:2.
+    auto model = [] {
+      return nn::Sequential{nn::Linear(4, 4), placed(nn::Linear(4, 4), kCpu1), nn::ReLU(),
+                            placed(nn::Linear(4, 3), kCpu2)};
+    };
+    REQUIRE(message_of([&] { make_pipe(model()); }) ==
+            "make_pipe: cpu:0 holds partitions 0 (child 0) and 2 (child 2), with cpu:1 between "
+            "them; child 2 (ReLU()) has no parameters or buffers, so it runs on cpu:0 unless "
+            "wrapped in WithDevice; wrap it, or set PlacementOptions::allow_revisit to run 4 "
+            "partitions, each with its own worker");
+    REQUIRE_THROWS_AS(placement_pipe_options(model()), std::invalid_argument);
+    Pipe pipe = make_pipe(model(), {.allow_revisit = true});
+    REQUIRE(pipe.devices() == std::vector<Device>{kCpu0, kCpu1, kCpu0, kCpu2});
+    // A revisit that is not a forgotten WithDevice: the message names no child.
+    nn::Sequential twice{nn::Linear(4, 4), placed(nn::Linear(4, 4), kCpu1), nn::Linear(4, 4)};
+    REQUIRE(message_of([&] { make_pipe(std::move(twice)); }) ==
+            "make_pipe: cpu:0 holds partitions 0 (child 0) and 2 (child 2), with cpu:1 between "
+            "them; set PlacementOptions::allow_revisit to run 3 partitions, each with its own "
+            "worker");
+  }
   SECTION("the Pipe's own checks still apply") {
     REQUIRE(message_of([] { make_pipe(small_mlp(1), {.chunks = 0}); }) ==
             "number of chunks must be positive integer (chunks: 0)");
@@ -383,7 +404,8 @@ TEST_CASE("a placement-built Pipe equals the balance-built Pipe and the plain mo
   const Case& c = cases()[which];
   CAPTURE(c.name, chunks, to_string(mode));
 
-  Pipe placed_pipe = make_pipe(build(which, 1, true), {.chunks = chunks, .checkpoint = mode});
+  Pipe placed_pipe = make_pipe(build(which, 1, true),
+                               {.chunks = chunks, .checkpoint = mode, .allow_revisit = true});
   REQUIRE(placed_pipe.balance() == c.balance);
   REQUIRE(placed_pipe.devices() == c.devices);
   Pipe cut_pipe(build(which, 1, true),
@@ -416,7 +438,9 @@ TEST_CASE("train_step of a placement-built Pipe equals the balance-built Pipe's"
   const Case& c = cases()[which];
   CAPTURE(schedule, c.name, chunks);
 
-  Pipe placed_pipe = make_pipe(build(which, 5, true), {.chunks = chunks, .schedule = schedule});
+  Pipe placed_pipe =
+      make_pipe(build(which, 5, true), {.chunks = chunks, .schedule = schedule,
+                                        .allow_revisit = true});
   Pipe cut_pipe(
       build(which, 5, true),
       {.balance = c.balance, .devices = c.devices, .chunks = chunks, .schedule = schedule});

@@ -405,3 +405,23 @@ TEST_CASE("the single-tensor train_step on a model with two outputs says which f
       "train_step: the last stage must return one tensor for the loss, got 2 (use the "
       "nn::Tensors form of train_step)");
 }
+
+TEST_CASE("train_step and eval_step take nn::mse_loss and nn::cross_entropy themselves") {
+  Pipe pipe(small_mlp(21), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 3});
+  Pipe same(small_mlp(21), {.balance = {2, 3}, .devices = cpus(2, 2), .chunks = 3});
+  const Tensor x = randn({9, 4}, 22), y = randn({9, 3}, 23);
+  const StepResult direct = pipe.train_step(x, y, nn::mse_loss, "1f1b");
+  auto lambda = [](const Tensor& out, const Tensor& t) { return nn::mse_loss(out, t); };
+  const StepResult through_lambda = same.train_step(x, y, lambda, "1f1b");
+  REQUIRE(direct.loss == through_lambda.loss);
+  REQUIRE(grad_bytes(pipe.module()) == grad_bytes(same.module()));
+  REQUIRE(pipe.eval_step(x, y, nn::mse_loss).loss == same.eval_step(x, y, lambda).loss);
+
+  const Tensor labels = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 2, 1, 0, 0, 1, 2});
+  pipe.zero_grad();
+  same.zero_grad();
+  auto ce = [](const Tensor& out, const Tensor& t) { return nn::cross_entropy(out, t); };
+  REQUIRE(pipe.train_step(x, labels, nn::cross_entropy).loss ==
+          same.train_step(x, labels, ce).loss);
+  REQUIRE(grad_bytes(pipe.module()) == grad_bytes(same.module()));
+}

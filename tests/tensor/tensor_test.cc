@@ -264,3 +264,16 @@ TEST_CASE("CUDA tensors need a CUDA build") {
   REQUIRE_THROWS_WITH(Tensor::zeros({2}).to(Device::cuda(0)),
                       Catch::Contains("CUDA is not available"));
 }
+
+TEST_CASE("a moved-from tensor is undefined: using it throws std::logic_error saying so") {
+  Tensor t = Tensor::ones({2});
+  const Tensor owner = std::move(t);
+  REQUIRE(owner.numel() == 2);
+  REQUIRE_FALSE(t.defined());
+  REQUIRE_THROWS_MATCHES(t.numel(), std::logic_error,
+                         Catch::Message("operation on an undefined Tensor (default-constructed, "
+                                        "or moved from with std::move)"));
+  REQUIRE_THROWS_AS(t.to(Device::cpu(1)), std::logic_error);
+  REQUIRE_THROWS_AS(t.to_vector<float>(), std::logic_error);
+  REQUIRE_THROWS_AS(t.slice(0, 1), std::logic_error);
+}
