@@ -15,7 +15,7 @@
 // in the split's n tokens (splitmix64's finaliser: Steele et al., "Fast splittable
 // pseudorandom number generators", 2014). A function of (seed, step, i) alone, so the data
 // position of a run is its step count and a peer in another language draws the same windows
-// (bench/peers/char_gpt.py).
+// (bench/peers/torch_char_gpt.py).
 #pragma once
 
 #include <cstdint>

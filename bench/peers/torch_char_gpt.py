@@ -18,12 +18,13 @@ Same model, data, batches and learning rates as `tools/bazel run //examples:char
 The initial weights are drawn by torch's generator, not pipewright's: the same distributions,
 other numbers.
 
-  /usr/bin/python3 bench/peers/torch_char_gpt.py [--steps 500] [--threads 2] [...]
+  /usr/bin/python3 bench/peers/torch_char_gpt.py [--steps 600] [--threads 2] [...]
 
 Prints a report every --eval-every steps in the format of ours and finally
 `RESULT val_loss=... tokens_per_s=...` (tokens over the training steps' time, evaluation
-excluded). PyTorch is Debian's python3-torch (1.13); it is never a dependency of pipewright.
-Run side by side with ours by bench/peers/char_gpt_compare.sh.
+excluded). PyTorch is Debian's python3-torch; it is never a dependency of pipewright. The
+defaults are the example's (tools/bazel run //examples:char_gpt); docs/BENCHMARKS.md shows
+both side by side.
 """
 
 import argparse
@@ -145,7 +146,7 @@ def lr_at(step, lr, warmup, steps, min_lr):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=500)
+    p.add_argument("--steps", type=int, default=600)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--context", type=int, default=128)
     p.add_argument("--layers", type=int, default=4)
@@ -154,7 +155,7 @@ def main():
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--min-lr-ratio", type=float, default=0.1)
-    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=60)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--eval-every", type=int, default=100)
