@@ -6,18 +6,13 @@
 // validation loss (nats and bits per character), tokens/s, bubble and peak memory per stage;
 // at the end the validation loss and a sample of the text it learned to write. --help lists
 // every flag. Under mpirun every rank runs this program, as the main job's (fashion_mnist).
-#include <chrono>
-#include <exception>
 #include <iostream>
-#include <memory>
-#include <stdexcept>
 #include <string>
-#include <thread>
 
 #include <CLI/CLI.hpp>
 
-#include "distributed/mpi.h"
 #include "examples/char_gpt/trainer.h"
+#include "examples/common/example_main.h"
 #include "examples/fashion_mnist/flags.h"
 
 int main(int argc, char** argv) {
@@ -54,30 +49,8 @@ int main(int argc, char** argv) {
   app.add_option("--prompt", config.prompt, "Text the sample starts from");
   CLI11_PARSE(app, argc, argv);
 
-  std::unique_ptr<pipewright::distributed::MpiSession> mpi;
-  try {
-    if (pipewright::distributed::launched_by_mpirun()) {
-      mpi = std::make_unique<pipewright::distributed::MpiSession>(&argc, &argv);
-      config.run.distributed = true;
-      const int needed = config.run.stages * config.run.data_parallel;
-      if (mpi->world_size() != needed) {
-        throw std::invalid_argument(
-            "mpirun started " + std::to_string(mpi->world_size()) + " processes, but --stages " +
-            std::to_string(config.run.stages) + " x --data-parallel " +
-            std::to_string(config.run.data_parallel) + " needs " + std::to_string(needed) +
-            " (mpirun -np " + std::to_string(needed) + ")");
-      }
-    }
+  return run_example(&argc, &argv, config.run, [&] {
     flags.apply();
     train_char_gpt(config, std::cout);
-  } catch (const std::exception& e) {
-    if (mpi == nullptr) {
-      std::cerr << "error: " << e.what() << "\n";
-      return 1;
-    }
-    std::cerr << "rank " << mpi->world_rank() << ": error: " << e.what() << "\n" << std::flush;
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    mpi->abort(1);
-  }
-  return 0;
+  });
 }

@@ -94,12 +94,22 @@ TEST_CASE("the run reports busy time per stage and the replayed bubble; --trace-
   CHECK_THROWS_WITH(train(c, past), Catch::Contains("--trace-step 0: must be at least 1"));
 }
 
+namespace {
+
+// The runs the resume tests interrupt and continue.
+TrainConfig three_short_epochs() {
+  TrainConfig c = small_config();
+  c.epochs = 3;
+  c.train_limit = 200;
+  c.test_limit = 100;
+  return c;
+}
+
+}  // namespace
+
 TEST_CASE("resuming from a checkpoint equals training straight through, bit for bit") {
   std::ostringstream log;
-  TrainConfig straight = small_config();
-  straight.epochs = 3;
-  straight.train_limit = 200;
-  straight.test_limit = 100;
+  const TrainConfig straight = three_short_epochs();
   auto full = train(straight, log);
 
   TrainConfig first = straight;
@@ -125,10 +135,7 @@ TEST_CASE("a checkpoint resumes under another cut, continuing the run to float r
   // state by name, Dropout's keyed masks by the random step). The micro-batches stay: deferred
   // BatchNorm normalises each with its own statistics, so chunks are part of the model.
   std::ostringstream log;
-  TrainConfig straight = small_config();
-  straight.epochs = 3;
-  straight.train_limit = 200;
-  straight.test_limit = 100;
+  const TrainConfig straight = three_short_epochs();
   auto full = train(straight, log);
 
   TrainConfig first = straight;
