@@ -302,6 +302,18 @@ double MpiProcesses::combine_over_pipeline(double value, bool max) {
                 max ? MPI_MAX : MPI_SUM);
 }
 
+void MpiProcesses::sum_over_pipeline(std::vector<Tensor>& tensors) {
+  for (Tensor& t : tensors) {
+    t = t.to(Device::cpu(0)).contiguous();
+    if (t.numel() == 0) continue;
+    MPI_Request request;
+    check(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(t.numel()),
+                         mpi_type(t.dtype()), MPI_SUM, replica_comm_, &request),
+          "MPI_Iallreduce (tied gradients)");
+    wait_for(request, "sum of tied gradients over the pipeline");
+  }
+}
+
 double MpiProcesses::sum_over_job(double value) {
   return reduce_on(world_, value, "sum over the job");
 }
@@ -444,9 +456,14 @@ pipeline::StepResult train_step(pipeline::Pipe& pipe, MpiProcesses& processes,
   const bool sum = options.reduction == pipeline::LossReduction::kSum;
   const double weight = sum ? 1.0 : static_cast<double>(end - begin) / static_cast<double>(n);
   processes.set_gradient_scale(weight);
+  // Random layers key their draws by each row's index in the global batch (Note [Keyed
+  // randomness], nn/random_key.h), so any data-parallel degree draws the same masks.
+  pipeline::StepOptions share_options = options;
+  share_options.first_sample = options.first_sample + begin;
   pipeline::StepResult result = pipe.train_step(
       replica_share(inputs, options.input_chunks, n, begin, end, "input"),
-      replica_share(targets, options.target_chunks, n, begin, end, "target"), loss_fn, options);
+      replica_share(targets, options.target_chunks, n, begin, end, "target"), loss_fn,
+      share_options);
   result.loss = processes.sum_over_replicas(result.loss * weight);
   return result;
 }

@@ -93,6 +93,8 @@ class MpiProcesses final : public pipeline::Processes {
   std::exception_ptr step_failed(const pipeline::Step& step, std::exception_ptr error) override;
   /// Over the replica's pipeline communicator (its p workers).
   double combine_over_pipeline(double value, bool max) override;
+  /// Over the replica's pipeline communicator.
+  void sum_over_pipeline(std::vector<Tensor>& tensors) override;
 
   // ---- collectives for programs ----
   /// Σ over replicas of `value` (on the data-parallel communicator). Throws as wait().

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "autograd/dropout.h"
+#include "nn/random_key.h"
 #include "tensor/generator.h"
 
 namespace pipewright::nn {
@@ -17,6 +18,10 @@ Dropout::Dropout(double p) : p_(p) {
 
 Tensor Dropout::forward(const Tensor& x) {
   if (!is_training() || p_ == 0.0) return x;
+  if (random_key_active()) {
+    const KeyedDraw draw = next_keyed_draw(x);
+    return autograd::dropout(x, p_, draw.seed, draw.offset);
+  }
   Generator& generator = current_generator();
   const uint64_t offset = generator.reserve(autograd::dropout_stream_length(x));
   return autograd::dropout(x, p_, generator.seed(), offset);

@@ -7,11 +7,13 @@
 
 namespace pipewright::nn {
 
-/// In training, each forward reserves a fresh range of the calling thread's
-/// current_generator() (tensor/generator.h) and applies autograd::dropout with that
-/// (seed, offset): elements are zeroed with probability p and the rest scaled by 1/(1-p).
-/// A pipeline that installs the same Generator state (GeneratorGuard) for a recompute gets
-/// the same mask. In eval, or with p = 0, forward returns its input.
+/// In training, elements are zeroed with probability p and the rest scaled by 1/(1-p)
+/// (autograd::dropout with a (seed, offset) of the Philox stream). Under a RandomKeyGuard
+/// the mask is keyed by (seed, step, layer, draw, sample) (Note [Keyed randomness],
+/// nn/random_key.h: what a pipeline does, so any cut draws the same masks); otherwise each
+/// forward reserves a fresh range of the calling thread's current_generator()
+/// (tensor/generator.h), and installing the same Generator state again replays the mask.
+/// In eval, or with p = 0, forward returns its input.
 class Dropout : public Module {
  public:
   /// Throws std::invalid_argument unless 0 <= p < 1.

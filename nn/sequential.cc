@@ -1,6 +1,8 @@
 // Sequential: children "0", "1", ..., list forward through each, PyTorch-style str().
 #include "nn/sequential.h"
 
+#include "nn/random_key.h"
+
 #include <sstream>
 #include <stdexcept>
 
@@ -34,6 +36,7 @@ Sequential Sequential::slice(size_t begin, size_t end) const {
   Sequential part;
   for (size_t i = begin; i < end; ++i) part.push_back_shared(modules_[i]);
   part.set_training_flag(is_training());
+  part.first_layer_ = first_layer_ + begin;
   return part;
 }
 
@@ -49,7 +52,10 @@ Tensor Sequential::forward(const Tensor& input) {
 Tensors Sequential::forward(const Tensors& inputs) {
   check_not_moved_from();
   Tensors x = inputs;
-  for (const auto& m : modules_) x = m->forward(x);
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    LayerScope layer(static_cast<int64_t>(first_layer_ + i));
+    x = modules_[i]->forward(x);
+  }
   return x;
 }
 

@@ -55,13 +55,18 @@ class Sequential : public Module {
   Module& operator[](size_t i) const;
   const std::shared_ptr<Module>& ptr(size_t i) const;
   /// Modules [begin, end) as a new Sequential sharing the same instances; children are renamed
-  /// from "0". Throws std::out_of_range unless begin <= end <= size().
+  /// from "0", and the slice remembers where it was cut (first_layer() = this one's + begin).
+  /// Throws std::out_of_range unless begin <= end <= size().
   Sequential slice(size_t begin, size_t end) const;
+  /// The index of child 0 in the model this was sliced from (0 unless made by slice()): the
+  /// layer index random draws are keyed by (Note [Keyed randomness], nn/random_key.h).
+  size_t first_layer() const { return first_layer_; }
 
   auto begin() const { return modules_.begin(); }
   auto end() const { return modules_.end(); }
 
-  /// Each module's list forward in turn (a module may take and return several tensors).
+  /// Each module's list forward in turn (a module may take and return several tensors),
+  /// child i under LayerScope(first_layer() + i).
   Tensor forward(const Tensor& input) override;
   Tensors forward(const Tensors& inputs) override;
   /// PyTorch's layout: "Sequential(\n  (0): Linear(...)\n  (1): ReLU()\n)".
@@ -69,6 +74,7 @@ class Sequential : public Module {
 
  private:
   std::vector<std::shared_ptr<Module>> modules_;
+  size_t first_layer_ = 0;
 };
 
 }  // namespace pipewright::nn

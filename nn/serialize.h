@@ -7,9 +7,12 @@
 //   nn::save_checkpoint("ckpt.safetensors", model, opt, {{"epoch", "3"}});
 //   auto metadata = nn::load_checkpoint("ckpt.safetensors", model, opt);   // resume exactly
 //
-// A checkpoint stores the model's keys under "model." and the optimizer's under "optimizer."
-// ("model.0.weight", "optimizer.state.0.momentum_buffer", "optimizer.param_groups.0.lr").
-// The optimizer must be built over model.parameters() in the same order as when saved.
+// A checkpoint stores the model's keys under "model." and the optimizer's under "optimizer.",
+// its per-parameter state by parameter name ("model.0.weight",
+// "optimizer.state.0.weight.momentum_buffer", "optimizer.param_groups.0.lr"), so it loads
+// into an optimizer that lists the parameters in another order (other parameter groups, a
+// model cut otherwise) and its entries can be split by stage. Files that number the state by
+// index ("optimizer.state.3.exp_avg") still load, into an optimizer in the saved order.
 #pragma once
 
 #include <map>
@@ -33,10 +36,34 @@ void save_state_dict(const std::string& path, const Module& module,
 /// Returns the file's metadata.
 std::map<std::string, std::string> load_state_dict(const std::string& path, Module& module);
 
+/// The optimizer's state_dict() with each "state.<i>.<entry>" renamed
+/// "state.<name>.<entry>", name the module's name of parameter i (Module::named_parameters).
+/// Throws std::invalid_argument naming the index of a parameter that is not the module's.
+NamedTensors optimizer_state_by_name(const Module& module, const Optimizer& optimizer);
+
+/// The inverse, what Optimizer::load_state_dict takes: "state.<name>.<entry>" becomes
+/// "state.<i>.<entry>" with i the optimizer's index of that parameter; keys numbered by
+/// index and every other key pass through unchanged. Throws std::invalid_argument naming
+/// the key when <name> is no parameter of the module the optimizer updates.
+NamedTensors optimizer_state_by_index(const Module& module, const Optimizer& optimizer,
+                                      const NamedTensors& state);
+
 /// Saves the module's and the optimizer's state in one file (keys prefixed "model." and
-/// "optimizer."), atomically. Throws like save_safetensors.
+/// "optimizer.", the optimizer's state by parameter name), atomically. Throws like
+/// save_safetensors and optimizer_state_by_name.
 void save_checkpoint(const std::string& path, const Module& module, const Optimizer& optimizer,
                      const std::map<std::string, std::string>& metadata = {});
+
+/// What save_checkpoint writes: "model.<key>" for every state-dict entry, then
+/// "optimizer.<key>" for optimizer_state_by_name's. Throws as optimizer_state_by_name.
+NamedTensors checkpoint_tensors(const Module& module, const Optimizer& optimizer);
+
+/// Loads checkpoint_tensors() (from any source: one file, or the shards of several merged)
+/// into `module` and `optimizer`, all or nothing; `where` names the source in errors. Throws
+/// std::invalid_argument for a key outside "model." and "optimizer.", and whatever
+/// Module::load_state_dict / Optimizer::load_state_dict / optimizer_state_by_index reject.
+void load_checkpoint_tensors(const NamedTensors& tensors, Module& module, Optimizer& optimizer,
+                             const std::string& where);
 
 /// Restores a save_checkpoint() file into `module` and `optimizer` and returns its metadata.
 /// Nothing is changed unless the whole file is intact: it must carry a matching checksum

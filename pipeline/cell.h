@@ -11,7 +11,8 @@
 // which accumulates the stage's parameter gradients and returns exactly the gradient to send
 // to the stage on the left. No graph ever spans two workers, so workers run backward on
 // their own cells concurrently without locks (engine.h: stages own disjoint parameters; a
-// parameter shared by stages on different workers is refused when the Pipe is built). For
+// parameter shared by stages on different workers is refused when the Pipe is built, and
+// held as tied copies instead: Note [Tied parameters]). For
 // I/W schedules, backward_input() passes the cell's own WeightGradQueue as
 // BackwardOptions::defer_weight_grads, and W (backward_weight()) runs it. Stage 0's inputs
 // need a gradient only when the user's input requires one (needs_grad), so the first layer
@@ -28,10 +29,13 @@
 //   B  backward as for any cell
 //
 // Note [Replaying randomness]
-// Every worker thread installs its own Philox Generator (worker.h); Dropout draws
-// (seed, offset) from current_generator(). Restoring the pair before R reproduces the masks
-// bit for bit (tensor/generator.h), and restoring the stream afterwards means R consumes no
-// randomness, so a checkpointed and a plain run of the same step draw identical numbers.
+// The runtime runs every cell's stage under the cell's random key (Note [Keyed randomness],
+// nn/random_key.h), in F and in R alike, so keyed draws (Dropout) repeat by construction.
+// What draws from the thread's current_generator() instead (a custom layer) reads the
+// worker's own Philox Generator (worker.h): restoring its (seed, offset) before R reproduces
+// those numbers bit for bit (tensor/generator.h), and restoring the stream afterwards means R
+// consumes no randomness, so a checkpointed and a plain run of the same step draw identical
+// numbers.
 #pragma once
 
 #include <cstdint>

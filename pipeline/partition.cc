@@ -93,7 +93,9 @@ void verify_no_shared_parameters(const std::vector<nn::Sequential>& stages,
             "parameter '" + name + "' of stage " + std::to_string(s) +
             " is shared with stage " + std::to_string(it->second) +
             ", which runs on another worker (worker " + std::to_string(stage_worker[s]) +
-            " vs " + std::to_string(stage_worker[it->second]) + ")");
+            " vs " + std::to_string(stage_worker[it->second]) +
+            "); give each stage its own copy and name the copies in "
+            "PipeOptions::tied_parameters");
       }
     }
   }

@@ -18,12 +18,13 @@
 #include "pipeline/schedule/validate.h"
 #include "pipeline/schedule/generators.h"
 #include "pipeline/skip_layout.h"
+#include "pipeline/tied_parameters.h"
 #include "tensor/threads.h"
 
 namespace pipewright::pipeline {
 
 Pipe::Pipe(nn::Sequential module, PipeOptions options)
-    : module_(std::move(module)), options_(std::move(options)) {
+    : module_(std::move(module)), options_(std::move(options)), random_seed_(options_.seed) {
   verify_module(module_);
   verify_balance(module_, options_.balance, options_.virtual_stages);
   if (options_.chunks <= 0) {
@@ -44,6 +45,8 @@ Pipe::Pipe(nn::Sequential module, PipeOptions options)
   for (int s = 0; s < num_stages; ++s) stage_devices[s] = options_.devices[stage_worker[s]];
   std::vector<nn::Sequential> partitions = split_module(module_, options_.balance);
   verify_no_shared_parameters(partitions, stage_worker);
+  tied_ = std::make_shared<const TiedParameters>(module_, options_.tied_parameters,
+                                                 options_.balance);
   for (int s = 0; s < num_stages; ++s) partitions[s].to(stage_devices[s]);
 
   // Across processes each runs one worker, and the processes of a machine share its cores.
@@ -106,6 +109,8 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const ForwardOptions& optio
                                      recomputed_cells(schedule));
   for (const Tensor& t : inputs) step->input_needs_grad.push_back(record && t.requires_grad());
   step->arguments = options.arguments;
+  step->random_key = random_key();
+  if (record) ++random_step_;
 
   run(*step, phases.forward);
 
@@ -139,7 +144,7 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const ForwardOptions& optio
   }
   auto node = std::make_shared<PipeBackward>(
       runtime_, std::move(step), std::move(phases.backward), describe_inputs(inputs, specs),
-      std::move(output_dims), std::move(output_sizes), std::move(recorded));
+      std::move(output_dims), std::move(output_sizes), std::move(recorded), tied_);
   autograd::NodeRecorder::record(node, node_inputs, recorded_outputs);
   return outputs;
 }
@@ -162,6 +167,11 @@ void Pipe::run(Step& step, const std::vector<std::vector<Action>>& actions) {
     throw;
   }
   if (deferred_ != nullptr && module_.is_training()) deferred_->commit();
+}
+
+bool Pipe::runs_stage(int s) const {
+  return options_.processes == nullptr ||
+         options_.processes->runs_worker(runtime_->stage_worker()[static_cast<size_t>(s)]);
 }
 
 void Pipe::train(bool on) {
@@ -201,7 +211,11 @@ const std::vector<nn::Sequential>& Pipe::partitions() const { return runtime().p
 const std::vector<Device>& Pipe::devices() const { return runtime().stage_devices(); }
 int Pipe::num_workers() const { return runtime().num_workers(); }
 int Pipe::num_stages() const { return runtime().num_stages(); }
-void Pipe::manual_seed(uint64_t seed) { runtime().manual_seed(seed); }
+void Pipe::manual_seed(uint64_t seed) {
+  runtime().manual_seed(seed);
+  random_seed_ = seed;
+  random_step_ = 0;
+}
 Generator& Pipe::generator(int worker) { return runtime().worker(worker).generator(); }
 Trace Pipe::last_trace() const { return runtime().last_trace(); }
 StepCounters Pipe::last_counters() const { return runtime().last_counters(); }

@@ -22,9 +22,13 @@
 //      and it runs the rest (R, B) on the workers. train_step() runs the whole schedule, the
 //      loss computed per micro-batch on the last stage.
 //
+// Tied parameters (a token embedding on the first stage and the LM head on the last): one
+// copy per stage, named in PipeOptions::tied_parameters; their gradients are summed after
+// every backward, so the copies stay equal (Note [Tied parameters], tied_parameters.h).
+//
 // Errors (torchgpipe's, with C++ types): balance empty / entry <= 0 / Σ balance != module
 // size / duplicate child / shared parameter across workers / chunks <= 0 / virtual_stages
-// not dividing balance -> std::invalid_argument naming the values; fewer devices than
+// not dividing balance / a bad tied_parameters group -> std::invalid_argument naming the values; fewer devices than
 // workers -> std::out_of_range naming both counts. An exception raised inside a stage reaches
 // the caller unchanged (same type and message); the Pipe stays usable.
 //
@@ -46,6 +50,7 @@
 #include <vector>
 
 #include "nn/arguments.h"
+#include "nn/random_key.h"
 #include "nn/sequential.h"
 #include "pipeline/microbatch.h"
 #include "pipeline/pipe_options.h"
@@ -61,6 +66,7 @@ namespace pipewright::pipeline {
 
 class Runtime;
 class DeferredBatchNorm;
+class TiedParameters;
 
 /// What train_step and eval_step return.
 struct StepResult {
@@ -102,6 +108,10 @@ struct StepOptions {
   std::string schedule = {};
   /// ... or this schedule exactly as given (its R actions are its checkpointing).
   std::optional<Schedule> custom_schedule = std::nullopt;
+  /// The index of this mini-batch's first row in the global batch, which random layers key
+  /// their draws by (Note [Keyed randomness], nn/random_key.h): distributed::train_step sets
+  /// it to the replica's first row, so every data-parallel degree draws the same masks.
+  int64_t first_sample = 0;
 };
 
 /// What the general Pipe::forward takes besides the inputs: StepOptions' fields that a
@@ -249,6 +259,8 @@ class Pipe {
   const PipeOptions& options() const;
   int num_workers() const;
   int num_stages() const;
+  /// Whether this process runs stage s (always, unless PipeOptions::processes says otherwise).
+  bool runs_stage(int s) const;
   nn::Tensors parameters() const { return module().parameters(); }
   /// Training mode of the model and of every stage (Module::train).
   void train(bool on = true);
@@ -256,8 +268,22 @@ class Pipe {
   bool is_training() const { return module().is_training(); }
   void zero_grad() { module().zero_grad(); }
 
-  // ---- randomness: each worker draws from its own Generator ----
-  /// Re-seeds worker w's generator to (mix_seed(seed, w), 0).
+  // ---- randomness ----
+  // Random layers (nn::Dropout, attention dropout) draw keyed masks (Note [Keyed randomness],
+  // nn/random_key.h): a function of (seed, step, the layer's index in the whole model, the
+  // sample's index in the mini-batch), so every balance, schedule, chunks, placement and
+  // data-parallel degree draws the same masks, equal to the plain model's under
+  // nn::RandomKeyGuard({seed, step, 0}). What draws from the thread's current_generator()
+  // instead (a custom layer) gets its worker's Generator.
+
+  /// The key of the next training step: seed (PipeOptions::seed, or manual_seed's) and step,
+  /// the number of training steps run so far (train_step, and forward() when it records a
+  /// backward, each count one, whether or not they succeed; eval_step and forward without
+  /// grad use the current step and do not count). Saving and restoring both resumes a run's
+  /// masks exactly, under any cut.
+  nn::RandomKey random_key() const { return {random_seed_, random_step_, 0}; }
+  void set_random_step(uint64_t step) { random_step_ = step; }
+  /// Re-seeds: the keyed draws to (seed, step 0), worker w's generator to (mix_seed(seed, w), 0).
   void manual_seed(uint64_t seed);
   /// Worker w's generator (read or set it only between calls).
   Generator& generator(int worker);
@@ -292,6 +318,9 @@ class Pipe {
   PipeOptions options_;
   std::shared_ptr<Runtime> runtime_;
   std::unique_ptr<DeferredBatchNorm> deferred_;
+  std::shared_ptr<const TiedParameters> tied_;
+  uint64_t random_seed_ = 0;
+  uint64_t random_step_ = 0;
 };
 
 }  // namespace pipewright::pipeline

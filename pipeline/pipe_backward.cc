@@ -5,6 +5,7 @@
 
 #include "autograd/engine.h"
 #include "pipeline/runtime.h"
+#include "pipeline/tied_parameters.h"
 
 namespace pipewright::pipeline {
 
@@ -12,14 +13,16 @@ PipeBackward::PipeBackward(std::weak_ptr<Runtime> runtime, std::shared_ptr<Step>
                            std::vector<std::vector<Action>> actions,
                            std::vector<InputInfo> inputs, std::vector<int> output_dims,
                            std::vector<std::vector<int64_t>> output_sizes,
-                           std::vector<size_t> recorded)
+                           std::vector<size_t> recorded,
+                           std::shared_ptr<const TiedParameters> tied)
     : runtime_(std::move(runtime)),
       step_(std::move(step)),
       actions_(std::move(actions)),
       inputs_(std::move(inputs)),
       output_dims_(std::move(output_dims)),
       output_sizes_(std::move(output_sizes)),
-      recorded_(std::move(recorded)) {}
+      recorded_(std::move(recorded)),
+      tied_(std::move(tied)) {}
 
 std::vector<Tensor> PipeBackward::apply(const std::vector<Tensor>& grad_outputs,
                                         const std::vector<bool>& wanted) {
@@ -61,12 +64,15 @@ std::vector<Tensor> PipeBackward::apply(const std::vector<Tensor>& grad_outputs,
     for (int j = 0; j < step->num_microbatches; ++j) step->output_grads[j][k] = parts[j];
   }
 
+  auto every_stage = [](int) { return true; };  // Pipe::forward runs in one process
+  tied_->begin_backward(every_stage);
   try {
     runtime->execute(*step, actions_);
   } catch (...) {
     step_.reset();  // a failed backward leaves nothing to retry
     throw;
   }
+  tied_->reduce(every_stage, nullptr);
   weights_done_ = !wants_weights;
   if (retain) {  // the kept graphs include the recomputed ones
     for (std::vector<Action>& list : actions_) {

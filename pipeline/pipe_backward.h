@@ -45,6 +45,7 @@
 namespace pipewright::pipeline {
 
 class Runtime;
+class TiedParameters;
 
 class PipeBackward final : public autograd::Node {
  public:
@@ -53,10 +54,12 @@ class PipeBackward final : public autograd::Node {
   /// `output_dims[k]`: the dim (>= 0) gathered output k was concatenated on;
   /// `output_sizes[k][j]`: its size there that came from micro-batch j.
   /// `recorded[r]`: the gathered output that is this node's output r (the floating ones).
+  /// `tied`: the Pipe's tied parameters, whose gradients the backward sums (Note [Tied
+  /// parameters], tied_parameters.h).
   PipeBackward(std::weak_ptr<Runtime> runtime, std::shared_ptr<Step> step,
                std::vector<std::vector<Action>> actions, std::vector<InputInfo> inputs,
                std::vector<int> output_dims, std::vector<std::vector<int64_t>> output_sizes,
-               std::vector<size_t> recorded);
+               std::vector<size_t> recorded, std::shared_ptr<const TiedParameters> tied);
 
   const char* name() const override { return "PipeBackward"; }
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs,
@@ -71,6 +74,7 @@ class PipeBackward final : public autograd::Node {
   std::vector<int> output_dims_;
   std::vector<std::vector<int64_t>> output_sizes_;
   std::vector<size_t> recorded_;
+  std::shared_ptr<const TiedParameters> tied_;
   bool weights_done_ = false;  // the last run's parameter gradients were not asked for yet
 };
 

@@ -5,6 +5,7 @@
 #include "pipeline/pipe.h"
 #include "pipeline/processes.h"
 #include "pipeline/runtime.h"
+#include "pipeline/tied_parameters.h"
 
 namespace pipewright::pipeline {
 
@@ -14,13 +15,16 @@ namespace pipewright::pipeline {
 double Pipe::clip_grad_norm(double max_norm, double norm_type) {
   nn::Tensors local;
   for (int s = 0; s < num_stages(); ++s) {
-    const bool here = options_.processes == nullptr ||
-                      options_.processes->runs_worker(runtime_->stage_worker()[s]);
-    if (!here) continue;
+    if (!runs_stage(s)) continue;
     const nn::Tensors stage = runtime_->partition(s).parameters();
     local.insert(local.end(), stage.begin(), stage.end());
   }
-  double share = nn::grad_norm_share(local, norm_type);
+  // A tied parameter counts once (Note [Tied parameters]): its first copy's gradient.
+  nn::Tensors counted;
+  for (const Tensor& p : local) {
+    if (!tied_->is_extra_copy(p)) counted.push_back(p);
+  }
+  double share = nn::grad_norm_share(counted, norm_type);
   if (options_.processes != nullptr) {
     share = options_.processes->combine_over_pipeline(share, std::isinf(norm_type));
   }

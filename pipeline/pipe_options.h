@@ -47,12 +47,22 @@ struct PipeOptions {
   /// (schedule_placement in schedule/registry.h). A schedule given to train_step must
   /// place its stages the same way.
   std::vector<int> stage_worker = {};
+  /// Parameters that are one parameter of the model, held as a copy on each of several
+  /// stages (a GPT's token embedding on the first stage and its LM head on the last: DeepSpeed's
+  /// TiedLayerSpec, Megatron's embedding group). Each group names its copies by state-dict key
+  /// ({"0.wte.weight", "9.weight"}), all of one shape and dtype; the model gives each stage
+  /// its own tensor (one tensor shared by stages on two workers is refused). The Pipe copies
+  /// the first's value into the others when it is built and, after every backward (train_step;
+  /// the backward through forward()'s output), sets each copy's .grad to the group's summed
+  /// gradient (over processes too), so an optimizer over pipe.parameters() keeps the copies
+  /// bitwise equal. Note [Tied parameters] in tied_parameters.h.
+  std::vector<std::vector<std::string>> tied_parameters = {};
   /// The schedule train_step runs when not given one (a registered name: schedule_names()
   /// lists them, schedule/registry.h).
   std::string schedule = "gpipe";
   /// Seeds the workers' generators (worker w gets mix_seed(seed, w)); see Pipe::manual_seed.
   uint64_t seed = 0;
-  /// Intra-op threads of each worker (its kernels' OpenMP threads); 0 = max(1,
+  /// Intra-op threads of each worker (tensor/threads.h, tensor/parallel.h); 0 = max(1,
   /// hardware_threads() / workers), so that the workers computing at once use every core
   /// once (tensor/threads.h); with `processes`, max(1, hardware_threads() / processes on
   /// this machine).

@@ -18,6 +18,7 @@
 #include "pipeline/plan.h"
 #include "pipeline/processes.h"
 #include "pipeline/runtime.h"
+#include "pipeline/tied_parameters.h"
 #include "pipeline/schedule/validate.h"
 #include "pipeline/schedule/generators.h"
 
@@ -103,14 +104,20 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
   step->reduction = options.reduction;
   step->keep_outputs = options.return_outputs;
   step->arguments = options.arguments;
+  step->random_key = random_key();
+  step->random_key.first_sample = options.first_sample;
+  if (train) ++random_step_;
   const Device last_device = runtime().stage_devices().back();
   for (nn::Tensors& piece : target_pieces) {
     for (Tensor& t : piece) t = t.defined() ? t.to(last_device) : t;
     step->targets.push_back(std::move(piece));
   }
 
+  auto runs_stage = [this](int s) { return this->runs_stage(s); };
+  if (train) tied_->begin_backward(runs_stage);
   run(*step, schedule.actions);
   if (processes != nullptr) processes->step_finished(*step);
+  if (train) tied_->reduce(runs_stage, processes);  // Note [Tied parameters]
 
   // An input that requires grad gets its gradient like loss.backward() would give it: into
   // .grad for a leaf, on through its own graph otherwise (only where stage 0 ran).

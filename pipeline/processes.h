@@ -61,6 +61,12 @@ class Processes {
   /// Collective over those processes; called on the caller's thread between steps. Throws on
   /// communication errors.
   virtual double combine_over_pipeline(double value, bool max) = 0;
+  /// Element-wise Σ of each of `tensors` (CPU, contiguous, float) over the processes that run
+  /// one replica's workers, in place: every process passes the same shapes and dtypes
+  /// (zeros for what it holds no share of) and gets the same sums back. How tied parameters'
+  /// gradients are summed (Note [Tied parameters], tied_parameters.h). Collective over those
+  /// processes; called on the caller's thread between steps. Throws on communication errors.
+  virtual void sum_over_pipeline(std::vector<Tensor>& tensors) = 0;
 };
 
 }  // namespace pipewright::pipeline

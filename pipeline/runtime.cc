@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "nn/random_key.h"
 #include "pipeline/stage_fn.h"
 #include "pipeline/step_readback.h"
 #include "tensor/stream.h"
@@ -330,9 +331,15 @@ StageFn Runtime::stage_fn(Step& step, int s, int j) {
   const bool with_loss = step.is_last(s) && step.loss_fn != nullptr;
   const StageLoss loss{with_loss ? &step.loss_fn : nullptr, with_loss ? &step.targets[j] : nullptr,
                        with_loss && step.keep_outputs ? &step.outputs[j] : nullptr};
-  return stage_function(partitions_.at(static_cast<size_t>(s)),
-                        stage_devices_.at(static_cast<size_t>(s)), skips_, s, j, step.arguments,
-                        loss);
+  StageFn run = stage_function(partitions_.at(static_cast<size_t>(s)),
+                               stage_devices_.at(static_cast<size_t>(s)), skips_, s, j,
+                               step.arguments, loss);
+  // Every draw of the cell's random layers is keyed (Note [Keyed randomness]): the same in
+  // its forward and its recompute, and whatever the cut, the worker or the micro-batching.
+  return [run = std::move(run), key = step.microbatch_key(j)](const nn::Tensors& in) {
+    nn::RandomKeyGuard keyed(key);
+    return run(in);
+  };
 }
 
 nn::Tensors Runtime::recv_portals(Step& step, const std::vector<int>& routes, int j,

@@ -41,6 +41,12 @@ Step::Step(int stages, int workers, MicroBatches batches, CellMode cell_mode,
   for (auto& row : cells) row.resize(num_microbatches);
 }
 
+nn::RandomKey Step::microbatch_key(int j) const {
+  nn::RandomKey key = random_key;
+  for (int i = 0; i < j; ++i) key.first_sample += inputs.sizes.at(static_cast<size_t>(i));
+  return key;
+}
+
 void Step::fail(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(error_mutex_);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "nn/arguments.h"
+#include "nn/random_key.h"
 #include "nn/sequential.h"
 #include "pipeline/cell.h"
 #include "pipeline/microbatch.h"
@@ -103,6 +104,9 @@ class Step {
   LossReduction reduction = LossReduction::kMean;        // train/eval_step
   bool keep_outputs = false;                             // train/eval_step: fill outputs
   nn::Arguments arguments;                               // non-tensor, seen by every stage
+  nn::RandomKey random_key;                              // the step's key; first_sample is
+                                                         // the mini-batch's (Note [Keyed
+                                                         // randomness], nn/random_key.h)
   std::vector<nn::Tensors> output_grads;                 // Pipe backward: per micro-batch
   const std::chrono::steady_clock::time_point epoch = std::chrono::steady_clock::now();
 
@@ -152,6 +156,9 @@ class Step {
 
   /// The events of every worker so far, as one Trace.
   Trace trace() const;
+  /// The random key of micro-batch j's cells: random_key with first_sample advanced by the
+  /// rows of micro-batches 0..j-1.
+  nn::RandomKey microbatch_key(int j) const;
   /// d(mini-batch loss)/d(loss of micro-batch j): rows of j / rows of the mini-batch for
   /// kMean, 1 for kSum.
   double loss_scale(int j) const {

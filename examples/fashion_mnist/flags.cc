@@ -53,7 +53,7 @@ std::string join_commas(const std::vector<std::string>& parts) {
 
 }  // namespace
 
-TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config)
+TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config, unsigned groups)
     : config_(config), checkpoint_(pipeline::to_string(config.checkpoint)) {
   std::vector<std::string> parts;
   for (const Device& d : config.devices) parts.push_back(d.str());
@@ -63,18 +63,49 @@ TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config)
   balance_ = config.auto_balance.empty() ? join_commas(parts) : "auto-" + config.auto_balance;
   TrainConfig& c = config;
   app.option_defaults()->always_capture_default();
-  app.add_option("--epochs", c.epochs, "Passes over the 60,000 training images");
-  app.add_option("--stop-after", c.stop_after,
-                 "Stop after this epoch (resume later with --resume; 0: run all)");
-  app.add_option("--batch-size", c.batch_size,
-                 "Images per mini-batch (split into --chunks micro-batches)");
-  app.add_option("--lr", c.lr, "Learning rate");
-  app.add_option("--lr-schedule", c.lr_schedule,
-                 "cosine (per step, from --lr down to 0) or constant")
-      ->check(CLI::IsMember({"cosine", "constant"}));
-  app.add_option("--optimizer", c.optimizer, "sgd (momentum 0.9) or adam")
-      ->check(CLI::IsMember({"sgd", "adam"}));
-  app.add_option("--weight-decay", c.weight_decay, "L2 weight decay");
+  if (groups & kEpochFlags) {
+    app.add_option("--epochs", c.epochs, "Passes over the 60,000 training images");
+    app.add_option("--stop-after", c.stop_after,
+                   "Stop after this epoch (resume later with --resume; 0: run all)");
+  }
+  if (groups & kCommonFlags) {
+    app.add_option("--batch-size", c.batch_size,
+                   "Samples per mini-batch (split into --chunks micro-batches)");
+    app.add_option("--lr", c.lr, "Learning rate");
+  }
+  if (groups & kEpochFlags) {
+    app.add_option("--lr-schedule", c.lr_schedule,
+                   "cosine (per step, from --lr down to 0) or constant")
+        ->check(CLI::IsMember({"cosine", "constant"}));
+    app.add_option("--optimizer", c.optimizer, "sgd (momentum 0.9) or adam")
+        ->check(CLI::IsMember({"sgd", "adam"}));
+  }
+  if (groups & kCommonFlags) app.add_option("--weight-decay", c.weight_decay, "Weight decay");
+  if (groups & kPipelineFlags) add_pipeline_flags(app, c);
+  if (groups & kCommonFlags) {
+    app.add_option("--seed", c.seed, "Seed of weights, data order and dropout");
+  }
+  if (groups & kDataFlags) {
+    app.add_option("--data-dir", c.data_dir,
+                   "Fashion-MNIST IDX files (default: Debian's dataset-fashion-mnist)");
+    app.add_option("--train-limit", c.train_limit,
+                   "Use only the first N training images (0: all)");
+    app.add_option("--test-limit", c.test_limit, "Use only the first N test images (0: all)");
+  }
+  if (groups & kFileFlags) {
+    app.add_option("--save", c.save, "Write a checkpoint (safetensors) here after every epoch");
+    app.add_option("--resume", c.resume,
+                   "Continue from a checkpoint written by --save (under any --stages, "
+                   "--balance, --schedule, --chunks or --data-parallel)");
+    app.add_option("--trace", c.trace,
+                   "Write the Chrome trace (chrome://tracing, Perfetto) of one step");
+    app.add_option("--trace-step", c.trace_step,
+                   "Which step --trace records: the run's N-th (1 is the cold first step)");
+    app.add_flag("--no-progress", no_progress_, "Do not draw the progress bar");
+  }
+}
+
+void TrainFlags::add_pipeline_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--stages", c.stages, "Pipeline stages (one worker thread and CPU device each)");
   app.add_option("--balance", balance_,
                  "Layers per stage, comma-separated, or auto-time / auto-size to profile the "
@@ -100,18 +131,6 @@ TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config)
   app.add_option("--devices", devices_,
                  "Device per stage, comma-separated, e.g. cpu:0,cpu:1 (default cpu:0..)");
   app.add_option("--threads", c.threads, "Intra-op threads per stage worker (0: cores / stages)");
-  app.add_option("--seed", c.seed, "Seed of weights, shuffling and dropout");
-  app.add_option("--data-dir", c.data_dir,
-                 "Fashion-MNIST IDX files (default: Debian's dataset-fashion-mnist)");
-  app.add_option("--train-limit", c.train_limit, "Use only the first N training images (0: all)");
-  app.add_option("--test-limit", c.test_limit, "Use only the first N test images (0: all)");
-  app.add_option("--save", c.save, "Write a checkpoint (safetensors) here after every epoch");
-  app.add_option("--resume", c.resume, "Continue from a checkpoint written by --save");
-  app.add_option("--trace", c.trace,
-                 "Write the Chrome trace (chrome://tracing, Perfetto) of one step");
-  app.add_option("--trace-step", c.trace_step,
-                 "Which step --trace records: the run's N-th (1 is the cold first step)");
-  app.add_flag("--no-progress", no_progress_, "Do not draw the progress bar");
 }
 
 void TrainFlags::apply() {

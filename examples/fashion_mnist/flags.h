@@ -18,10 +18,21 @@
 
 namespace pipewright::examples {
 
+/// Which groups of flags TrainFlags adds (or them together).
+enum FlagGroups : unsigned {
+  kCommonFlags = 1,    // --batch-size --lr --weight-decay --seed
+  kEpochFlags = 2,     // --epochs --stop-after --lr-schedule --optimizer
+  kPipelineFlags = 4,  // --stages --balance --chunks --checkpoint --schedule --virtual-stages
+                       // --devices --threads
+  kDataFlags = 8,      // --data-dir --train-limit --test-limit
+  kFileFlags = 16,     // --save --resume --trace --trace-step --no-progress
+  kAllFlags = 31,      // the Fashion-MNIST examples'
+};
+
 class TrainFlags {
  public:
-  /// Adds the shared flags to `app`, each defaulting to `config`'s value.
-  TrainFlags(CLI::App& app, TrainConfig& config);
+  /// Adds the shared flags of `groups` to `app`, each defaulting to `config`'s value.
+  TrainFlags(CLI::App& app, TrainConfig& config, unsigned groups = kAllFlags);
   TrainFlags(const TrainFlags&) = delete;
   TrainFlags& operator=(const TrainFlags&) = delete;
 
@@ -32,6 +43,8 @@ class TrainFlags {
   void apply();
 
  private:
+  void add_pipeline_flags(CLI::App& app, TrainConfig& config);
+
   TrainConfig& config_;
   std::string checkpoint_;
   std::string devices_;

@@ -14,6 +14,9 @@
 #include "data/dataloader.h"
 #include "data/fashion_mnist.h"
 #include "distributed/mpi_processes.h"
+#include "examples/common/pipeline_stats.h"
+#include "examples/common/run_checkpoint.h"
+#include "examples/common/run_setup.h"
 #include "examples/fashion_mnist/auto_plan.h"
 #include "examples/fashion_mnist/progress.h"
 #include "nn/activation.h"
@@ -45,23 +48,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-std::vector<Device> stage_devices(const TrainConfig& config) {
-  if (!config.devices.empty()) return config.devices;
-  std::vector<Device> devices;
-  for (int s = 0; s < config.stages; ++s) devices.push_back(Device::cpu(s));
-  return devices;
-}
-
-// The data sets live on a virtual CPU device of their own, so each stage's memory counters
-// show only that stage's parameters and activations.
-Device data_device(const std::vector<Device>& stage_devices) {
-  int index = 0;
-  for (const Device& d : stage_devices) {
-    if (d.is_cpu()) index = std::max(index, d.index + 1);
-  }
-  return Device::cpu(index);
-}
-
 std::unique_ptr<nn::Optimizer> make_optimizer(const TrainConfig& config, const nn::Tensors& params) {
   if (config.optimizer == "sgd") {
     return std::make_unique<nn::SGD>(
@@ -81,46 +67,30 @@ std::unique_ptr<nn::LRScheduler> make_schedule(const TrainConfig& config, nn::Op
   return std::make_unique<nn::WarmupCosineLR>(optimizer, /*warmup_steps=*/0, total);
 }
 
-// ---- checkpoint metadata: everything besides tensors that a bitwise resume needs ----
+// ---- checkpoint metadata: everything besides tensors that a resume needs ----
 
-// The flags that define the model and its training; resuming with others is refused.
+// The flags that define the model and its training; resuming with others is refused. The cut
+// (stages, balance, schedule, chunks, data-parallel degree) is not among them: a checkpoint
+// holds everything by name (examples/common/run_checkpoint.h), and random layers key their
+// draws by sample, not by worker, so another cut continues the same run.
 std::string fingerprint(const TrainConfig& c) {
   std::string hidden;
   for (int64_t h : c.hidden) hidden += std::to_string(h) + ",";
   return "hidden=" + hidden + " dropout=" + std::to_string(c.dropout) + " optimizer=" +
          c.optimizer + " lr_schedule=" + c.lr_schedule + " epochs=" + std::to_string(c.epochs) +
-         " batch_size=" + std::to_string(c.batch_size) + " stages=" + std::to_string(c.stages) +
-         " chunks=" + std::to_string(c.chunks) +
-         (virtual_stages_per_worker(c) > 1
-              ? " virtual_stages=" + std::to_string(virtual_stages_per_worker(c))
-              : "") +
-         (c.distributed ? " processes=" + std::to_string(c.stages * c.data_parallel) +
-                              " data_parallel=" + std::to_string(c.data_parallel)
-                        : "");
-}
-
-// Across processes every rank writes and reads its own shard, `<path>.rank<R>`: its stages'
-// weights (and the others' as last shared), its replica's BatchNorm statistics, its optimizer
-// state (its stages' only), the loader's and every worker's generator. The layout is in each
-// shard's fingerprint, so resuming with another one is refused.
-std::string shard_path(const std::string& path, const distributed::MpiProcesses* processes) {
-  return processes == nullptr ? path : path + ".rank" + std::to_string(processes->rank());
+         " batch_size=" + std::to_string(c.batch_size);
 }
 
 std::map<std::string, std::string> checkpoint_metadata(const TrainConfig& config, int epoch,
                                                        const data::DataLoader& loader,
-                                                       pipeline::Pipe& pipe) {
-  std::map<std::string, std::string> meta = {
+                                                       const pipeline::Pipe& pipe) {
+  return {
       {"epoch", std::to_string(epoch)},
       {"config", fingerprint(config)},
       {"loader.seed", std::to_string(loader.generator().seed())},
       {"loader.offset", std::to_string(loader.generator().offset())},
+      {"random.step", std::to_string(pipe.random_key().step)},
   };
-  for (int w = 0; w < pipe.num_workers(); ++w) {
-    meta["worker." + std::to_string(w) + ".seed"] = std::to_string(pipe.generator(w).seed());
-    meta["worker." + std::to_string(w) + ".offset"] = std::to_string(pipe.generator(w).offset());
-  }
-  return meta;
 }
 
 uint64_t meta_u64(const std::map<std::string, std::string>& meta, const std::string& key,
@@ -139,23 +109,18 @@ uint64_t meta_u64(const std::map<std::string, std::string>& meta, const std::str
   return value;
 }
 
-// Restores a checkpoint; returns the number of epochs it had completed.
+// Restores a checkpoint, written under any cut; returns the number of epochs it had completed.
 int resume(const TrainConfig& config, pipeline::Pipe& pipe, nn::Optimizer& optimizer,
            data::DataLoader& loader, const distributed::MpiProcesses* processes) {
-  const std::string path = shard_path(config.resume, processes);
-  auto meta = nn::load_checkpoint(path, pipe.module(), optimizer);
+  auto meta = load_run_checkpoint(config.resume, pipe, optimizer, processes);
   if (meta["config"] != fingerprint(config)) {
-    throw std::runtime_error(path + ": saved with different settings (" + meta["config"] +
-                             ") than now (" + fingerprint(config) + ")");
+    throw std::runtime_error(config.resume + ": saved with different settings (" +
+                             meta["config"] + ") than now (" + fingerprint(config) + ")");
   }
-  loader.set_generator_state(meta_u64(meta, "loader.seed", path),
-                             meta_u64(meta, "loader.offset", path));
-  for (int w = 0; w < pipe.num_workers(); ++w) {
-    const std::string prefix = "worker." + std::to_string(w);
-    pipe.generator(w).set_state(meta_u64(meta, prefix + ".seed", path),
-                                meta_u64(meta, prefix + ".offset", path));
-  }
-  return static_cast<int>(meta_u64(meta, "epoch", path));
+  loader.set_generator_state(meta_u64(meta, "loader.seed", config.resume),
+                             meta_u64(meta, "loader.offset", config.resume));
+  pipe.set_random_step(meta_u64(meta, "random.step", config.resume));
+  return static_cast<int>(meta_u64(meta, "epoch", config.resume));
 }
 
 // Across processes (`processes` set), every rank first receives the stages it does not train
@@ -169,16 +134,7 @@ double test_accuracy(pipeline::Pipe& pipe, const data::Dataset& test,
     if (processes->rank() != 0) return 0;  // rank 0 evaluates, the others go on
   }
   pipe.eval();
-  auto forward = [&](const Tensor& x) {
-    if (processes == nullptr) return pipe.forward(x);
-    Tensor y = x;
-    size_t layer = 0;
-    for (size_t s = 0; s < pipe.balance().size(); ++s) {
-      y = y.to(pipe.devices()[s]);
-      for (int i = 0; i < pipe.balance()[s]; ++i) y = pipe.module()[layer++].forward(y);
-    }
-    return y;
-  };
+  auto forward = [&](const Tensor& x) { return whole_model_forward(pipe, x, processes); };
   int64_t correct = 0;
   for (int64_t start = 0; start < test.size(); start += kEvalBatch) {
     data::Batch batch = test.slice(start, std::min(test.size(), start + kEvalBatch));
@@ -191,58 +147,12 @@ double test_accuracy(pipeline::Pipe& pipe, const data::Dataset& test,
   return static_cast<double>(correct) / static_cast<double>(test.size());
 }
 
-// Across processes a rank's trace holds its own worker's actions only, timed from the start
-// of its step: the fraction of that time the worker did not compute.
-double local_idle_fraction(const pipeline::Trace& trace, int worker) {
-  double end = 0;
-  for (const pipeline::TraceEvent& e : trace.events()) end = std::max(end, e.end_us);
-  return end > 0 ? 1.0 - trace.busy_us(worker) / end : 0.0;
-}
-
-// After the last epoch: where the idle time of the run's steady state (every epoch but the
-// first, unless there is only one) comes from. Busy times that differ say the cut is uneven;
-// a measured bubble above the replayed one is the runtime's own cost (Note [Replaying a step]).
-void print_steady_state(std::ostream& out, const std::vector<EpochStats>& epochs,
-                        const std::vector<Device>& devices) {
-  if (epochs.empty()) return;
-  const size_t first = epochs.size() > 1 ? 1 : 0;
-  const double n = static_cast<double>(epochs.size() - first);
-  std::vector<double> busy(epochs.front().busy_ms.size(), 0.0);
-  double bubble = 0, replayed = 0;
-  for (size_t i = first; i < epochs.size(); ++i) {
-    for (size_t s = 0; s < busy.size(); ++s) busy[s] += epochs[i].busy_ms[s] / n;
-    bubble += epochs[i].bubble / n;
-    replayed += epochs[i].bubble_replayed / n;
-  }
-  out << "steady state (epoch" << (first + 1 < epochs.size() ? "s " : " ")
-      << epochs[first].epoch;
-  if (first + 1 < epochs.size()) out << "-" << epochs.back().epoch;
-  out << "): busy per step";
-  for (size_t s = 0; s < busy.size(); ++s) {
-    out << (s ? ", " : " ") << devices[s].str() << " " << format_fixed(busy[s], 2) << " ms";
-  }
-  if (busy.size() > 1) {  // one worker has no bubble to explain
-    const auto [least, most] = std::minmax_element(busy.begin(), busy.end());
-    out << " (least/most " << format_fixed(*most > 0 ? *least / *most : 1.0, 2) << ") | bubble "
-        << format_fixed(bubble, 3);
-    if (!std::isnan(replayed)) {
-      out << ", replayed with the measured durations " << format_fixed(replayed, 3);
-      if (replayed > 0) out << " (measured/replayed " << format_fixed(bubble / replayed, 2) << ")";
-    }
-  }
-  out << "\n" << std::flush;
-}
-
 void print_epoch(std::ostream& out, const TrainConfig& config, const Task& task, const EpochStats& e,
                  const std::string& score, const std::vector<Device>& devices) {
   out << "epoch " << e.epoch << "/" << config.epochs << ": train " << task.loss_name << " "
       << format_fixed(e.train_loss, 4) << " | " << score << " | " << format_fixed(e.seconds, 1)
-      << " s | " << format_count(e.samples_per_second) << " samples/s | bubble "
-      << format_fixed(e.bubble, 3) << " | peak mem";
-  for (size_t s = 0; s < e.peak_bytes.size(); ++s) {
-    out << (s ? ", " : " ") << devices[s].str() << " " << format_bytes(e.peak_bytes[s]);
-  }
-  out << "\n" << std::flush;
+      << " s | " << format_count(e.samples_per_second) << " samples/s"
+      << bubble_and_memory(e, devices) << "\n" << std::flush;
 }
 
 }  // namespace
@@ -329,34 +239,19 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   int64_t num_params = 0;
   for (const Tensor& p : model.parameters()) num_params += p.numel();
   // Across processes: this rank's MpiProcesses; rank 0 alone prints (and evaluates).
-  std::shared_ptr<distributed::MpiProcesses> processes;
-  if (config.distributed) {
-    processes = std::make_shared<distributed::MpiProcesses>(MPI_COMM_WORLD, config.stages,
-                                                            config.data_parallel,
-                                                            num_partitions(config));
-  }
+  const std::shared_ptr<distributed::MpiProcesses> processes = make_processes(config);
   const bool leader = processes == nullptr || processes->rank() == 0;
   std::ostream silent(nullptr);
   std::ostream& log = leader ? out : silent;
-  pipeline::PipeOptions pipe_options{
-      .balance = balance,
-      .devices = workers,
-      .chunks = config.chunks,
-      .checkpoint = config.checkpoint,
-      .deferred_batch_norm = true,
-      .virtual_stages = virtual_stages_per_worker(config),
-      .schedule = config.schedule,
-      // Replica r > 0 draws other dropout masks than replica 0 (its rows differ).
-      .seed = config.seed + (processes ? 1'000'003ULL * processes->replica() : 0),
-      .threads_per_worker = config.threads,
-      .processes = processes};
+  pipeline::PipeOptions options = pipe_options(config, balance, devices, processes);
+  options.deferred_batch_norm = true;
   if (plan) {  // the plan's cut, chunks, stages and schedule (its recomputes are R actions)
     pipeline::PipeOptions planned = plan->pipe_options(workers);
-    planned.seed = pipe_options.seed;
-    planned.threads_per_worker = config.threads;
-    pipe_options = std::move(planned);
+    planned.seed = options.seed;
+    planned.threads_per_worker = options.threads_per_worker;
+    options = std::move(planned);
   }
-  pipeline::Pipe pipe(std::move(model), pipe_options);
+  pipeline::Pipe pipe(std::move(model), std::move(options));
   std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(config, pipe.parameters());
   const std::unique_ptr<nn::LRScheduler> schedule =
       make_schedule(config, *optimizer, int64_t{config.epochs} * loader.num_batches());
@@ -366,30 +261,9 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
     first_epoch = resume(config, pipe, *optimizer, loader, processes.get());
   }
 
-  if (processes != nullptr) {
-    log << "processes: " << config.stages * config.data_parallel << " MPI ranks = " << config.stages
-        << " stages x " << config.data_parallel << " data-parallel replicas (rank = replica * "
-        << config.stages << " + stage; rank 0 prints)\n";
-  }
-  log << "model: " << pipe.module().str() << " (" << format_count(num_params) << " parameters)\n"
-      << "pipeline: " << config.stages << " stages on";
-  for (int s = 0; s < config.stages; ++s) {
-    log << " " << devices[s].str() << (s + 1 < config.stages ? "," : "");
-  }
-  if (plan) {
-    log << " | planned: " << plan->str() << "\n";
-    if (config.explain) log << plan->explain();
-  } else if (virtual_stages_per_worker(config) > 1) {
-    log << " | " << virtual_stages_per_worker(config) << " virtual stages each ("
-        << pipeline::to_string(pipeline::find_schedule(config.schedule).placement)
-        << ")";
-  }
-  if (!plan) {
-    log << " | balance";
-    for (int b : balance) log << " " << b;
-    log << " | chunks " << config.chunks << " | schedule " << config.schedule << " | checkpoint "
-        << pipeline::to_string(config.checkpoint) << "\n";
-  }
+  print_pipeline_header(log, config, pipe, balance, devices, num_params,
+                        plan ? plan->str() : std::string());
+  if (plan && config.explain) log << plan->explain();
   log << "data: " << train_set.size() << " train / " << test_set.size() << " test images from "
       << dir << "\n";
   if (task.describe) task.describe(pipe, log);
@@ -399,19 +273,20 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
 
   const pipeline::LossFn& loss_fn = task.loss;
   TrainResult result;
-  bool traced = false;
+  std::vector<PipelineStats> stretches;
+  std::vector<int64_t> epoch_numbers;
+  StepTracer tracer(config, processes.get());
   double planned_step_seconds = 0;  // --plan auto: train_step's wall time, and how many steps
   int64_t planned_steps = 0;
   std::vector<int64_t> step_peaks(static_cast<size_t>(config.stages), 0);  // and their peaks
   const int last_epoch = config.stop_after > 0 ? std::min(config.stop_after, config.epochs) : config.epochs;
   for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
-    for (int s = 0; s < config.stages; ++s) allocator_for(devices[s]).reset_peak();
     std::vector<int64_t> epoch_peaks(static_cast<size_t>(config.stages), 0);
     EpochStats stats;
+    PipelineMeter meter({devices.begin(), devices.begin() + config.stages}, processes.get());
     Progress progress(log, epoch + 1, config.epochs, loader.num_batches(),
                       config.progress && leader);
-    double loss_sum = 0, bubble_sum = 0, replayed_sum = 0;
-    std::vector<double> busy_us(static_cast<size_t>(config.stages), 0.0);
+    double loss_sum = 0;
     int64_t samples = 0, steps = 0;
     const auto start = Clock::now();
     for (const data::Batch& batch : loader) {
@@ -420,11 +295,8 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       const auto [input, target] =
           task.make_step ? task.make_step(config, batch, epoch * loader.num_batches() + steps)
                          : std::pair(batch.inputs, batch.targets);
-      const bool trace_now = !config.trace.empty() && !traced &&
-                             (epoch - first_epoch) * loader.num_batches() + steps + 1 >=
-                                 config.trace_step;
-      if (trace_now && processes) processes->barrier();  // the ranks' step clocks start together
-      pipeline::StepResult step;
+      const bool trace_now =
+          tracer.before((epoch - first_epoch) * loader.num_batches() + steps + 1);
       // --plan auto: the peaks of train_step alone, apart from the optimizer's step (the
       // plan predicts the former); the epoch's peaks are kept in epoch_peaks meanwhile.
       if (plan) {
@@ -435,21 +307,12 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
         }
       }
       const auto step_start = Clock::now();
-      try {
-        if (processes) {
-          step = distributed::train_step(pipe, *processes, input, target, loss_fn);
-        } else if (plan) {
-          step = pipe.train_step(input, target, loss_fn,
-                                 plan->schedule_for(microbatches(input.size(0), plan->chunks)));
-        } else {
-          step = pipe.train_step(input, target, loss_fn);
-        }
-      } catch (...) {  // the exception is unchanged; say where in the pipeline it began
-        if (auto failure = pipe.last_failure()) {
-          log << "\nstep failed at " << failure->str() << "\n";
-        }
-        throw;
-      }
+      const std::optional<pipeline::Schedule> planned_schedule =
+          plan ? std::optional(plan->schedule_for(microbatches(input.size(0), plan->chunks)))
+               : std::nullopt;
+      const pipeline::StepResult step =
+          train_one_step(pipe, processes.get(), input, target, loss_fn, log,
+                         planned_schedule ? &*planned_schedule : nullptr);
       // The steady state's full mini-batches (not the run's first step) time the plan.
       if (plan && (epoch > first_epoch || steps > 0) && input.size(0) == config.batch_size) {
         planned_step_seconds += seconds_since(step_start);
@@ -460,25 +323,10 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
         }
       }
       pipe.step(*optimizer);  // each stage's parameters on its worker
-      if (trace_now) {
-        // Across processes: one trace, a process per rank (gathered on rank 0).
-        const pipeline::Trace trace = processes ? processes->gather_trace(step.trace) : step.trace;
-        if (leader) trace.write_chrome_json(config.trace);
-        traced = true;
-      }
+      if (trace_now) tracer.after(step);
       stats.step_losses.push_back(step.loss);
       loss_sum += step.loss * static_cast<double>(batch.size());
-      if (processes) {
-        const int worker = processes->worker();
-        bubble_sum += local_idle_fraction(step.trace, worker);
-        busy_us[static_cast<size_t>(worker)] += step.trace.busy_us(worker);
-      } else {
-        bubble_sum += step.trace.bubble_fraction();
-        replayed_sum += step.trace.replayed_bubble(step.schedule);
-        for (int w = 0; w < config.stages; ++w) {
-          busy_us[static_cast<size_t>(w)] += step.trace.busy_us(w);
-        }
-      }
+      meter.add(step);
       samples += batch.size();
       ++steps;
       progress.update(steps, samples, seconds_since(start), loss_sum / static_cast<double>(samples));
@@ -488,22 +336,14 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
     progress.finish();
     stats.train_loss = loss_sum / static_cast<double>(samples);
     stats.samples_per_second = static_cast<double>(samples) / stats.seconds;
-    const double num_steps = static_cast<double>(std::max<int64_t>(1, steps));
-    stats.bubble = bubble_sum / num_steps;
-    stats.bubble_replayed = processes ? std::nan("") : replayed_sum / num_steps;
-    for (double b : busy_us) stats.busy_ms.push_back(b / 1000.0 / num_steps);
-    for (int s = 0; s < config.stages; ++s) {
-      stats.peak_bytes.push_back(std::max(epoch_peaks[static_cast<size_t>(s)], allocator_for(devices[s]).peak()));
+    static_cast<PipelineStats&>(stats) = meter.finish();
+    for (size_t w = 0; w < epoch_peaks.size() && w < stats.peak_bytes.size(); ++w) {
+      stats.peak_bytes[w] = std::max(stats.peak_bytes[w], epoch_peaks[w]);  // --plan auto
     }
+    stretches.push_back(stats);
+    epoch_numbers.push_back(stats.epoch);
     std::string score;
     if (processes != nullptr) {
-      // Each rank knows its own stage's bubble and memory: the mean and the maxima over ranks.
-      stats.bubble = processes->sum_over_job(stats.bubble) / (config.stages * config.data_parallel);
-      // A stage's busy time: the mean over the replicas running it.
-      for (double& b : stats.busy_ms) b = processes->sum_over_job(b) / config.data_parallel;
-      std::vector<double> peaks(stats.peak_bytes.begin(), stats.peak_bytes.end());
-      processes->max_over_job(peaks);
-      stats.peak_bytes.assign(peaks.begin(), peaks.end());
       // Rank 0 scores the classifier on the stages' shared state (only the main job, the
       // classifier, runs across processes).
       stats.test_accuracy = test_accuracy(pipe, test_set, processes.get());
@@ -517,14 +357,14 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
     print_epoch(log, config, task, stats, score, devices);
     result.epochs.push_back(stats);
     if (!config.save.empty()) {
-      nn::save_checkpoint(shard_path(config.save, processes.get()), pipe.module(), *optimizer,
-                          checkpoint_metadata(config, epoch + 1, loader, pipe));
+      save_run_checkpoint(config.save, pipe, *optimizer,
+                          checkpoint_metadata(config, epoch + 1, loader, pipe), processes.get());
     }
   }
   for (auto& [name, tensor] : pipe.module().state_dict()) {
     result.final_state.emplace_back(name, tensor.to(Device::cpu(0)).clone());
   }
-  print_steady_state(log, result.epochs, devices);
+  print_steady_state(log, stretches, "epoch", epoch_numbers, devices);
   if (plan && !result.epochs.empty()) {
     MeasuredRun run;
     run.step_ms = planned_steps > 0 ? 1000.0 * planned_step_seconds / planned_steps : 0.0;
@@ -541,14 +381,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
     }
     print_plan_against_run(log, *plan, run, devices);
   }
-  if (!config.trace.empty()) {
-    if (traced) {
-      log << "trace of step " << config.trace_step << " written to " << config.trace << "\n";
-    } else {
-      log << "no trace written: --trace-step " << config.trace_step << " is past the run's "
-          << (last_epoch - first_epoch) * loader.num_batches() << " steps\n";
-    }
-  }
+  tracer.report(log, int64_t{last_epoch - first_epoch} * loader.num_batches());
   return result;
 }
 

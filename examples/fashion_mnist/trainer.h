@@ -12,13 +12,16 @@
 // Across processes (config.distributed, set by main() under mpirun): rank = replica * stages
 // + stage runs one stage of one replica (distributed/mpi_processes.h), each replica trains on
 // its share of every mini-batch, rank 0 prints, and evaluates after every rank received the
-// stages it does not train. --save / --resume there write / read one shard per rank,
-// `<path>.rank<R>`, each a bitwise resume of that rank.
+// stages it does not train. --save there writes one shard per rank, `<path>.rank<R>`, with
+// the stages that rank trains (examples/common/run_checkpoint.h).
 //
 // Determinism: the same flags and seed give the same loss curve and bitwise-identical weights,
 // and training k epochs, saving, and resuming for N-k more equals training N straight: the
-// checkpoint holds the weights, BatchNorm buffers, optimizer state, epoch, the data loader's
-// shuffle generator and every worker's dropout generator.
+// checkpoint holds the weights, BatchNorm buffers, optimizer state by parameter name, epoch,
+// the data loader's shuffle generator and the random step (Dropout's masks are keyed by seed,
+// step, layer and sample: Note [Keyed randomness]). --resume accepts a checkpoint written
+// under another cut (stages, balance, schedule, chunks, data-parallel degree, one process or
+// many): the run continues to float rounding (bitwise under the same cut).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +33,7 @@
 
 #include "data/dataset.h"
 #include "data/fashion_mnist.h"
+#include "examples/common/pipeline_stats.h"
 #include "examples/fashion_mnist/config.h"
 #include "nn/module.h"
 #include "nn/sequential.h"
@@ -37,20 +41,13 @@
 
 namespace pipewright::examples {
 
-struct EpochStats {
+struct EpochStats : PipelineStats {  // the epoch's bubble, busy times and peak memory
   int epoch = 0;                      // 1-based
   double train_loss = 0;              // mean of the task's loss over the epoch's samples
   double test_accuracy = 0;           // fraction of test images classified correctly
   double test_loss = 0;               // the task's test loss when it reports one (autoencoder)
   double seconds = 0;                 // wall time of the epoch's training (not evaluation)
   double samples_per_second = 0;
-  std::vector<int64_t> peak_bytes;    // per stage: peak allocated bytes of its device
-  double bubble = 0;                  // measured bubble fraction, mean over the epoch's steps
-  /// The same steps' schedules replayed with their own measured action durations and free
-  /// hand-offs (pipeline::Trace::replayed_bubble), mean over the steps: bubble minus this is
-  /// the runtime's share. NaN across processes (a rank's trace holds only its own worker).
-  double bubble_replayed = 0;
-  std::vector<double> busy_ms;        // per stage worker: mean milliseconds computing per step
   std::vector<double> step_losses;    // per step: the mini-batch's mean loss
 };
 

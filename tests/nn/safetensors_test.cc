@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -537,6 +538,36 @@ TEST_CASE("save_checkpoint / load_checkpoint resume training bit for bit") {
   REQUIRE(nn::load_safetensors(path).verified);
   REQUIRE_THROWS_WITH(nn::load_checkpoint(path, m, opt),
                       Contains("neither under 'model.' nor under 'optimizer.'"));
+}
+
+TEST_CASE("a checkpoint keeps the optimizer state by parameter name: any parameter order loads") {
+  const std::string path = test_dir("checkpoint_names") + "/ckpt.safetensors";
+  nn::Sequential a = small_model(1);
+  nn::AdamW opt_a(nn::weight_decay_groups(a.parameters(), 0.1), {.lr = 0.05});
+  train(a, opt_a, 2);
+  nn::save_checkpoint(path, a, opt_a);
+  const nn::SafetensorsFile file = nn::load_safetensors(path);
+  const std::string first = a.named_parameters().front().first;  // "0.weight"
+  REQUIRE_NOTHROW(file.at("optimizer.state." + first + ".exp_avg"));
+
+  // Another optimizer over the same model, its parameters in reverse order, continues alike.
+  nn::Sequential b = small_model(7);
+  nn::Tensors reversed = b.parameters();
+  std::reverse(reversed.begin(), reversed.end());
+  nn::AdamW opt_b(nn::weight_decay_groups(reversed, 0.1), {.lr = 0.5});
+  nn::load_checkpoint(path, b, opt_b);
+  train(a, opt_a, 2);
+  train(b, opt_b, 2);
+  require_same_state(a.state_dict(), b.state_dict());
+
+  // An older file numbering the state by index loads into an optimizer in the saved order.
+  nn::Sequential c = small_model(3);
+  nn::AdamW opt_c(nn::weight_decay_groups(c.parameters(), 0.1), {.lr = 0.5});
+  nn::NamedTensors by_index;
+  for (auto& [key, t] : a.state_dict()) by_index.emplace_back("model." + key, t);
+  for (auto& [key, t] : opt_a.state_dict()) by_index.emplace_back("optimizer." + key, t);
+  nn::load_checkpoint_tensors(by_index, c, opt_c, "test");
+  require_same_state(opt_a.state_dict(), opt_c.state_dict());
 }
 
 TEST_CASE("a truncated or bit-flipped checkpoint is refused naming the file, model untouched") {

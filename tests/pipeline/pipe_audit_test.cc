@@ -12,6 +12,7 @@
 #include "autograd/shape_ops.h"
 #include "nn/activation.h"
 #include "nn/dropout.h"
+#include "nn/random_key.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "nn/optim.h"
@@ -91,12 +92,11 @@ TEST_CASE("int64 class targets through train_step; the bubble is measured") {
   REQUIRE(r.trace.bubble_fraction() == bubble);
 }
 
-TEST_CASE("Dropout in a Pipe equals the plain model drawing from each worker's generator") {
-  // pipe.h / docs/pipeline.md ("Randomness"): worker w's Dropout layers draw from worker w's
-  // Generator, in the order the worker runs its forwards (micro-batch order under every
-  // schedule), and a recompute replays the same draws. The reference: the plain model run
-  // one micro-batch at a time, stage s's layers under a copy of worker s's generator taken
-  // before the step; outputs concatenated, one MSE over the batch.
+TEST_CASE("Dropout in a Pipe equals the plain model under the step's random key") {
+  // pipe.h / docs/pipeline.md ("Randomness"): every Dropout draws its mask keyed by (seed,
+  // step, layer, sample) (Note [Keyed randomness]), whatever worker runs it, in whatever
+  // order, and a recompute replays the same draws. The reference: the plain model on the
+  // whole batch under the Pipe's key for the step; one MSE over the batch.
   const Checkpoint mode = GENERATE(Checkpoint::kAlways, Checkpoint::kNever);
   const std::string schedule = GENERATE(as<std::string>{}, "gpipe", "1f1b");
   CAPTURE(to_string(mode), schedule);
@@ -111,22 +111,11 @@ TEST_CASE("Dropout in a Pipe equals the plain model drawing from each worker's g
                       .checkpoint = mode});
   const Tensor x = randn({16, 4}, 22), t = randn({16, 3}, 23);
 
-  Generator g0(pipe.generator(0).seed(), pipe.generator(0).offset());
-  Generator g1(pipe.generator(1).seed(), pipe.generator(1).offset());
-  std::vector<Tensor> outs;
-  for (const Tensor& xj : autograd::chunk(x, 4)) {
-    Tensor h = xj;
-    {
-      GeneratorGuard guard(g0);
-      for (size_t i = 0; i < 3; ++i) h = plain[i].forward(h);
-    }
-    {
-      GeneratorGuard guard(g1);
-      for (size_t i = 3; i < 7; ++i) h = plain[i].forward(h);
-    }
-    outs.push_back(h);
+  Tensor ref_loss;
+  {
+    nn::RandomKeyGuard key(pipe.random_key());
+    ref_loss = nn::mse_loss(plain.forward(x), t);
   }
-  Tensor ref_loss = nn::mse_loss(autograd::cat(outs), t);
   ref_loss.backward();
 
   const StepResult r = pipe.train_step(x, t, [](const Tensor& out, const Tensor& y) {
@@ -134,10 +123,9 @@ TEST_CASE("Dropout in a Pipe equals the plain model drawing from each worker's g
   }, schedule);
   REQUIRE(std::abs(r.loss - ref_loss.item()) <= 1e-6);
   REQUIRE(max_grad_diff(pipe.module(), plain) <= 1e-5);
-  // Each worker drew exactly what the reference drew (recomputes replay, never draw anew).
-  REQUIRE(pipe.generator(0).offset() == g0.offset());
-  REQUIRE(pipe.generator(1).offset() == g1.offset());
-  REQUIRE(g0.offset() > 0);
+  // Keyed draws take nothing from the workers' generators.
+  REQUIRE(pipe.generator(0).offset() == 0);
+  REQUIRE(pipe.generator(1).offset() == 0);
 
   // The masks matter: without dropout (eval) the loss is another number.
   plain.eval();

@@ -1,0 +1,127 @@
+#include "examples/common/run_setup.h"
+
+#include <algorithm>
+
+#include "examples/fashion_mnist/progress.h"
+#include "pipeline/schedule/registry.h"
+
+namespace pipewright::examples {
+
+std::vector<Device> stage_devices(const TrainConfig& config) {
+  if (!config.devices.empty()) return config.devices;
+  std::vector<Device> devices;
+  for (int s = 0; s < config.stages; ++s) devices.push_back(Device::cpu(s));
+  return devices;
+}
+
+Device data_device(const std::vector<Device>& stage_devices) {
+  int index = 0;
+  for (const Device& d : stage_devices) {
+    if (d.is_cpu()) index = std::max(index, d.index + 1);
+  }
+  return Device::cpu(index);
+}
+
+std::shared_ptr<distributed::MpiProcesses> make_processes(const TrainConfig& config) {
+  if (!config.distributed) return nullptr;
+  return std::make_shared<distributed::MpiProcesses>(MPI_COMM_WORLD, config.stages,
+                                                     config.data_parallel,
+                                                     num_partitions(config));
+}
+
+pipeline::PipeOptions pipe_options(const TrainConfig& config, const std::vector<int>& balance,
+                                   const std::vector<Device>& devices,
+                                   std::shared_ptr<distributed::MpiProcesses> processes) {
+  return {.balance = balance,
+          .devices = {devices.begin(), devices.begin() + config.stages},
+          .chunks = config.chunks,
+          .checkpoint = config.checkpoint,
+          .virtual_stages = virtual_stages_per_worker(config),
+          .schedule = config.schedule,
+          .seed = config.seed,
+          .threads_per_worker = config.threads,
+          .processes = std::move(processes)};
+}
+
+void print_pipeline_header(std::ostream& out, const TrainConfig& config,
+                           const pipeline::Pipe& pipe, const std::vector<int>& balance,
+                           const std::vector<Device>& devices, int64_t num_params,
+                           const std::string& planned) {
+  if (config.distributed) {
+    out << "processes: " << config.stages * config.data_parallel << " MPI ranks = "
+        << config.stages << " stages x " << config.data_parallel
+        << " data-parallel replicas (rank = replica * " << config.stages
+        << " + stage; rank 0 prints)\n";
+  }
+  out << "model: " << pipe.module().str() << " (" << format_count(static_cast<double>(num_params))
+      << " parameters)\n"
+      << "pipeline: " << config.stages << " stages on";
+  for (int s = 0; s < config.stages; ++s) {
+    out << " " << devices[s].str() << (s + 1 < config.stages ? "," : "");
+  }
+  if (!planned.empty()) {
+    out << " | planned: " << planned << "\n";
+    return;
+  }
+  if (virtual_stages_per_worker(config) > 1) {
+    out << " | " << virtual_stages_per_worker(config) << " virtual stages each ("
+        << pipeline::to_string(pipeline::find_schedule(config.schedule).placement) << ")";
+  }
+  out << " | balance";
+  for (int b : balance) out << " " << b;
+  out << " | chunks " << config.chunks << " | schedule " << config.schedule << " | checkpoint "
+      << pipeline::to_string(config.checkpoint) << "\n";
+}
+
+Tensor whole_model_forward(pipeline::Pipe& pipe, const Tensor& x,
+                           const distributed::MpiProcesses* processes) {
+  if (processes == nullptr) return pipe.forward(x);
+  Tensor y = x;
+  size_t layer = 0;
+  for (size_t s = 0; s < pipe.balance().size(); ++s) {
+    y = y.to(pipe.devices()[s]);
+    for (int i = 0; i < pipe.balance()[s]; ++i) y = pipe.module()[layer++].forward(y);
+  }
+  return y;
+}
+
+pipeline::StepResult train_one_step(pipeline::Pipe& pipe, distributed::MpiProcesses* processes,
+                                    const Tensor& input, const Tensor& target,
+                                    const pipeline::LossFn& loss_fn, std::ostream& log,
+                                    const pipeline::Schedule* schedule) {
+  try {
+    if (processes) return distributed::train_step(pipe, *processes, input, target, loss_fn);
+    return schedule ? pipe.train_step(input, target, loss_fn, *schedule)
+                    : pipe.train_step(input, target, loss_fn);
+  } catch (...) {  // the exception is unchanged; say where in the pipeline it began
+    if (auto failure = pipe.last_failure()) log << "\nstep failed at " << failure->str() << "\n";
+    throw;
+  }
+}
+
+StepTracer::StepTracer(const TrainConfig& config, distributed::MpiProcesses* processes)
+    : path_(config.trace), step_(config.trace_step), processes_(processes) {}
+
+bool StepTracer::before(int64_t n) {
+  const bool now = !path_.empty() && !traced_ && n >= step_;
+  if (now && processes_ != nullptr) processes_->barrier();
+  return now;
+}
+
+void StepTracer::after(const pipeline::StepResult& step) {
+  const pipeline::Trace trace = processes_ ? processes_->gather_trace(step.trace) : step.trace;
+  if (processes_ == nullptr || processes_->rank() == 0) trace.write_chrome_json(path_);
+  traced_ = true;
+}
+
+void StepTracer::report(std::ostream& log, int64_t steps_run) const {
+  if (path_.empty()) return;
+  if (traced_) {
+    log << "trace of step " << step_ << " written to " << path_ << "\n";
+  } else {
+    log << "no trace written: --trace-step " << step_ << " is past the run's " << steps_run
+        << " steps\n";
+  }
+}
+
+}  // namespace pipewright::examples

@@ -1,0 +1,78 @@
+// Setting up an example's pipeline from the shared flags (examples/fashion_mnist/config.h):
+// devices, processes under mpirun, the Pipe's options, and the header lines every run prints.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "distributed/mpi_processes.h"
+#include "examples/fashion_mnist/config.h"
+#include "pipeline/pipe.h"
+
+namespace pipewright::examples {
+
+/// The devices of the stages: config.devices, or cpu:0 .. cpu:(stages-1).
+std::vector<Device> stage_devices(const TrainConfig& config);
+
+/// A virtual CPU device after the stages' ones: data sets live there, so each stage's memory
+/// counters show only that stage's parameters and activations.
+Device data_device(const std::vector<Device>& stage_devices);
+
+/// This rank's MpiProcesses when config.distributed (stages x data_parallel ranks), else null.
+std::shared_ptr<distributed::MpiProcesses> make_processes(const TrainConfig& config);
+
+/// The Pipe's options: balance, the first config.stages devices, chunks, checkpoint, virtual
+/// stages, schedule, seed (the same on every replica: random layers key their draws by each
+/// sample's index in the global batch), threads, processes.
+pipeline::PipeOptions pipe_options(const TrainConfig& config, const std::vector<int>& balance,
+                                   const std::vector<Device>& devices,
+                                   std::shared_ptr<distributed::MpiProcesses> processes);
+
+/// "processes: ..." (across processes), "model: ... (N parameters)", "pipeline: 2 stages on
+/// cpu:0, cpu:1 | balance 4 5 | chunks 4 | schedule gpipe | checkpoint never"; with `planned`
+/// (pipeline::Plan::str(), --plan auto) "| planned: <planned>" in place of the flags' cut,
+/// chunks, schedule and checkpoint.
+void print_pipeline_header(std::ostream& out, const TrainConfig& config,
+                           const pipeline::Pipe& pipe, const std::vector<int>& balance,
+                           const std::vector<Device>& devices, int64_t num_params,
+                           const std::string& planned = "");
+
+/// The whole model on `x` in the modules' current mode: pipe.forward(x) in one process; across
+/// processes every stage runs here, in order, each on its own device (call
+/// MpiProcesses::share_stage_state first so this rank holds every stage's current weights).
+Tensor whole_model_forward(pipeline::Pipe& pipe, const Tensor& x,
+                           const distributed::MpiProcesses* processes);
+
+/// One training step: distributed::train_step across processes (`processes` set), else
+/// pipe.train_step, with `schedule` when given (in one process; --plan auto's, whose
+/// recomputes are R actions). A failure is reported on `log` ("step failed at <where>") and
+/// rethrown unchanged.
+pipeline::StepResult train_one_step(pipeline::Pipe& pipe, distributed::MpiProcesses* processes,
+                                    const Tensor& input, const Tensor& target,
+                                    const pipeline::LossFn& loss_fn, std::ostream& log,
+                                    const pipeline::Schedule* schedule = nullptr);
+
+/// --trace / --trace-step: the Chrome trace of the run's trace_step-th step (across
+/// processes one trace, a process per rank, written by rank 0).
+class StepTracer {
+ public:
+  StepTracer(const TrainConfig& config, distributed::MpiProcesses* processes);
+  /// Before the run's n-th step (1-based): whether to trace it (then, across processes, the
+  /// ranks' step clocks start together).
+  bool before(int64_t n);
+  /// After the traced step.
+  void after(const pipeline::StepResult& step);
+  /// The closing line: where the trace went, or that the run was shorter than trace_step.
+  void report(std::ostream& log, int64_t steps_run) const;
+
+ private:
+  std::string path_;
+  int64_t step_;
+  distributed::MpiProcesses* processes_;
+  bool traced_ = false;
+};
+
+}  // namespace pipewright::examples
