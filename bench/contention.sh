@@ -72,6 +72,6 @@ for c in "${configs[@]}"; do
   q=$(echo "${results[$c|0]}" | median)
   one=$(echo "${results[$c|1]}" | median)
   two=$(echo "${results[$c|2]}" | median)
-  awk -v c="$c" -v q="$q" -v a="$one" -v b="$two" 'BEGIN {
+  awk -v c="$c" -v q="$q" -v a="$one" -v b="$two" 'BEGIN { sub(/\|/, ", ", c)
     printf "| %s | %d | %d | %.2fx | %d | %.2fx |\n", c, q, a, q ? a / q : 0, b, q ? b / q : 0 }'
 done

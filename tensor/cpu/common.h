@@ -67,10 +67,6 @@ Vec<T> out(const Tensor& t) {
 /// Work (in elements) below which a loop stays on the calling thread: waking the helper
 /// threads costs a few microseconds, about the time to stream this many floats.
 constexpr int64_t kParallelThreshold = 1 << 15;
-/// Parts per intra-op thread: more parts than threads, so that when the scheduler keeps one
-/// thread off its core (another process), the running ones take its share (run_parts takes
-/// parts from a shared counter).
-constexpr int64_t kPartsPerThread = 4;
 
 /// Calls f(begin, end) on consecutive ranges that together cover [0, n). When the total work
 /// n * cost_per_item exceeds kParallelThreshold the ranges run on the calling thread's
@@ -87,7 +83,11 @@ void parallel_for(int64_t n, int64_t cost_per_item, const F& f) {
     f(0, n);
     return;
   }
-  const int64_t parts = std::min<int64_t>(n, threads * kPartsPerThread);
+  // One part per thread: a thread the scheduler keeps off its core before it takes its part
+  // leaves it to the running one (run_parts hands parts out from a shared counter). More
+  // parts per thread measured no better beside a busy process and no faster quiet
+  // (docs/BENCHMARKS.md, "Contention").
+  const int64_t parts = threads;
   run_parts(parts, [&](int64_t p) { f(n * p / parts, n * (p + 1) / parts); });
 }
 

@@ -12,7 +12,7 @@
 // Eigen computes every product instead under set_gemm_backend(GemmBackend::kEigen) (gemm.h).
 //
 // Threads: one runtime for intra-op threads (run_parts, tensor/parallel.h). OpenBLAS is told to
-// use one thread of its own, once, and gemm() splits C into blocks, two per thread the calling
+// use one thread of its own, once, and gemm() splits C into as many blocks as the calling
 // thread's intra_op_threads() allow, one cblas call per block. So a pipeline worker with a
 // budget of one thread runs its GEMMs on itself, two workers never oversubscribe two cores,
 // and concurrent calls from several workers are safe (the pthread build of OpenBLAS, which
@@ -61,8 +61,6 @@ constexpr double kParallelFlops = double(1 << 20);
 // Blocks of N are multiples of this many columns (a cache line of float32, a full AVX-512
 // register), so no block ends in a partial vector that its neighbour's first one shares.
 constexpr int64_t kColumnAlign = 16;
-// Blocks of C per intra-op thread (gemm_split).
-constexpr int64_t kBlocksPerThread = 2;
 
 void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, float alpha,
                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
@@ -155,10 +153,10 @@ void gemm_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T a
     gemm_on_this_thread(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-  // Two blocks per thread, taken from a shared counter (Note [Waiting without burning a core],
-  // tensor/parallel.h): a thread the scheduler keeps off its core leaves its second block to
-  // the others. Each block of C is one product of its own; the split costs a little packing.
-  const int64_t parts = std::min<int64_t>(units, threads * kBlocksPerThread);
+  // A block per thread, taken from a shared counter (Note [Waiting without burning a core],
+  // tensor/parallel.h): a block whose thread the scheduler keeps off its core is taken by
+  // the running one. Each block of C is one product of its own.
+  const int64_t parts = threads;
   run_parts(parts, [&](int64_t p) {
     const int64_t lo = units * p / parts, hi = units * (p + 1) / parts;
     if (split_n) {
