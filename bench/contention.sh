@@ -65,7 +65,10 @@ for ((r = 1; r <= rounds; ++r)); do
   done
 done
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR] = $1} END {print NR ? a[int((NR + 1) / 2)] : 0}'; }
+median() {
+  tr ' ' '\n' | grep -v '^$' | sort -n |
+    awk '{a[NR] = $1} END {print NR == 0 ? 0 : NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'
+}
 echo "| configuration | quiet | beside 1 busy process | kept | beside 2 | kept |"
 echo "|---|---|---|---|---|---|"
 for c in "${configs[@]}"; do
