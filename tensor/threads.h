@@ -1,11 +1,11 @@
 // Intra-op threads of CPU devices.
 //
 // Policy (documented in docs/architecture.md): the machine has hardware_threads() cores.
-// A thread running CPU kernels uses intra_op_threads() threads for large kernels (Eigen's
-// GEMM through OpenMP, elementwise loops). By default that is all cores. When several CPU
+// A thread running CPU kernels uses intra_op_threads() threads for large kernels (GEMM blocks,
+// elementwise loops: run_parts, tensor/parallel.h). By default that is all cores. When several CPU
 // devices compute at once (pipeline stages, one worker thread each), the pipeline gives each
 // worker max(1, cores / active_workers) threads with ThreadBudgetGuard, so the total never
-// oversubscribes the cores. The setting is per calling thread (OpenMP's nthreads ICV).
+// oversubscribes the cores. The setting is per calling thread.
 //
 // Which cores: process_cpus(), the process's affinity mask (what mpirun --bind-to, taskset or
 // a container's cpuset allow), not every online CPU. The pipeline pins each worker thread to
@@ -20,7 +20,8 @@ namespace pipewright {
 
 /// The CPUs this process may run on, ascending, never empty: the calling thread's affinity
 /// mask (sched_getaffinity) the first time any thread asks, cached for the process's life.
-/// When libgomp has bound that thread to one OpenMP place (OMP_PROC_BIND set: it binds the
+/// In a build with OpenMP (-fopenmp; pipewright's own has none), when libgomp has bound that
+/// thread to one OpenMP place (OMP_PROC_BIND set: it binds the
 /// initial thread at start-up, and every thread it starts inherits that one place), the union
 /// of all places instead, which libgomp built from the mask the process started with.
 /// Where affinity cannot be read: 0 .. std::thread::hardware_concurrency() - 1.
