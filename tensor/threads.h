@@ -21,9 +21,9 @@ namespace pipewright {
 /// The CPUs this process may run on, ascending, never empty: the calling thread's affinity
 /// mask (sched_getaffinity) the first time any thread asks, cached for the process's life.
 /// In a build with OpenMP (-fopenmp; pipewright's own has none), when libgomp has bound that
-/// thread to one OpenMP place (OMP_PROC_BIND set: it binds the
-/// initial thread at start-up, and every thread it starts inherits that one place), the union
-/// of all places instead, which libgomp built from the mask the process started with.
+/// thread to one OpenMP place (OMP_PROC_BIND set: it binds the initial thread at start-up,
+/// and every thread it starts inherits that one place), the union of all places instead,
+/// which libgomp built from the mask the process started with.
 /// Where affinity cannot be read: 0 .. std::thread::hardware_concurrency() - 1.
 const std::vector<int>& process_cpus();
 /// The calling thread's affinity mask, ascending (empty where it cannot be read).
