@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include <pthread.h>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -126,6 +128,7 @@ class HelperPool {
   }
 
   void helper_loop(int index, uint64_t seen) {
+    pthread_setname_np(pthread_self(), kHelperThreadName);  // for top -H, perf and tests
     tls_in_parts = true;  // a helper runs nothing but parts
     for (;;) {
       const auto published = [&] { return generation_.load(std::memory_order_acquire) != seen; };

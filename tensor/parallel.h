@@ -39,4 +39,7 @@ int64_t spin_microseconds();
 /// Helper threads the calling thread has made so far (for tests).
 int helper_threads();
 
+/// The name every helper thread carries (pthread_setname_np; /proc/self/task/*/comm, top -H).
+inline constexpr char kHelperThreadName[] = "pw-intra-op";
+
 }  // namespace pipewright

@@ -11,6 +11,7 @@
 // the failure notices reach the others and they print too, even on a loaded machine), ends the job with
 // MPI_Abort, as a program should. A run that ends without an error exits 0 (a test failure).
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -88,7 +89,12 @@ int main(int argc, char** argv) {
       distributed::train_step(pipe, *processes, x, y, loss_fn);
     }
   } catch (const std::exception& e) {
-    std::cerr << "rank " << mpi.world_rank() << " caught: " << e.what() << "\n" << std::flush;
+    // One write per line: the ranks share mpirun's stderr, and a line written in pieces
+    // interleaves with the others' (the test counts whole lines).
+    const std::string line =
+        "rank " + std::to_string(mpi.world_rank()) + " caught: " + e.what() + "\n";
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    std::fflush(stderr);
     std::this_thread::sleep_for(std::chrono::seconds(3));
     mpi.abort(3);
   }
