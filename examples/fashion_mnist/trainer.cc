@@ -279,6 +279,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   double planned_step_seconds = 0;  // --plan auto: train_step's wall time, and how many steps
   int64_t planned_steps = 0;
   std::vector<int64_t> step_peaks(static_cast<size_t>(config.stages), 0);  // and their peaks
+  std::map<int, pipeline::Schedule> planned_schedules;  // --plan auto: by micro-batch count
   const int last_epoch = config.stop_after > 0 ? std::min(config.stop_after, config.epochs) : config.epochs;
   for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
     std::vector<int64_t> epoch_peaks(static_cast<size_t>(config.stages), 0);
@@ -306,13 +307,20 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
           a.reset_peak();
         }
       }
+      // The plan's schedule for this batch's micro-batch count, made once per count (only a
+      // short last batch has another), outside the timed step.
+      const pipeline::Schedule* planned_schedule = nullptr;
+      if (plan) {
+        const int m = microbatches(input.size(0), plan->chunks);
+        auto it = planned_schedules.find(m);
+        if (it == planned_schedules.end()) {
+          it = planned_schedules.emplace(m, plan->schedule_for(m)).first;
+        }
+        planned_schedule = &it->second;
+      }
       const auto step_start = Clock::now();
-      const std::optional<pipeline::Schedule> planned_schedule =
-          plan ? std::optional(plan->schedule_for(microbatches(input.size(0), plan->chunks)))
-               : std::nullopt;
-      const pipeline::StepResult step =
-          train_one_step(pipe, processes.get(), input, target, loss_fn, log,
-                         planned_schedule ? &*planned_schedule : nullptr);
+      const pipeline::StepResult step = train_one_step(pipe, processes.get(), input, target,
+                                                       loss_fn, log, planned_schedule);
       // The steady state's full mini-batches (not the run's first step) time the plan.
       if (plan && (epoch > first_epoch || steps > 0) && input.size(0) == config.batch_size) {
         planned_step_seconds += seconds_since(step_start);
