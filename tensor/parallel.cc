@@ -97,6 +97,9 @@ class HelperPool {
       const int index = size();
       const uint64_t seen = generation_.load(std::memory_order_acquire);
       threads_.emplace_back([this, index, seen] { helper_loop(index, seen); });
+      // Named here, not in the new thread, so the name is set when run() returns (tests and
+      // profilers find the helpers by it at once).
+      pthread_setname_np(threads_.back().native_handle(), kHelperThreadName);
     }
     auto job = std::make_shared<Job>();
     job->part = &part;
@@ -128,7 +131,6 @@ class HelperPool {
   }
 
   void helper_loop(int index, uint64_t seen) {
-    pthread_setname_np(pthread_self(), kHelperThreadName);  // for top -H, perf and tests
     tls_in_parts = true;  // a helper runs nothing but parts
     for (;;) {
       const auto published = [&] { return generation_.load(std::memory_order_acquire) != seen; };
