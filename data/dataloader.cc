@@ -22,7 +22,7 @@ int64_t DataLoader::num_batches() const {
 }
 
 void DataLoader::start_epoch() {
-  if (options_.shuffle) order_ = generator_.randperm(dataset_.size());
+  if (options_.shuffle) order_ = generator_.randperm(dataset_.size(), dataset_.inputs().device());
   next_batch_ = 0;
   in_epoch_ = true;
 }

@@ -19,7 +19,9 @@
 // epoch boundaries.) Without shuffle the generator is never used.
 //
 // Batches are tensors on the dataset's device: views (slices, no copy) when not shuffled,
-// new contiguous tensors built with ops::index_select when shuffled.
+// new contiguous tensors built with ops::index_select when shuffled. The epoch's permutation
+// lives there too, so a loader whose data sit on a device of their own allocates nothing on
+// the pipeline's devices (whose peaks a plan predicts to the byte).
 //
 // Usage:
 //   DataLoader loader(train, {.batch_size = 128, .shuffle = true, .seed = 42});
@@ -113,7 +115,7 @@ class DataLoader {
   Dataset dataset_;
   DataLoaderOptions options_;
   Generator generator_;
-  Tensor order_;             // int64 [N]: this epoch's permutation (shuffle only)
+  Tensor order_;             // int64 [N], this epoch's permutation (shuffle only)
   bool in_epoch_ = false;    // an epoch is in progress
   int64_t next_batch_ = 0;   // index of the batch next() returns
 };

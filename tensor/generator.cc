@@ -49,9 +49,10 @@ void Generator::normal_(Tensor& t, double mean, double std) {
 
 // Fisher-Yates from the last position down: position i swaps with j uniform in [0, i], j from
 // two stream values (64 bits) modulo i+1 (bias below 2^-40 for any n that fits in memory).
-Tensor Generator::randperm(int64_t n) {
+Tensor Generator::randperm(int64_t n, Device device) {
   if (n < 0) throw std::invalid_argument("randperm: n must be >= 0, got " + std::to_string(n));
-  Tensor perm = Tensor::arange(n, {DType::kInt64, Device::cpu(0)});
+  if (device.type != DeviceType::kCPU) return randperm(n, Device::cpu(0)).to(device);
+  Tensor perm = Tensor::arange(n, {DType::kInt64, device});
   int64_t* p = perm.data<int64_t>();
   const uint64_t swaps = n > 1 ? static_cast<uint64_t>(n - 1) : 0;
   philox::Cursor cursor(seed_, reserve(2 * swaps));

@@ -46,8 +46,12 @@ class Generator {
   void uniform_(Tensor& t, double lo = 0.0, double hi = 1.0);
   void normal_(Tensor& t, double mean = 0.0, double std = 1.0);
 
-  /// A uniformly random permutation of [0, n) (int64, CPU), Fisher-Yates driven by this stream.
-  Tensor randperm(int64_t n);
+  /// A uniformly random permutation of [0, n) (int64 [n] on `device`; PyTorch's
+  /// torch.randperm(n, generator=, device=)), Fisher-Yates driven by this stream: the same
+  /// permutation on every device. Drawn on the host (a CPU device: in place, allocated from
+  /// that device's allocator alone; a CUDA device: on cpu:0, then copied). Throws
+  /// std::invalid_argument naming n when n < 0.
+  Tensor randperm(int64_t n, Device device = Device::cpu(0));
 
  private:
   uint64_t seed_;

@@ -39,8 +39,14 @@ void print_plan_against_run(std::ostream& out, const pipeline::Plan& plan,
           << " as the messages arrive)";
     }
     const int64_t step = run.step_peak_bytes[w];
-    out << ", measured in train_step " << format_bytes(step) << " (" << step - p.predicted
-        << " bytes off), with the optimizer's step " << format_bytes(run.peak_bytes[w]) << "\n";
+    out << ", measured in train_step " << format_bytes(step) << " (";
+    if (step == p.predicted) {
+      out << "exact";
+    } else {
+      out << (step > p.predicted ? "+" : "") << step - p.predicted << " bytes, "
+          << (step >= p.low && step <= p.high ? "within" : "OUTSIDE") << " the bounds";
+    }
+    out << "), with the optimizer's step " << format_bytes(run.peak_bytes[w]) << "\n";
   }
   out << std::flush;
 }

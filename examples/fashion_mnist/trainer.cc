@@ -388,6 +388,8 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       }
     }
     print_plan_against_run(log, *plan, run, devices);
+    result.planned_peaks = plan->peaks;
+    result.step_peak_bytes = step_peaks;
   }
   tracer.report(log, int64_t{last_epoch - first_epoch} * loader.num_batches());
   return result;

@@ -38,6 +38,7 @@
 #include "nn/module.h"
 #include "nn/sequential.h"
 #include "pipeline/pipe.h"
+#include "pipeline/planner/memory_replay.h"
 
 namespace pipewright::examples {
 
@@ -54,6 +55,11 @@ struct EpochStats : PipelineStats {  // the epoch's bubble, busy times and peak 
 struct TrainResult {
   std::vector<EpochStats> epochs;     // the epochs run by this call (not the resumed ones)
   nn::NamedTensors final_state;       // the model's state dict after the last epoch (CPU copies)
+  // --plan auto only (empty otherwise), per worker's device: the plan's predicted peak with
+  // its bounds, and the largest peak measured inside train_step over the steady state's full
+  // mini-batches (the optimizer's step apart), in bytes.
+  std::vector<pipeline::DevicePeak> planned_peaks;
+  std::vector<int64_t> step_peak_bytes;
 };
 
 /// The MLP described above (weights drawn from a Generator seeded with `seed`).

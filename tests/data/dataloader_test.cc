@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "tensor/allocator.h"
 #include "tensor/tensor.h"
 
 namespace pipewright::data {
@@ -147,6 +148,21 @@ TEST_CASE("DataLoader::next runs one epoch, then std::nullopt, then the next epo
   REQUIRE(loader.next().has_value());  // a new epoch started
   loader.start_epoch();                // abandon it and start over
   REQUIRE(loader.next()->targets.to_vector<int64_t>() == std::vector<int64_t>{0, 1});
+}
+
+TEST_CASE("DataLoader with shuffle keeps its permutation on the dataset's device") {
+  // A pipeline's first stage usually runs on cpu:0; an epoch's order must not count there.
+  const Device host = Device::cpu(6);
+  const Dataset local = numbered(40);
+  const Dataset on_host(local.inputs().to(host), local.targets().to(host));
+  DataLoader loader(on_host, {.batch_size = 16, .shuffle = true, .seed = 1});
+  const int64_t cpu0_before = allocator_for(Device::cpu(0)).allocated();
+  const int64_t host_before = allocator_for(host).allocated();
+  auto it = loader.begin();
+  REQUIRE(allocator_for(Device::cpu(0)).allocated() == cpu0_before);
+  // The permutation (int64 [40]) and the first gathered batch live on the host device.
+  REQUIRE(allocator_for(host).allocated() >= host_before + 40 * 8);
+  REQUIRE((*it).inputs.device() == host);
 }
 
 TEST_CASE("DataLoader rejects batch_size < 1, naming the value") {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <thread>
 
+#include "tensor/allocator.h"
 #include "tensor/generator.h"
 #include "tensor/kernels.h"
 #include "tensor/ops.h"
@@ -254,6 +255,17 @@ TEST_CASE("randperm is a seeded permutation") {
   REQUIRE(Generator().randperm(0).numel() == 0);
   REQUIRE(Generator().randperm(1).to_vector<int64_t>() == std::vector<int64_t>{0});
   REQUIRE_THROWS_WITH(Generator().randperm(-1), Catch::Contains("-1"));
+}
+
+TEST_CASE("randperm on another CPU device: the same permutation, allocated there alone") {
+  const Device elsewhere = Device::cpu(5);
+  const int64_t home_before = allocator_for(Device::cpu(0)).allocated();
+  const Tensor p = Generator(8).randperm(1000, elsewhere);
+  REQUIRE(p.device() == elsewhere);
+  REQUIRE(allocator_for(elsewhere).allocated() >= 1000 * 8);
+  // Nothing of it (nor any temporary) lives on cpu:0.
+  REQUIRE(allocator_for(Device::cpu(0)).allocated() == home_before);
+  REQUIRE(p.to_vector<int64_t>() == Generator(8).randperm(1000).to_vector<int64_t>());
 }
 
 TEST_CASE("default_generator is one process-wide generator") {
