@@ -15,6 +15,7 @@
 #include "pipeline/planner/cache.h"
 #include "pipeline/planner/cuts.h"
 #include "pipeline/planner/search.h"
+#include "pipeline/schedule/ascii.h"
 #include "pipeline/schedule/generators/recompute.h"
 #include "pipeline/schedule/registry.h"
 #include "tensor/threads.h"
@@ -190,6 +191,12 @@ std::string Plan::str() const {
          std::to_string(cells) + " cells recomputed";
 }
 
+std::string Plan::timeline(int columns) const {
+  double unit = 0;
+  const std::string drawing = to_ascii_scaled(schedule, costs, columns, &unit);
+  return "timeline, simulated (one column = " + fixed(unit, 1) + " us):\n" + drawing;
+}
+
 std::string Plan::explain() const {
   std::string out = "plan: " + str() + "\n";
   out += "predicted: step " + fixed(step_time_us / 1000.0, 2) + " ms, bubble " +
@@ -211,6 +218,7 @@ std::string Plan::explain() const {
     for (const auto& [s, list] : by_stage) out += " " + std::to_string(s) + ": " + list + ";";
     out += "\n";
   }
+  out += timeline();
   out += "alternatives (" + std::to_string(candidates) + " configurations simulated):\n";
   for (const PlanAlternative& a : alternatives) {
     out += "  " + a.config + ": " + a.why + "\n";

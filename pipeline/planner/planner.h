@@ -106,6 +106,7 @@ struct Plan {
   int recomputed = 0;                     // cells with an R
   double step_time_us = 0;                // the simulated step
   double bubble = 0;                      // the simulated bubble fraction
+  Costs costs;                            // per stage, in microseconds: what was simulated
   std::vector<DevicePeak> peaks;          // per device
   bool exact_memory = false;              // peaks from measured stages (stage_probe.h)
   int64_t memory_cap_bytes = 0;
@@ -125,8 +126,12 @@ struct Plan {
   Schedule schedule_for(int num_microbatches) const;
   /// "1f1b, v 1, chunks 8, balance 4|9, 6 of 16 cells recomputed".
   std::string str() const;
-  /// str(), the predicted step time, bubble and peaks, and the alternatives with why each
-  /// lost (the examples' --explain).
+  /// The simulated step drawn as text (to_ascii_scaled, schedule/ascii.h), about `columns`
+  /// units wide, under a line naming the unit in microseconds: where each worker's F, B, I,
+  /// W and R run and where it idles. Throws std::invalid_argument when columns < 1.
+  std::string timeline(int columns = 48) const;
+  /// str(), the predicted step time, bubble and peaks, the timeline, and the alternatives
+  /// with why each lost (the examples' --explain).
   std::string explain() const;
 };
 

@@ -470,6 +470,7 @@ class Search {
     plan.recomputed = chosen.placement.recomputed;
     plan.step_time_us = chosen.time();
     plan.bubble = chosen.placement.simulation.bubble_fraction;
+    plan.costs = costs_of(c);
     plan.peaks = replay_memory(plan.schedule, chosen.placement.simulation, model, true);
     plan.exact_memory = chosen.exact;
     plan.memory_cap_bytes = cap_;

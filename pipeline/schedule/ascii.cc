@@ -81,4 +81,28 @@ std::string to_ascii(const Schedule& schedule, const Costs& costs) {
   return out;
 }
 
+std::string to_ascii_scaled(const Schedule& schedule, const Costs& costs, int columns,
+                            double* unit) {
+  if (columns < 1) {
+    throw std::invalid_argument("to_ascii_scaled: columns must be >= 1, got " +
+                                std::to_string(columns));
+  }
+  const double makespan = simulate(schedule, costs).makespan;
+  const double u = makespan > 0 ? makespan / columns : 1.0;
+  if (unit != nullptr) *unit = u;
+  const auto units = [u](double x) { return x > 0 ? std::max(1.0, std::round(x / u)) : 0.0; };
+  const auto scaled = [&units](const StageCosts& c) {
+    return StageCosts{.forward = units(c.forward),
+                      .backward = units(c.backward),
+                      .backward_input = units(c.backward_input),
+                      .backward_weight = units(c.backward_weight),
+                      .recompute = units(c.recompute)};
+  };
+  Costs whole_units;
+  whole_units.uniform = scaled(costs.uniform);
+  for (const StageCosts& c : costs.per_stage) whole_units.per_stage.push_back(scaled(c));
+  whole_units.comm_latency = costs.comm_latency > 0 ? std::round(costs.comm_latency / u) : 0.0;
+  return to_ascii(schedule, whole_units);
+}
+
 }  // namespace pipewright::pipeline

@@ -23,4 +23,14 @@ namespace pipewright::pipeline {
 /// std::invalid_argument if a cost or the latency is not a whole number of time units.
 std::string to_ascii(const Schedule& schedule, const Costs& costs = Costs{});
 
+/// The timeline of `schedule` with real-valued `costs` (measured microseconds, say) drawn
+/// about `columns` units wide: the unit is the simulated makespan / columns, each positive
+/// cost (and the latency) rounded to whole units, at least one so that no action vanishes.
+/// Rounding may move a start by a unit or stretch the whole when many actions are short; the
+/// order of each worker's actions and the dependencies are the schedule's. `unit` (when not
+/// null) receives the unit in the costs' own units. Throws std::invalid_argument when
+/// columns < 1, and what simulate() throws.
+std::string to_ascii_scaled(const Schedule& schedule, const Costs& costs, int columns,
+                            double* unit = nullptr);
+
 }  // namespace pipewright::pipeline

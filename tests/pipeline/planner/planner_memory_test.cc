@@ -282,6 +282,18 @@ TEST_CASE("a cap only a partial recompute placement fits") {
   std::sort(recomputed.begin(), recomputed.end());
   CHECK(recomputed == std::vector<std::pair<int, int>>{{0, 1}, {0, 2}, {0, 3}});
   CHECK(p.recomputed == 3);
+  // The plan draws its own timeline: R cells on worker 0 alone, for micro-batches 1, 2, 3.
+  const std::string timeline = p.timeline();
+  CAPTURE(timeline);
+  const size_t second_row = timeline.find("\nworker 1");
+  REQUIRE(second_row != std::string::npos);
+  for (const char* r : {"R1", "R2", "R3"}) CHECK(timeline.find(r) < second_row);
+  CHECK(timeline.find("R0") == std::string::npos);
+  CHECK(timeline.find('R', second_row) == std::string::npos);
+  CHECK(p.explain().find(timeline) != std::string::npos);
+  // Each R runs while worker 0 waits for worker 1's gradient: the step is as long as 1F1B's
+  // without a recompute, timed with the same costs.
+  CHECK(p.step_time_us == Approx(simulate(one_f_one_b(2, 4), p.costs).makespan));
   // The global modes on the plan's cut: except_last does not fit, always does and is slower.
   for (const PlanAlternative& a : p.alternatives) {
     CAPTURE(a.config);

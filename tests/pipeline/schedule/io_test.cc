@@ -52,6 +52,26 @@ TEST_CASE("to_ascii needs whole-unit costs") {
   CHECK_THROWS_WITH(to_ascii(gpipe(2, 2), Costs::unit(1, 1.5)), Catch::Contains("whole number"));
 }
 
+TEST_CASE("to_ascii_scaled draws measured costs in whole units of makespan / columns") {
+  // gpipe(3, 4) with tF = 1, tB = 2 spans 18 units; in microseconds x 37.5 and 18 columns
+  // it is the same drawing, one column = 37.5 us.
+  double unit = 0;
+  CHECK(to_ascii_scaled(gpipe(3, 4), Costs::unit(37.5, 75.0), 18, &unit) == to_ascii(gpipe(3, 4)));
+  CHECK(unit == 37.5);
+  // Coarser: 4 columns of the 280 us step are 70 us each; B (40 us) rounds to one unit and F
+  // (30 us) to none, raised to one.
+  CHECK(to_ascii_scaled(one_f_one_b(2, 3), Costs::unit(30.0, 40.0), 4) ==
+        to_ascii(one_f_one_b(2, 3), Costs::unit(1, 1)));
+  // An action far shorter than a column still shows (at least one unit).
+  Costs tiny = Costs::unit(100.0, 200.0);
+  tiny.per_stage = {StageCosts{.forward = 100.0, .backward = 200.0},
+                    StageCosts{.forward = 0.01, .backward = 200.0}};
+  const std::string drawn = to_ascii_scaled(gpipe(2, 1), tiny, 5);
+  CHECK(drawn == "worker 0  F0 .  .  .  B0 B0\n"
+                 "worker 1  .  F0 B0 B0 .  .\n");
+  CHECK_THROWS_WITH(to_ascii_scaled(gpipe(2, 2), Costs{}, 0), Catch::Contains("columns must be >= 1, got 0"));
+}
+
 TEST_CASE("to_svg draws one box per action") {
   const std::string svg = to_svg(one_f_one_b(2, 2));
   CHECK(svg.rfind("<svg", 0) == 0);
