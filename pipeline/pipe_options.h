@@ -40,7 +40,7 @@ struct PipeOptions {
   /// mini-batch, committed once per mini-batch (torchgpipe's deferred_batch_norm).
   bool deferred_batch_norm = false;
   /// v: virtual stages per worker, as `schedule`'s registry row allows (ScheduleInfo::
-  /// virtual_stages: any v for the interleaved schedules and looped-bfs, 2 for the V-shaped).
+  /// virtual_stages: any v >= 2 for the interleaved schedules and looped-bfs, 2 for the V-shaped).
   int virtual_stages = 1;
   /// The worker of each stage (balance.size() entries, each in [0, p) with p = balance.size()
   /// / virtual_stages, every worker holding a stage). Empty: the placement of `schedule`

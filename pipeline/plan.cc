@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "pipeline/schedule/registry.h"
+
 namespace pipewright::pipeline {
 
 std::vector<std::vector<char>> recomputed_cells(const Schedule& schedule) {
@@ -37,15 +39,20 @@ Phases split_fill_drain(const Schedule& schedule) {
 }
 
 void check_virtual_stages(const std::string& schedule, int virtual_stages) {
-  const bool interleaves = schedule == "interleaved-1f1b" || schedule == "interleaved-zb" ||
-                           schedule == "looped-bfs";
-  if (interleaves && virtual_stages == 1) {
-    throw std::invalid_argument(
-        "schedule '" + schedule + "' interleaves several virtual stages per worker, but the " +
-        "pipe has virtual_stages = 1: set PipeOptions::virtual_stages to 2 or more (balance " +
-        "then has virtual_stages entries per worker), or use a schedule with one stage per " +
-        "worker ('gpipe', '1f1b', 'zb-h1', 'zb-h2')");
+  if (virtual_stages != 1) return;
+  const ScheduleInfo row = find_schedule(schedule);
+  // The interleaved family takes any v >= 2 (the V-shaped ones exactly 2, which make_schedule
+  // says when asked for another).
+  if (row.virtual_stages.allows(1) || row.virtual_stages.max != 0) return;
+  std::string single;
+  for (const ScheduleInfo& r : registered_schedules()) {
+    if (r.virtual_stages.allows(1)) single += (single.empty() ? "'" : ", '") + r.name + "'";
   }
+  throw std::invalid_argument(
+      "schedule '" + schedule + "' interleaves several virtual stages per worker, but the " +
+      "pipe has virtual_stages = 1: set PipeOptions::virtual_stages to 2 or more (balance " +
+      "then has virtual_stages entries per worker), or use a schedule with one stage per " +
+      "worker (" + single + ")");
 }
 
 void check_schedule_fits(const Schedule& schedule, int num_workers,

@@ -31,9 +31,11 @@ struct Phases {
 /// naming the worker and action when a forward comes after a non-forward (not fill-drain).
 Phases split_fill_drain(const Schedule& schedule);
 
-/// Throws std::invalid_argument when `schedule` (a make_schedule name) is one that interleaves
-/// several virtual stages per worker ("interleaved-1f1b", "interleaved-zb", "looped-bfs") and
-/// the pipe has virtual_stages = 1, saying how to give it virtual stages.
+/// Throws std::invalid_argument when `schedule` (a registered name) is one that interleaves
+/// any v >= 2 virtual stages per worker (its registry row: "interleaved-1f1b",
+/// "interleaved-zb", "looped-bfs") and the pipe has virtual_stages = 1, saying how to give it
+/// virtual stages and naming the schedules that run one stage per worker. Throws what
+/// find_schedule throws for an unknown name.
 void check_virtual_stages(const std::string& schedule, int virtual_stages);
 
 /// Throws std::invalid_argument, naming both values, unless `schedule` has `num_workers`

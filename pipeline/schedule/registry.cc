@@ -24,7 +24,7 @@ Schedule ignore_v(int p, int m, int /*v*/) {
 }
 
 constexpr VirtualStages kOne{1, 1};
-constexpr VirtualStages kAny{1, 0};
+constexpr VirtualStages kTwoOrMore{2, 0};  // one stage per worker is plain 1F1B / GPipe
 constexpr VirtualStages kTwo{2, 2};
 
 // The table. One row per schedule; the generators' headers hold their papers and pictures.
@@ -36,16 +36,16 @@ std::vector<ScheduleInfo> builtin_schedules() {
       {"1f1b", ignore_v<one_f_one_b>, kOne, P::kRoundRobin, false,
        "one forward, one backward after a warm-up: stage s holds p-s micro-batches "
        "(PipeDream-Flush)"},
-      {"interleaved-1f1b", interleaved_1f1b, kAny, P::kRoundRobin, false,
+      {"interleaved-1f1b", interleaved_1f1b, kTwoOrMore, P::kRoundRobin, false,
        "1F1B over v virtual stages per worker: the bubble divided by v (Megatron-LM); "
        "m % p == 0"},
       {"zb-h1", ignore_v<zb_h1>, kOne, P::kRoundRobin, true,
        "zero bubble at 1F1B's cells: backward split into I and W, W's fill the cool-down"},
       {"zb-h2", ignore_v<zb_h2>, kOne, P::kRoundRobin, true,
        "zero bubble with up to 2p-1 micro-batches in flight"},
-      {"interleaved-zb", interleaved_zero_bubble, kAny, P::kRoundRobin, true,
+      {"interleaved-zb", interleaved_zero_bubble, kTwoOrMore, P::kRoundRobin, true,
        "interleaved 1F1B with I/W split (torch's ScheduleInterleavedZeroBubble)"},
-      {"looped-bfs", static_cast<Schedule (*)(int, int, int)>(looped_bfs), kAny, P::kRoundRobin, false,
+      {"looped-bfs", static_cast<Schedule (*)(int, int, int)>(looped_bfs), kTwoOrMore, P::kRoundRobin, false,
        "breadth first: GPipe looped over v virtual stages (torch's ScheduleLoopedBFS)"},
       {"zb-v", ignore_v<zb_v>, kTwo, P::kV, true,
        "V-shaped zero bubble, two stages per worker, at 1F1B's memory"},
@@ -90,8 +90,8 @@ std::string quoted_list(const std::vector<std::string>& names) {
     throw std::invalid_argument(quoted + " holds two stages per worker (a V), so v must be 2" +
                                 got);
   }
-  throw std::invalid_argument(quoted + " takes v = " + vs.str() + " virtual stages per worker" +
-                              got);
+  throw std::invalid_argument(quoted + " takes " + (vs.max == 0 ? "" : "v = ") + vs.str() +
+                              " virtual stages per worker" + got);
 }
 
 }  // namespace

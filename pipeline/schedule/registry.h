@@ -5,7 +5,7 @@
 //   name               generator                  v (stages per worker)  placement    B split
 //   gpipe              gpipe(p, m)                1                      round robin  no
 //   1f1b               one_f_one_b(p, m)          1                      round robin  no
-//   interleaved-1f1b   interleaved_1f1b(p, m, v)  any v >= 1             round robin  no
+//   interleaved-1f1b   interleaved_1f1b(p, m, v)  any v >= 2             round robin  no
 //   zb-h1              zb_h1(p, m)                1                      round robin  I + W
 //   ...                (the table is in registry.cc; registered_schedules() lists it)
 //

@@ -162,11 +162,10 @@ TEST_CASE("generators reject p, m < 1 naming the value") {
 TEST_CASE("every generator validates for p in 1..4, m in 1..16") {
   for (int p = 1; p <= 4; ++p) {
     for (int m = 1; m <= 16; ++m) {
-      for (const std::string& name : schedule_names()) {
-        const bool interleaved =
-            name == "interleaved-1f1b" || name == "interleaved-zb" || name == "looped-bfs";
-        const bool v_shape = name == "zb-v" || name == "dualpipev";
-        for (int v = v_shape ? 2 : 1; v <= (interleaved ? 3 : v_shape ? 2 : 1); ++v) {
+      for (const ScheduleInfo& row : registered_schedules()) {
+        const std::string& name = row.name;
+        const VirtualStages vs = row.virtual_stages;  // any v: tried up to 3
+        for (int v = vs.min; v <= (vs.max == 0 ? 3 : vs.max); ++v) {
           if (name == "interleaved-1f1b" && m % p != 0) continue;
           if (name == "interleaved-zb" && m % std::max(1, m / p) != 0) continue;
           if (name == "dualpipev" && m < 2 * p) continue;
@@ -189,4 +188,8 @@ TEST_CASE("make_schedule: unknown names and v != 1 are rejected with the valid n
                         Catch::Contains("'zb-h1'") && Catch::Contains("'zb-h2'"));
   CHECK_THROWS_WITH(make_schedule("1f1b", 2, 4, 2), Catch::Contains("v must be 1"));
   CHECK(make_schedule("interleaved-1f1b", 2, 4, 2).num_stages == 4);
+  // One stage per worker is 1F1B's or GPipe's own: the interleaved family takes v >= 2.
+  for (const char* name : {"interleaved-1f1b", "interleaved-zb", "looped-bfs"}) {
+    CHECK_THROWS_WITH(make_schedule(name, 2, 4, 1), Catch::Contains("v >= 2"));
+  }
 }
