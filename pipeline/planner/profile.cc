@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "autograd/engine.h"
+#include "nn/skip.h"
 #include "pipeline/deferred_batch_norm.h"
 #include "pipeline/profile_state.h"
 #include "tensor/allocator.h"
@@ -79,6 +81,34 @@ nn::Tensors requiring_grad(const nn::Tensors& tensors) {
 // A layer as the profile runs it: the loss entry takes the targets as well.
 using Step1 = std::function<nn::Tensors(const nn::Tensors&)>;
 
+// Note [Skips in the profile]
+// The profile runs a layer more than once per pass (its B/W split on a fresh graph) and
+// alone (the memory pass's backwards), so a layer that pops a skip must find it again. This
+// tracker stores as the default one does — the chain's pop takes the stashed tensor, graph and
+// all — and remembers what was popped, detached (requires_grad as it was), for the layer's
+// later runs: their backward then stops at the skip, as each layer's own backward stops at
+// its detached input.
+class ProfileSkipTracker final : public nn::SkipTracker {
+ public:
+  void stash(const nn::Module&, const nn::SkipKey& key, const Tensor& tensor) override {
+    stashed_[key] = tensor;
+  }
+  Tensor pop(const nn::Module& layer, const nn::SkipKey& key) override {
+    if (auto it = stashed_.find(key); it != stashed_.end()) {
+      Tensor t = std::move(it->second);
+      stashed_.erase(it);
+      popped_[key] = detach_like({t}).front();
+      return t;
+    }
+    if (auto it = popped_.find(key); it != popped_.end()) return it->second;
+    throw std::logic_error("profile: " + layer.str() + " pops " + key.str() +
+                           ", which no earlier layer stashed");
+  }
+
+ private:
+  std::map<nn::SkipKey, Tensor> stashed_, popped_;
+};
+
 class Profiler {
  public:
   Profiler(nn::Sequential& model, const Tensor& input, const Tensor& target,
@@ -88,6 +118,8 @@ class Profiler {
 
   /// Every layer and the loss at `rows` rows; .size() == layers + 1.
   std::vector<Sample> measure(int64_t rows) {
+    ProfileSkipTracker skips;  // Note [Skips in the profile]
+    nn::SkipTrackerGuard guard(skips);
     const size_t n = model_.size();
     std::vector<Sample> samples(n + 1);
     const Tensor target = target_.slice(0, rows).to(device_);
