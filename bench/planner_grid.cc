@@ -245,11 +245,12 @@ void run_case(const Case& c) {
       if (cap > 0 && p.measured.peak > cap) continue;
       if (best == nullptr || p.measured.step_ms < best->measured.step_ms) best = &p;
     }
-    nn::Sequential model = c.model();
     const auto start = std::chrono::steady_clock::now();
     std::optional<pipeline::Plan> plan;
     std::string refused;
     try {
+      // The model planned on (cpu:0) is gone before anything is measured there.
+      nn::Sequential model = c.model();
       plan = pipeline::plan(model, {c.input, c.target, c.loss}, worker_devices(c.workers),
                             {.memory_cap_bytes = cap, .deferred_batch_norm = c.deferred_batch_norm});
     } catch (const pipeline::NoPlanFits& e) {

@@ -108,9 +108,12 @@ Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Dev
   SearchInputs in;
   in.profile = &cache.profile;
   in.workers = workers;
+  in.options = options;
+  if (!in.options.runtime_overhead) {  // Note [Runtime overhead]
+    in.options.runtime_overhead = measure_runtime_overhead(devices, options.threads_per_worker);
+  }
   for (const Device& d : devices) in.device_names.push_back(d.str());
   in.allowed_cuts = allowed_cuts(model);
-  in.options = options;
   in.by_parameters = [&model](int parts) {
     return parts <= static_cast<int>(model.size()) ? balance_by_parameters(parts, model)
                                                    : std::vector<int>{};
@@ -209,6 +212,10 @@ std::string Plan::explain() const {
   }
   out += memory_cap_bytes > 0 ? " (cap " + format_bytes(memory_cap_bytes) + ")" : "";
   out += exact_memory ? "; stages measured exactly\n" : "; memory estimated from the profile\n";
+  if (overhead.per_action_us > 0 || overhead.per_step_us > 0) {
+    out += "runtime overhead (measured): " + fixed(overhead.per_action_us, 1) +
+           " us per action, " + fixed(overhead.per_step_us, 1) + " us per step\n";
+  }
   if (recomputed > 0) {
     out += "recomputed cells (stage: micro-batches):";
     std::map<int, std::string> by_stage;

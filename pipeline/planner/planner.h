@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,6 +38,7 @@
 #include "pipeline/pipe_options.h"
 #include "pipeline/planner/memory_replay.h"
 #include "pipeline/planner/profile.h"
+#include "pipeline/planner/runtime_overhead.h"
 #include "pipeline/schedule/schedule.h"
 #include "pipeline/step.h"
 
@@ -76,6 +78,11 @@ struct PlanOptions {
   int verify = 6;
   /// How many runners-up Plan::alternatives keeps.
   int alternatives = 6;
+  /// What the runtime costs per action and per step beyond the layers (Note [Runtime
+  /// overhead], runtime_overhead.h). Unset: plan(model, ...) measures it on its devices
+  /// (~0.1-0.5 s); plan(profile, ...) takes none. Set it to reuse a measurement, or to {} to
+  /// plan with the layers' times alone.
+  std::optional<RuntimeOverhead> runtime_overhead = std::nullopt;
 };
 
 /// The sample mini-batch the plan is for, and the loss computed on the last stage.
@@ -107,6 +114,7 @@ struct Plan {
   double step_time_us = 0;                // the simulated step
   double bubble = 0;                      // the simulated bubble fraction
   Costs costs;                            // per stage, in microseconds: what was simulated
+  RuntimeOverhead overhead;               // included in costs (per action) and step_time_us
   std::vector<DevicePeak> peaks;          // per device
   bool exact_memory = false;              // peaks from measured stages (stage_probe.h)
   int64_t memory_cap_bytes = 0;

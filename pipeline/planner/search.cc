@@ -36,7 +36,7 @@ struct Result {
   Outcome outcome = Outcome::kOutOfReach;
   bool exact = false;
 
-  double time() const { return placement.simulation.makespan; }
+  double time() const { return placement.simulation.makespan; }  // per_step_us apart
   // The peaks held to the cap: the worst case when measured, else the simulated order's.
   int64_t peak_of(size_t w) const {
     return exact ? placement.peaks[w].high : placement.peaks[w].predicted;
@@ -72,7 +72,11 @@ std::string millis(double us) { return fixed(us / 1000.0, 2) + " ms"; }
 class Search {
  public:
   explicit Search(const SearchInputs& in)
-      : in_(in), profile_(*in.profile), options_(in.options), cap_(in.options.memory_cap_bytes) {}
+      : in_(in),
+        profile_(*in.profile),
+        options_(in.options),
+        cap_(in.options.memory_cap_bytes),
+        overhead_(in.options.runtime_overhead.value_or(RuntimeOverhead{})) {}
 
   Plan run() {
     enumerate();
@@ -242,7 +246,12 @@ class Search {
       if (it == times_.end()) {
         it = times_.emplace(key, estimate_stage_times(profile_, first, first + b, c.rows)).first;
       }
-      costs.per_stage.push_back(it->second);
+      StageCosts stage = it->second;
+      for (double* t : {&stage.forward, &stage.backward, &stage.backward_input,
+                        &stage.backward_weight, &stage.recompute}) {
+        *t += overhead_.per_action_us;  // Note [Runtime overhead]
+      }
+      costs.per_stage.push_back(stage);
       first += b;
     }
     return costs;
@@ -445,11 +454,12 @@ class Search {
       std::string reason = r.placement.fits ? why(r, chosen)
                                             : "needs " + format_bytes(r.max_peak()) + " on " +
                                                   in_.device_names[static_cast<size_t>(r.worst_device())];
-      out.push_back({config, r.time(), r.max_peak(), r.placement.fits, reason});
+      out.push_back({config, r.time() + overhead_.per_step_us, r.max_peak(), r.placement.fits, reason});
     }
     for (size_t k = 0; k < ranked.size() && static_cast<int>(k) < options_.alternatives; ++k) {
       const Result& r = *ranked[k];
-      out.push_back({config_text(r) + (r.exact ? "" : " (estimated)"), r.time(), r.max_peak(),
+      out.push_back({config_text(r) + (r.exact ? "" : " (estimated)"),
+                     r.time() + overhead_.per_step_us, r.max_peak(),
                      r.outcome == Outcome::kFits, why(r, chosen)});
     }
     return out;
@@ -468,9 +478,10 @@ class Search {
     plan.rows = c.rows;
     plan.schedule = chosen.placement.schedule;
     plan.recomputed = chosen.placement.recomputed;
-    plan.step_time_us = chosen.time();
+    plan.step_time_us = chosen.time() + overhead_.per_step_us;
     plan.bubble = chosen.placement.simulation.bubble_fraction;
     plan.costs = costs_of(c);
+    plan.overhead = overhead_;
     plan.peaks = replay_memory(plan.schedule, chosen.placement.simulation, model, true);
     plan.exact_memory = chosen.exact;
     plan.memory_cap_bytes = cap_;
@@ -485,6 +496,7 @@ class Search {
   const ModelProfile& profile_;
   const PlanOptions& options_;
   int64_t cap_;
+  RuntimeOverhead overhead_;  // Note [Runtime overhead]
   std::vector<Config> configs_;
   std::vector<Result> estimated_, verified_;
   std::map<std::tuple<int, int, int64_t>, StageCosts> times_;

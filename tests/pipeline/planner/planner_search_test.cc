@@ -219,3 +219,33 @@ TEST_CASE("sizes as text") {
   CHECK(format_bytes(3 << 10) == "3.0 KiB");
   CHECK(format_bytes(12 << 20) == "12.00 MiB");
 }
+
+TEST_CASE("the runtime's overhead is added to every action and once to the step") {
+  const ModelProfile profile = synthetic(8, 64);
+  const PlanOptions base{.schedules = {"1f1b"}, .chunks = {4}};
+  PlanOptions costly = base;
+  costly.runtime_overhead = RuntimeOverhead{.per_action_us = 50, .per_step_us = 1000};
+  const Plan without = plan(profile, 2, base), with = plan(profile, 2, costly);
+  REQUIRE(without.balance == with.balance);
+  REQUIRE(with.costs.per_stage.size() == without.costs.per_stage.size());
+  for (size_t s = 0; s < with.costs.per_stage.size(); ++s) {
+    CHECK(with.costs.per_stage[s].forward == Approx(without.costs.per_stage[s].forward + 50));
+    CHECK(with.costs.per_stage[s].backward == Approx(without.costs.per_stage[s].backward + 50));
+  }
+  // The step pays the per-step cost once and the per-action one for every action on its
+  // critical path: at least one worker's 8 (F and B of 4 micro-batches), at most all 16.
+  const double added = with.step_time_us - without.step_time_us;
+  CHECK(added >= Approx(1000 + 50 * 8));
+  CHECK(added <= Approx(1000 + 50 * 16));
+  CHECK(with.explain().find("runtime overhead (measured): 50.0 us per action, 1000.0 us per step") !=
+        std::string::npos);
+}
+
+TEST_CASE("measure_runtime_overhead: positive on real devices; bad devices are named") {
+  const RuntimeOverhead o = measure_runtime_overhead({Device::cpu(51), Device::cpu(52)});
+  CHECK(o.per_action_us > 0);  // 16 micro-batches take longer than 2
+  CHECK(o.per_step_us >= 0);
+  CHECK_THROWS_WITH(measure_runtime_overhead({}), Catch::Contains("no devices"));
+  CHECK_THROWS_WITH(measure_runtime_overhead({Device::cpu(51), Device::cpu(51)}),
+                    Catch::Contains("cpu:51 is named twice"));
+}

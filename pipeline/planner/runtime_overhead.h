@@ -1,0 +1,40 @@
+// The pipeline runtime's own cost on the devices a plan is for: what a step costs beyond its
+// layers' profiled times.
+//
+// Note [Runtime overhead]
+// The planner times a configuration by simulating its schedule with the layers' profiled
+// times (profile.h). A real step also pays for every action the runtime runs — taking it from
+// the worker's list, waiting for and receiving its message, handing the result on, recording
+// its trace — and once per step for waking the workers and collecting their results. At
+// small micro-batches these dominate: without them the planner favours many tiny
+// micro-batches that run several times slower than predicted (docs/BENCHMARKS.md,
+// "Planner"). So plan() measures both on the plan's own devices with a pipeline of
+// near-free layers (one ReLU per worker, 8 columns), 1F1B with m1 and m2 micro-batches:
+//
+//   T(m) = per_step + per_action · U(m)
+//
+// where T(m) is the median wall time of a train_step and U(m) the simulated makespan of
+// 1F1B(p, m) with every action one unit long (the actions on the critical path). Two sizes
+// give the two unknowns. The simulation then adds per_action to every action's cost, and
+// per_step to the step. Both are measured as the machine is at planning time: a busy machine
+// gives larger ones, as it gives slower steps.
+#pragma once
+
+#include <vector>
+
+#include "tensor/device.h"
+
+namespace pipewright::pipeline {
+
+struct RuntimeOverhead {
+  double per_action_us = 0;  // added to each F, B, I, W and R
+  double per_step_us = 0;    // added once to the step
+};
+
+/// Note [Runtime overhead]: measured on `devices` (one worker each, distinct), each worker
+/// with `threads_per_worker` intra-op threads (0: as PipeOptions). Takes ~0.1-0.5 s. Throws
+/// std::invalid_argument for no devices or repeated ones, and what the Pipe throws.
+RuntimeOverhead measure_runtime_overhead(const std::vector<Device>& devices,
+                                         int threads_per_worker = 0);
+
+}  // namespace pipewright::pipeline
