@@ -19,8 +19,9 @@
 //    each device's memory (memory_replay.h) with the stages' estimated bytes
 //    (stage_estimate.h); where a device is over the cap, place recomputes cell by cell
 //    (recompute_placement.h). Candidates slower than the best that fits are not refined.
-// 3. Measure the stages of the best candidates exactly (stage_probe.h), place their
-//    recomputes again with those bytes, and return the best that fits: its predicted step
+// 3. Measure the stages of the best candidates exactly (stage_probe.h) — and of the fastest
+//    few whose estimate was over the cap, as estimates err — place their recomputes again
+//    with those bytes, and return the best that fits: its predicted step
 //    time and bubble (the simulation) and each device's peak (exact on CPU devices up to the
 //    messages' timing, DevicePeak::low..high).
 // When nothing fits, plan() throws NoPlanFits naming the smallest cap that would: the least
