@@ -1,7 +1,8 @@
 // Writes the seed corpora of the fuzz targets (fuzz/corpus/) with the library's own writers,
 // so every seed is a real file: safetensors files and checkpoints of the model the
 // state_dict_load fuzzer uses, small IDX files (plain and gzip), the CSV of every
-// built-in schedule, and packed pipeline messages (distributed/wire_format.h). Run once after changing a format:
+// built-in schedule, and packed pipeline messages (distributed/wire_format.h). Run once after
+// changing a format:
 //   tools/bazel run //fuzz:make_seeds -- $PWD/fuzz/corpus
 #include <zlib.h>
 
