@@ -30,7 +30,7 @@ struct TrainConfig {
   // (pipeline/balance.h) instead; balance must then be empty.
   std::string auto_balance;
   int chunks = 4;
-  // Activations of this small MLP fit easily; recomputing them would cost ~25% more time.
+  // Activations of this small MLP fit easily; recomputing them would only cost time.
   pipeline::Checkpoint checkpoint = pipeline::Checkpoint::kNever;
   std::string schedule = "gpipe";
   // Virtual stages per worker (PipeOptions::virtual_stages): 0 = the least the schedule's

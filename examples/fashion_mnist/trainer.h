@@ -74,10 +74,9 @@ nn::Sequential build_model(const std::vector<int64_t>& hidden, double dropout, u
 /// flags, and the cut changes the results (each worker draws its own Dropout masks: one
 /// epoch of 20,000 samples trained to 0.5911 with 4 | 5, 0.5933 with 1 | 8 and 3 | 6) and
 /// would break --resume's bitwise equality. The block cut is what the profile finds, with
-/// neither cost. Measured side by side on a quiet machine, 4 | 5 ran 1.04x the samples/s of
-/// the layer-level parameter cut 1 | 8 that was the default before (medians of 7 interleaved
-/// rounds), the stages' busy times 0.91-1.00 of each other (1 | 8: 0.62-0.69) and the
-/// measured bubble 1.03-1.05x its replay (1 | 8: 1.15-1.18x).
+/// neither cost. Against the layer-level parameter cut 1 | 8, 4 | 5 trains faster, with the
+/// stages' busy times closer and the measured bubble nearer its replay (measured side by side
+/// on a quiet machine: docs/BENCHMARKS.md, "Balance: the block cut").
 std::vector<int> choose_balance(const TrainConfig& config, nn::Sequential& model,
                                 const data::Dataset& train_set);
 
