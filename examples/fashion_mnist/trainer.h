@@ -3,17 +3,18 @@
 //
 //   784 -> [Linear -> BatchNorm1d -> ReLU -> Dropout] x len(hidden) -> Linear -> 10 logits
 //
-// The model is cut into `stages` partitions (by --balance, or evenly by parameter count),
-// each on its own virtual CPU device and worker thread; every mini-batch is split into
-// `chunks` micro-batches and run on the chosen schedule (Pipe::train_step), the cross-entropy
-// computed per micro-batch on the last stage. BatchNorm runs in deferred mode, so its
-// running statistics are those of the whole mini-batch, as without a pipeline.
+// The model is cut into `workers` x virtual-stages partitions (by --balance, or evenly by
+// parameter count), each worker on its own virtual CPU device and thread; every
+// mini-batch is split into `chunks` micro-batches and run on the chosen schedule
+// (Pipe::train_step), the cross-entropy computed per micro-batch on the last stage.
+// BatchNorm runs in deferred mode, so its running statistics are those of the whole
+// mini-batch, as without a pipeline.
 //
-// Across processes (config.distributed, set by main() under mpirun): rank = replica * stages
-// + stage runs one stage of one replica (distributed/mpi_processes.h), each replica trains on
-// its share of every mini-batch, rank 0 prints, and evaluates after every rank received the
-// stages it does not train. --save there writes one shard per rank, `<path>.rank<R>`, with
-// the stages that rank trains (examples/common/run_checkpoint.h).
+// Across processes (config.distributed, set by main() under mpirun): rank = replica *
+// workers + worker runs one worker's stages of one replica (distributed/mpi_processes.h),
+// each replica trains on its share of every mini-batch, rank 0 prints, and evaluates after
+// every rank received the stages it does not train. --save there writes one shard per rank,
+// `<path>.rank<R>`, with the stages that rank trains (examples/common/run_checkpoint.h).
 //
 // Determinism: the same flags and seed give the same loss curve and bitwise-identical weights,
 // and training k epochs, saving, and resuming for N-k more equals training N straight: the
