@@ -1,4 +1,4 @@
-// Soak (issue 17; not in CI): many pipelined training steps across every schedule with
+// Soak (not in CI): many pipelined training steps across every schedule with
 // failures injected at random actions (Pipe's fault hook) and, now and then, a failed
 // allocation (CpuAllocator::fail_allocation_after); after each failure the next step must
 // succeed. Reports steps/s, failures survived, and max RSS and allocator reserved bytes per

@@ -17,24 +17,25 @@
 //
 // Every rank builds the same Pipe (same model and seed: identical initial weights) with
 // PipeOptions::processes set to its MpiProcesses, and calls train_step on its replica's
-// share of the global batch (distributed::train_step below does the split and the loss).
+// share of the global batch (distributed::train_step below does the split and the loss;
+// train_step.cc). The collectives are in collectives.cc.
 //
 // Note [Data-parallel gradients]
 // When the last action of a stage in a step finishes on its worker (Note [A stage's last
 // action], runtime.cc), stage_finished() copies the stage's gradients into buckets of about
 // bucket_bytes (one dtype each, parameters in order), each multiplied by this replica's
-// weight n_r / N, and starts one MPI_Iallreduce(MPI_SUM) per bucket. The worker goes on with
-// its other actions (the cool-down of its other stages); worker_finished() waits for the
-// buckets and writes the sums back into .grad. So .grad = Σ_r (n_r/N)·g_r = the gradient
-// of the global batch's mean loss. The sum's order is MPI's (for D = 2 both ranks compute
-// a + b, identical bits on both; for larger D OpenMPI's reduction tree), so PP × DP equals a
-// single process to float rounding, not bitwise. Only .grad as it stands after the step is
-// reduced: zero the gradients before each step (accumulating over steps would reduce the
-// earlier steps' share again). Gradients on a CUDA device go through host buffers, except in
-// a --config=cuda build, where one flat device buffer per stage and dtype is summed by NCCL
-// (nccl.h) on the worker's stream and copied back on that stream: never run, no GPU here. BatchNorm
-// statistics stay per replica (PyTorch DDP's default: each replica's running mean/var see only its
-// own rows).
+// weight n_r / N, and starts one MPI_Iallreduce(MPI_SUM) per bucket (GradientBuckets,
+// gradient_buckets.h). The worker goes on with its other actions (the cool-down of its other
+// stages); worker_finished() waits for the buckets and writes the sums back into .grad. So
+// .grad = Σ_r (n_r/N)·g_r = the gradient of the global batch's mean loss. The sum's order is
+// MPI's (for D = 2 both ranks compute a + b, identical bits on both; for larger D OpenMPI's
+// reduction tree), so PP × DP equals a single process to float rounding, not bitwise. Only
+// .grad as it stands after the step is reduced: zero the gradients before each step
+// (accumulating over steps would reduce the earlier steps' share again). Gradients on a CUDA
+// device go through host buffers, except in a --config=cuda build, where one flat device
+// buffer per stage and dtype is summed by NCCL (nccl.h) on the worker's stream and copied
+// back on that stream: never run, no GPU here. BatchNorm statistics stay per replica
+// (PyTorch DDP's default: each replica's running mean/var see only its own rows).
 //
 // Note [Failure notices]
 // When a step fails on a rank, step_failed() names where (rank, replica, worker, stage,
@@ -59,7 +60,7 @@
 
 namespace pipewright::distributed {
 
-class NcclGroup;
+class GradientBuckets;
 
 class MpiProcesses final : public pipeline::Processes {
  public:
@@ -80,7 +81,7 @@ class MpiProcesses final : public pipeline::Processes {
   /// "rank 1 (replica 0, worker 1)".
   const std::string& name() const { return link_->name(); }
   /// The weight n_r / N of this replica's gradients in the sum (default 1 / D).
-  void set_gradient_scale(double scale) { scale_ = scale; }
+  void set_gradient_scale(double scale);
   const MpiLink& link() const { return *link_; }
 
   // ---- pipeline::Processes ----
@@ -116,9 +117,6 @@ class MpiProcesses final : public pipeline::Processes {
   void barrier();
 
  private:
-  struct Bucket;
-  struct DeviceBucket;
-  void reduce_on_device(const std::vector<Tensor>& grads);
   void wait_for(MPI_Request& request, const std::string& what);
   /// Σ value (or `op`) over the ranks of `comm` (a non-blocking all-reduce waited for by
   /// wait_for).
@@ -130,17 +128,13 @@ class MpiProcesses final : public pipeline::Processes {
   std::vector<int> placement_;  // stage -> worker, from the latest make_transport
   int ranks_on_node_ = 1;
   size_t bucket_bytes_;
-  double scale_;
   MPI_Comm replica_comm_ = MPI_COMM_NULL;  // collectives along a replica (losses, state)
   MPI_Comm stage_comm_ = MPI_COMM_NULL;    // a worker's column: gradient all-reduce
   MPI_Comm world_ = MPI_COMM_NULL;
   std::shared_ptr<MpiLink> link_;
   int64_t steps_ = 0;
-  std::vector<std::unique_ptr<Bucket>> pending_;    // the local worker's, started this step
-  std::vector<std::unique_ptr<Bucket>> abandoned_;  // of a failed step: MPI may still use them
-  bool broken_ = false;                             // a step failed: no further step
-  std::vector<DeviceBucket> pending_device_;        // same, on a GPU through NCCL
-  std::unique_ptr<NcclGroup> nccl_;                 // made at the first gradient on a GPU
+  bool broken_ = false;                         // a step failed: no further step
+  std::unique_ptr<GradientBuckets> gradients_;  // the data-parallel all-reduce (D > 1)
 };
 
 /// Rows [begin, end) of a global batch of n rows that replica r of `replicas` trains on:

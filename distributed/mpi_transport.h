@@ -8,140 +8,23 @@
 //   comm thread:   outbox ─► MPI_Isend ═══ bytes ═════►                               │
 //                                                         worker thread: recv(key) ◄──┘ unpack
 //
-// Note [The wire format]
-// One MPI message (MPI_BYTE, tag kMessageTag, on the replica's pipeline communicator) per
-// Transport message, so MPI's non-overtaking rule is never relied upon. It starts with a
-// header of int64 words, then the tensors' bytes, back to back:
-//
-//   [magic] [step] [K] [key_0 .. key_{K-1}] [device type] [device index] [T]
-//   T × ([defined] [dtype] [rank] [dim_0 .. dim_{rank-1}])   then the defined tensors' data
-//
-// The key is written generically: encode_key() turns a MessageKey into K integers (edge,
-// micro-batch, direction, skip route or -1), and the receiver files the message under (step,
-// key words) without interpreting them. A skip connection's portal keeps the receiver rule
-// of the other messages (pipeline/transport.h), so receiving_stage() needs no skip layout; a
-// key that gains fields needs only encode_key() and receiving_stage() to learn them, and both
-// ranks agree because they run the same binary. `step` counts the Pipe's steps, so a fast
-// neighbour's message for step k+1 waits in the inbox while step k finishes here. Undefined
-// entries travel as `defined = 0` with no data. Tensors on a GPU cross through host memory
-// (copied to the host at send, to the destination device named by the sender at recv);
-// NcclTransport would move them device to device.
-//
-// Note [The communication thread]
-// One thread per MpiLink makes every point-to-point call: it posts the queued sends
-// (MPI_Isend, so a worker never waits for its receiver), completes them, and receives
-// whatever arrives (MPI_Iprobe on any source, then MPI_Recv of exactly that message) into
-// the inbox, where recv() finds it. Receiving eagerly is what "posting receives ahead"
-// means here: a message is taken off the wire while the worker still computes, whichever
-// order the schedule asks for them in. When idle, the thread sleeps 20-200 µs between
-// polls instead of spinning (ranks often share cores). It also watches the control
-// communicator for failure notices (Note [Failure notices], mpi_processes.h).
+// The bytes of a message: Note [The wire format] (wire_format.h). The thread that moves them:
+// Note [The communication thread] (mpi_link.h).
 #pragma once
 
-#include <mpi.h>
-
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <optional>
-#include <string>
-#include <thread>
 #include <vector>
 
+#include "distributed/mpi_link.h"
+#include "distributed/wire_format.h"
 #include "pipeline/transport.h"
 
 namespace pipewright::distributed {
 
-/// The integers that name `key` on the wire (Note [The wire format]).
-std::vector<int64_t> encode_key(const pipeline::MessageKey& key);
 /// The stage that receives the message `key`.
 int receiving_stage(const pipeline::MessageKey& key);
-
-/// One process's end of a replica's pipeline: the communicators, the communication thread,
-/// the inbox. Shared by the MpiTransport of every step of one Pipe.
-class MpiLink {
- public:
-  /// `pipeline`: a communicator in which rank w runs worker w. `control`: every rank of the
-  /// job, for failure notices. Both are duplicated here (freed at destruction). `name`
-  /// describes this rank in errors ("rank 1 (replica 0, worker 1)"). Starts the thread.
-  MpiLink(MPI_Comm pipeline, MPI_Comm control, std::string name);
-  /// Stops the thread after the posted sends complete (waiting at most timeout_seconds(),
-  /// or 2 s after a failure).
-  ~MpiLink();
-  MpiLink(const MpiLink&) = delete;
-  MpiLink& operator=(const MpiLink&) = delete;
-
-  /// This process's rank in the pipeline communicator (= its worker).
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  const std::string& name() const { return name_; }
-
-  /// Queues `bytes` (a packed message) for worker `destination`; delivered locally when
-  /// that is this rank. Never blocks. Throws std::invalid_argument for 2^31 bytes or more.
-  void post(int destination, std::vector<char> bytes);
-  /// The bytes of the message filed under `id` (step, key words), waiting for it. Throws
-  /// pipeline::RunCancelled once *cancelled is set (call wake() after setting it),
-  /// RemoteFailure after another rank's failure notice, MpiTimeout naming `what` after
-  /// timeout_seconds(), MpiError when the communication thread failed.
-  std::vector<char> take(const std::vector<int64_t>& id, const std::atomic<bool>* cancelled,
-                         const std::string& what);
-  /// Wakes every take() to re-check its cancellation flag.
-  void wake();
-  /// Forgets inbox entries of steps before `step` (left over by a failed step).
-  void drop_before(int64_t step);
-
-  /// Tells every rank of the job (control communicator) that this one failed with `text`.
-  /// Never blocks; sent once.
-  void notify_failure(const std::string& text);
-  /// Throws RemoteFailure when a notice from another rank arrived, MpiError when the
-  /// communication thread failed.
-  void check_failures() const;
-
-  /// Totals of this link (for benchmarks): bytes and messages handed to MPI_Isend.
-  int64_t bytes_sent() const { return bytes_sent_.load(); }
-  int64_t messages_sent() const { return messages_sent_.load(); }
-
- private:
-  struct Outgoing {
-    int destination;
-    int tag;
-    bool control;
-    std::vector<char> bytes;
-  };
-  struct InFlight {
-    MPI_Request request;
-    std::vector<char> bytes;
-  };
-  void loop();
-  bool poll_once();  // one round of the thread's work; true when something happened
-  void file(std::vector<char> bytes);
-
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Comm control_ = MPI_COMM_NULL;
-  int rank_ = 0;
-  int size_ = 1;
-  int control_rank_ = 0;
-  int control_size_ = 1;
-  std::string name_;
-
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;  // inbox grew, a failure arrived, wake(), outbox grew
-  std::deque<Outgoing> outbox_;
-  std::map<std::vector<int64_t>, std::deque<std::vector<char>>> inbox_;
-  std::optional<std::string> remote_failure_;
-  std::optional<std::string> thread_error_;
-  bool notified_ = false;
-  bool stop_ = false;
-
-  std::vector<InFlight> in_flight_;  // the thread's own
-  std::atomic<int64_t> bytes_sent_{0};
-  std::atomic<int64_t> messages_sent_{0};
-  std::thread thread_;  // last: starts after the members above exist
-};
 
 /// The Transport of one step over an MpiLink (Note [The wire format]). `stage_worker[s]`:
 /// the worker (pipeline rank) of stage s.
@@ -166,15 +49,5 @@ class MpiTransport final : public pipeline::Transport {
   std::vector<int> stage_worker_;
   std::atomic<bool> cancelled_{false};
 };
-
-/// Packs `tensors` for `destination` under `id` (Note [The wire format]); exposed for tests
-/// and the benchmark.
-std::vector<char> pack_message(const std::vector<int64_t>& id, const std::vector<Tensor>& tensors,
-                               Device destination);
-/// The (step, key words) a packed message is filed under.
-std::vector<int64_t> message_id(const std::vector<char>& bytes);
-/// The tensors of a packed message, on the device it names. Throws std::runtime_error for a
-/// malformed message (wrong magic, truncated, sizes not adding up).
-std::vector<Tensor> unpack_message(const std::vector<char>& bytes);
 
 }  // namespace pipewright::distributed

@@ -1,7 +1,8 @@
 // Writes the seed corpora of the fuzz targets (fuzz/corpus/) with the library's own writers,
 // so every seed is a real file: safetensors files and checkpoints of the model the
-// state_dict_load fuzzer uses, small IDX files (plain and gzip), and the CSV of every
-// built-in schedule. Run once after changing a format:
+// state_dict_load fuzzer uses, small IDX files (plain and gzip), the CSV of every
+// built-in schedule, and packed pipeline messages (distributed/wire_format.h). Run once after
+// changing a format:
 //   tools/bazel run //fuzz:make_seeds -- $PWD/fuzz/corpus
 #include <zlib.h>
 
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "autograd/functions.h"
+#include "distributed/wire_format.h"
 #include "nn/activation.h"
 #include "nn/batch_norm.h"
 #include "nn/linear.h"
@@ -73,10 +75,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: make_seeds <fuzz/corpus directory>\n");
     return 2;
   }
+  namespace pl = pipewright::pipeline;
   const fs::path root = argv[1];
   const fs::path st = root / "safetensors", sd = root / "state_dict_load";
-  const fs::path ix = root / "idx", csv = root / "schedule_csv";
-  for (const fs::path& d : {st, sd, ix, csv}) fs::create_directories(d);
+  const fs::path ix = root / "idx", csv = root / "schedule_csv", wire = root / "wire_format";
+  for (const fs::path& d : {st, sd, ix, csv, wire}) fs::create_directories(d);
 
   // safetensors: every dtype, ranks 0..3, an empty tensor, metadata, no tensors.
   nn::save_safetensors((st / "dtypes.safetensors").string(),
@@ -112,7 +115,6 @@ int main(int argc, char** argv) {
   write(ix / "labels.idx.gz", idx(1, {5}, 10), true);
 
   // Schedule CSV: every built-in schedule at a small size.
-  namespace pl = pipewright::pipeline;
   for (const std::string& name : pl::schedule_names()) {
     for (auto [p, m, v] : {std::tuple{2, 2, 1}, std::tuple{3, 4, 1}, std::tuple{2, 4, 2}}) {
       try {
@@ -124,6 +126,30 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // Wire format: an activation, a gradient with every dtype, a scalar and an undefined entry,
+  // a skip portal's message to another CPU device, an empty message.
+  namespace dist = pipewright::distributed;
+  const auto message = [](int64_t step, const pl::MessageKey& key,
+                          const std::vector<Tensor>& tensors, pipewright::Device destination) {
+    std::vector<int64_t> id = {step};
+    for (int64_t word : dist::encode_key(key)) id.push_back(word);
+    const std::vector<char> bytes = dist::pack_message(id, tensors, destination);
+    return std::string(bytes.begin(), bytes.end());
+  };
+  const Tensor act = Tensor::from_vector(std::vector<float>{1, -2, 3.5f, 0, 5, 6}, Shape{2, 3});
+  write(wire / "activation.bin", message(1, {0, 1, pl::Direction::kActivation}, {act},
+                                         pipewright::Device::cpu(0)));
+  write(wire / "gradient_dtypes.bin",
+        message(3, {1, 0, pl::Direction::kGradient},
+                {Tensor::from_vector(std::vector<double>{0.25, -1}, Shape{2, 1}), Tensor(),
+                 Tensor::from_vector(std::vector<int64_t>{7, -8, 9}, Shape{3}),
+                 Tensor::scalar(2.5)},
+                pipewright::Device::cpu(0)));
+  write(wire / "skip_portal.bin", message(2, {2, 3, pl::Direction::kActivation, 1},
+                                          {act, act.slice(1, 2)}, pipewright::Device::cpu(1)));
+  const std::vector<char> empty = dist::pack_message({1}, {}, pipewright::Device::cpu(0));
+  write(wire / "empty.bin", std::string(empty.begin(), empty.end()));
+
   std::printf("seeds written under %s\n", root.c_str());
   return 0;
 }

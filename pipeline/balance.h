@@ -76,12 +76,11 @@ int64_t max_block_cost(const std::vector<int64_t>& costs, const std::vector<int>
 /// Linear's forward and backward are ~6 · rows · parameters FLOPs); the layers without a
 /// matrix cost time per activation element, not per parameter, so a layer-level min-max cut
 /// of parameter counts is free to heap them all onto one stage. On the main job's MLP
-/// (Linear, BatchNorm1d, ReLU, Dropout per hidden layer) it cut 1 | 8, the first Linear alone:
-/// the stages' busy times 0.62-0.69 of each other; the block cut 4 | 5 measured 0.91-1.00, a
-/// bubble 1.03-1.05x its replay (1 | 8: 1.15-1.18x) and 1.04x the samples/s
-/// (docs/BENCHMARKS.md, "Balance: the block cut"); it is the cut balance_by_time chose on
-/// every quiet run. DeepSpeed's PipelineModule partition_method "type:Linear" cuts
-/// at the same places.
+/// (Linear, BatchNorm1d, ReLU, Dropout per hidden layer) it cut 1 | 8, the first Linear alone,
+/// and left the stages' busy times far apart; the block cut 4 | 5 evens them, brings the
+/// measured bubble close to its replay and trains faster (the numbers: docs/BENCHMARKS.md,
+/// "Balance: the block cut"); it is the cut balance_by_time chose on every quiet run.
+/// DeepSpeed's PipelineModule partition_method "type:Linear" cuts at the same places.
 ///
 /// Throws std::invalid_argument when partitions <= 0 or partitions > module.size() (the
 /// block_partition messages).

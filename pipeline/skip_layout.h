@@ -12,7 +12,7 @@
 // A skip stashed and popped on the same stage is *local*: the tensor stays inside the stage's
 // forward (and its gradient inside the stage's backward); it needs no message.
 //
-// How the runtime uses a layout (runtime.cc, Note [Portals]): a stage's cell takes the
+// How the runtime uses a layout (Note [Portals], stage_skips.h): a stage's cell takes the
 // tensors popped from portals as extra inputs after its regular ones, and returns the tensors
 // it stashes for later stages as extra outputs after its regular ones. The per-cell tape
 // then carries their gradients like any other input's or output's.

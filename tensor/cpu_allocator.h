@@ -78,7 +78,7 @@ class CpuAllocator final : public Allocator {
   /// next of 2^k·{1.25, 1.5, 1.75, 2}.
   static size_t size_class(size_t bytes);
 
-  /// Test seam (fault injection, issue 17): the allocation `n` allocations from now (0: the
+  /// Test seam (fault injection): the allocation `n` allocations from now (0: the
   /// next one) of a non-zero size throws std::bad_alloc, once, as if the system refused it;
   /// n < 0 cancels. Thread-safe.
   void fail_allocation_after(int64_t n) { fail_countdown_.store(n); }

@@ -9,7 +9,7 @@
 //   - OpenMP's default (libgomp, OMP_WAIT_POLICY unset) spins for a long while at every
 //     barrier. On a quiet machine that wins a few microseconds per kernel; beside one other
 //     busy process it loses everything: a thread spins on a core for a partner the scheduler
-//     put behind the other process, and the step ran 12x slower (docs/BENCHMARKS.md,
+//     put behind the other process, and the step ran many times slower (docs/BENCHMARKS.md,
 //     "Contention").
 //   - here a waiter spins briefly (kSpin: long enough for back-to-back kernels, a few tens of
 //     microseconds), then sleeps on a condition variable until the work arrives; and parts

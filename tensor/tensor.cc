@@ -55,9 +55,9 @@ Tensor make_view(const std::shared_ptr<Storage>& storage, Shape shape,
 //   or copy_from's destination), whose allocator would otherwise reuse the block the moment
 //   it is freed, while the copy may still read or write it. Nothing blocks the host.
 //
-// The previous version issued the GPU-to-GPU copy on current(i) but, on a default stream,
-// the backend ran it on *j*'s legacy default stream, then synchronized only i's: the copy
-// could still be running, unordered with i, when to() returned (cuda-review.md, bug 1).
+// Why both ends: a copy issued for a default stream may run on *j*'s legacy default stream;
+// synchronizing only i's would then return from to() with the copy still running, unordered
+// with i (tests/cuda:cross_stream_order_test).
 
 /// dst.nbytes() bytes from src into dst, both contiguous, on different devices. Note [Copies
 /// between devices].

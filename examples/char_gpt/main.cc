@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   TrainFlags flags(app, config.run, kCommonFlags | kPipelineFlags | kFileFlags);
   app.add_option("--data-parallel", config.run.data_parallel,
                  "Replicas of the pipeline, each on its share of every mini-batch (needs "
-                 "mpirun -np stages*data-parallel)");
+                 "mpirun -np workers*data-parallel)");
   app.add_option("--data-dir", config.run.data_dir,
                  "Directory of text files (default: Debian's fortunes, /usr/share/games/fortunes)");
   app.add_option("--layers", config.layers, "Transformer blocks");

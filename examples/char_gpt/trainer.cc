@@ -143,7 +143,7 @@ int64_t meta_step(const std::map<std::string, std::string>& meta, const std::str
 
 GptConfig char_gpt_defaults() {
   GptConfig c;
-  c.run.stages = 4;
+  c.run.workers = 4;
   c.run.chunks = 8;
   c.run.schedule = "1f1b";
   c.run.checkpoint = pipeline::Checkpoint::kNever;
@@ -231,7 +231,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
   const pipeline::LossFn loss_fn = lm_loss(corpus.vocab_size());
   const int64_t last_step = config.stop_after > 0 ? std::min(config.stop_after, config.steps)
                                                   : config.steps;
-  const std::vector<Device> stage_devs(devices.begin(), devices.begin() + run.stages);
+  const std::vector<Device> stage_devs(devices.begin(), devices.begin() + run.workers);
   GptResult result;
   std::vector<PipelineStats> stretches;
   std::vector<int64_t> report_numbers;

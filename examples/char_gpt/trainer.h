@@ -13,12 +13,12 @@
 // sample of sample_chars characters.
 //
 // Across processes (run.distributed, set by main() under mpirun) as the main job: rank =
-// replica · stages + stage, rank 0 prints; the sample is drawn on rank 0 after every rank
+// replica · workers + worker, rank 0 prints; the sample is drawn on rank 0 after every rank
 // received the stages it does not train.
 //
 // Checkpoints (--save, after every report; --resume) hold the model and optimizer state by
 // name, the step (the data position and the random step of Dropout's keyed masks) and the
-// settings; a run resumes under another --stages, --balance, --schedule, --chunks or
+// settings; a run resumes under another --workers, --balance, --schedule, --chunks or
 // data-parallel degree (examples/common/run_checkpoint.h).
 #pragma once
 
@@ -33,7 +33,7 @@
 namespace pipewright::examples {
 
 struct GptConfig {
-  /// Shared settings (config.h): batch_size, lr, weight_decay, seed, the pipeline (stages,
+  /// Shared settings (config.h): batch_size, lr, weight_decay, seed, the pipeline (workers,
   /// balance, chunks, checkpoint, schedule, virtual_stages, devices, threads, data_parallel),
   /// save / resume / trace, progress; data_dir is the corpus directory. Their defaults are
   /// set by char_gpt_defaults().
@@ -61,7 +61,7 @@ struct GptConfig {
   std::string prompt = "\n";
 };
 
-/// The defaults of the example: 4 stages, chunks 8, 1F1B, batch 32, lr 2e-3, weight decay
+/// The defaults of the example: 4 workers, chunks 8, 1F1B, batch 32, lr 2e-3, weight decay
 /// 0.1, no checkpointing, the fortunes corpus.
 GptConfig char_gpt_defaults();
 

@@ -18,11 +18,11 @@ int run_example(int* argc, char*** argv, TrainConfig& config, const std::functio
     if (distributed::launched_by_mpirun()) {
       mpi = std::make_unique<distributed::MpiSession>(argc, argv);
       config.distributed = true;
-      const int needed = config.stages * config.data_parallel;
+      const int needed = config.workers * config.data_parallel;
       if (mpi->world_size() != needed) {
         throw std::invalid_argument(
-            "mpirun started " + std::to_string(mpi->world_size()) + " processes, but --stages " +
-            std::to_string(config.stages) + " x --data-parallel " +
+            "mpirun started " + std::to_string(mpi->world_size()) + " processes, but --workers " +
+            std::to_string(config.workers) + " x --data-parallel " +
             std::to_string(config.data_parallel) + " needs " + std::to_string(needed) +
             " (mpirun -np " + std::to_string(needed) + ")");
       }

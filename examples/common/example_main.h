@@ -9,7 +9,7 @@ namespace pipewright::examples {
 
 /// Runs `body` (apply the flags, train) as an example's main(). Started by mpirun
 /// (distributed::launched_by_mpirun), it first opens the MPI session, sets config.distributed
-/// and checks that the world has config.stages x config.data_parallel ranks (else an error
+/// and checks that the world has config.workers x config.data_parallel ranks (else an error
 /// naming both counts and the mpirun -np to use). Returns 0; for an exception from either, in
 /// one process it prints "error: <what>" to stderr and returns 1; across processes it prints
 /// "rank R: error: <what>", waits half a second for the failure notice to reach the other

@@ -7,7 +7,7 @@
 // "layout.replicas"): the shards of one replica together hold the whole model. A reader takes
 // `path` when it exists, else the shards of its replica (of replica 0 when the run that wrote
 // them had fewer), merges them by name and loads whatever its own cut needs. So --resume works
-// under another --stages, --balance, --schedule, --chunks or data-parallel degree, and in one
+// under another --workers, --balance, --schedule, --chunks or data-parallel degree, and in one
 // process from a run over many and back. Parameters and optimizer state are the same on every
 // replica; BatchNorm statistics are per replica (docs/pipeline.md, Processes).
 #pragma once

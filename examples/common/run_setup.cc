@@ -10,7 +10,7 @@ namespace pipewright::examples {
 std::vector<Device> stage_devices(const TrainConfig& config) {
   if (!config.devices.empty()) return config.devices;
   std::vector<Device> devices;
-  for (int s = 0; s < config.stages; ++s) devices.push_back(Device::cpu(s));
+  for (int s = 0; s < config.workers; ++s) devices.push_back(Device::cpu(s));
   return devices;
 }
 
@@ -24,7 +24,7 @@ Device data_device(const std::vector<Device>& stage_devices) {
 
 std::shared_ptr<distributed::MpiProcesses> make_processes(const TrainConfig& config) {
   if (!config.distributed) return nullptr;
-  return std::make_shared<distributed::MpiProcesses>(MPI_COMM_WORLD, config.stages,
+  return std::make_shared<distributed::MpiProcesses>(MPI_COMM_WORLD, config.workers,
                                                      config.data_parallel,
                                                      num_partitions(config));
 }
@@ -33,7 +33,7 @@ pipeline::PipeOptions pipe_options(const TrainConfig& config, const std::vector<
                                    const std::vector<Device>& devices,
                                    std::shared_ptr<distributed::MpiProcesses> processes) {
   return {.balance = balance,
-          .devices = {devices.begin(), devices.begin() + config.stages},
+          .devices = {devices.begin(), devices.begin() + config.workers},
           .chunks = config.chunks,
           .checkpoint = config.checkpoint,
           .virtual_stages = virtual_stages_per_worker(config),
@@ -48,16 +48,16 @@ void print_pipeline_header(std::ostream& out, const TrainConfig& config,
                            const std::vector<Device>& devices, int64_t num_params,
                            const std::string& planned) {
   if (config.distributed) {
-    out << "processes: " << config.stages * config.data_parallel << " MPI ranks = "
-        << config.stages << " stages x " << config.data_parallel
-        << " data-parallel replicas (rank = replica * " << config.stages
-        << " + stage; rank 0 prints)\n";
+    out << "processes: " << config.workers * config.data_parallel << " MPI ranks = "
+        << config.workers << " workers x " << config.data_parallel
+        << " data-parallel replicas (rank = replica * " << config.workers
+        << " + worker; rank 0 prints)\n";
   }
   out << "model: " << pipe.module().str() << " (" << format_count(static_cast<double>(num_params))
       << " parameters)\n"
-      << "pipeline: " << config.stages << " stages on";
-  for (int s = 0; s < config.stages; ++s) {
-    out << " " << devices[s].str() << (s + 1 < config.stages ? "," : "");
+      << "pipeline: " << config.workers << " workers on";
+  for (int s = 0; s < config.workers; ++s) {
+    out << " " << devices[s].str() << (s + 1 < config.workers ? "," : "");
   }
   if (!planned.empty()) {
     out << " | planned: " << planned << "\n";
@@ -65,7 +65,8 @@ void print_pipeline_header(std::ostream& out, const TrainConfig& config,
   }
   if (virtual_stages_per_worker(config) > 1) {
     out << " | " << virtual_stages_per_worker(config) << " virtual stages each ("
-        << pipeline::to_string(pipeline::find_schedule(config.schedule).placement) << ")";
+        << pipeline::to_string(pipeline::find_schedule(config.schedule).placement)
+        << ") = " << num_partitions(config) << " stages";
   }
   out << " | balance";
   for (int b : balance) out << " " << b;

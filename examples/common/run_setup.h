@@ -14,25 +14,26 @@
 
 namespace pipewright::examples {
 
-/// The devices of the stages: config.devices, or cpu:0 .. cpu:(stages-1).
+/// The devices of the workers: config.devices, or cpu:0 .. cpu:(workers-1).
 std::vector<Device> stage_devices(const TrainConfig& config);
 
 /// A virtual CPU device after the stages' ones: data sets live there, so each stage's memory
 /// counters show only that stage's parameters and activations.
 Device data_device(const std::vector<Device>& stage_devices);
 
-/// This rank's MpiProcesses when config.distributed (stages x data_parallel ranks), else null.
+/// This rank's MpiProcesses when config.distributed (workers x data_parallel ranks), else null.
 std::shared_ptr<distributed::MpiProcesses> make_processes(const TrainConfig& config);
 
-/// The Pipe's options: balance, the first config.stages devices, chunks, checkpoint, virtual
+/// The Pipe's options: balance, the first config.workers devices, chunks, checkpoint, virtual
 /// stages, schedule, seed (the same on every replica: random layers key their draws by each
 /// sample's index in the global batch), threads, processes.
 pipeline::PipeOptions pipe_options(const TrainConfig& config, const std::vector<int>& balance,
                                    const std::vector<Device>& devices,
                                    std::shared_ptr<distributed::MpiProcesses> processes);
 
-/// "processes: ..." (across processes), "model: ... (N parameters)", "pipeline: 2 stages on
-/// cpu:0, cpu:1 | balance 4 5 | chunks 4 | schedule gpipe | checkpoint never"; with `planned`
+/// "processes: ..." (across processes), "model: ... (N parameters)", "pipeline: 2 workers on
+/// cpu:0, cpu:1 | balance 4 5 | chunks 4 | schedule gpipe | checkpoint never" (with virtual
+/// stages "| 2 virtual stages each (V) = 4 stages" after the devices); with `planned`
 /// (pipeline::Plan::str(), --plan auto) "| planned: <planned>" in place of the flags' cut,
 /// chunks, schedule and checkpoint.
 void print_pipeline_header(std::ostream& out, const TrainConfig& config,

@@ -39,8 +39,8 @@ void validate(const TrainConfig& c, size_t num_layers) {
   if (c.virtual_stages < 0) {
     bad("virtual-stages", std::to_string(c.virtual_stages), "must be >= 0 (0: the schedule's)");
   }
-  if (c.stages < 1 || static_cast<size_t>(num_partitions(c)) > num_layers) {
-    bad("stages", std::to_string(c.stages),
+  if (c.workers < 1 || static_cast<size_t>(num_partitions(c)) > num_layers) {
+    bad("workers", std::to_string(c.workers),
         "times " + std::to_string(virtual_stages_per_worker(c)) +
             " virtual stages must be between 1 and the model's " + std::to_string(num_layers) +
             " layers");
@@ -58,7 +58,7 @@ void validate(const TrainConfig& c, size_t num_layers) {
     if (static_cast<int>(c.balance.size()) != num_partitions(c)) {
       bad("balance", text, "has " + std::to_string(c.balance.size()) + " entries for " +
                                std::to_string(num_partitions(c)) + " partitions (" +
-                               std::to_string(c.stages) + " stages x " +
+                               std::to_string(c.workers) + " workers x " +
                                std::to_string(virtual_stages_per_worker(c)) + " virtual stages)");
     }
     if (static_cast<size_t>(total) != num_layers) {
@@ -67,15 +67,15 @@ void validate(const TrainConfig& c, size_t num_layers) {
     }
   }
   if (c.chunks < 1) bad("chunks", std::to_string(c.chunks), "must be at least 1");
-  if (!c.devices.empty() && static_cast<int>(c.devices.size()) < c.stages) {
+  if (!c.devices.empty() && static_cast<int>(c.devices.size()) < c.workers) {
     bad("devices", std::to_string(c.devices.size()) + " devices",
-        "fewer than the " + std::to_string(c.stages) + " stages");
+        "fewer than the " + std::to_string(c.workers) + " workers");
   }
   if (c.data_parallel < 1) bad("data-parallel", std::to_string(c.data_parallel), "must be >= 1");
   if (c.data_parallel > 1 && !c.distributed) {
     bad("data-parallel", std::to_string(c.data_parallel),
-        "needs one process per stage and replica: mpirun -np " +
-            std::to_string(c.stages * c.data_parallel));
+        "needs one process per worker and replica: mpirun -np " +
+            std::to_string(c.workers * c.data_parallel));
   }
   if (c.plan != "" && c.plan != "auto") bad("plan", c.plan, "must be auto (or not given)");
   if (c.plan.empty() && c.memory_cap > 0) {
@@ -95,6 +95,6 @@ int virtual_stages_per_worker(const TrainConfig& c) {
   return pipeline::find_schedule(c.schedule).virtual_stages.min;
 }
 
-int num_partitions(const TrainConfig& c) { return c.stages * virtual_stages_per_worker(c); }
+int num_partitions(const TrainConfig& c) { return c.workers * virtual_stages_per_worker(c); }
 
 }  // namespace pipewright::examples

@@ -24,13 +24,15 @@ struct TrainConfig {
   uint64_t seed = 0;
 
   // ---- pipeline ----
-  int stages = 2;
+  // Pipeline workers (threads, or MPI ranks across processes), each on its own device; the
+  // Pipe has workers x virtual_stages stages.
+  int workers = 2;
   std::vector<int> balance;               // empty: split the parameters evenly
   // "time" or "size": profile the layers and cut by pipeline::balance_by_time / _size
   // (pipeline/balance.h) instead; balance must then be empty.
   std::string auto_balance;
   int chunks = 4;
-  // Activations of this small MLP fit easily; recomputing them would cost ~25% more time.
+  // Activations of this small MLP fit easily; recomputing them would only cost time.
   pipeline::Checkpoint checkpoint = pipeline::Checkpoint::kNever;
   std::string schedule = "gpipe";
   // Virtual stages per worker (PipeOptions::virtual_stages): 0 = the least the schedule's
@@ -43,10 +45,10 @@ struct TrainConfig {
   std::string plan;
   int64_t memory_cap = 0;                 // bytes per device for --plan auto (0: no cap)
   bool explain = false;                   // print the plan's alternatives and why each lost
-  std::vector<Device> devices;            // empty: cpu:0 .. cpu:(stages-1)
-  int threads = 0;                        // intra-op threads per worker; 0: cores / stages
+  std::vector<Device> devices;            // per worker; empty: cpu:0 .. cpu:(workers-1)
+  int threads = 0;                        // intra-op threads per worker; 0: cores / workers
   // Across processes (main() sets `distributed` when started by mpirun): one MPI rank per
-  // stage and replica, stages x data_parallel ranks in all (distributed/mpi_processes.h).
+  // worker and replica, workers x data_parallel ranks in all (distributed/mpi_processes.h).
   int data_parallel = 1;                  // replicas of the pipeline, each on its batch share
   bool distributed = false;
 
@@ -65,12 +67,12 @@ struct TrainConfig {
 
 /// Virtual stages per worker: config.virtual_stages, or the schedule's when that is 0.
 int virtual_stages_per_worker(const TrainConfig& config);
-/// Partitions the model is cut into: stages x virtual_stages_per_worker(config).
+/// Partitions (stages) the model is cut into: workers x virtual_stages_per_worker(config).
 int num_partitions(const TrainConfig& config);
 
 /// Throws std::invalid_argument naming the flag and value for any setting out of range
-/// (epochs < 1, batch size < 1, lr <= 0, unknown optimizer, dropout outside [0, 1), stages < 1,
-/// balance not summing to the layer count, chunks < 1, fewer devices than stages, ...).
+/// (epochs < 1, batch size < 1, lr <= 0, unknown optimizer, dropout outside [0, 1), workers < 1,
+/// balance not summing to the layer count, chunks < 1, fewer devices than workers, ...).
 /// `num_layers` is the length of the model's Sequential.
 void validate(const TrainConfig& config, size_t num_layers);
 

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <stdexcept>
@@ -95,7 +96,7 @@ TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config, unsigned groups)
   if (groups & kFileFlags) {
     app.add_option("--save", c.save, "Write a checkpoint (safetensors) here after every epoch");
     app.add_option("--resume", c.resume,
-                   "Continue from a checkpoint written by --save (under any --stages, "
+                   "Continue from a checkpoint written by --save (under any --workers, "
                    "--balance, --schedule, --chunks or --data-parallel)");
     app.add_option("--trace", c.trace,
                    "Write the Chrome trace (chrome://tracing, Perfetto) of one step");
@@ -106,7 +107,18 @@ TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config, unsigned groups)
 }
 
 void TrainFlags::add_pipeline_flags(CLI::App& app, TrainConfig& c) {
-  app.add_option("--stages", c.stages, "Pipeline stages (one worker thread and CPU device each)");
+  CLI::Option* workers = app.add_option(
+      "--workers", c.workers,
+      "Pipeline workers, one thread and device each (the Pipe's stages: workers x "
+      "--virtual-stages)");
+  app.add_option_function<int>(
+         "--stages",
+         [&c](const int& n) {
+           std::fprintf(stderr, "note: --stages is deprecated, use --workers (the same number)\n");
+           c.workers = n;
+         },
+         "Deprecated: the old name of --workers")
+      ->excludes(workers);
   app.add_option("--balance", balance_,
                  "Layers per stage, comma-separated, or auto-time / auto-size to profile the "
                  "layers (default: the cut whose largest stage by parameters is smallest)");
@@ -118,7 +130,7 @@ void TrainFlags::add_pipeline_flags(CLI::App& app, TrainConfig& c) {
                                               pipeline::describe_schedules());
   app.add_option("--virtual-stages", c.virtual_stages,
                  "Virtual stages per worker (0: the least the schedule takes, the [v: ...] "
-                 "above, else 1); the model is cut into stages x this many partitions");
+                 "above, else 1); the model is cut into workers x this many stages");
   app.add_option("--plan", c.plan,
                  "auto: choose balance, schedule, chunks, virtual stages and which cells "
                  "recompute with pipeline::plan under --memory-cap (overrides those flags)")
@@ -129,8 +141,8 @@ void TrainFlags::add_pipeline_flags(CLI::App& app, TrainConfig& c) {
   app.add_flag("--explain", c.explain,
                "With --plan auto: print the plan's alternatives and why each lost");
   app.add_option("--devices", devices_,
-                 "Device per stage, comma-separated, e.g. cpu:0,cpu:1 (default cpu:0..)");
-  app.add_option("--threads", c.threads, "Intra-op threads per stage worker (0: cores / stages)");
+                 "Device per worker, comma-separated, e.g. cpu:0,cpu:1 (default cpu:0..)");
+  app.add_option("--threads", c.threads, "Intra-op threads per worker (0: cores / workers)");
 }
 
 void TrainFlags::apply() {

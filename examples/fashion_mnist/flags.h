@@ -22,7 +22,7 @@ namespace pipewright::examples {
 enum FlagGroups : unsigned {
   kCommonFlags = 1,    // --batch-size --lr --weight-decay --seed
   kEpochFlags = 2,     // --epochs --stop-after --lr-schedule --optimizer
-  kPipelineFlags = 4,  // --stages --balance --chunks --checkpoint --schedule --virtual-stages
+  kPipelineFlags = 4,  // --workers --balance --chunks --checkpoint --schedule --virtual-stages
                        // --devices --threads
   kDataFlags = 8,      // --data-dir --train-limit --test-limit
   kFileFlags = 16,     // --save --resume --trace --trace-step --no-progress

@@ -70,7 +70,7 @@ std::unique_ptr<nn::LRScheduler> make_schedule(const TrainConfig& config, nn::Op
 // ---- checkpoint metadata: everything besides tensors that a resume needs ----
 
 // The flags that define the model and its training; resuming with others is refused. The cut
-// (stages, balance, schedule, chunks, data-parallel degree) is not among them: a checkpoint
+// (workers, balance, schedule, chunks, data-parallel degree) is not among them: a checkpoint
 // holds everything by name (examples/common/run_checkpoint.h), and random layers key their
 // draws by sample, not by worker, so another cut continues the same run.
 std::string fingerprint(const TrainConfig& c) {
@@ -229,7 +229,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   };
   data::Dataset train_set = load(data::Split::kTrain, train_opts);
   data::Dataset test_set = load(data::Split::kTest, test_opts);
-  const std::vector<Device> workers(devices.begin(), devices.begin() + config.stages);
+  const std::vector<Device> workers(devices.begin(), devices.begin() + config.workers);
   std::optional<pipeline::Plan> plan;
   if (config.plan == "auto") plan = plan_training(config, model, train_set, task.loss, workers);
   const std::vector<int> balance = plan ? plan->balance : choose_balance(config, model, train_set);
@@ -278,13 +278,13 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   StepTracer tracer(config, processes.get());
   double planned_step_seconds = 0;  // --plan auto: train_step's wall time, and how many steps
   int64_t planned_steps = 0;
-  std::vector<int64_t> step_peaks(static_cast<size_t>(config.stages), 0);  // and their peaks
+  std::vector<int64_t> step_peaks(static_cast<size_t>(config.workers), 0);  // and their peaks
   std::map<int, pipeline::Schedule> planned_schedules;  // --plan auto: by micro-batch count
   const int last_epoch = config.stop_after > 0 ? std::min(config.stop_after, config.epochs) : config.epochs;
   for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
-    std::vector<int64_t> epoch_peaks(static_cast<size_t>(config.stages), 0);
+    std::vector<int64_t> epoch_peaks(static_cast<size_t>(config.workers), 0);
     EpochStats stats;
-    PipelineMeter meter({devices.begin(), devices.begin() + config.stages}, processes.get());
+    PipelineMeter meter({devices.begin(), devices.begin() + config.workers}, processes.get());
     Progress progress(log, epoch + 1, config.epochs, loader.num_batches(),
                       config.progress && leader);
     double loss_sum = 0;
@@ -301,7 +301,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       // --plan auto: the peaks of train_step alone, apart from the optimizer's step (the
       // plan predicts the former); the epoch's peaks are kept in epoch_peaks meanwhile.
       if (plan) {
-        for (int w = 0; w < config.stages; ++w) {
+        for (int w = 0; w < config.workers; ++w) {
           Allocator& a = allocator_for(devices[static_cast<size_t>(w)]);
           epoch_peaks[static_cast<size_t>(w)] = std::max(epoch_peaks[static_cast<size_t>(w)], a.peak());
           a.reset_peak();
@@ -325,7 +325,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       if (plan && (epoch > first_epoch || steps > 0) && input.size(0) == config.batch_size) {
         planned_step_seconds += seconds_since(step_start);
         ++planned_steps;
-        for (int w = 0; w < config.stages; ++w) {
+        for (int w = 0; w < config.workers; ++w) {
           step_peaks[static_cast<size_t>(w)] = std::max(
               step_peaks[static_cast<size_t>(w)], allocator_for(devices[static_cast<size_t>(w)]).peak());
         }
@@ -381,7 +381,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       run.bubble += result.epochs[i].bubble / static_cast<double>(result.epochs.size() - first);
     }
     run.step_peak_bytes = step_peaks;
-    run.peak_bytes.assign(static_cast<size_t>(config.stages), 0);
+    run.peak_bytes.assign(static_cast<size_t>(config.workers), 0);
     for (const EpochStats& e : result.epochs) {
       for (size_t w = 0; w < run.peak_bytes.size(); ++w) {
         run.peak_bytes[w] = std::max(run.peak_bytes[w], e.peak_bytes[w]);

@@ -3,17 +3,18 @@
 //
 //   784 -> [Linear -> BatchNorm1d -> ReLU -> Dropout] x len(hidden) -> Linear -> 10 logits
 //
-// The model is cut into `stages` partitions (by --balance, or evenly by parameter count),
-// each on its own virtual CPU device and worker thread; every mini-batch is split into
-// `chunks` micro-batches and run on the chosen schedule (Pipe::train_step), the cross-entropy
-// computed per micro-batch on the last stage. BatchNorm runs in deferred mode, so its
-// running statistics are those of the whole mini-batch, as without a pipeline.
+// The model is cut into `workers` x virtual-stages partitions (by --balance, or evenly by
+// parameter count), each worker on its own virtual CPU device and thread; every
+// mini-batch is split into `chunks` micro-batches and run on the chosen schedule
+// (Pipe::train_step), the cross-entropy computed per micro-batch on the last stage.
+// BatchNorm runs in deferred mode, so its running statistics are those of the whole
+// mini-batch, as without a pipeline.
 //
-// Across processes (config.distributed, set by main() under mpirun): rank = replica * stages
-// + stage runs one stage of one replica (distributed/mpi_processes.h), each replica trains on
-// its share of every mini-batch, rank 0 prints, and evaluates after every rank received the
-// stages it does not train. --save there writes one shard per rank, `<path>.rank<R>`, with
-// the stages that rank trains (examples/common/run_checkpoint.h).
+// Across processes (config.distributed, set by main() under mpirun): rank = replica *
+// workers + worker runs one worker's stages of one replica (distributed/mpi_processes.h),
+// each replica trains on its share of every mini-batch, rank 0 prints, and evaluates after
+// every rank received the stages it does not train. --save there writes one shard per rank,
+// `<path>.rank<R>`, with the stages that rank trains (examples/common/run_checkpoint.h).
 //
 // Determinism: the same flags and seed give the same loss curve and bitwise-identical weights,
 // and training k epochs, saving, and resuming for N-k more equals training N straight: the
@@ -80,10 +81,9 @@ nn::Sequential build_model(const std::vector<int64_t>& hidden, double dropout, u
 /// flags, and the cut changes the results (each worker draws its own Dropout masks: one
 /// epoch of 20,000 samples trained to 0.5911 with 4 | 5, 0.5933 with 1 | 8 and 3 | 6) and
 /// would break --resume's bitwise equality. The block cut is what the profile finds, with
-/// neither cost. Measured side by side on a quiet machine, 4 | 5 ran 1.04x the samples/s of
-/// the layer-level parameter cut 1 | 8 that was the default before (medians of 7 interleaved
-/// rounds), the stages' busy times 0.91-1.00 of each other (1 | 8: 0.62-0.69) and the
-/// measured bubble 1.03-1.05x its replay (1 | 8: 1.15-1.18x).
+/// neither cost. Against the layer-level parameter cut 1 | 8, 4 | 5 trains faster, with the
+/// stages' busy times closer and the measured bubble nearer its replay (measured side by side
+/// on a quiet machine: docs/BENCHMARKS.md, "Balance: the block cut").
 std::vector<int> choose_balance(const TrainConfig& config, nn::Sequential& model,
                                 const data::Dataset& train_set);
 

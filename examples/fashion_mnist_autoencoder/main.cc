@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   using namespace pipewright;
   using namespace pipewright::examples;
   TrainConfig config;
-  config.stages = 3;
+  config.workers = 3;
   config.epochs = 5;
   config.dropout = 0;
   AutoencoderOptions model;
@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
 
   try {
     flags.apply();
-    if (config.balance.empty() && config.auto_balance.empty() && config.stages == 3) {
+    if (config.balance.empty() && config.auto_balance.empty() && config.workers == 3) {
       config.balance = unet_balance(model);
     }
     const TrainResult result = train(config, std::cout, autoencoder_task(model));

@@ -16,7 +16,7 @@
 int main(int argc, char** argv) {
   using namespace pipewright::examples;
   TrainConfig config;
-  config.stages = 3;
+  config.workers = 3;
   config.epochs = 10;
   ResNetOptions model;
 

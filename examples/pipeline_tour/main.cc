@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
                 pipeline::action_letter(e.kind), e.microbatch, e.stage, e.start_us, e.end_us);
   }
   std::printf("bubble: measured %.2f, theory (p-1)/(m+p-1) = %.2f\n", r.trace.bubble_fraction(),
-              pipeline::theoretical_bubble(2, 4));
+              pipeline::theoretical_bubble(r.schedule.num_workers, r.schedule.num_microbatches));
   const nn::Tensors params = pipe.parameters();
   const auto with_grad = std::count_if(params.begin(), params.end(),
                                        [](const Tensor& p) { return p.grad().defined(); });

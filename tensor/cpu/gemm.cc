@@ -80,9 +80,9 @@ void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int
 
 // Note [Few rows]
 // OpenBLAS 0.3.21 is slow on products whose C has very few rows: measured on this project's
-// AVX-512 machine (docs/BENCHMARKS.md, "GEMM backend", quiet run of 2026-11-24), at 8 rows
-// its x·Wᵀ and dY·W run at 34–57 GFLOP/s against Eigen's 60–76 (AVX2 only), while from 32
-// rows on OpenBLAS leads (102–130 against Eigen's 102–125, and by 1.7–1.9× from 128 rows).
+// AVX-512 machine, at 8 rows its x·Wᵀ and dY·W run slower than Eigen's (AVX2 only), while
+// from 32 rows on OpenBLAS leads, by more as the rows grow (the rates: docs/BENCHMARKS.md,
+// "GEMM backend").
 // So C with at most kFewRows rows goes to Eigen's GEMM (same operation, same layout: Maps
 // over the row-major buffers with their leading dimensions), everything else to OpenBLAS.
 // A pipeline with 16+ micro-batches of a 256-row batch meets such products.

@@ -18,14 +18,14 @@ constexpr int64_t kCostPerValue = 8;  // a Philox block is ~40 integer ops per 4
 
 // Note [Philox blocks in lanes]
 // philox::Cursor computes one block (4 values) at a time: ten rounds of dependent scalar
-// multiplies, the cost of dropout (a profile of the main job had the dropout kernel at 22 % of
-// all CPU time, more than the GEMMs of the first layer). The blocks of consecutive counters are
-// independent, so kBlockLanes of them are computed side by side, one AVX2 register per word of
-// the counter per 8 blocks: _mm256_mul_epu32 forms four 32x32->64-bit products at once, the
-// even lanes directly and the odd ones after a shift. The arithmetic is philox4x32_10's (tensor/
-// philox.h), word for word, so the values are the same bits; without AVX2 the scalar function
-// itself runs. tests/tensor/generator_test.cc checks dropout and uniform_ at every offset
-// within a block against the scalar stream.
+// multiplies, the cost of dropout (a profile of the main job had the dropout kernel above the
+// GEMMs of the first layer: docs/BENCHMARKS.md, "Kernels the profile pointed at"). The blocks
+// of consecutive counters are independent, so kBlockLanes of them are computed side by side,
+// one AVX2 register per word of the counter per 8 blocks: _mm256_mul_epu32 forms four
+// 32x32->64-bit products at once, the even lanes directly and the odd ones after a shift.
+// The arithmetic is philox4x32_10's (tensor/philox.h), word for word, so the values are the
+// same bits; without AVX2 the scalar function itself runs. tests/tensor/generator_test.cc
+// checks dropout and uniform_ at every offset within a block against the scalar stream.
 constexpr int kBlockLanes = 16;
 constexpr int kBatchValues = 4 * kBlockLanes;
 

@@ -1,4 +1,4 @@
-// Fault injection on GPUs (issue 17; run on simulated GPUs by --config=cudasim), the CUDA
+// Fault injection on GPUs (run on simulated GPUs by --config=cudasim), the CUDA
 // counterpart of tests/pipeline/pipe_fault_test.cc, smaller than its CPU matrix: every worker
 // computes on its own stream and messages cross on copy streams with events.
 //   - an allocation failure in the caching allocator (CachingAllocator::fail_allocation_after:

@@ -1,7 +1,8 @@
 // PW_LAUNCH through the simulated runtime: kernels written as in cuda_kernels/*.cu, launched on
 // streams, their configuration checked, their pointer arguments checked and race-detected;
-// and the CUDA review's bugs 1 and 4 replayed as deliberately broken copies of the old code, so
-// the race detector is shown to catch them whatever the fixed code does.
+// and two ordering mistakes replayed as deliberately broken code (a cross-GPU copy on the
+// destination's stream, a copy stream waiting for one of two sources), so the race detector is
+// shown to catch them whatever the library's code does.
 #include "cudasim/device.h"  // first, as the cuda_library rule does for .cu files
 
 #include <catch2/catch.hpp>
@@ -162,9 +163,10 @@ TEST_CASE("kernels on two streams: unordered is a race, an event orders them") {
   REQUIRE(cudaStreamDestroy(b) == cudaSuccess);
 }
 
-// Review bug 1, the old code replayed: x written on cuda:0's current (created) stream, then
-// x.to(cuda:1) issued as cudaMemcpyPeerAsync on cuda:1's default stream, with no event.
-TEST_CASE("review bug 1 replayed: a peer copy on the destination's stream is a race") {
+// A cross-GPU copy on the destination's stream, replayed: x written on cuda:0's current
+// (created) stream, then x.to(cuda:1) issued as cudaMemcpyPeerAsync on cuda:1's default
+// stream, with no event.
+TEST_CASE("a peer copy on the destination's stream, unordered with the source's, is a race") {
   clean();
   REQUIRE(cudaSetDevice(0) == cudaSuccess);
   cudaStream_t s0;
@@ -193,9 +195,9 @@ TEST_CASE("review bug 1 replayed: a peer copy on the destination's stream is a r
   REQUIRE(cudaStreamDestroy(s0) == cudaSuccess);
 }
 
-// Review bug 4, the old transport replayed: a message carries tensors from cuda:0 and cuda:1;
-// one copy stream of cuda:1 waits only for the first source's "ready" event.
-TEST_CASE("review bug 4 replayed: a copy stream that waits for one of two sources races") {
+// A copy stream waiting for one source, replayed: a message carries tensors from cuda:0 and
+// cuda:1; one copy stream of cuda:1 waits only for the first source's "ready" event.
+TEST_CASE("a copy stream that waits for one of two sources races") {
   clean();
   cudaStream_t producer0, producer1, copy;
   REQUIRE(cudaSetDevice(0) == cudaSuccess);

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # fashion_mnist_mpi_test.sh <run_mpi.sh> <fashion_mnist>: the example across processes.
-#   - 2 ranks (--stages 2) print the same epoch results (loss, accuracy) as one process;
-#   - 4 ranks (--stages 2 --data-parallel 2) train, naming the rank layout, and --trace
+#   - 2 ranks (--workers 2) print the same epoch results (loss, accuracy) as one process;
+#   - 4 ranks (--workers 2 --data-parallel 2) train, naming the rank layout, and --trace
 #     writes one trace with a process per rank;
 #   - --save / --resume write one shard per rank and resume a 2 x 2 run bitwise;
 #   - a wrong rank count and a missing data directory end every rank with an error.
 set -uo pipefail
 run_mpi=$1 program=$2
-flags=(--stages 2 --epochs 2 --train-limit 2048 --test-limit 500 --batch-size 128 --no-progress)
+flags=(--workers 2 --epochs 2 --train-limit 2048 --test-limit 500 --batch-size 128 --no-progress)
 failed=0
 fail() { echo "FAILED: $*"; failed=1; }
 results() { grep '^epoch' | sed 's/ | [0-9.]* s | .*//'; }  # "epoch k/n: train loss .. | test acc .."
@@ -25,7 +25,7 @@ four=$("$run_mpi" 4 180 "$program" "${flags[@]}" --data-parallel 2 --trace "$tra
 for rank in 0 1 2 3; do  # one process per rank in the trace, each with its F actions
   grep -q "\"cat\":\"forward\"[^}]*\"pid\":$rank" "$trace" || fail "trace: no F of rank $rank"
 done
-echo "$four" | grep -q '4 MPI ranks = 2 stages x 2 data-parallel replicas' || fail "no rank layout: $four"
+echo "$four" | grep -q '4 MPI ranks = 2 workers x 2 data-parallel replicas' || fail "no rank layout: $four"
 (($(echo "$four" | grep -c '^epoch') == 2)) || fail "4 ranks: expected 2 epoch lines (rank 0 only): $four"
 
 # --save / --resume across processes: one shard per rank; stopping after epoch 1 and resuming
@@ -44,7 +44,7 @@ for rank in 0 1 2 3; do
 done
 
 out=$("$run_mpi" 3 60 "$program" "${flags[@]}" 2>&1) && fail "3 ranks for 2 stages should fail"
-echo "$out" | grep -q 'mpirun started 3 processes, but --stages 2 x --data-parallel 1 needs 2' ||
+echo "$out" | grep -q 'mpirun started 3 processes, but --workers 2 x --data-parallel 1 needs 2' ||
   fail "3 ranks: no clear message: $out"
 
 out=$("$run_mpi" 2 60 "$program" "${flags[@]}" --data-dir /nonexistent 2>&1) && fail "missing data should fail"

@@ -1,9 +1,12 @@
-// The MPI transport's wire format (Note [The wire format], distributed/mpi_transport.h)
+// The MPI transport's wire format (Note [The wire format], distributed/wire_format.h)
 // without MPI: packing and unpacking round-trip every dtype, shape and undefined entry; the
 // id is the step and the key's words; malformed messages are refused with a message.
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
 #include "distributed/mpi_transport.h"
+#include "distributed/wire_format.h"
 
 namespace pipewright::distributed {
 namespace {
@@ -58,6 +61,39 @@ TEST_CASE("malformed messages are refused, naming what is wrong") {
   std::vector<char> bad_magic = bytes;
   bad_magic[0] ^= 1;
   CHECK_THROWS_WITH(message_id(bad_magic), Catch::Contains("magic"));
+}
+
+// A header of int64 words: magic, step 1, no key words, cpu:0, one defined float64 tensor of
+// shape `dims`, and no data.
+std::vector<char> header_only(const std::vector<int64_t>& dims) {
+  std::vector<char> bytes = pack_message({1}, {}, Device::cpu(0));
+  std::vector<int64_t> words(bytes.size() / sizeof(int64_t));
+  std::memcpy(words.data(), bytes.data(), bytes.size());
+  words.back() = 1;  // the tensor count
+  words.insert(words.end(), {1, static_cast<int64_t>(DType::kFloat64),
+                             static_cast<int64_t>(dims.size())});
+  words.insert(words.end(), dims.begin(), dims.end());
+  bytes.resize(words.size() * sizeof(int64_t));
+  std::memcpy(bytes.data(), words.data(), bytes.size());
+  return bytes;
+}
+
+TEST_CASE("shapes whose sizes overflow are refused before anything is allocated") {
+  // 2^40 x 2^24 elements wrap to 0 in int64, and 2^40 x 2^21 float64s to 0 bytes in size_t:
+  // both once matched a message without data.
+  CHECK_THROWS_WITH(unpack_message(header_only({int64_t{1} << 40, int64_t{1} << 24})),
+                    Catch::Contains("spans more than 2^53 elements"));
+  CHECK_THROWS_WITH(unpack_message(header_only({int64_t{1} << 40, int64_t{1} << 21})),
+                    Catch::Contains("spans more than 2^53 elements"));
+  // No elements, but strides of 2^80.
+  CHECK_THROWS_WITH(unpack_message(header_only({0, int64_t{1} << 40, int64_t{1} << 40})),
+                    Catch::Contains("spans more than 2^53 elements"));
+  // More data promised than the message holds: refused at that tensor.
+  CHECK_THROWS_WITH(unpack_message(header_only({3, 5})), Catch::Contains("header says at least"));
+  // An empty tensor of any span within the bound is a message like any other.
+  const std::vector<Tensor> empty = unpack_message(header_only({0, int64_t{1} << 40}));
+  REQUIRE(empty.size() == 1);
+  CHECK(empty[0].shape() == Shape{0, int64_t{1} << 40});
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ GptConfig tiny() {
   c.final_eval_windows = 16;
   c.sample_chars = 20;
   c.run.batch_size = 8;
-  c.run.stages = 2;
+  c.run.workers = 2;
   c.run.chunks = 4;
   c.run.lr = 1e-2;
   c.run.progress = false;

@@ -35,7 +35,7 @@ examples::TrainConfig cross_run_config(const std::vector<Device>& devices,
   c.test_limit = 1000;
   c.progress = false;
   c.seed = seed;
-  c.stages = static_cast<int>(devices.size());
+  c.workers = static_cast<int>(devices.size());
   c.devices = devices;
   return c;
 }
@@ -49,7 +49,7 @@ examples::TrainConfig autoencoder_cross_run_config(const std::vector<Device>& de
   c.lr = 0.2;
   c.epochs = 1;
   c.batch_size = 64;
-  c.stages = static_cast<int>(devices.size());
+  c.workers = static_cast<int>(devices.size());
   c.devices = devices;
   c.balance = {8, 12};  // the encoder (both stashes) | the rest (both pops)
   c.chunks = 4;

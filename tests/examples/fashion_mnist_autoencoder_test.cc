@@ -29,7 +29,7 @@ TrainConfig small_config() {
   TrainConfig c;
   c.epochs = 1;
   c.batch_size = 50;
-  c.stages = 3;
+  c.workers = 3;
   c.balance = examples::unet_balance(kSmall);
   c.chunks = 4;
   c.lr = 3e-3;

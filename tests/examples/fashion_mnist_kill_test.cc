@@ -1,4 +1,4 @@
-// Crash safety of the example's --save (issue 17): the fashion_mnist binary runs as a child
+// Crash safety of the example's --save: the fashion_mnist binary runs as a child
 // process with --save (resuming with --resume from whatever is on disk) and is killed with
 // SIGKILL at random moments, at least 50 times, many of them inside a checkpoint write.
 // After every kill the checkpoint on disk must load with its checksum verified, at an epoch
@@ -66,7 +66,7 @@ pid_t start(const std::string& data_dir, const std::string& save, bool resume,
                                    "16",
                                    "--chunks",
                                    "2",
-                                   "--stages",
+                                   "--workers",
                                    "2",
                                    "--threads",
                                    "1",

@@ -1,5 +1,7 @@
 // End-to-end: the Fashion-MNIST example on a slice of the real data (Debian's
 // dataset-fashion-mnist, installed by tools/bazel).
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -144,7 +146,7 @@ TEST_CASE("a checkpoint resumes under another cut, continuing the run to float r
   train(first, log);
   TrainConfig rest = straight;
   rest.resume = first.save;
-  rest.stages = 3;
+  rest.workers = 3;
   rest.schedule = "1f1b";
   auto resumed = train(rest, log);
   INFO(log.str());
@@ -195,11 +197,11 @@ TEST_CASE("the default cut keeps each Linear with its BatchNorm, ReLU and Dropou
   // (Linear BN ReLU Dropout) x 2, Linear: blocks of 50,240 + 128, 4,160 + 128 and 650
   // parameters; two stages: the first block | the rest (the first Linear alone, 1 | 8, was
   // the layer-level cut).
-  c.stages = 2;
+  c.workers = 2;
   CHECK(choose_balance(c, model, none) == std::vector<int>{4, 5});
-  c.stages = 3;
+  c.workers = 3;
   CHECK(choose_balance(c, model, none) == std::vector<int>{4, 4, 1});
-  c.stages = 9;  // more stages than blocks: one layer each
+  c.workers = 9;  // more stages than blocks: one layer each
   CHECK(choose_balance(c, model, none) == std::vector<int>(9, 1));
 }
 
@@ -218,12 +220,12 @@ TEST_CASE("--balance auto-size and auto-time profile the model and cut it") {
   // By size the first Linear's 50,240 parameters x 4 bytes x 5 (Adam) outweigh everything
   // else (the other layers hold 5,066 parameters; one micro-batch's activations are a few KiB).
   CHECK(choose_balance(c, model, images) == std::vector<int>{1, 6});
-  c.stages = 3;
+  c.workers = 3;
   const auto three = choose_balance(c, model, images);
   REQUIRE(three.size() == 3);
   CHECK(three[0] == 1);
   CHECK(three[0] + three[1] + three[2] == 7);
-  c.stages = 2;
+  c.workers = 2;
   c.auto_balance = "time";
   const auto by_time = choose_balance(c, model, images);
   REQUIRE(by_time.size() == 2);
@@ -256,8 +258,8 @@ TEST_CASE("the V-shaped, interleaved and looped schedules train the main job") {
   INFO(log.str());
   // 2 stage workers x 2 virtual stages: the model's 5 layers in 4 partitions.
   const bool v_shape = schedule == "zb-v" || schedule == "dualpipev";
-  CHECK(log.str().find(std::string("2 virtual stages each (") +
-                       (v_shape ? "V" : "round robin") + ")") != std::string::npos);
+  CHECK(log.str().find(std::string("2 workers on cpu:0, cpu:1 | 2 virtual stages each (") +
+                       (v_shape ? "V" : "round robin") + ") = 4 stages") != std::string::npos);
   CHECK(result.epochs[0].train_loss < 2.3026);
   CHECK(result.epochs[0].test_accuracy > 0.5);
   CHECK(result.epochs[0].peak_bytes.size() == 2);
@@ -265,28 +267,72 @@ TEST_CASE("the V-shaped, interleaved and looped schedules train the main job") {
   CHECK_THROWS_WITH(train(c, log), Catch::Contains("virtual-stages"));
 }
 
+namespace {
+
+/// The config the flags `args` give, parsed by TrainFlags as the examples parse them.
+TrainConfig parse_flags(std::vector<std::string> args) {
+  TrainConfig config;
+  CLI::App app{"test"};
+  pipewright::examples::TrainFlags flags(app, config);
+  args.insert(args.begin(), "fashion_mnist");
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  flags.apply();
+  return config;
+}
+
+/// What `f` writes to stderr (file descriptor 2) while it runs; stderr is restored when `f`
+/// throws too.
+template <class F>
+std::string stderr_of(F f) {
+  struct Redirect {
+    std::FILE* file = std::tmpfile();
+    int saved = -1;
+    Redirect() {
+      REQUIRE(file != nullptr);
+      std::fflush(stderr);
+      saved = ::dup(2);
+      ::dup2(::fileno(file), 2);
+    }
+    ~Redirect() {
+      std::fflush(stderr);
+      ::dup2(saved, 2);
+      ::close(saved);
+      std::fclose(file);
+    }
+  } redirect;
+  f();
+  std::fflush(stderr);
+  std::rewind(redirect.file);
+  std::string text;
+  for (int ch; (ch = std::fgetc(redirect.file)) != EOF;) text += static_cast<char>(ch);
+  return text;
+}
+
+}  // namespace
+
 TEST_CASE("a list flag with a wrong entry says which entry and why") {
-  auto apply = [](std::vector<std::string> args) {
-    pipewright::examples::TrainConfig config;
-    CLI::App app{"test"};
-    pipewright::examples::TrainFlags flags(app, config);
-    args.insert(args.begin(), "fashion_mnist");
-    std::vector<const char*> argv;
-    for (const std::string& a : args) argv.push_back(a.c_str());
-    app.parse(static_cast<int>(argv.size()), argv.data());
-    flags.apply();
-    return config;
-  };
-  CHECK(apply({"--balance", "1,2,6"}).balance == std::vector<int>{1, 2, 6});
-  CHECK_THROWS_WITH(apply({"--balance", "1,2,x"}),
+  CHECK(parse_flags({"--balance", "1,2,6"}).balance == std::vector<int>{1, 2, 6});
+  CHECK_THROWS_WITH(parse_flags({"--balance", "1,2,x"}),
                     Catch::StartsWith("--balance 1,2,x: entry 3 ('x') is not a layer count"));
-  CHECK_THROWS_WITH(apply({"--balance", "2x,7"}),
+  CHECK_THROWS_WITH(parse_flags({"--balance", "2x,7"}),
                     Catch::StartsWith("--balance 2x,7: entry 1 ('2x') is not a layer count"));
-  CHECK(apply({"--devices", "cpu:0,cpu:3"}).devices ==
+  CHECK(parse_flags({"--devices", "cpu:0,cpu:3"}).devices ==
         std::vector<pipewright::Device>{pipewright::Device::cpu(0), pipewright::Device::cpu(3)});
-  CHECK_THROWS_WITH(apply({"--devices", "cpu:0,gpu:1"}),
+  CHECK_THROWS_WITH(parse_flags({"--devices", "cpu:0,gpu:1"}),
                     Catch::StartsWith("--devices cpu:0,gpu:1: entry 2 ('gpu:1') ") &&
                         Catch::Contains("unknown device"));
+}
+
+TEST_CASE("--workers sets the pipeline's workers; --stages still does, with a note on stderr") {
+  int workers = 0;
+  CHECK(stderr_of([&] { workers = parse_flags({"--workers", "3"}).workers; }).empty());
+  CHECK(workers == 3);
+  CHECK(stderr_of([&] { workers = parse_flags({"--stages", "4"}).workers; }) ==
+        "note: --stages is deprecated, use --workers (the same number)\n");
+  CHECK(workers == 4);
+  CHECK_THROWS_AS(parse_flags({"--stages", "3", "--workers", "3"}), CLI::ExcludesError);
 }
 
 TEST_CASE("SGD on a three-stage cut that is not even: the loss falls to near its known value") {
@@ -297,7 +343,7 @@ TEST_CASE("SGD on a three-stage cut that is not even: the loss falls to near its
   c.optimizer = "sgd";
   c.lr = 0.05;
   c.hidden = {128, 32};
-  c.stages = 3;
+  c.workers = 3;
   c.chunks = 5;
   c.lr_schedule = "constant";
   c.balance = {1, 4, 4};

@@ -203,11 +203,10 @@ TEST_CASE("BatchNorm1d without affine or running statistics") {
   check_close(bn(x), naive_normalise(x, s.mean, s.biased_var, 1e-5, {1, 1}, {0, 0}));
 }
 
-// Review bug 5 of the CUDA path: the running variance was rebuilt as
-// 1/invstd² - eps from the float32 invstd. When var ≪ eps that difference cancels: with
-// var ≈ 1e-12 and eps = 1e-3, invstd² ≈ 1e3 carries a float32 rounding of ~6e-8 relative,
-// i.e. ~6e-11 absolute in 1/invstd², about 60 times the variance itself, so the old value was
-// garbage (often negative). The module must use the kernel's own double batch variance.
+// The running variance must not be rebuilt as 1/invstd² - eps from the float32 invstd. When
+// var ≪ eps that difference cancels: with var ≈ 1e-12 and eps = 1e-3, invstd² ≈ 1e3 carries a
+// float32 rounding of ~6e-8 relative, i.e. ~6e-11 absolute in 1/invstd², about 60 times the
+// variance itself, so such a value is garbage (often negative). The module must use the kernel's own double batch variance.
 TEST_CASE("BatchNorm1d running variance is exact when the batch variance is far below eps") {
   // 1 + 1e-6·u: 16 float32 ulps of spread around 1, variance ~1e-13..1e-12 (computed in
   // double from the same float32 values, so the reference is exact).

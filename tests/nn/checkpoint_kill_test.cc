@@ -1,4 +1,4 @@
-// Crash safety of save_checkpoint (issue 17): a child process saves checkpoints of epoch
+// Crash safety of save_checkpoint: a child process saves checkpoints of epoch
 // k = start, start + 1, ... to one path, and is killed with SIGKILL 60 times: at random
 // moments, and half the time just after it announced that a save began (inside the write).
 // After every kill the file on disk must load (checksum verified) and be exactly the last

@@ -1,4 +1,4 @@
-// Fault injection (issue 17): an exception at any (worker, action index) of forward(), of its
+// Fault injection: an exception at any (worker, action index) of forward(), of its
 // backward and of train_step, over schedules × checkpoint modes × p ∈ {2, 3, 4} ×
 // m ∈ {1, 3, 8}; an allocation failure in the CPU allocator; a NaN loss; and faults in the
 // middle of an action across schedules × modes: a layer throwing on its k-th forward call (a

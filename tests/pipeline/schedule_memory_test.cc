@@ -284,7 +284,7 @@ TEST_CASE("each worker's activation peak equals the schedule's, to the byte") {
   }
 }
 
-// GPipe against 1F1B side by side (issue 7's goal: 1F1B's stage 0 at most p/m of GPipe's
+// GPipe against 1F1B side by side (1F1B's promise: its stage 0 holds at most p/m of GPipe's
 // activation memory). The peak is k held cells plus one backward's working memory, X_B - A,
 // the same in both: the held activations, peak - (X_B - A) = k·A, are exactly p/m of GPipe's.
 TEST_CASE("1F1B stage 0 holds p micro-batches where GPipe holds m") {

@@ -515,7 +515,7 @@ bool has_call(const std::vector<Entry>& log, std::thread::id thread, const std::
 
 }  // namespace
 
-// Review bug 2 of the CUDA path: Note [The caller's streams] (runtime.cc).
+// Note [The caller's streams] (runtime.cc).
 TEST_CASE("the caller's own streams: execute() fences them at both ends, results are recorded") {
   install_fake_cuda();
   recorder().start();
@@ -582,7 +582,7 @@ TEST_CASE("the caller's own streams: execute() fences them at both ends, results
   CHECK(max_diff(out, out_ref) <= 2e-6);
 }
 
-// Review bug 4 of the CUDA path: Note [One wait per copy stream and source]
+// Note [One wait per copy stream and source]
 // (transport.cc). cpu:0 -> cuda:1 and cuda:0 -> cuda:1 share cuda:1's copy stream; the copy
 // from cuda:0 must still wait for cuda:0's `ready`, even though the stream already waited for
 // cpu:0's (a no-op CPU event) first.

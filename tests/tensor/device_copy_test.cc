@@ -174,7 +174,7 @@ TEST_CASE("device_count reports the registered backend") {
   REQUIRE(&backend_for(DeviceType::kCUDA) == &fake());
 }
 
-// Review bug 1 of the CUDA path: Note [Copies between devices] (tensor.cc).
+// Note [Copies between devices] (tensor.cc).
 TEST_CASE("CUDA -> CUDA copies on the source's current stream between both current streams") {
   FakeCudaBackend& b = fake();
   register_kernels(DeviceType::kCUDA, &fake_kernels());

@@ -150,13 +150,13 @@ run_main() {  # label, seconds, flags...
 }
 if ((quick)); then
   short=(--epochs 1 --train-limit 1024 --test-limit 512)
-  run_main gpu 120 "${short[@]}" --stages 2 --devices cuda:0,cuda:0 >"$out/mainjob.txt" 2>&1
+  run_main gpu 120 "${short[@]}" --workers 2 --devices cuda:0,cuda:0 >"$out/mainjob.txt" 2>&1
 else
   {
     run_main cpu 60 --epochs 2
-    run_main gpu1 60 --epochs 2 --stages 1 --devices cuda:0
-    run_main gpu2 60 --epochs 2 --stages 2 --devices cuda:0,cuda:0
-    run_main large1 60 --epochs 1 --stages 1 --devices cuda:0 --hidden 4096 4096 --batch-size 4096
+    run_main gpu1 60 --epochs 2 --workers 1 --devices cuda:0
+    run_main gpu2 60 --epochs 2 --workers 2 --devices cuda:0,cuda:0
+    run_main large1 60 --epochs 1 --workers 1 --devices cuda:0 --hidden 4096 4096 --batch-size 4096
   } >"$out/mainjob.txt" 2>&1
 fi
 result() { sed -n "s/^RESULT $1 accuracy \([^ ]*\) samples_per_s \([^ ]*\)/\\$2/p" "$out/mainjob.txt" | tail -n 1; }
@@ -193,10 +193,10 @@ if command -v compute-sanitizer >/dev/null; then
           grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Race|Barrier|error|passed|failed" | tail -n 25
       done
     done
-    echo "== memcheck fashion_mnist (1 epoch of 2,048 images, two stages on cuda:0)"
+    echo "== memcheck fashion_mnist (1 epoch of 2,048 images, two workers on cuda:0)"
     PIPEWRIGHT_CUDA_ALLOCATOR=direct timeout "$(cap 90)" compute-sanitizer --tool memcheck \
       --print-limit 20 "$main" --no-progress --epochs 1 --train-limit 2048 --test-limit 512 \
-      --stages 2 --devices cuda:0,cuda:0 2>&1 | tail -n 25
+      --workers 2 --devices cuda:0,cuda:0 2>&1 | tail -n 25
   } >"$out/sanitizer.txt" 2>&1
   errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$out/sanitizer.txt" | awk '{s += $1} END {print s + 0}')
   runs=$(grep -c "ERROR SUMMARY" "$out/sanitizer.txt")

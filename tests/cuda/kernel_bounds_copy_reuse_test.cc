@@ -1,6 +1,6 @@
-// Regression tests for bugs planted on purpose that no other CUDA test caught (see the
-// table "Bugs planted on purpose" in docs/cuda.md): each case fails with its bug and passes
-// without.
+// No CUDA kernel writes past its output, and a cross-GPU copy keeps its blocks from reuse
+// until it is done: the mistakes no other CUDA test caught when planted on purpose (the table
+// "Bugs planted on purpose" in docs/cuda.md); each case fails with its mistake.
 //
 // Off-by-one in a grid-stride loop (`i <= n` in PW_GRID_STRIDE_LOOP, or one kernel's bound
 // n + 1): the extra iteration writes element n, one past the output. The caching allocator
@@ -49,7 +49,7 @@ struct Guarded {
   Tensor buffer, out;
 };
 
-TEST_CASE("cuda kernels write no element past their output", "[cuda][planted]") {
+TEST_CASE("cuda kernels write no element past their output", "[cuda][bounds]") {
   if (!gpu_available_or_skip()) return;
   const Kernels& k = gpu_kernels();
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
@@ -119,7 +119,7 @@ Tensor filled(Device device, int64_t n, double value) {
 }
 
 TEST_CASE("cross-GPU to(): the source block is not reused by its stream before the copy read it",
-          "[cuda][planted]") {
+          "[cuda][reuse]") {
   if (!gpus_available_or_skip(2)) return;
   constexpr int64_t n = 1 << 12;
   const Device gpu0 = Device::cuda(0), gpu1 = Device::cuda(1);
@@ -148,7 +148,7 @@ TEST_CASE("cross-GPU to(): the source block is not reused by its stream before t
 
 TEST_CASE("cross-GPU copy_from: the destination block is not reused by its stream before the "
           "copy wrote it",
-          "[cuda][planted]") {
+          "[cuda][reuse]") {
   if (!gpus_available_or_skip(2)) return;
   constexpr int64_t n = 1 << 13;
   const Device gpu0 = Device::cuda(0), gpu1 = Device::cuda(1);

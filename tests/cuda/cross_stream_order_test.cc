@@ -1,15 +1,17 @@
-// Bugs 1-4 of a review of the CUDA path, each made observable.
+// Work across streams and GPUs that only the library's events order: cross-GPU to() (on the
+// default streams and on created ones), a caller on its own streams around a pipe step, a
+// recycled cuBLAS handle's workspace, a copy stream fed by two GPUs.
 //
-// Every case issues work whose ordering the fix provides and nothing else would: on created
-// (non-default) streams, which are not ordered with each other, or on the default streams of
-// two GPUs, which are not ordered with each other either. Under --config=cudasim the stream
-// race detector refuses the first unordered access (PW_CUDA_CHECK throws a CudaError whose
-// text is the race report), so before the fixes these cases fail with "race" in the message;
-// on a real GPU the same mistakes give wrong values only sometimes, which the value checks
-// then catch. No host synchronisation is added anywhere that could hide a missing event.
+// Every case issues work whose ordering the library's events provide and nothing else would:
+// on created (non-default) streams, which are not ordered with each other, or on the default
+// streams of two GPUs, which are not ordered with each other either. Under --config=cudasim
+// the stream race detector refuses the first unordered access (PW_CUDA_CHECK throws a
+// CudaError whose text is the race report), so a missing wait fails with "race" in the
+// message; on a real GPU the same mistakes give wrong values only sometimes, which the value
+// checks then catch. No host synchronisation is added anywhere that could hide a missing event.
 //
-// Needs two GPUs for bugs 1 and 4 (cudasim simulates two); one for bug 3; bug 2 runs its two
-// stages on two GPUs, or both on cuda:0 where there is one.
+// The cross-GPU to() and two-source cases need two GPUs (cudasim simulates two); the cuBLAS
+// case one; the pipe case runs its two stages on two GPUs, or both on cuda:0 where there is one.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -72,13 +74,12 @@ void on_thread(F f) {
 
 }  // namespace
 
-// Bug 1: x.to(other GPU) must run after pending work on the source's current stream and on
+// x.to(other GPU) must run after pending work on the source's current stream and on
 // the destination's current stream, and the destination's stream must wait for it.
-TEST_CASE("review bug 1: cross-GPU to() on the default streams is ordered on both GPUs",
-          "[cuda][review]") {
+TEST_CASE("cross-GPU to() on the default streams is ordered on both GPUs", "[cuda][order]") {
   if (!two_gpus_or_skip()) return;
-  // x written by queued kernels on cuda:0's default stream. Before the fix the copy ran on
-  // cuda:1's default stream (the backend's guess for a null stream), not ordered after them.
+  // x written by queued kernels on cuda:0's default stream. A copy on cuda:1's default stream
+  // (the backend's guess for a null stream) would not be ordered after them.
   Tensor x = Tensor::zeros({1 << 14}, {DType::kFloat32, kGpu0});
   bump(x, 4);
   const Tensor y = x.to(kGpu1);
@@ -90,8 +91,8 @@ TEST_CASE("review bug 1: cross-GPU to() on the default streams is ordered on bot
   check_close(x, Tensor::full({1 << 14}, 5.0), 0.0, 0.0);
 }
 
-TEST_CASE("review bug 1: cross-GPU to() on created streams waits for the destination's stream",
-          "[cuda][review]") {
+TEST_CASE("cross-GPU to() on created streams waits for the destination's stream",
+          "[cuda][order]") {
   if (!two_gpus_or_skip()) return;
   const Stream s0 = Stream::create(kGpu0), s1 = Stream::create(kGpu1);
   StreamGuard on_s0(s0), on_s1(s1);
@@ -108,10 +109,9 @@ TEST_CASE("review bug 1: cross-GPU to() on created streams waits for the destina
   check_close(x, Tensor::full({n}, 3.0), 0.0, 0.0);
 }
 
-// Bug 2: a caller computing on its own streams gets the pipeline's results ordered (outputs,
+// A caller computing on its own streams gets the pipeline's results ordered (outputs,
 // input gradients, parameter gradients) and its inputs seen by the workers.
-TEST_CASE("review bug 2: a caller on created streams uses the pipe's results safely",
-          "[cuda][review][pipe]") {
+TEST_CASE("a caller on created streams uses the pipe's results safely", "[cuda][order][pipe]") {
   if (!gpu_available_or_skip()) return;
   const Device gpu0 = gpu_or_shared(0), gpu1 = gpu_or_shared(1);
   using pipeline::Checkpoint;
@@ -159,10 +159,10 @@ TEST_CASE("review bug 2: a caller on created streams uses the pipe's results saf
   check_close(again, plain.forward(x0), 2e-5, 2e-5);
 }
 
-// Bug 3: GEMMs of two threads on two streams, the second thread taking over the first's
+// GEMMs of two threads on two streams, the second thread taking over the first's
 // cuBLAS handle (returned to the pool at thread exit with its GEMMs possibly still queued).
-TEST_CASE("review bug 3: a recycled cuBLAS handle does not share its workspace across streams",
-          "[cuda][review][gemm]") {
+TEST_CASE("a recycled cuBLAS handle does not share its workspace across streams",
+          "[cuda][order][gemm]") {
   if (!gpu_available_or_skip()) return;
   constexpr int64_t n = 96;
   const Tensor a_host = random_tensor({n, n}, DType::kFloat32, 31);
@@ -194,11 +194,11 @@ TEST_CASE("review bug 3: a recycled cuBLAS handle does not share its workspace a
   CHECK(cuda::blas_workspace_count() >= 2);
 }
 
-// Bug 4: a message whose tensors come from two devices whose copies share one copy stream
+// A message whose tensors come from two devices whose copies share one copy stream
 // (cpu:0 -> cuda:1 and cuda:0 -> cuda:1 both use cuda:1's): the copy from cuda:0 must wait
 // for cuda:0's producer even though the stream already waited for the host's (no-op) event.
-TEST_CASE("review bug 4: a copy stream waits for every source device of a message",
-          "[cuda][review][transport]") {
+TEST_CASE("a copy stream waits for every source device of a message",
+          "[cuda][order][transport]") {
   if (!two_gpus_or_skip()) return;
   const Stream producer = Stream::create(kGpu0), consumer = Stream::create(kGpu1);
   constexpr int64_t n = 1 << 14;

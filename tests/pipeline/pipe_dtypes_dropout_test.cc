@@ -1,7 +1,7 @@
-// Behaviours an audit of the tests found untested: a parameter shared across workers is
-// refused; a float64 Pipe; several optimizer steps of a Pipe equal plain training; int64
-// targets through train_step; the measured bubble; Dropout in a Pipe against the plain model
-// (BatchNorm: pipe_batch_norm_test.cc).
+// A Pipe against the plain model beyond float32 and deterministic layers: a parameter shared
+// across workers is refused; a float64 Pipe; several optimizer steps of a Pipe equal plain
+// training; int64 targets through train_step; the measured bubble; Dropout in a Pipe against
+// the plain model (BatchNorm: pipe_batch_norm_test.cc).
 #include <catch2/catch.hpp>
 
 #include <cmath>
