@@ -211,7 +211,7 @@ std::string Plan::explain() const {
     for (const auto& [s, list] : by_stage) out += " " + std::to_string(s) + ": " + list + ";";
     out += "\n";
   }
-  out += "alternatives (" + std::to_string(candidates) + " configurations simulated):\n";
+  out += "alternatives (" + std::to_string(candidates) + " configurations replayed):\n";
   for (const PlanAlternative& a : alternatives) {
     out += "  " + a.config + ": " + a.why + "\n";
   }

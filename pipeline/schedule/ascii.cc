@@ -35,7 +35,7 @@ void check_whole(const Schedule& schedule, const Costs& costs) {
 
 std::string to_ascii(const Schedule& schedule, const Costs& costs) {
   check_whole(schedule, costs);
-  const Simulation sim = simulate(schedule, costs);
+  const ScheduleReplay sim = replay_schedule(schedule, costs);
   const int p = schedule.num_workers;
   const int columns = static_cast<int>(std::lround(sim.makespan));
 

@@ -1,15 +1,15 @@
-// to_ascii: a schedule's simulated timeline as text, one row per worker, one column per time
+// to_ascii: a schedule's replayed timeline as text, one row per worker, one column per time
 // unit. For learners and for tests that compare a whole timeline at a glance.
 #pragma once
 
 #include <string>
 
 #include "pipeline/schedule/schedule.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 
 namespace pipewright::pipeline {
 
-/// Simulates `schedule` with `costs` (see simulator.h; defaults tF = 1, tB = 2, tI = tW = 1,
+/// Replays `schedule` with `costs` (see replay.h; defaults tF = 1, tB = 2, tI = tW = 1,
 /// tR = 1) and draws it. A cell is an action's letter and micro-batch ("F3", "B3", "I3",
 /// "W3", "R3"), repeated over each time unit the action lasts; "." is an idle unit. When a
 /// worker owns several stages (interleaving), a letter after the micro-batch names the
@@ -19,8 +19,9 @@ namespace pipewright::pipeline {
 ///     worker 1  .  F0 F1 F2 F3 .  .  .  .  B3 B3 B2 B2 B1 B1 B0 B0 .  .
 ///     worker 2  .  .  F0 F1 F2 F3 B3 B3 B2 B2 B1 B1 B0 B0 .  .  .  .  .
 ///
-/// Every line ends with '\n'; trailing spaces are trimmed. Throws what simulate() throws, and
-/// std::invalid_argument if a cost or the latency is not a whole number of time units.
+/// Every line ends with '\n'; trailing spaces are trimmed. Throws what replay_schedule()
+/// throws, and std::invalid_argument if a cost or the latency is not a whole number of time
+/// units.
 std::string to_ascii(const Schedule& schedule, const Costs& costs = Costs{});
 
 }  // namespace pipewright::pipeline

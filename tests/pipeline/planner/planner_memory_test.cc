@@ -25,7 +25,7 @@
 #include "pipeline/planner/planner.h"
 #include "pipeline/planner/stage_probe.h"
 #include "pipeline/schedule/generators.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
 
@@ -230,7 +230,7 @@ nn::Sequential relu_chain(Device device) {
 // (DevicePeak::high: whatever the messages' timing) of 1F1B without recomputes.
 int64_t least_peak_without_recompute(const Batch& b, Device device) {
   const Schedule schedule = make_schedule("1f1b", 2, 4);
-  const Simulation sim = simulate(schedule, Costs::unit());
+  const ScheduleReplay sim = replay_schedule(schedule, Costs::unit());
   int64_t least = -1;
   for (int cut = 1; cut < 8; ++cut) {
     nn::Sequential model = relu_chain(device);
