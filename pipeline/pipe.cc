@@ -12,7 +12,7 @@
 #include "pipeline/microbatch.h"
 #include "pipeline/partition.h"
 #include "pipeline/pipe_backward.h"
-#include "pipeline/plan.h"
+#include "pipeline/pipe_schedule.h"
 #include "pipeline/processes.h"
 #include "pipeline/runtime.h"
 #include "pipeline/schedule/validate.h"

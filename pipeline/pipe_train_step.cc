@@ -15,7 +15,7 @@
 #include "pipeline/deferred_batch_norm.h"
 #include "pipeline/microbatch.h"
 #include "pipeline/pipe.h"
-#include "pipeline/plan.h"
+#include "pipeline/pipe_schedule.h"
 #include "pipeline/processes.h"
 #include "pipeline/runtime.h"
 #include "pipeline/tied_parameters.h"
