@@ -55,11 +55,11 @@ int64_t checked_word(Reader& r, int64_t low, int64_t high, const char* what) {
 }  // namespace
 
 std::vector<int64_t> encode_key(const pipeline::MessageKey& key) {
-  return {key.edge, key.microbatch, static_cast<int64_t>(key.direction), key.skip};
+  return {key.arrival_edge, key.microbatch, static_cast<int64_t>(key.direction), key.skip};
 }
 
 int receiving_stage(const pipeline::MessageKey& key) {
-  return key.direction == pipeline::Direction::kActivation ? key.edge + 1 : key.edge;
+  return key.receiver();
 }
 
 // ---- packing ----

@@ -9,7 +9,6 @@
 #include "pipeline/stage_fn.h"
 #include "pipeline/step_readback.h"
 #include "tensor/stream.h"
-#include "tensor/threads.h"
 
 namespace pipewright::pipeline {
 namespace {
@@ -30,75 +29,6 @@ nn::Tensors to_stage(const nn::Tensors& tensors, Device device) {
 }
 
 }  // namespace
-
-Runtime::Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> stage_devices,
-                 std::vector<int> stage_worker, int num_workers, uint64_t seed,
-                 int intra_op_threads, SkipLayout skips, bool pin_workers)
-    : partitions_(std::move(partitions)),
-      stage_devices_(std::move(stage_devices)),
-      stage_worker_(std::move(stage_worker)),
-      skips_(std::move(skips)) {
-  const int budget = intra_op_threads > 0
-                         ? intra_op_threads
-                         : std::max(1, hardware_threads() / std::max(1, num_workers));
-  const std::vector<Device> devices = worker_devices(stage_devices_, stage_worker_, num_workers);
-  std::vector<std::vector<int>> cpus = worker_cpus(num_workers, budget, pin_workers);
-  for (int w = 0; w < num_workers; ++w) {
-    workers_.push_back(std::make_unique<Worker>(w, budget, mix_seed(seed, w),
-                                                devices[static_cast<size_t>(w)],
-                                                std::move(cpus[static_cast<size_t>(w)])));
-  }
-  // The partitions were placed on their devices on the constructing thread's current streams:
-  // a first fence like execute()'s entry one (Note [The caller's streams]), since a step may
-  // come from another stream or thread.
-  for (const auto& worker : workers_) {
-    Event placed(worker->device());
-    placed.record(Stream::current(worker->device()));
-    placed.wait(worker->compute_stream());
-  }
-}
-
-void Runtime::run_on_workers(const std::function<void(int worker)>& work) {
-  std::lock_guard<std::mutex> lock(execute_mutex_);
-  std::vector<int> local;
-  for (int w = 0; w < num_workers(); ++w) {
-    if (processes_ == nullptr || processes_->runs_worker(w)) local.push_back(w);
-  }
-  std::vector<Event> entered, done;  // per worker, both on the worker's device
-  for (const auto& worker : workers_) {
-    entered.emplace_back(worker->device());
-    entered.back().record(Stream::current(worker->device()));
-    done.emplace_back(worker->device());
-  }
-  auto countdown = std::make_shared<Countdown>(static_cast<int>(local.size()));
-  for (int w : local) {
-    Event* entry = &entered[static_cast<size_t>(w)];
-    Event* exit = &done[static_cast<size_t>(w)];
-    workers_[w]->submit([this, &work, w, entry, exit, countdown] {
-      std::exception_ptr error;
-      try {
-        entry->wait(workers_[w]->compute_stream());
-        work(w);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      try {
-        exit->record(workers_[w]->compute_stream());
-      } catch (...) {
-        if (!error) error = std::current_exception();
-      }
-      countdown->done(std::move(error));
-    });
-  }
-  countdown->wait();
-  for (int w : local) done[static_cast<size_t>(w)].wait(Stream::current(workers_[w]->device()));
-  if (std::exception_ptr error = countdown->error()) std::rethrow_exception(error);
-}
-
-void Runtime::manual_seed(uint64_t seed) {
-  std::lock_guard<std::mutex> lock(execute_mutex_);
-  for (auto& w : workers_) w->generator().set_state(mix_seed(seed, w->index()), 0);
-}
 
 // Note [The caller's streams]
 // The caller may issue on any stream it likes (a StreamGuard of its own, or the default
@@ -226,7 +156,7 @@ void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& act
     const Action& action = actions[i];
     if (step.failed()) return;  // stop after the failing step, do not start new work
     step.count_action_start();
-    const Step::Where where{worker, static_cast<int>(i), action};
+    const ActionSite where{worker, static_cast<int>(i), action};
     try {
       if (fault_hook_) fault_hook_(worker, static_cast<int>(i), action);
       run_action(step, worker, action);
@@ -242,8 +172,8 @@ void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& act
     for (DeferredCheck& check : take_deferred_checks()) {
       step.deferred_checks[static_cast<size_t>(worker)].emplace_back(std::move(check), where);
     }
-    if (action.kind == ActionKind::kForward && step.is_last(action.stage) && step.loss_fn) {
-      step.loss_made[static_cast<size_t>(action.microbatch)] = where;
+    if (action.kind == ActionKind::kForward && step.is_last(action.stage) && step.loss) {
+      step.loss->made_by(action.microbatch, where);
     }
     if (last[static_cast<size_t>(action.stage)] == static_cast<int>(i)) {
       processes_->stage_finished(action.stage, partitions_[static_cast<size_t>(action.stage)]);
@@ -251,17 +181,12 @@ void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& act
   }
 }
 
-void Runtime::set_fault_hook(FaultHook hook) {
-  std::lock_guard<std::mutex> lock(execute_mutex_);
-  fault_hook_ = std::move(hook);
-}
-
 // The function a cell runs (stage_fn.h): the stage, with its skip connections, plus the
 // loss on the last stage of train_step.
 StageFn Runtime::stage_fn(Step& step, int s, int j) {
-  const bool with_loss = step.is_last(s) && step.loss_fn != nullptr;
-  const StageLoss loss{with_loss ? &step.loss_fn : nullptr, with_loss ? &step.targets[j] : nullptr,
-                       with_loss && step.keep_outputs ? &step.outputs[j] : nullptr};
+  const StageLoss loss = step.is_last(s) && step.loss != nullptr
+                             ? step.loss->stage_loss(j, step.outputs[static_cast<size_t>(j)])
+                             : StageLoss{};
   StageFn run = stage_function(partitions_.at(static_cast<size_t>(s)),
                                stage_devices_.at(static_cast<size_t>(s)), skips_, s, j,
                                step.arguments, loss);
@@ -278,19 +203,26 @@ nn::Tensors Runtime::recv_portals(Step& step, const std::vector<int>& routes, in
   nn::Tensors tensors;
   for (int r : routes) {
     const SkipRoute& route = skips_.route(r);
-    const int edge = d == Direction::kActivation ? route.pop_stage - 1 : route.stash_stage;
-    tensors.push_back(step.transport().recv({edge, j, d, r}).at(0));
+    const int receiver = d == Direction::kActivation ? route.pop_stage : route.stash_stage;
+    tensors.push_back(step.transport().recv(MessageKey::to(receiver, j, d, r)).at(0));
   }
   return tensors;
 }
 
-void Runtime::send(Step& step, const MessageKey& key, nn::Tensors tensors, int from, int to) {
+void Runtime::send(Step& step, const MessageKey& key, nn::Tensors tensors) {
+  const int to = key.receiver();
+  const bool forward = key.direction == Direction::kActivation;
+  int from = forward ? to - 1 : to + 1;  // a neighbour, or a portal's other end
+  if (key.skip >= 0) {
+    const SkipRoute& route = skips_.route(key.skip);
+    from = forward ? route.stash_stage : route.pop_stage;
+  }
   TraceTransfer t;
   t.worker = stage_worker_[static_cast<size_t>(from)];
   t.from_stage = from;
   t.to_stage = to;
   t.microbatch = key.microbatch;
-  t.gradient = key.direction == Direction::kGradient;
+  t.gradient = !forward;
   if (key.skip >= 0) t.skip = skips_.route(key.skip).key.str();
   for (const Tensor& x : tensors) t.bytes += x.defined() ? static_cast<int64_t>(x.nbytes()) : 0;
   t.start_us = micros_since(step.epoch);
@@ -304,11 +236,8 @@ void Runtime::send_portals(Step& step, const std::vector<int>& routes, int j, Di
   const size_t first = tensors.size() - routes.size();
   for (size_t k = 0; k < routes.size(); ++k) {
     const SkipRoute& route = skips_.route(routes[k]);
-    const bool forward = d == Direction::kActivation;
-    const int edge = forward ? route.pop_stage - 1 : route.stash_stage;  // the receiver rule
-    send(step, {edge, j, d, routes[k]}, {std::move(tensors[first + k])},
-         forward ? route.stash_stage : route.pop_stage,
-         forward ? route.pop_stage : route.stash_stage);
+    const int receiver = d == Direction::kActivation ? route.pop_stage : route.stash_stage;
+    send(step, MessageKey::to(receiver, j, d, routes[k]), {std::move(tensors[first + k])});
   }
   tensors.resize(first);
 }
@@ -349,7 +278,7 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
   const int s = action.stage, j = action.microbatch;
   const Device device = stage_devices_[s];
   nn::Tensors in = s == 0 ? step.inputs.batches[j]
-                          : step.transport().recv({s - 1, j, Direction::kActivation});
+                          : step.transport().recv(MessageKey::to(s, j, Direction::kActivation));
   const std::vector<int>& portals_in = skips_.portals_in(s);
   if (!portals_in.empty()) {
     nn::Tensors popped = recv_portals(step, portals_in, j, Direction::kActivation);
@@ -367,16 +296,9 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
                                               s == 0 ? step.input_needs_grad : kEveryFloatingInput);
   send_portals(step, skips_.portals_out(s), j, Direction::kActivation, out);
   if (!step.is_last(s)) {
-    send(step, {s, j, Direction::kActivation}, std::move(out), s, s + 1);
-  } else if (step.loss_fn) {
-    // Read with the rest of the step's values at its end (Note [One read per step]).
-    step.loss_values[j] = out.at(0).detach();
-    if (step.mode == CellMode::kNoGrad) {
-      ++step.counters.forwards[s];
-      return;
-    }
-    step.loss_grads[j] = Tensor::full(out[0].shape(), step.loss_scale(j),
-                                      {out[0].dtype(), out[0].device()});
+    send(step, MessageKey::to(s + 1, j, Direction::kActivation), std::move(out));
+  } else if (step.loss) {
+    step.loss->made(j, out.at(0), step.mode != CellMode::kNoGrad);
   } else {
     step.outputs[j] = std::move(out);
   }
@@ -390,9 +312,9 @@ void Runtime::backward(Step& step, const Action& action, TraceEvent& event) {
   const int s = action.stage, j = action.microbatch;
   nn::Tensors grads;
   if (!step.is_last(s)) {
-    grads = step.transport().recv({s, j, Direction::kGradient});
-  } else if (step.loss_fn) {
-    grads = {std::move(step.loss_grads[j])};  // used once: not held to the end of the step
+    grads = step.transport().recv(MessageKey::to(s, j, Direction::kGradient));
+  } else if (step.loss) {
+    grads = {step.loss->take_grad(j)};
   } else {
     grads = to_stage(step.output_grads.at(static_cast<size_t>(j)), stage_devices_[s]);
   }
@@ -409,33 +331,9 @@ void Runtime::backward(Step& step, const Action& action, TraceEvent& event) {
   if (s == 0) {
     step.input_grads[j] = std::move(grad_inputs);
   } else {
-    send(step, {s - 1, j, Direction::kGradient}, std::move(grad_inputs), s, s - 1);
+    send(step, MessageKey::to(s - 1, j, Direction::kGradient), std::move(grad_inputs));
   }
   ++step.counters.backwards[s];
-}
-
-void Runtime::publish(const Step& step) {
-  Trace trace = step.trace();
-  std::optional<Failure> failure = step.failure();
-  std::lock_guard<std::mutex> lock(last_mutex_);
-  last_trace_ = std::move(trace);
-  last_counters_ = step.counters;
-  last_failure_ = std::move(failure);
-}
-
-std::optional<Failure> Runtime::last_failure() const {
-  std::lock_guard<std::mutex> lock(last_mutex_);
-  return last_failure_;
-}
-
-Trace Runtime::last_trace() const {
-  std::lock_guard<std::mutex> lock(last_mutex_);
-  return last_trace_;
-}
-
-StepCounters Runtime::last_counters() const {
-  std::lock_guard<std::mutex> lock(last_mutex_);
-  return last_counters_;
 }
 
 }  // namespace pipewright::pipeline
