@@ -17,7 +17,7 @@
 // Counters (per step, averaged over the iterations):
 //   bubble         measured: Σ idle / (workers × wall) from the runtime's trace (trace.h)
 //   bubble_theory  (p-1)/(m+p-1): equal stages, free communication
-//   bubble_sim     the simulator (pipeline/schedule/simulator.h) run on the schedule with the
+//   bubble_sim     the replay (pipeline/schedule/replay.h) run on the schedule with the
 //                  MEASURED mean cost of each action kind on each stage over all timed steps
 //   bubble_replay  each step's schedule replayed with that step's measured action durations
 //                  and free hand-offs, averaged: bubble - bubble_replay is the idle time the
@@ -49,7 +49,7 @@
 #include "nn/sequential.h"
 #include "pipeline/pipe.h"
 #include "pipeline/schedule/generators.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
 #include "tensor/threads.h"
@@ -138,7 +138,7 @@ void pipe_step(benchmark::State& state, const std::string& api, const std::strin
     return pipe.train_step(x, y, cross_entropy).trace;
   };
   step();  // warm-up
-  // The schedule that runs, re-made for the simulator (same generator, same recompute rule).
+  // The schedule that runs, re-made for the replay (same generator, same recompute rule).
   pipeline::Schedule ran = pipeline::make_schedule(api == "forward" ? "gpipe" : schedule, 2,
                                                    chunks);
   ran = pipeline::with_recompute(ran, pipeline::checkpoint_predicate(checkpoint, chunks));
@@ -156,7 +156,7 @@ void pipe_step(benchmark::State& state, const std::string& api, const std::strin
   const double n = static_cast<double>(state.iterations());
   state.counters["bubble"] = bubble / n;
   state.counters["bubble_theory"] = pipeline::theoretical_bubble(2, chunks);
-  state.counters["bubble_sim"] = pipeline::simulate(ran, costs.costs(2)).bubble_fraction;
+  state.counters["bubble_sim"] = pipeline::replay_schedule(ran, costs.costs(2)).bubble_fraction;
   state.counters["bubble_replay"] = bubble_replay / n;
   state.counters["stage0_ms"] = busy0 / n / 1000;
   state.counters["stage1_ms"] = busy1 / n / 1000;

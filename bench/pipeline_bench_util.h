@@ -1,8 +1,8 @@
 // Helpers shared by the pipeline benchmarks (pipe_bench, schedule_bench): measured action
-// costs for the simulator.
+// costs for the replay.
 //
 // The replay of a step with its own durations is Trace::replayed_bubble (Note [Replaying a
-// step] in pipeline/trace.cc); MeasuredCosts gives the mean-cost simulation beside it.
+// step] in pipeline/trace.cc); MeasuredCosts gives the mean-cost replay beside it.
 #pragma once
 
 #include <algorithm>
@@ -10,14 +10,14 @@
 #include <utility>
 
 #include "pipeline/schedule/schedule.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 #include "pipeline/trace.h"
 
 namespace pipewright::bench {
 
 /// Sums the measured duration of each action kind on each (virtual) stage over any number of
-/// runtime traces; costs() turns them into the simulator's per-stage costs (mean µs per
-/// action). Kinds that never ran keep the simulator's defaults (they are not used).
+/// runtime traces; costs() turns them into the replay's per-stage costs (mean µs per
+/// action). Kinds that never ran keep the replay's defaults (they are not used).
 class MeasuredCosts {
  public:
   void add(const pipeline::Trace& trace) {

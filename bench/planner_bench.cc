@@ -11,7 +11,7 @@
 //   plan/cap:PCT      a cap of PCT % of the no-cap plan's largest predicted device peak
 //                     (60 %: below what any configuration reaches, a refusal)
 //
-// Counters: candidates (configurations simulated), step_us (the plan's predicted step),
+// Counters: candidates (configurations replayed), step_us (the plan's predicted step),
 // recomputed (cells with an R), peak_mib (the largest device's predicted peak); for a
 // refusal, smallest_cap_mib (the cap it names).
 #include <benchmark/benchmark.h>

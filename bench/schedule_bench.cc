@@ -1,4 +1,4 @@
-// Every pipeline schedule on a balanced deep MLP: step time, bubble (measured, simulated with
+// Every pipeline schedule on a balanced deep MLP: step time, bubble (measured, replayed with
 // the measured costs, textbook) and peak memory per stage device.
 //
 // Model: kLayers identical blocks Linear(kWidth→kWidth)·ReLU (so every cut at block
@@ -22,7 +22,7 @@
 //                   and free hand-offs, averaged over the steps: the idle time the schedule
 //                   and the real durations force; bubble - bubble_replay is what the runtime
 //                   adds (Note [Replaying a step], pipeline/trace.cc)
-//   bubble_sim      the simulator run on the same schedule with the MEASURED mean cost of
+//   bubble_sim      the replay run on the same schedule with the MEASURED mean cost of
 //                   each action kind on each stage over all timed steps (smaller than the
 //                   replay when the workers' speeds drift; see the Note)
 //   bubble_formula  the closed form for equal stages and free communication: (p-1)/(v·m+p-1)
@@ -61,7 +61,7 @@
 #include "nn/sequential.h"
 #include "pipeline/pipe.h"
 #include "pipeline/schedule/generators.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
 
@@ -161,7 +161,8 @@ void schedule_step(benchmark::State& state, const std::string& schedule, int p, 
   const double n = static_cast<double>(state.iterations());
   state.counters["bubble"] = bubble / n;
   state.counters["bubble_replay"] = bubble_replay / n;
-  state.counters["bubble_sim"] = pipeline::simulate(ran, costs.costs(stages)).bubble_fraction;
+  state.counters["bubble_sim"] =
+      pipeline::replay_schedule(ran, costs.costs(stages)).bubble_fraction;
   state.counters["bubble_formula"] = formula_bubble(schedule, p, m, v);
   for (int w = 0; w < p; ++w) {
     const size_t i = static_cast<size_t>(w);

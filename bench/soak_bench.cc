@@ -18,6 +18,7 @@
 #include "nn/loss.h"
 #include "nn/optim.h"
 #include "pipeline/pipe.h"
+#include "pipeline/pipe_test_access.h"
 #include "tensor/allocator.h"
 #include "tensor/cpu_allocator.h"
 #include "tensor/generator.h"
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
   int faults = 0, alloc_failures = 0, ok = 0;
   bool armed = false;
   int fault_worker = 0, fault_index = 0;
-  pipe.set_fault_hook_for_testing([&](int worker, int index, const Action&) {
+  PipeTestAccess::set_fault_hook(pipe, [&](int worker, int index, const Action&) {
     if (armed && worker == fault_worker && index == fault_index) {
       throw InjectedFault("soak fault");
     }

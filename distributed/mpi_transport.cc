@@ -9,7 +9,7 @@
 namespace pipewright::distributed {
 
 int receiving_stage(const pipeline::MessageKey& key) {
-  return key.direction == pipeline::Direction::kActivation ? key.edge + 1 : key.edge;
+  return key.receiver();
 }
 
 MpiTransport::MpiTransport(std::shared_ptr<MpiLink> link, int64_t step,

@@ -45,7 +45,7 @@ int64_t checked_word(Reader& r, int64_t low, int64_t high, const char* what) {
 }  // namespace
 
 std::vector<int64_t> encode_key(const pipeline::MessageKey& key) {
-  return {key.edge, key.microbatch, static_cast<int64_t>(key.direction), key.skip};
+  return {key.arrival_edge, key.microbatch, static_cast<int64_t>(key.direction), key.skip};
 }
 
 std::vector<char> pack_message(const std::vector<int64_t>& id, const std::vector<Tensor>& tensors,

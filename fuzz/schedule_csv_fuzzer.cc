@@ -1,6 +1,6 @@
 // Fuzzes pipeline::from_csv and from_torch_csv (pipeline/schedule/io.h) with every input.
 // Each must either throw std::invalid_argument, or give a schedule that validate() accepts,
-// that the simulator runs to the end (validate's promise: no deadlock), and that the
+// that the replay runs to the end (validate's promise: no deadlock), and that the
 // matching writer (to_csv, to_torch_csv) writes back as text its reader reads to the same
 // schedule.
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include "fuzz/fuzz_util.h"
 #include "pipeline/schedule/io.h"
 #include "pipeline/schedule/validate.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 
 namespace {
 
@@ -27,7 +27,7 @@ bool same(const pl::Schedule& a, const pl::Schedule& b) {
 /// What every schedule a reader accepted must satisfy.
 void check_schedule(const pl::Schedule& s) {
   pl::validate(s);  // the reader validated it: throwing here is a bug (uncaught: a crash)
-  const pl::Simulation sim = pl::simulate(s);
+  const pl::ScheduleReplay sim = pl::replay_schedule(s);
   size_t timed = 0;
   for (const auto& list : sim.timeline) timed += list.size();
   size_t actions = 0;

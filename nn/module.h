@@ -15,11 +15,11 @@
 #include <utility>
 #include <vector>
 
+#include "nn/tensors.h"
 #include "tensor/tensor.h"
 
 namespace pipewright::nn {
 
-using Tensors = std::vector<Tensor>;
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 class Module {

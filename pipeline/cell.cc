@@ -98,7 +98,7 @@ nn::Tensors Cell::backward_impl(const nn::Tensors& grad_outputs,
                                 " gradients");
   }
   // Only outputs on the graph take part; a missing gradient is zero (the tensor was not used).
-  std::vector<Tensor> outs, grads, ins;
+  nn::Tensors outs, grads, ins;
   for (size_t k = 0; k < outputs_.size(); ++k) {
     const Tensor& out = outputs_[k];
     if (!out.defined() || !out.requires_grad()) continue;
@@ -119,7 +119,7 @@ nn::Tensors Cell::backward_impl(const nn::Tensors& grad_outputs,
     autograd::BackwardOptions options;
     options.defer_weight_grads = defer;
     options.retain_graph = retain_graph_;
-    std::vector<Tensor> result = autograd::backward(outs, grads, ins, options);
+    nn::Tensors result = autograd::backward(outs, grads, ins, options);
     for (size_t k = 0; k < input_pos.size() && k < result.size(); ++k) {
       grad_inputs[input_pos[k]] = result[k];
     }

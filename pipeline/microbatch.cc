@@ -42,8 +42,8 @@ int64_t extent(const Shape& shape, int64_t begin, int64_t end) {
 // blocks of n rows; a piece [start, start + k) of that dim is rows a·n + start ..
 // a·n + start + k of every block a: `outer` dim-0 slices, concatenated into a copy. gather
 // does the inverse, interleaving the pieces' blocks.
-std::vector<Tensor> split_on(const Tensor& t, int64_t dim, const std::vector<int64_t>& sizes) {
-  std::vector<Tensor> pieces;
+nn::Tensors split_on(const Tensor& t, int64_t dim, const std::vector<int64_t>& sizes) {
+  nn::Tensors pieces;
   int64_t start = 0;
   if (dim == 0) {
     for (int64_t k : sizes) {
@@ -57,7 +57,7 @@ std::vector<Tensor> split_on(const Tensor& t, int64_t dim, const std::vector<int
   const int64_t inner = extent(shape, dim + 1, t.dim());
   const Tensor rows = t.contiguous().reshape(Shape{outer * n, inner});
   for (int64_t k : sizes) {
-    std::vector<Tensor> blocks;
+    nn::Tensors blocks;
     for (int64_t a = 0; a < outer; ++a) blocks.push_back(rows.slice(a * n + start, a * n + start + k));
     Shape piece = shape;
     piece.at(dim) = k;
@@ -67,17 +67,17 @@ std::vector<Tensor> split_on(const Tensor& t, int64_t dim, const std::vector<int
   return pieces;
 }
 
-Tensor cat_on(const std::vector<Tensor>& parts, int64_t dim) {
+Tensor cat_on(const nn::Tensors& parts, int64_t dim) {
   if (dim == 0) return parts.size() == 1 ? parts[0].clone() : cat(parts);
   const Shape& shape = parts[0].shape();
   const int64_t outer = extent(shape, 0, dim), inner = extent(shape, dim + 1, parts[0].dim());
-  std::vector<Tensor> rows;
+  nn::Tensors rows;
   int64_t total = 0;
   for (const Tensor& p : parts) {
     rows.push_back(p.contiguous().reshape(Shape{outer * p.size(dim), inner}));
     total += p.size(dim);
   }
-  std::vector<Tensor> blocks;
+  nn::Tensors blocks;
   for (int64_t a = 0; a < outer; ++a) {
     for (size_t j = 0; j < parts.size(); ++j) {
       const int64_t k = parts[j].size(dim);
@@ -113,7 +113,7 @@ std::vector<ChunkSpec> chunk_specs(const std::vector<bool>& no_chunk, size_t cou
   return specs;
 }
 
-MicroBatches scatter(const Tensors& inputs, const std::vector<ChunkSpec>& given, int chunks,
+MicroBatches scatter(const nn::Tensors& inputs, const std::vector<ChunkSpec>& given, int chunks,
                      const std::string& what) {
   if (chunks <= 0) {
     throw std::invalid_argument("number of chunks must be positive integer (chunks: " +
@@ -157,16 +157,16 @@ MicroBatches scatter(const Tensors& inputs, const std::vector<ChunkSpec>& given,
   return out;
 }
 
-std::vector<Tensors> split_to(const Tensors& tensors, const std::vector<ChunkSpec>& given,
+std::vector<nn::Tensors> split_to(const nn::Tensors& tensors, const std::vector<ChunkSpec>& given,
                               const std::vector<int64_t>& sizes, const std::string& what) {
   const std::vector<ChunkSpec> specs = chunk_specs(given, tensors.size(), what);
   int64_t total = 0;
   for (int64_t k : sizes) total += k;
-  std::vector<Tensors> pieces(sizes.size());
+  std::vector<nn::Tensors> pieces(sizes.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     if (specs[i].replicated) {
-      for (Tensors& piece : pieces) piece.push_back(t);
+      for (nn::Tensors& piece : pieces) piece.push_back(t);
       continue;
     }
     const std::string name = what + " " + std::to_string(i);
@@ -178,22 +178,22 @@ std::vector<Tensors> split_to(const Tensors& tensors, const std::vector<ChunkSpe
                                   std::to_string(d) + ", the batch has " +
                                   std::to_string(total));
     }
-    std::vector<Tensor> parts = split_on(t, d, sizes);
+    nn::Tensors parts = split_on(t, d, sizes);
     for (size_t j = 0; j < sizes.size(); ++j) pieces[j].push_back(std::move(parts[j]));
   }
   return pieces;
 }
 
-Tensors gather(const std::vector<Tensors>& outputs, const std::vector<int>& dims) {
+nn::Tensors gather(const std::vector<nn::Tensors>& outputs, const std::vector<int>& dims) {
   if (outputs.empty()) return {};
   const size_t n = outputs[0].size();
   if (!dims.empty() && dims.size() != n) {
     throw std::invalid_argument(std::to_string(dims.size()) + " output dims for " +
                                 std::to_string(n) + " outputs");
   }
-  Tensors gathered;
+  nn::Tensors gathered;
   for (size_t k = 0; k < n; ++k) {
-    std::vector<Tensor> parts;
+    nn::Tensors parts;
     int64_t d = 0;
     for (size_t j = 0; j < outputs.size(); ++j) {
       if (outputs[j].size() != n) {
@@ -216,9 +216,9 @@ Tensors gather(const std::vector<Tensors>& outputs, const std::vector<int>& dims
   return gathered;
 }
 
-std::vector<Tensor> split_sections(const Tensor& t, const std::vector<int64_t>& sizes,
+nn::Tensors split_sections(const Tensor& t, const std::vector<int64_t>& sizes,
                                    int dim) {
-  std::vector<Tensor> out(sizes.size());
+  nn::Tensors out(sizes.size());
   if (!t.defined()) return out;
   int64_t total = 0;
   for (int64_t s : sizes) total += s;
@@ -232,7 +232,7 @@ std::vector<Tensor> split_sections(const Tensor& t, const std::vector<int64_t>& 
   return split_on(t, d, sizes);
 }
 
-std::vector<InputInfo> describe_inputs(const Tensors& inputs,
+std::vector<InputInfo> describe_inputs(const nn::Tensors& inputs,
                                        const std::vector<ChunkSpec>& given) {
   const std::vector<ChunkSpec> specs = chunk_specs(given, inputs.size(), "input");
   std::vector<InputInfo> infos;
@@ -251,25 +251,25 @@ std::vector<InputInfo> describe_inputs(const Tensors& inputs,
   return infos;
 }
 
-Tensors gather_input_grads(const std::vector<Tensors>& grads,
+nn::Tensors gather_input_grads(const std::vector<nn::Tensors>& grads,
                                const std::vector<InputInfo>& inputs,
                                const std::vector<int64_t>& sizes) {
-  Tensors out(inputs.size());
+  nn::Tensors out(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     bool any = false;
-    for (const Tensors& g : grads) any = any || (i < g.size() && g[i].defined());
+    for (const nn::Tensors& g : grads) any = any || (i < g.size() && g[i].defined());
     if (!any) continue;
     const TensorOptions& options = inputs[i].options;
     if (inputs[i].chunk.replicated) {
       Tensor sum = Tensor::zeros(inputs[i].shape, options);
-      for (const Tensors& g : grads) {
+      for (const nn::Tensors& g : grads) {
         if (i < g.size() && g[i].defined()) ops::add_(sum, g[i].to(options.device));
       }
       out[i] = sum;
       continue;
     }
     const int dim = inputs[i].chunk.dim;
-    std::vector<Tensor> parts;
+    nn::Tensors parts;
     for (size_t j = 0; j < grads.size(); ++j) {
       if (i < grads[j].size() && grads[j][i].defined()) {
         parts.push_back(grads[j][i].to(options.device));

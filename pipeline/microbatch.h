@@ -19,12 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "nn/tensors.h"
 #include "tensor/tensor.h"
 
 namespace pipewright::pipeline {
-
-/// A tuple of tensors (the same type as nn::Tensors).
-using Tensors = std::vector<Tensor>;
 
 /// How one tensor of a step is cut into micro-batches: split on `dim` (negative counts from
 /// the end, as in PyTorch) or replicated whole into each.
@@ -47,7 +45,7 @@ std::vector<ChunkSpec> chunk_specs(const std::vector<ChunkSpec>& specs, size_t c
 std::vector<ChunkSpec> chunk_specs(const std::vector<bool>& no_chunk, size_t count);
 
 struct MicroBatches {
-  std::vector<Tensors> batches;  // [micro-batch][input position]
+  std::vector<nn::Tensors> batches;  // [micro-batch][input position]
   std::vector<int64_t> sizes;    // each micro-batch's size on the split dims
   int64_t batch_size = 0;        // N
 
@@ -59,7 +57,7 @@ struct MicroBatches {
 /// the wrong size, no input is chunked, a chunked input is undefined, rank 0 or has no dim
 /// `dim` (naming its shape and the dim), or two chunked inputs differ in size on their dims
 /// (naming both shapes and dims). `what` names the tensors in messages ("input", "target").
-MicroBatches scatter(const Tensors& inputs, const std::vector<ChunkSpec>& specs, int chunks,
+MicroBatches scatter(const nn::Tensors& inputs, const std::vector<ChunkSpec>& specs, int chunks,
                      const std::string& what = "input");
 
 /// Cuts every tensor of `tensors` into pieces of `sizes` on its spec's dim (replicated ones
@@ -67,20 +65,20 @@ MicroBatches scatter(const Tensors& inputs, const std::vector<ChunkSpec>& specs,
 /// to the sizes of its inputs' micro-batches. Throws std::invalid_argument when a split tensor
 /// is undefined, has no such dim, or its size there is not Σ sizes (naming `what`, its
 /// position and shape).
-std::vector<Tensors> split_to(const Tensors& tensors, const std::vector<ChunkSpec>& specs,
+std::vector<nn::Tensors> split_to(const nn::Tensors& tensors, const std::vector<ChunkSpec>& specs,
                               const std::vector<int64_t>& sizes, const std::string& what);
 
 /// Concatenates output position k of every micro-batch on dims[k] (dim 0 for all when
 /// `dims` is empty; negative counts from the end). All micro-batches must have the same
 /// number of outputs, each with that dim (else std::invalid_argument naming the micro-batch
 /// and position).
-Tensors gather(const std::vector<Tensors>& outputs, const std::vector<int>& dims = {});
+nn::Tensors gather(const std::vector<nn::Tensors>& outputs, const std::vector<int>& dims = {});
 
 /// `t` cut on `dim` (negative counts from the end) into consecutive pieces of `sizes` (torch.
 /// split with sections): views on dim 0, contiguous copies on another. An undefined `t` gives
 /// undefined pieces. Throws std::invalid_argument, naming the shape, when `t` has no such dim
 /// or Σ sizes != t.size(dim).
-std::vector<Tensor> split_sections(const Tensor& t, const std::vector<int64_t>& sizes,
+nn::Tensors split_sections(const Tensor& t, const std::vector<int64_t>& sizes,
                                    int dim = 0);
 
 /// What the backward needs to know about an original input (without keeping it alive).
@@ -91,7 +89,7 @@ struct InputInfo {
   bool requires_grad = false;
 };
 /// `specs` as scatter() took them.
-std::vector<InputInfo> describe_inputs(const Tensors& inputs,
+std::vector<InputInfo> describe_inputs(const nn::Tensors& inputs,
                                        const std::vector<ChunkSpec>& specs);
 
 /// The gradient of each original input from per-micro-batch input gradients
@@ -99,7 +97,7 @@ std::vector<InputInfo> describe_inputs(const Tensors& inputs,
 /// chunked inputs, summed for replicated ones (every micro-batch used the whole tensor).
 /// Undefined where no micro-batch produced a gradient; a micro-batch that produced none
 /// contributes zeros. `sizes` are the micro-batch sizes on the split dims.
-Tensors gather_input_grads(const std::vector<Tensors>& grads,
+nn::Tensors gather_input_grads(const std::vector<nn::Tensors>& grads,
                                const std::vector<InputInfo>& inputs,
                                const std::vector<int64_t>& sizes);
 

@@ -12,12 +12,13 @@
 #include "pipeline/microbatch.h"
 #include "pipeline/partition.h"
 #include "pipeline/pipe_backward.h"
-#include "pipeline/plan.h"
+#include "pipeline/pipe_schedule.h"
 #include "pipeline/processes.h"
 #include "pipeline/runtime.h"
 #include "pipeline/schedule/validate.h"
 #include "pipeline/schedule/generators.h"
 #include "pipeline/skip_layout.h"
+#include "pipeline/step.h"
 #include "pipeline/tied_parameters.h"
 #include "tensor/threads.h"
 
@@ -83,10 +84,10 @@ Tensor Pipe::forward(const Tensor& input) {
 // the rest runs when the user's backward reaches the PipeBackward node (Note [Anatomy of a
 // step] in runtime.h).
 nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no_chunk) {
-  return forward(inputs, ForwardOptions{.input_chunks = chunk_specs(no_chunk, inputs.size())});
+  return forward(inputs, StepOptions{.input_chunks = chunk_specs(no_chunk, inputs.size())});
 }
 
-nn::Tensors Pipe::forward(const nn::Tensors& inputs, const ForwardOptions& options) {
+nn::Tensors Pipe::forward(const nn::Tensors& inputs, const StepOptions& options) {
   check_not_moved_from();
   if (options_.processes != nullptr) {
     throw std::invalid_argument(
@@ -131,7 +132,7 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const ForwardOptions& optio
   if (!record) return outputs;
 
   // The output depends on the inputs and on every parameter (PipeBackward's edges).
-  std::vector<Tensor> node_inputs = inputs;
+  nn::Tensors node_inputs = inputs;
   for (const Tensor& p : module_.parameters()) node_inputs.push_back(p);
   if (!autograd::should_record(node_inputs)) return outputs;
   std::vector<size_t> recorded;
@@ -221,9 +222,5 @@ Trace Pipe::last_trace() const { return runtime().last_trace(); }
 StepCounters Pipe::last_counters() const { return runtime().last_counters(); }
 
 std::optional<Failure> Pipe::last_failure() const { return runtime().last_failure(); }
-
-void Pipe::set_fault_hook_for_testing(std::function<void(int, int, const Action&)> hook) {
-  runtime().set_fault_hook(std::move(hook));
-}
 
 }  // namespace pipewright::pipeline

@@ -55,8 +55,9 @@
 #include "pipeline/microbatch.h"
 #include "pipeline/pipe_options.h"
 #include "pipeline/schedule/schedule.h"
-#include "pipeline/step.h"
+#include "pipeline/step_result.h"
 #include "pipeline/trace.h"
+#include "tensor/generator.h"
 
 namespace pipewright::nn {
 class Optimizer;
@@ -65,26 +66,16 @@ class Optimizer;
 namespace pipewright::pipeline {
 
 class Runtime;
+class Step;
+class PipeTestAccess;
 class DeferredBatchNorm;
 class TiedParameters;
 
-/// What train_step and eval_step return.
-struct StepResult {
-  double loss = 0;                         // the mini-batch's loss: Σ_j (n_j / N)·loss_j
-                                           // (LossReduction::kMean) or Σ_j loss_j (kSum)
-  std::vector<double> microbatch_losses;   // loss_fn of each micro-batch, unscaled
-  std::vector<int64_t> microbatch_sizes;   // n_j
-  nn::Tensors outputs;                     // StepOptions::return_outputs: the last stage's
-                                           // outputs, gathered, on its device (no history)
-  Schedule schedule;                       // the schedule that ran (R actions included)
-  Trace trace;                             // every action's timing
-  StepCounters counters;                   // actions run per stage
-};
-
-/// What train_step / eval_step take besides the tensors and the loss (the general form;
-/// torch.distributed.pipelining's args_chunk_spec / kwargs / output_merge_spec / return
+/// What forward, train_step and eval_step take besides the tensors and the loss (the general
+/// form; torch.distributed.pipelining's args_chunk_spec / kwargs / output_merge_spec / return
 /// outputs, torchgpipe's NoChunk). Every field has a default: `{}` is one input and one target
-/// split on dim 0, a mean loss, options().schedule.
+/// split on dim 0, a mean loss, options().schedule. Pipe::forward reads input_chunks,
+/// arguments and output_dims only (it has no loss, and runs GPipe).
 struct StepOptions {
   /// How each input is cut into micro-batches: one ChunkSpec per input, split on a dim or
   /// replicated whole into every micro-batch; empty: every input split on dim 0. Every split
@@ -93,15 +84,19 @@ struct StepOptions {
   /// The same for the targets; a split target has size N on its dim too.
   std::vector<ChunkSpec> target_chunks = {};
   /// Non-tensor arguments (flags, sizes, names) that every stage's modules and loss_fn read
-  /// through nn::current_arguments(), whole, for every micro-batch (nn/arguments.h).
+  /// through nn::current_arguments(), whole, for every micro-batch, in the forward and in the
+  /// recomputes of its backward (nn/arguments.h).
   nn::Arguments arguments = {};
   /// kMean: loss_fn averages over its micro-batch, gradients are weighted n_j / N (equal to
   /// the whole batch's mean loss); kSum: loss_fn sums, weights 1 (equal to the whole batch's
   /// summed loss, so gradients accumulated over several steps equal one step on the union).
   LossReduction reduction = LossReduction::kMean;
-  /// Keep the last stage's outputs and return them in StepResult::outputs, output k
-  /// concatenated over the micro-batches on output_dims[k] (dim 0 for all when empty).
+  /// Keep the last stage's outputs and return them in StepResult::outputs (Pipe::forward
+  /// always returns them).
   bool return_outputs = false;
+  /// Output k concatenated over the micro-batches on output_dims[k] (dim 0 for all when
+  /// empty; negative counts from the end); in Pipe::forward its gradient is cut the same way
+  /// in backward.
   std::vector<int> output_dims = {};
   /// The schedule: a registered name (schedule/registry.h), with options().checkpoint
   /// applied (empty: options().schedule) ...
@@ -112,20 +107,6 @@ struct StepOptions {
   /// their draws by (Note [Keyed randomness], nn/random_key.h): distributed::train_step sets
   /// it to the replica's first row, so every data-parallel degree draws the same masks.
   int64_t first_sample = 0;
-};
-
-/// What the general Pipe::forward takes besides the inputs: StepOptions' fields that a
-/// forward has (torch.distributed.pipelining's args_chunk_spec / kwargs / output_merge_spec).
-struct ForwardOptions {
-  /// How each input is cut: one ChunkSpec per input (split on a dim, or replicated whole);
-  /// empty: every input split on dim 0. Every split input has the same size N on its dim.
-  std::vector<ChunkSpec> input_chunks = {};
-  /// Non-tensor arguments every stage's modules read through nn::current_arguments(), in the
-  /// forward and in the recomputes its backward runs (nn/arguments.h).
-  nn::Arguments arguments = {};
-  /// Output k concatenated over the micro-batches on output_dims[k] (dim 0 for all when
-  /// empty; negative counts from the end); its gradient is cut the same way in backward.
-  std::vector<int> output_dims = {};
 };
 
 class Pipe {
@@ -167,13 +148,14 @@ class Pipe {
   /// concatenated over the micro-batches.
   nn::Tensors forward(const nn::Tensors& inputs, const std::vector<bool>& no_chunk = {});
   /// The general form: inputs split on any dim or replicated, non-tensor arguments, outputs
-  /// gathered on any dim (ForwardOptions); equal to module(inputs) under an
-  /// nn::ArgumentsGuard of the arguments, with the same backward (an input split on dim d
-  /// gets its gradient concatenated on d, a replicated one the sum over micro-batches).
+  /// gathered on any dim (StepOptions' input_chunks, arguments, output_dims; the others are
+  /// ignored); equal to module(inputs) under an nn::ArgumentsGuard of the arguments, with
+  /// the same backward (an input split on dim d gets its gradient concatenated on d, a
+  /// replicated one the sum over micro-batches).
   /// Throws std::invalid_argument as scatter() and gather() do (microbatch.h: a wrong
   /// number of specs or dims, an input or output without the dim, split inputs of different
   /// sizes, naming the shapes), and what the forward(no_chunk) form throws.
-  nn::Tensors forward(const nn::Tensors& inputs, const ForwardOptions& options);
+  nn::Tensors forward(const nn::Tensors& inputs, const StepOptions& options);
 
   // ---- a whole training step under any schedule ----
 
@@ -300,13 +282,13 @@ class Pipe {
   /// before. The exception itself reaches the caller unchanged.
   std::optional<Failure> last_failure() const;
 
-  /// Test seam (fault injection, tests/pipeline/pipe_fault_test.cc): see
-  /// Runtime::set_fault_hook. Set between calls only.
-  void set_fault_hook_for_testing(std::function<void(int, int, const Action&)> hook);
-
  private:
+  // The tests' seam (fault injection: Runtime::set_fault_hook), pipeline/pipe_test_access.h.
+  friend class PipeTestAccess;
+
   StepResult run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
-                      const TupleLossFn& loss_fn, const StepOptions& options, bool train);
+                      const TupleLossFn& loss_fn, const StepOptions& options,
+                      bool with_backward);
   Schedule fill_drain_schedule(int microbatches) const;
   void run(Step& step, const std::vector<std::vector<Action>>& actions);
   /// Throws std::logic_error when this Pipe was moved from: every public function but the

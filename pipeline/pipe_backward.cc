@@ -24,10 +24,10 @@ PipeBackward::PipeBackward(std::weak_ptr<Runtime> runtime, std::shared_ptr<Step>
       recorded_(std::move(recorded)),
       tied_(std::move(tied)) {}
 
-std::vector<Tensor> PipeBackward::apply(const std::vector<Tensor>& grad_outputs,
+nn::Tensors PipeBackward::apply(const nn::Tensors& grad_outputs,
                                         const std::vector<bool>& wanted) {
   check_not_released();
-  std::vector<Tensor> result(num_inputs());
+  nn::Tensors result(num_inputs());
   const auto first_parameter = wanted.begin() + static_cast<std::ptrdiff_t>(inputs_.size());
   const bool wants_inputs = std::find(wanted.begin(), first_parameter, true) != first_parameter;
   const bool wants_weights = std::find(first_parameter, wanted.end(), true) != wanted.end();
@@ -59,13 +59,20 @@ std::vector<Tensor> PipeBackward::apply(const std::vector<Tensor>& grad_outputs,
   }
   for (size_t r = 0; r < recorded_.size() && r < grad_outputs.size(); ++r) {
     const size_t k = recorded_[r];
-    std::vector<Tensor> parts =
+    nn::Tensors parts =
         split_sections(grad_outputs[r], output_sizes_[k], output_dims_[k]);
     for (int j = 0; j < step->num_microbatches; ++j) step->output_grads[j][k] = parts[j];
   }
 
   auto every_stage = [](int) { return true; };  // Pipe::forward runs in one process
   tied_->begin_backward(every_stage);
+  // The runtime's second way in, beside Pipe::run: the backward phase goes to execute()
+  // directly, without Pipe::run's deferred BatchNorm commit (or discard on failure), because
+  // this step's statistics are already settled: Pipe::forward's forward phase committed them
+  // (deferred_batch_norm.h), and the only forwards here are recomputes, which add none
+  // (BatchNorm1d skips its statistics while autograd::is_recomputing()). There is nothing of
+  // this step to commit or discard, and by now the Pipe may have run later steps (a backward
+  // held back, or run again with retain_graph), whose statistics are not this one's to touch.
   try {
     runtime->execute(*step, actions_);
   } catch (...) {

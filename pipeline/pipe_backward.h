@@ -62,7 +62,7 @@ class PipeBackward final : public autograd::Node {
                std::vector<size_t> recorded, std::shared_ptr<const TiedParameters> tied);
 
   const char* name() const override { return "PipeBackward"; }
-  std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs,
+  nn::Tensors apply(const nn::Tensors& grad_outputs,
                             const std::vector<bool>& wanted) override;
   void release_saved() override;
 

@@ -71,7 +71,7 @@ struct PipeOptions {
   /// (process_cpus(), tensor/threads.h) when every worker's share fits, else let each run on
   /// all of them; either way a worker no longer inherits a narrower mask from the thread that
   /// built the Pipe (libgomp binds the initial thread to one core when OMP_PROC_BIND is set).
-  /// Note [Worker CPUs] in runtime.cc. false: workers keep the inherited mask — for Pipes
+  /// Note [Worker CPUs] in worker.cc. false: workers keep the inherited mask — for Pipes
   /// that train at the same time in one process (each shares out the same CPUs, as each
   /// budgets threads for the whole machine) or a caller that places threads itself. Ignored
   /// with `processes` (one worker per process; the launcher places processes).

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "nn/optimizer.h"
+#include "nn/tensors.h"
 #include "pipeline/pipe.h"
 #include "pipeline/processes.h"
 #include "pipeline/runtime.h"
@@ -19,7 +20,7 @@ void Pipe::step(nn::Optimizer& optimizer) {
   }
   std::vector<std::vector<size_t>> parts(static_cast<size_t>(num_workers()));
   std::vector<size_t> callers;
-  const std::vector<Tensor>& params = optimizer.params();
+  const nn::Tensors& params = optimizer.params();
   for (size_t i = 0; i < params.size(); ++i) {
     auto it = worker_of.find(params[i].impl());
     (it == worker_of.end() ? callers : parts[static_cast<size_t>(it->second)]).push_back(i);

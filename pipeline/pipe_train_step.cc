@@ -8,6 +8,7 @@
 // (a one-element tensor) instead of 1: no extra op in the graph, and with uneven micro-batches
 // (7 rows in 4 chunks: 2,2,2,1) the parameter gradients still equal the whole-batch ones.
 // A loss_fn that sums over its micro-batch (LossReduction::kSum) needs weight 1: L = Σ_j loss_j.
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -15,9 +16,10 @@
 #include "pipeline/deferred_batch_norm.h"
 #include "pipeline/microbatch.h"
 #include "pipeline/pipe.h"
-#include "pipeline/plan.h"
+#include "pipeline/pipe_schedule.h"
 #include "pipeline/processes.h"
 #include "pipeline/runtime.h"
+#include "pipeline/step.h"
 #include "pipeline/tied_parameters.h"
 #include "pipeline/schedule/validate.h"
 #include "pipeline/schedule/generators.h"
@@ -67,9 +69,10 @@ StepResult Pipe::eval_step(const Tensor& input, const Tensor& target, const Loss
 }
 
 StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
-                          const TupleLossFn& loss_fn, const StepOptions& options, bool train) {
+                          const TupleLossFn& loss_fn, const StepOptions& options,
+                          bool with_backward) {
   check_not_moved_from();
-  const char* what = train ? "train_step" : "eval_step";
+  const char* what = with_backward ? "train_step" : "eval_step";
   if (!loss_fn) throw std::invalid_argument(std::string(what) + ": loss_fn is empty");
   MicroBatches batches = scatter(inputs, options.input_chunks, options_.chunks);
   std::vector<nn::Tensors> target_pieces =
@@ -78,7 +81,7 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
   const int p = num_workers();
 
   Schedule schedule;
-  if (!train) {
+  if (!with_backward) {
     schedule = fill_drain_schedule(m);  // its forward phase: F actions only
     schedule.actions = split_fill_drain(schedule).forward;
   } else if (options.custom_schedule.has_value()) {
@@ -91,37 +94,37 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
   }
   check_schedule_fits(schedule, p, runtime().stage_worker(), m);
   schedule.skips = runtime().skips().edges();  // the model's portals, whoever made the schedule
-  if (train) validate(schedule);  // (a forward phase alone is no complete schedule)
+  if (with_backward) validate(schedule);  // (a forward phase alone is no complete schedule)
 
   const std::vector<int64_t> sizes = batches.sizes;
   Processes* processes = options_.processes.get();
   auto step = std::make_shared<Step>(
-      num_stages(), p, std::move(batches), train ? CellMode::kRecord : CellMode::kNoGrad,
+      num_stages(), p, std::move(batches), with_backward ? CellMode::kRecord : CellMode::kNoGrad,
       recomputed_cells(schedule),
       processes ? processes->make_transport(runtime().stage_worker()) : nullptr);
-  for (const Tensor& t : inputs) step->input_needs_grad.push_back(train && t.requires_grad());
-  step->loss_fn = loss_fn;
-  step->reduction = options.reduction;
-  step->keep_outputs = options.return_outputs;
-  step->arguments = options.arguments;
-  step->random_key = random_key();
-  step->random_key.first_sample = options.first_sample;
-  if (train) ++random_step_;
+  for (const Tensor& t : inputs) {
+    step->input_needs_grad.push_back(with_backward && t.requires_grad());
+  }
   const Device last_device = runtime().stage_devices().back();
   for (nn::Tensors& piece : target_pieces) {
     for (Tensor& t : piece) t = t.defined() ? t.to(last_device) : t;
-    step->targets.push_back(std::move(piece));
   }
+  step->loss = std::make_unique<StepLoss>(loss_fn, std::move(target_pieces), sizes,
+                                          options.reduction, options.return_outputs);
+  step->arguments = options.arguments;
+  step->random_key = random_key();
+  step->random_key.first_sample = options.first_sample;
+  if (with_backward) ++random_step_;
 
   auto runs_stage = [this](int s) { return this->runs_stage(s); };
-  if (train) tied_->begin_backward(runs_stage);
+  if (with_backward) tied_->begin_backward(runs_stage);
   run(*step, schedule.actions);
   if (processes != nullptr) processes->step_finished(*step);
-  if (train) tied_->reduce(runs_stage, processes);  // Note [Tied parameters]
+  if (with_backward) tied_->reduce(runs_stage, processes);  // Note [Tied parameters]
 
   // An input that requires grad gets its gradient like loss.backward() would give it: into
   // .grad for a leaf, on through its own graph otherwise (only where stage 0 ran).
-  if (train && (processes == nullptr || processes->runs_worker(0))) {
+  if (with_backward && (processes == nullptr || processes->runs_worker(0))) {
     nn::Tensors grads = gather_input_grads(
         step->input_grads, describe_inputs(inputs, options.input_chunks), sizes);
     nn::Tensors with_grad, their_grads;
@@ -137,7 +140,7 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
   StepResult result;
   result.microbatch_losses = step->losses;
   result.microbatch_sizes = sizes;
-  for (int j = 0; j < m; ++j) result.loss += step->loss_scale(j) * step->losses[j];
+  for (int j = 0; j < m; ++j) result.loss += step->loss->scale(j) * step->losses[j];
   if (options.return_outputs && (processes == nullptr || processes->runs_worker(
                                                             runtime().stage_worker().back()))) {
     result.outputs = gather(step->outputs, options.output_dims);

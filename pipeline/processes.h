@@ -66,7 +66,7 @@ class Processes {
   /// (zeros for what it holds no share of) and gets the same sums back. How tied parameters'
   /// gradients are summed (Note [Tied parameters], tied_parameters.h). Collective over those
   /// processes; called on the caller's thread between steps. Throws on communication errors.
-  virtual void sum_over_pipeline(std::vector<Tensor>& tensors) = 0;
+  virtual void sum_over_pipeline(nn::Tensors& tensors) = 0;
 };
 
 }  // namespace pipewright::pipeline

@@ -9,7 +9,6 @@
 #include "pipeline/stage_fn.h"
 #include "pipeline/step_readback.h"
 #include "tensor/stream.h"
-#include "tensor/threads.h"
 
 namespace pipewright::pipeline {
 namespace {
@@ -29,145 +28,7 @@ nn::Tensors to_stage(const nn::Tensors& tensors, Device device) {
   return out;
 }
 
-/// Each worker's device: the device of its stages, which must agree.
-std::vector<Device> worker_devices(const std::vector<Device>& stage_devices,
-                                   const std::vector<int>& stage_worker, int num_workers) {
-  if (stage_devices.size() != stage_worker.size()) {
-    throw std::invalid_argument("Runtime: " + std::to_string(stage_devices.size()) +
-                                " stage devices but " + std::to_string(stage_worker.size()) +
-                                " stage workers");
-  }
-  std::vector<Device> devices(static_cast<size_t>(num_workers), Device::cpu(0));
-  std::vector<int> first_stage(static_cast<size_t>(num_workers), -1);
-  for (size_t s = 0; s < stage_worker.size(); ++s) {
-    const int w = stage_worker[s];
-    if (w < 0 || w >= num_workers) {
-      throw std::invalid_argument("Runtime: stage " + std::to_string(s) + " on worker " +
-                                  std::to_string(w) + " of " + std::to_string(num_workers));
-    }
-    const auto wi = static_cast<size_t>(w);
-    if (first_stage[wi] < 0) {
-      first_stage[wi] = static_cast<int>(s);
-      devices[wi] = stage_devices[s];
-    } else if (devices[wi] != stage_devices[s]) {
-      throw std::invalid_argument(
-          "Runtime: worker " + std::to_string(w) + " runs stage " +
-          std::to_string(first_stage[wi]) + " on " + devices[wi].str() + " and stage " +
-          std::to_string(s) + " on " + stage_devices[s].str() + " (one device per worker)");
-    }
-  }
-  return devices;
-}
-
 }  // namespace
-
-// Note [Worker CPUs]
-// Which CPUs does a worker thread run on? A thread inherits its creator's affinity mask, and
-// the creator's mask is not always the process's: a program built with OpenMP and run with
-// OMP_PROC_BIND set has libgomp bind the initial thread to one place (one core) at start-up,
-// so every worker — every stage — would share that core (the main job, when it was built with
-// OpenMP: all three threads on cpu 0, 0.76x the samples/s). So each worker sets its own mask
-// from process_cpus() (tensor/threads.h: the process's mask, or the union of the OpenMP places
-// when libgomp has bound the caller):
-//   - when the workers' budgets fit (workers x budget <= CPUs), worker w gets CPUs
-//     [w x budget, (w + 1) x budget) of that list in topology order (cpus_by_topology: a
-//     core's SMT siblings adjacent, one socket before the next), so stages share no core when
-//     the counts allow, and a worker's intra-op helper threads (tensor/parallel.h), made by
-//     the worker's thread, inherit its share;
-//   - otherwise (more workers than cores: the residual example's 3 stages on 2 cores) every
-//     worker may run on every CPU, and the kernel's scheduler shares them out.
-// PipeOptions::pin_workers = false (and a Pipe over processes, where a process runs one worker
-// and mpirun decides its cores) keeps the inherited mask. Measured (docs/BENCHMARKS.md,
-// "Worker CPUs"): with OMP_PROC_BIND=true the main job ran 1.32x faster pinned; without it
-// pinning is neutral (1.01x).
-namespace {
-
-std::vector<std::vector<int>> worker_cpus(int num_workers, int budget, bool pin) {
-  std::vector<std::vector<int>> cpus(static_cast<size_t>(num_workers));
-  if (!pin) return cpus;
-  const std::vector<int>& all = process_cpus();
-  const bool fit = static_cast<size_t>(num_workers) * static_cast<size_t>(budget) <= all.size();
-  if (!fit) return std::vector<std::vector<int>>(static_cast<size_t>(num_workers), all);
-  const std::vector<int> ordered = cpus_by_topology(all);
-  for (int w = 0; w < num_workers; ++w) {
-    const auto first = ordered.begin() + static_cast<std::ptrdiff_t>(w) * budget;
-    std::vector<int>& share = cpus[static_cast<size_t>(w)];
-    share.assign(first, first + budget);
-    std::sort(share.begin(), share.end());
-  }
-  return cpus;
-}
-
-}  // namespace
-
-Runtime::Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> stage_devices,
-                 std::vector<int> stage_worker, int num_workers, uint64_t seed,
-                 int intra_op_threads, SkipLayout skips, bool pin_workers)
-    : partitions_(std::move(partitions)),
-      stage_devices_(std::move(stage_devices)),
-      stage_worker_(std::move(stage_worker)),
-      skips_(std::move(skips)) {
-  const int budget = intra_op_threads > 0
-                         ? intra_op_threads
-                         : std::max(1, hardware_threads() / std::max(1, num_workers));
-  const std::vector<Device> devices = worker_devices(stage_devices_, stage_worker_, num_workers);
-  std::vector<std::vector<int>> cpus = worker_cpus(num_workers, budget, pin_workers);
-  for (int w = 0; w < num_workers; ++w) {
-    workers_.push_back(std::make_unique<Worker>(w, budget, mix_seed(seed, w),
-                                                devices[static_cast<size_t>(w)],
-                                                std::move(cpus[static_cast<size_t>(w)])));
-  }
-  // The partitions were placed on their devices on the constructing thread's current streams:
-  // a first fence like execute()'s entry one (Note [The caller's streams]), since a step may
-  // come from another stream or thread.
-  for (const auto& worker : workers_) {
-    Event placed(worker->device());
-    placed.record(Stream::current(worker->device()));
-    placed.wait(worker->compute_stream());
-  }
-}
-
-void Runtime::run_on_workers(const std::function<void(int worker)>& work) {
-  std::lock_guard<std::mutex> lock(execute_mutex_);
-  std::vector<int> local;
-  for (int w = 0; w < num_workers(); ++w) {
-    if (processes_ == nullptr || processes_->runs_worker(w)) local.push_back(w);
-  }
-  std::vector<Event> entered, done;  // per worker, both on the worker's device
-  for (const auto& worker : workers_) {
-    entered.emplace_back(worker->device());
-    entered.back().record(Stream::current(worker->device()));
-    done.emplace_back(worker->device());
-  }
-  auto countdown = std::make_shared<Countdown>(static_cast<int>(local.size()));
-  for (int w : local) {
-    Event* entry = &entered[static_cast<size_t>(w)];
-    Event* exit = &done[static_cast<size_t>(w)];
-    workers_[w]->submit([this, &work, w, entry, exit, countdown] {
-      std::exception_ptr error;
-      try {
-        entry->wait(workers_[w]->compute_stream());
-        work(w);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      try {
-        exit->record(workers_[w]->compute_stream());
-      } catch (...) {
-        if (!error) error = std::current_exception();
-      }
-      countdown->done(std::move(error));
-    });
-  }
-  countdown->wait();
-  for (int w : local) done[static_cast<size_t>(w)].wait(Stream::current(workers_[w]->device()));
-  if (std::exception_ptr error = countdown->error()) std::rethrow_exception(error);
-}
-
-void Runtime::manual_seed(uint64_t seed) {
-  std::lock_guard<std::mutex> lock(execute_mutex_);
-  for (auto& w : workers_) w->generator().set_state(mix_seed(seed, w->index()), 0);
-}
 
 // Note [The caller's streams]
 // The caller may issue on any stream it likes (a StreamGuard of its own, or the default
@@ -295,7 +156,7 @@ void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& act
     const Action& action = actions[i];
     if (step.failed()) return;  // stop after the failing step, do not start new work
     step.count_action_start();
-    const Step::Where where{worker, static_cast<int>(i), action};
+    const ActionSite where{worker, static_cast<int>(i), action};
     try {
       if (fault_hook_) fault_hook_(worker, static_cast<int>(i), action);
       run_action(step, worker, action);
@@ -311,8 +172,8 @@ void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& act
     for (DeferredCheck& check : take_deferred_checks()) {
       step.deferred_checks[static_cast<size_t>(worker)].emplace_back(std::move(check), where);
     }
-    if (action.kind == ActionKind::kForward && step.is_last(action.stage) && step.loss_fn) {
-      step.loss_made[static_cast<size_t>(action.microbatch)] = where;
+    if (action.kind == ActionKind::kForward && step.is_last(action.stage) && step.loss) {
+      step.loss->made_by(action.microbatch, where);
     }
     if (last[static_cast<size_t>(action.stage)] == static_cast<int>(i)) {
       processes_->stage_finished(action.stage, partitions_[static_cast<size_t>(action.stage)]);
@@ -320,17 +181,12 @@ void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& act
   }
 }
 
-void Runtime::set_fault_hook(FaultHook hook) {
-  std::lock_guard<std::mutex> lock(execute_mutex_);
-  fault_hook_ = std::move(hook);
-}
-
 // The function a cell runs (stage_fn.h): the stage, with its skip connections, plus the
 // loss on the last stage of train_step.
 StageFn Runtime::stage_fn(Step& step, int s, int j) {
-  const bool with_loss = step.is_last(s) && step.loss_fn != nullptr;
-  const StageLoss loss{with_loss ? &step.loss_fn : nullptr, with_loss ? &step.targets[j] : nullptr,
-                       with_loss && step.keep_outputs ? &step.outputs[j] : nullptr};
+  const StageLoss loss = step.is_last(s) && step.loss != nullptr
+                             ? step.loss->stage_loss(j, step.outputs[static_cast<size_t>(j)])
+                             : StageLoss{};
   StageFn run = stage_function(partitions_.at(static_cast<size_t>(s)),
                                stage_devices_.at(static_cast<size_t>(s)), skips_, s, j,
                                step.arguments, loss);
@@ -347,19 +203,26 @@ nn::Tensors Runtime::recv_portals(Step& step, const std::vector<int>& routes, in
   nn::Tensors tensors;
   for (int r : routes) {
     const SkipRoute& route = skips_.route(r);
-    const int edge = d == Direction::kActivation ? route.pop_stage - 1 : route.stash_stage;
-    tensors.push_back(step.transport().recv({edge, j, d, r}).at(0));
+    const int receiver = d == Direction::kActivation ? route.pop_stage : route.stash_stage;
+    tensors.push_back(step.transport().recv(MessageKey::to(receiver, j, d, r)).at(0));
   }
   return tensors;
 }
 
-void Runtime::send(Step& step, const MessageKey& key, nn::Tensors tensors, int from, int to) {
+void Runtime::send(Step& step, const MessageKey& key, nn::Tensors tensors) {
+  const int to = key.receiver();
+  const bool forward = key.direction == Direction::kActivation;
+  int from = forward ? to - 1 : to + 1;  // a neighbour, or a portal's other end
+  if (key.skip >= 0) {
+    const SkipRoute& route = skips_.route(key.skip);
+    from = forward ? route.stash_stage : route.pop_stage;
+  }
   TraceTransfer t;
   t.worker = stage_worker_[static_cast<size_t>(from)];
   t.from_stage = from;
   t.to_stage = to;
   t.microbatch = key.microbatch;
-  t.gradient = key.direction == Direction::kGradient;
+  t.gradient = !forward;
   if (key.skip >= 0) t.skip = skips_.route(key.skip).key.str();
   for (const Tensor& x : tensors) t.bytes += x.defined() ? static_cast<int64_t>(x.nbytes()) : 0;
   t.start_us = micros_since(step.epoch);
@@ -373,11 +236,8 @@ void Runtime::send_portals(Step& step, const std::vector<int>& routes, int j, Di
   const size_t first = tensors.size() - routes.size();
   for (size_t k = 0; k < routes.size(); ++k) {
     const SkipRoute& route = skips_.route(routes[k]);
-    const bool forward = d == Direction::kActivation;
-    const int edge = forward ? route.pop_stage - 1 : route.stash_stage;  // the receiver rule
-    send(step, {edge, j, d, routes[k]}, {std::move(tensors[first + k])},
-         forward ? route.stash_stage : route.pop_stage,
-         forward ? route.pop_stage : route.stash_stage);
+    const int receiver = d == Direction::kActivation ? route.pop_stage : route.stash_stage;
+    send(step, MessageKey::to(receiver, j, d, routes[k]), {std::move(tensors[first + k])});
   }
   tensors.resize(first);
 }
@@ -418,7 +278,7 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
   const int s = action.stage, j = action.microbatch;
   const Device device = stage_devices_[s];
   nn::Tensors in = s == 0 ? step.inputs.batches[j]
-                          : step.transport().recv({s - 1, j, Direction::kActivation});
+                          : step.transport().recv(MessageKey::to(s, j, Direction::kActivation));
   const std::vector<int>& portals_in = skips_.portals_in(s);
   if (!portals_in.empty()) {
     nn::Tensors popped = recv_portals(step, portals_in, j, Direction::kActivation);
@@ -436,16 +296,9 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
                                               s == 0 ? step.input_needs_grad : kEveryFloatingInput);
   send_portals(step, skips_.portals_out(s), j, Direction::kActivation, out);
   if (!step.is_last(s)) {
-    send(step, {s, j, Direction::kActivation}, std::move(out), s, s + 1);
-  } else if (step.loss_fn) {
-    // Read with the rest of the step's values at its end (Note [One read per step]).
-    step.loss_values[j] = out.at(0).detach();
-    if (step.mode == CellMode::kNoGrad) {
-      ++step.counters.forwards[s];
-      return;
-    }
-    step.loss_grads[j] = Tensor::full(out[0].shape(), step.loss_scale(j),
-                                      {out[0].dtype(), out[0].device()});
+    send(step, MessageKey::to(s + 1, j, Direction::kActivation), std::move(out));
+  } else if (step.loss) {
+    step.loss->made(j, out.at(0), step.mode != CellMode::kNoGrad);
   } else {
     step.outputs[j] = std::move(out);
   }
@@ -459,9 +312,9 @@ void Runtime::backward(Step& step, const Action& action, TraceEvent& event) {
   const int s = action.stage, j = action.microbatch;
   nn::Tensors grads;
   if (!step.is_last(s)) {
-    grads = step.transport().recv({s, j, Direction::kGradient});
-  } else if (step.loss_fn) {
-    grads = {std::move(step.loss_grads[j])};  // used once: not held to the end of the step
+    grads = step.transport().recv(MessageKey::to(s, j, Direction::kGradient));
+  } else if (step.loss) {
+    grads = {step.loss->take_grad(j)};
   } else {
     grads = to_stage(step.output_grads.at(static_cast<size_t>(j)), stage_devices_[s]);
   }
@@ -478,33 +331,9 @@ void Runtime::backward(Step& step, const Action& action, TraceEvent& event) {
   if (s == 0) {
     step.input_grads[j] = std::move(grad_inputs);
   } else {
-    send(step, {s - 1, j, Direction::kGradient}, std::move(grad_inputs), s, s - 1);
+    send(step, MessageKey::to(s - 1, j, Direction::kGradient), std::move(grad_inputs));
   }
   ++step.counters.backwards[s];
-}
-
-void Runtime::publish(const Step& step) {
-  Trace trace = step.trace();
-  std::optional<Failure> failure = step.failure();
-  std::lock_guard<std::mutex> lock(last_mutex_);
-  last_trace_ = std::move(trace);
-  last_counters_ = step.counters;
-  last_failure_ = std::move(failure);
-}
-
-std::optional<Failure> Runtime::last_failure() const {
-  std::lock_guard<std::mutex> lock(last_mutex_);
-  return last_failure_;
-}
-
-Trace Runtime::last_trace() const {
-  std::lock_guard<std::mutex> lock(last_mutex_);
-  return last_trace_;
-}
-
-StepCounters Runtime::last_counters() const {
-  std::lock_guard<std::mutex> lock(last_mutex_);
-  return last_counters_;
 }
 
 }  // namespace pipewright::pipeline

@@ -1,4 +1,6 @@
-// Runtime: the workers of a Pipe and the interpreter that runs schedule actions on them.
+// Runtime: the workers of a Pipe and the interpreter that runs schedule actions on them
+// (runtime.cc: the interpreter only; runtime_workers.cc: starting the workers, work outside a
+// schedule, the last step's record; worker.h: a worker's thread, device and CPUs).
 //
 // execute(step, actions) hands worker w the list actions[w] and waits until every worker is
 // done. A worker runs its list in order; each action may wait on the Transport first
@@ -159,9 +161,9 @@ class Runtime {
   void run_action(Step& step, int worker, const Action& action);
   void forward(Step& step, int worker, const Action& action, TraceEvent& event);
   void backward(Step& step, const Action& action, TraceEvent& event);
-  /// Sends `tensors` from stage `from` to stage `to` under `key`, traced as a TraceTransfer
-  /// of `from`'s worker.
-  void send(Step& step, const MessageKey& key, nn::Tensors tensors, int from, int to);
+  /// Sends `tensors` under `key` to its receiver's device, traced as a TraceTransfer of the
+  /// sending stage's worker (the receiver's neighbour, or the other end of the key's portal).
+  void send(Step& step, const MessageKey& key, nn::Tensors tensors);
   /// Receives the portal messages of `routes` for micro-batch j (one tensor each).
   nn::Tensors recv_portals(Step& step, const std::vector<int>& routes, int j, Direction d);
   /// Sends the last routes.size() entries of `tensors` through their portals and removes them.

@@ -9,7 +9,7 @@
 #include "nn/arguments.h"
 #include "nn/sequential.h"
 #include "pipeline/skip_layout.h"
-#include "pipeline/step.h"
+#include "pipeline/step_result.h"
 #include "tensor/device.h"
 
 namespace pipewright::pipeline {

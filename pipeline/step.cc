@@ -5,18 +5,6 @@
 
 namespace pipewright::pipeline {
 
-TupleLossFn as_tuple_loss(const LossFn& loss_fn) {
-  if (!loss_fn) return nullptr;
-  return [loss_fn](const nn::Tensors& outputs, const nn::Tensors& targets) {
-    if (outputs.size() != 1) {
-      throw std::invalid_argument(
-          "train_step: the last stage must return one tensor for the loss, got " +
-          std::to_string(outputs.size()) + " (use the nn::Tensors form of train_step)");
-    }
-    return loss_fn(outputs[0], targets.at(0));
-  };
-}
-
 Step::Step(int stages, int workers, MicroBatches batches, CellMode cell_mode,
            std::vector<std::vector<char>> checkpointed_cells, std::unique_ptr<Transport> transport)
     : num_stages(stages),
@@ -29,9 +17,6 @@ Step::Step(int stages, int workers, MicroBatches batches, CellMode cell_mode,
       cells(num_stages),
       outputs(num_microbatches),
       losses(num_microbatches, 0.0),
-      loss_values(num_microbatches),
-      loss_grads(num_microbatches),
-      loss_made(num_microbatches),
       deferred_checks(num_workers),
       input_grads(num_microbatches),
       counters(num_stages),

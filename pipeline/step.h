@@ -30,55 +30,13 @@
 #include "pipeline/cell.h"
 #include "pipeline/microbatch.h"
 #include "pipeline/schedule/schedule.h"
+#include "pipeline/step_loss.h"
+#include "pipeline/step_result.h"
 #include "pipeline/trace.h"
 #include "pipeline/transport.h"
 #include "tensor/deferred_check.h"
 
 namespace pipewright::pipeline {
-
-/// loss_fn(output_mb, target_mb) -> a one-element loss of the micro-batch (its mean over the
-/// micro-batch's rows under LossReduction::kMean, its sum under kSum).
-using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
-/// The tuple form: every output of the last stage and every target of one micro-batch.
-using TupleLossFn =
-    std::function<Tensor(const nn::Tensors& outputs, const nn::Tensors& targets)>;
-
-/// `loss_fn` as a tuple loss (null stays null): loss_fn(outputs[0], targets[0]), throwing
-/// std::invalid_argument naming the count when the last stage returned other than one tensor.
-TupleLossFn as_tuple_loss(const LossFn& loss_fn);
-
-/// How the micro-batches' losses make the mini-batch's (Note [Loss scaling],
-/// pipe_train_step.cc): kMean, loss = Σ_j (n_j / N)·loss_j for loss functions that average
-/// over their micro-batch (PyTorch's reduction='mean'); kSum, loss = Σ_j loss_j for loss
-/// functions that sum (reduction='sum').
-enum class LossReduction { kMean, kSum };
-
-/// Actions run per stage during a step (the tests' window into checkpointing).
-struct StepCounters {
-  std::vector<int> forwards;      // F
-  std::vector<int> recomputes;    // R
-  std::vector<int> backwards;     // B and I
-  std::vector<int> weight_grads;  // W
-
-  explicit StepCounters(int num_stages = 0)
-      : forwards(num_stages), recomputes(num_stages), backwards(num_stages),
-        weight_grads(num_stages) {}
-};
-
-/// Where a step's first exception began (Pipe::last_failure()). The exception itself reaches
-/// the caller unchanged; this says which action raised it.
-struct Failure {
-  int worker = -1;
-  int action_index = -1;      // position in the worker's action list of that phase (forward()
-                              // and its backward are two phases; train_step is one)
-  Action action;              // stage, kind (F, R, B, I, W), micro-batch
-  std::exception_ptr error;   // the original exception, as the caller received it
-  std::string what;           // its what() ("unknown exception" when not a std::exception)
-  int64_t actions_after = 0;  // actions other workers started after it (at most workers - 1)
-
-  /// "stage 1 (worker 1), micro-batch 2, action 3 of the worker (B2@1): <what>".
-  std::string str() const;
-};
 
 class Step {
  public:
@@ -99,10 +57,8 @@ class Step {
   const std::vector<std::vector<char>> checkpointed;     // [stage][micro-batch]
   MicroBatches inputs;                                   // stage 0's micro-batches
   std::vector<char> input_needs_grad;                    // per input position (stage 0)
-  TupleLossFn loss_fn;                                   // train/eval_step only
-  std::vector<nn::Tensors> targets;                      // train/eval_step, per micro-batch
-  LossReduction reduction = LossReduction::kMean;        // train/eval_step
-  bool keep_outputs = false;                             // train/eval_step: fill outputs
+  std::unique_ptr<StepLoss> loss;                        // train/eval_step: the loss on the
+                                                         // last stage; null: Pipe::forward
   nn::Arguments arguments;                               // non-tensor, seen by every stage
   nn::RandomKey random_key;                              // the step's key; first_sample is
                                                          // the mini-batch's (Note [Keyed
@@ -114,19 +70,12 @@ class Step {
   std::vector<std::vector<Cell>> cells;                  // [stage][micro-batch]
   std::vector<nn::Tensors> outputs;                      // last stage, per micro-batch
                                                          // (with a loss: detached copies)
-  std::vector<double> losses;                            // last stage, per micro-batch (read
-                                                         // at the end: Note [One read per step])
-  std::vector<Tensor> loss_values;                       // last stage: each loss, detached, on
-                                                         // the device, until then
-  std::vector<Tensor> loss_grads;                        // last stage: d(mean)/d(loss_j)
-  /// Where each micro-batch's loss and each worker's deferred checks (Note [Deferred checks],
-  /// tensor/deferred_check.h) were made, so a failure found at the end names that action.
-  struct Where {
-    int worker = -1, index = -1;
-    Action action;
-  };
-  std::vector<Where> loss_made;                          // per micro-batch
-  std::vector<std::vector<std::pair<DeferredCheck, Where>>> deferred_checks;  // per worker
+  std::vector<double> losses;                            // with a loss: per micro-batch, read
+                                                         // at the end (Note [One read per
+                                                         // step]); processes share them
+  /// Each worker's deferred checks (Note [Deferred checks], tensor/deferred_check.h) and the
+  /// action that made them, so a failure found at the end names that action.
+  std::vector<std::vector<std::pair<DeferredCheck, ActionSite>>> deferred_checks;  // per worker
   std::vector<nn::Tensors> input_grads;                  // stage 0, per micro-batch
   StepCounters counters;
   std::vector<std::vector<TraceEvent>> events;           // per worker
@@ -159,13 +108,6 @@ class Step {
   /// The random key of micro-batch j's cells: random_key with first_sample advanced by the
   /// rows of micro-batches 0..j-1.
   nn::RandomKey microbatch_key(int j) const;
-  /// d(mini-batch loss)/d(loss of micro-batch j): rows of j / rows of the mini-batch for
-  /// kMean, 1 for kSum.
-  double loss_scale(int j) const {
-    if (reduction == LossReduction::kSum) return 1.0;
-    return static_cast<double>(inputs.sizes.at(static_cast<size_t>(j))) /
-           static_cast<double>(inputs.batch_size);
-  }
 
  private:
   std::unique_ptr<Transport> transport_;

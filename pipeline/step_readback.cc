@@ -26,12 +26,12 @@ void read_step_values(Step& step) {
   struct Value {
     Tensor tensor;
     int loss = -1;                                                 // its micro-batch, or
-    const std::pair<DeferredCheck, Step::Where>* check = nullptr;  // the check it is the flag of
+    const std::pair<DeferredCheck, ActionSite>* check = nullptr;   // the check it is the flag of
   };
   // Per device, then per dtype (losses float, flags int64): one gather and one cast each.
   std::map<Device, std::map<DType, std::vector<Value>>> by_device;
-  for (int j = 0; j < step.num_microbatches; ++j) {
-    const Tensor& loss = step.loss_values[static_cast<size_t>(j)];
+  for (int j = 0; step.loss != nullptr && j < step.num_microbatches; ++j) {
+    const Tensor& loss = step.loss->value(j);
     if (loss.defined()) by_device[loss.device()][loss.dtype()].push_back({loss, j, nullptr});
   }
   for (const auto& checks : step.deferred_checks) {
@@ -40,14 +40,14 @@ void read_step_values(Step& step) {
       by_device[flag.device()][flag.dtype()].push_back({flag, -1, &check});
     }
   }
-  const std::pair<DeferredCheck, Step::Where>* failed_check = nullptr;
+  const std::pair<DeferredCheck, ActionSite>* failed_check = nullptr;
   int64_t failed_position = -1;
   for (const auto& [device, by_dtype] : by_device) {
     const Stream stream = Stream::current(device);
-    std::vector<Tensor> groups;
+    nn::Tensors groups;
     std::vector<const Value*> order;
     for (const auto& [dtype, values] : by_dtype) {
-      std::vector<Tensor> parts;
+      nn::Tensors parts;
       for (const Value& v : values) {
         record_stream(v.tensor, stream);  // a worker's block, read on the caller's stream
         parts.push_back(v.tensor.reshape({1}));
@@ -65,19 +65,21 @@ void read_step_values(Step& step) {
       }
     }
   }
-  for (auto& loss : step.loss_values) loss = Tensor();
+  for (int j = 0; step.loss != nullptr && j < step.num_microbatches; ++j) {
+    step.loss->value(j) = Tensor();
+  }
   if (failed_check != nullptr) {  // a bad index, as the kernel's own exception
-    const Step::Where& w = failed_check->second;
+    const ActionSite& w = failed_check->second;
     step.fail_at(failed_check->first.error(failed_position), w.worker, w.index, w.action);
     return;
   }
   // Note [Non-finite loss]: a NaN or infinite loss fails the training step (eval_step, which
   // runs no backward, reports it as it is).
-  if (step.mode == CellMode::kNoGrad || !step.loss_fn) return;
+  if (step.mode == CellMode::kNoGrad || step.loss == nullptr) return;
   for (int j = 0; j < step.num_microbatches; ++j) {
     const double loss = step.losses[static_cast<size_t>(j)];
     if (std::isfinite(loss)) continue;
-    const Step::Where& w = step.loss_made[static_cast<size_t>(j)];
+    const ActionSite& w = step.loss->site(j);
     step.fail_at(std::make_exception_ptr(std::domain_error(
                      "train_step: the loss of micro-batch " + std::to_string(j) + " is " +
                      std::to_string(loss) + " (not finite); the step's backwards ran, so .grad "

@@ -91,7 +91,7 @@ void TiedParameters::begin_backward(const RunsStage& runs_stage) const {
 void TiedParameters::reduce(const RunsStage& runs_stage, Processes* processes) const {
   autograd::NoGradGuard no_grad;
   for (const auto& group : groups_) {
-    std::vector<Tensor> held;
+    nn::Tensors held;
     Tensor total;  // Σ of the held copies' gradients, on the first held copy's device
     for (const Member& m : group) {
       if (!runs_stage(m.stage)) continue;
@@ -102,7 +102,7 @@ void TiedParameters::reduce(const RunsStage& runs_stage, Processes* processes) c
     }
     if (processes != nullptr) {
       const Tensor& like = group.front().param;
-      std::vector<Tensor> sum = {total.defined()
+      nn::Tensors sum = {total.defined()
                                      ? total.to(Device::cpu(0))
                                      : Tensor::zeros(like.shape(), {.dtype = like.dtype()})};
       processes->sum_over_pipeline(sum);

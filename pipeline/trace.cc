@@ -38,16 +38,16 @@ std::string TraceTransfer::name() const {
          std::to_string(microbatch);
 }
 
-Trace Trace::simulated(const Schedule& schedule, const Costs& costs,
+Trace Trace::replayed(const Schedule& schedule, const Costs& costs,
                        double microseconds_per_unit) {
   if (!(microseconds_per_unit > 0)) {
-    throw std::invalid_argument("Trace::simulated: microseconds_per_unit must be > 0 (got " +
+    throw std::invalid_argument("Trace::replayed: microseconds_per_unit must be > 0 (got " +
                                 std::to_string(microseconds_per_unit) + ")");
   }
-  const Simulation sim = simulate(schedule, costs);
+  const ScheduleReplay sim = replay_schedule(schedule, costs);
   Trace trace(schedule.num_workers);
-  trace.simulated_ = true;
-  trace.simulated_schedule_ = schedule.name;
+  trace.replayed_ = true;
+  trace.replayed_schedule_ = schedule.name;
   for (int w = 0; w < schedule.num_workers; ++w) {
     for (const TimedAction& t : sim.timeline[static_cast<size_t>(w)]) {
       trace.add(TraceEvent{.worker = w,
@@ -96,7 +96,7 @@ double Trace::bubble_fraction() const {
 // blocked worker, copying a message, bookkeeping between actions). Mean costs do not answer
 // this: on a shared VM the workers' speeds drift during a step (one vCPU slower for a while,
 // the first backward of a step slower than the rest), and averaging the durations first
-// cancels the imbalance that idled the other worker, so a mean-cost simulation predicts less
+// cancels the imbalance that idled the other worker, so a mean-cost replay predicts less
 // idle time than any step had.
 double Trace::replayed_bubble(const Schedule& schedule) const {
   std::map<std::tuple<int, ActionKind, int>, double> duration;
@@ -167,8 +167,8 @@ std::string Trace::to_chrome_json() const {
   }
   json other = {{"bubble_fraction", bubble_fraction()},
                 {"wall_us", wall_us()},
-                {"simulated", simulated_}};
-  if (simulated_) other["schedule"] = simulated_schedule_;
+                {"simulated", replayed_}};
+  if (replayed_) other["schedule"] = replayed_schedule_;
   json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", other}};
   return doc.dump();
 }

@@ -13,8 +13,8 @@
 // (p-1)/(m+p-1). Measured values also contain stage imbalance and the runtime's own
 // overhead (channel hand-offs, copies), which is the point of measuring.
 //
-// A simulated step is a Trace too (Trace::simulated: the simulator's timeline in microseconds),
-// so measured and simulated timelines share one writer and one layout. to_chrome_json()
+// A replayed step is a Trace too (Trace::replayed: the replay's timeline in microseconds),
+// so measured and replayed timelines share one writer and one layout. to_chrome_json()
 // writes the Trace Event Format that chrome://tracing and https://ui.perfetto.dev open:
 //
 //   process "worker w" (pid = w)
@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "pipeline/schedule/schedule.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 
 namespace pipewright::pipeline {
 
@@ -68,12 +68,12 @@ class Trace {
   Trace() = default;
   explicit Trace(int num_workers) : num_workers_(num_workers) {}
 
-  /// `schedule` simulated with `costs` (simulator.h) as a Trace: one TraceEvent per action of
-  /// worker w, from start to end of its simulated interval, one time unit lasting
+  /// `schedule` replayed with `costs` (replay.h) as a Trace: one TraceEvent per action of
+  /// worker w, from start to end of its replayed interval, one time unit lasting
   /// `microseconds_per_unit`; no transfers. Its JSON says "simulated": true and the schedule's
-  /// name in "otherData". Throws what simulate() throws, and std::invalid_argument when
+  /// name in "otherData". Throws what replay_schedule() throws, and std::invalid_argument when
   /// microseconds_per_unit <= 0 (naming it).
-  static Trace simulated(const Schedule& schedule, const Costs& costs = Costs{},
+  static Trace replayed(const Schedule& schedule, const Costs& costs = Costs{},
                          double microseconds_per_unit = 1000.0);
 
   int num_workers() const { return num_workers_; }
@@ -98,7 +98,7 @@ class Trace {
   double replayed_bubble(const Schedule& schedule) const;
 
   /// The Trace Event Format JSON document (an object with "traceEvents" laid out as above, and
-  /// "otherData": bubble_fraction, wall_us, simulated, and the schedule of a simulated one).
+  /// "otherData": bubble_fraction, wall_us, replayed, and the schedule of a replayed one).
   std::string to_chrome_json() const;
   /// Writes to_chrome_json() to `path`. Throws std::runtime_error naming the path when the
   /// file cannot be written.
@@ -106,8 +106,8 @@ class Trace {
 
  private:
   int num_workers_ = 0;
-  std::string simulated_schedule_;  // the schedule's name, for a simulated trace
-  bool simulated_ = false;
+  std::string replayed_schedule_;  // the schedule's name, for a replayed trace
+  bool replayed_ = false;
   std::vector<TraceEvent> events_;
   std::vector<TraceTransfer> transfers_;
 };

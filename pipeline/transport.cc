@@ -7,7 +7,7 @@
 namespace pipewright::pipeline {
 
 std::string MessageKey::str() const {
-  const std::string where = " edge " + std::to_string(edge) +
+  const std::string where = " edge " + std::to_string(arrival_edge) +
                             (skip >= 0 ? " of skip " + std::to_string(skip) : std::string());
   return std::string(direction == Direction::kActivation ? "activation" : "gradient") + where +
          " micro-batch " + std::to_string(microbatch);
@@ -51,7 +51,7 @@ Event& recorded_on_current(std::vector<Recorded>& events, Device device) {
 
 }  // namespace
 
-void InProcessTransport::send(const MessageKey& key, std::vector<Tensor> tensors,
+void InProcessTransport::send(const MessageKey& key, nn::Tensors tensors,
                               Device destination) {
   // What the copies read must be contiguous, made so on the producer's stream before step 1.
   for (Tensor& t : tensors) {
@@ -102,7 +102,7 @@ void InProcessTransport::send(const MessageKey& key, std::vector<Tensor> tensors
   queue(key)->push(std::move(message));
 }
 
-std::vector<Tensor> InProcessTransport::recv(const MessageKey& key) {
+nn::Tensors InProcessTransport::recv(const MessageKey& key) {
   std::shared_ptr<Queue> q = queue(key);
   std::optional<Message> message = q->pop();
   if (!message) throw RunCancelled();

@@ -6,6 +6,8 @@
 //   F(s, j) ── activation (edge s, j) ──►  F(s+1, j)
 //   B(s, j) ◄── gradient  (edge s, j) ───  B(s+1, j)
 //
+// plus one per skip connection's portal (MessageKey::skip), between the stages it joins.
+//
 // The runtime talks only to this interface, never to another worker's memory, so the same
 // action interpreter can later run with one process per stage (MPI for CPU, NCCL for GPU).
 // A message is a list of tensors (a torchgpipe "tuple"); an undefined entry means "no
@@ -68,6 +70,7 @@
 #include <utility>
 #include <vector>
 
+#include "nn/tensors.h"
 #include "pipeline/channel.h"
 #include "tensor/stream.h"
 #include "tensor/tensor.h"
@@ -76,23 +79,34 @@ namespace pipewright::pipeline {
 
 enum class Direction : uint8_t { kActivation, kGradient };
 
-/// Names one message. `edge` is the boundary between stage `edge` and stage `edge + 1`:
-/// activations travel edge -> edge + 1, gradients edge + 1 -> edge. A skip connection's
+/// Names one message. `arrival_edge` is the stage boundary through which the message reaches
+/// its receiver, as the boundary between stage arrival_edge and stage arrival_edge + 1: an
+/// activation arrives from the left, so its receiver is arrival_edge + 1; a gradient arrives
+/// from the right, so its receiver is arrival_edge (receiver(), the one rule every transport
+/// uses). A message between neighbours crosses exactly that boundary. A skip connection's
 /// portal (Note [Portals], stage_skips.h) sets `skip` to its route in the Pipe's SkipLayout:
-/// its activation travels from the stashing stage straight to the popping stage b, its
-/// gradient straight back to the stashing stage a, and `edge` keeps the receiver rule of the
-/// other messages (receiver = edge + 1 for an activation, edge for a gradient): b - 1 for the
-/// activation, a for the gradient. So every transport finds a message's receiving stage the
-/// same way.
+/// its activation travels from the stashing stage a straight to the popping stage b
+/// (arrival_edge b - 1), its gradient straight back to a (arrival_edge a).
 struct MessageKey {
-  int edge = 0;
+  int arrival_edge = 0;
   int microbatch = 0;
   Direction direction = Direction::kActivation;
   int skip = -1;  // route of a portal message; -1 for the messages between neighbours
 
+  /// The key of the message `direction` that stage `receiver` receives for `microbatch`
+  /// (through portal route `skip`, or from its neighbour when -1).
+  static MessageKey to(int receiver, int microbatch, Direction direction, int skip = -1) {
+    return {direction == Direction::kActivation ? receiver - 1 : receiver, microbatch,
+            direction, skip};
+  }
+  /// The stage that receives this message.
+  int receiver() const {
+    return direction == Direction::kActivation ? arrival_edge + 1 : arrival_edge;
+  }
+
   friend bool operator<(const MessageKey& a, const MessageKey& b) {
-    return std::tie(a.skip, a.edge, a.microbatch, a.direction) <
-           std::tie(b.skip, b.edge, b.microbatch, b.direction);
+    return std::tie(a.skip, a.arrival_edge, a.microbatch, a.direction) <
+           std::tie(b.skip, b.arrival_edge, b.microbatch, b.direction);
   }
   /// "activation edge 1 micro-batch 3", "gradient edge 0 of skip 1 micro-batch 2".
   std::string str() const;
@@ -112,12 +126,12 @@ class Transport {
   /// wait for the receiver, nor for the device: the message is ready once the work issued so
   /// far on the calling thread's current stream of each tensor's device is done (Note
   /// [Streams in the pipeline]). After cancel() the message is dropped.
-  virtual void send(const MessageKey& key, std::vector<Tensor> tensors, Device destination) = 0;
+  virtual void send(const MessageKey& key, nn::Tensors tensors, Device destination) = 0;
   /// Blocks until the message `key` arrives and returns its tensors (on the destination
   /// device the sender named), with the calling thread's current stream of that device made
   /// to wait for them: work issued on it afterwards sees the data. Throws RunCancelled once
   /// cancel() was called (immediately if it already was).
-  virtual std::vector<Tensor> recv(const MessageKey& key) = 0;
+  virtual nn::Tensors recv(const MessageKey& key) = 0;
   /// Wakes every blocked recv() (they throw RunCancelled) and drops pending messages.
   /// Idempotent; safe from any thread.
   virtual void cancel() = 0;
@@ -129,14 +143,14 @@ class InProcessTransport final : public Transport {
   InProcessTransport() = default;
   /// Copies on this transport's copy streams (made on first use, see Note [Streams in the
   /// pipeline]). Errors of the copy (device out of memory, CUDA errors) propagate.
-  void send(const MessageKey& key, std::vector<Tensor> tensors, Device destination) override;
-  std::vector<Tensor> recv(const MessageKey& key) override;
+  void send(const MessageKey& key, nn::Tensors tensors, Device destination) override;
+  nn::Tensors recv(const MessageKey& key) override;
   void cancel() override;
 
  private:
   /// What travels: the tensors (on `destination`) and the events the receiver waits for.
   struct Message {
-    std::vector<Tensor> tensors;
+    nn::Tensors tensors;
     Device destination;
     std::vector<Event> ready;
   };

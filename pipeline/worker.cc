@@ -1,6 +1,9 @@
 #include "pipeline/worker.h"
 
+#include <algorithm>
 #include <exception>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "tensor/threads.h"
@@ -66,6 +69,71 @@ uint64_t mix_seed(uint64_t seed, uint64_t index) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   return z ^ (z >> 31);
+}
+
+std::vector<Device> worker_devices(const std::vector<Device>& stage_devices,
+                                   const std::vector<int>& stage_worker, int num_workers) {
+  if (stage_devices.size() != stage_worker.size()) {
+    throw std::invalid_argument("Runtime: " + std::to_string(stage_devices.size()) +
+                                " stage devices but " + std::to_string(stage_worker.size()) +
+                                " stage workers");
+  }
+  std::vector<Device> devices(static_cast<size_t>(num_workers), Device::cpu(0));
+  std::vector<int> first_stage(static_cast<size_t>(num_workers), -1);
+  for (size_t s = 0; s < stage_worker.size(); ++s) {
+    const int w = stage_worker[s];
+    if (w < 0 || w >= num_workers) {
+      throw std::invalid_argument("Runtime: stage " + std::to_string(s) + " on worker " +
+                                  std::to_string(w) + " of " + std::to_string(num_workers));
+    }
+    const auto wi = static_cast<size_t>(w);
+    if (first_stage[wi] < 0) {
+      first_stage[wi] = static_cast<int>(s);
+      devices[wi] = stage_devices[s];
+    } else if (devices[wi] != stage_devices[s]) {
+      throw std::invalid_argument(
+          "Runtime: worker " + std::to_string(w) + " runs stage " +
+          std::to_string(first_stage[wi]) + " on " + devices[wi].str() + " and stage " +
+          std::to_string(s) + " on " + stage_devices[s].str() + " (one device per worker)");
+    }
+  }
+  return devices;
+}
+
+
+// Note [Worker CPUs]
+// Which CPUs does a worker thread run on? A thread inherits its creator's affinity mask, and
+// the creator's mask is not always the process's: a program built with OpenMP and run with
+// OMP_PROC_BIND set has libgomp bind the initial thread to one place (one core) at start-up,
+// so every worker — every stage — would share that core (the main job, when it was built with
+// OpenMP: all three threads on cpu 0, 0.76x the samples/s). So each worker sets its own mask
+// from process_cpus() (tensor/threads.h: the process's mask, or the union of the OpenMP places
+// when libgomp has bound the caller):
+//   - when the workers' budgets fit (workers x budget <= CPUs), worker w gets CPUs
+//     [w x budget, (w + 1) x budget) of that list in topology order (cpus_by_topology: a
+//     core's SMT siblings adjacent, one socket before the next), so stages share no core when
+//     the counts allow, and a worker's intra-op helper threads (tensor/parallel.h), made by
+//     the worker's thread, inherit its share;
+//   - otherwise (more workers than cores: the residual example's 3 stages on 2 cores) every
+//     worker may run on every CPU, and the kernel's scheduler shares them out.
+// PipeOptions::pin_workers = false (and a Pipe over processes, where a process runs one worker
+// and mpirun decides its cores) keeps the inherited mask. Measured (docs/BENCHMARKS.md,
+// "Worker CPUs"): with OMP_PROC_BIND=true the main job ran 1.32x faster pinned; without it
+// pinning is neutral (1.01x).
+std::vector<std::vector<int>> worker_cpus(int num_workers, int budget, bool pin) {
+  std::vector<std::vector<int>> cpus(static_cast<size_t>(num_workers));
+  if (!pin) return cpus;
+  const std::vector<int>& all = process_cpus();
+  const bool fit = static_cast<size_t>(num_workers) * static_cast<size_t>(budget) <= all.size();
+  if (!fit) return std::vector<std::vector<int>>(static_cast<size_t>(num_workers), all);
+  const std::vector<int> ordered = cpus_by_topology(all);
+  for (int w = 0; w < num_workers; ++w) {
+    const auto first = ordered.begin() + static_cast<std::ptrdiff_t>(w) * budget;
+    std::vector<int>& share = cpus[static_cast<size_t>(w)];
+    share.assign(first, first + budget);
+    std::sort(share.begin(), share.end());
+  }
+  return cpus;
 }
 
 }  // namespace pipewright::pipeline

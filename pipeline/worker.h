@@ -6,7 +6,7 @@
 //     from a stream the runtime can save and replay (Note [Replaying randomness] in cell.h);
 //   - limits its intra-op threads with ThreadBudgetGuard(max(1, cores / workers)), so p
 //     workers computing at once never oversubscribe the cores (tensor/threads.h), and runs
-//     on the CPUs the runtime gives it (Note [Worker CPUs] in runtime.cc);
+//     on the CPUs the runtime gives it (Note [Worker CPUs] in worker.cc);
 //   - computes on its own stream: compute_stream(), made on the worker's device, is the
 //     thread's current stream there (StreamGuard) for its whole life, so every kernel and
 //     allocation of its stages goes to it (Note [Streams in the pipeline], transport.h). On
@@ -97,6 +97,18 @@ class Countdown {
   int count_;
   std::exception_ptr error_;  // guarded by mutex_
 };
+
+/// Each worker's device: the device of its stages (stage s on stage_devices[s], run by worker
+/// stage_worker[s]). Throws std::invalid_argument naming the values when the two lists differ
+/// in length, a stage names no worker in [0, num_workers), or one worker's stages are on
+/// different devices (one device per worker).
+std::vector<Device> worker_devices(const std::vector<Device>& stage_devices,
+                                   const std::vector<int>& stage_worker, int num_workers);
+
+/// The CPUs each of `num_workers` workers with `budget` intra-op threads pins itself to
+/// (Note [Worker CPUs], worker.cc): its own share of process_cpus() when every share fits,
+/// else all of them; every list empty (the inherited mask) when `pin` is false.
+std::vector<std::vector<int>> worker_cpus(int num_workers, int budget, bool pin);
 
 /// SplitMix64: distinct, well-mixed seeds for the workers from one user seed.
 uint64_t mix_seed(uint64_t seed, uint64_t index);

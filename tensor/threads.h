@@ -9,7 +9,7 @@
 //
 // Which cores: process_cpus(), the process's affinity mask (what mpirun --bind-to, taskset or
 // a container's cpuset allow), not every online CPU. The pipeline pins each worker thread to
-// its own share of them (Note [Worker CPUs] in pipeline/runtime.cc).
+// its own share of them (Note [Worker CPUs] in pipeline/worker.cc).
 #pragma once
 
 #include <functional>

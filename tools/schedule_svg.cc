@@ -1,5 +1,5 @@
-// schedule_svg: prints a schedule's simulated timeline as SVG (default), ASCII or Chrome
-// trace JSON, or its simulated numbers (makespan, idle, bubble, peak activations).
+// schedule_svg: prints a schedule's replayed timeline as SVG (default), ASCII or Chrome
+// trace JSON, or its replayed numbers (makespan, idle, bubble, peak activations).
 //
 //   tools/bazel run //tools:schedule_svg -- 1f1b 4 8 > docs/img/1f1b.svg
 //   tools/bazel run //tools:schedule_svg -- interleaved-1f1b 4 8 2 --ascii
@@ -17,7 +17,7 @@
 // NAME is a registered schedule (pipeline/schedule/registry.h; the usage line lists them); V
 // defaults to the least the schedule takes (2 for the V-shaped ones, else 1).
 //
-// Costs: tF = 1, tB = 2, tI = tW = 1, tR = 1 (pipeline/schedule/simulator.h), unless --costs F,B or
+// Costs: tF = 1, tB = 2, tI = tW = 1, tR = 1 (pipeline/schedule/replay.h), unless --costs F,B or
 // --costs F,I,W is given.
 #include <charconv>
 #include <cstdio>
@@ -31,7 +31,7 @@
 #include "pipeline/schedule/ascii.h"
 #include "pipeline/schedule/generators.h"
 #include "pipeline/schedule/io.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 #include "pipeline/schedule/svg.h"
 #include "pipeline/trace.h"
 
@@ -40,7 +40,7 @@ using namespace pipewright::pipeline;
 namespace {
 
 std::string stats(const Schedule& s, const Costs& costs) {
-  const Simulation sim = simulate(s, costs);
+  const ScheduleReplay sim = replay_schedule(s, costs);
   auto list = [](const auto& values) {
     std::string out;
     for (const auto& x : values) {
@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
     } else if (csv) {
       out = to_csv(s);
     } else if (trace) {
-      out = Trace::simulated(s, costs).to_chrome_json();
+      out = Trace::replayed(s, costs).to_chrome_json();
     } else {
       out = ascii ? to_ascii(s, costs) : to_svg(s, costs);
     }

@@ -1,5 +1,5 @@
 // "Write your own schedule" (docs/tour.md): a schedule is plain data, so build one by hand,
-// check it, simulate it, draw it, then train with it.
+// check it, replay it, draw it, then train with it.
 //
 // The schedule: two workers, four micro-batches, 1F1B's order with every backward split
 // into I (input gradient) and W (weight gradient), and the last stage's W's all deferred to
@@ -18,7 +18,7 @@
 #include "nn/loss.h"
 #include "pipeline/pipe.h"
 #include "pipeline/schedule/ascii.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 #include "pipeline/schedule/svg.h"
 #include "pipeline/schedule/validate.h"
 
@@ -50,9 +50,9 @@ int main(int argc, char** argv) {
   // 2. Validate: every cell's actions present once, in a deadlock-free order (throws otherwise).
   pipeline::validate(s);
 
-  // 3. Simulate with unit costs, print the timeline, and draw it.
+  // 3. Replay with unit costs, print the timeline, and draw it.
   const pipeline::Costs costs = pipeline::Costs::split(1, 1, 1);
-  const pipeline::Simulation sim = pipeline::simulate(s, costs);
+  const pipeline::ScheduleReplay sim = pipeline::replay_schedule(s, costs);
   std::printf("%s\nmakespan %.1f, bubble %.2f\n", pipeline::to_ascii(s, costs).c_str(),
               sim.makespan, sim.bubble_fraction);
   if (argc > 1) std::ofstream(argv[1]) << pipeline::to_svg(s, costs);

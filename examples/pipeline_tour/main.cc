@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   // 3. One step. The result carries the schedule that ran (R actions included) and the trace.
   const pipeline::StepResult r = pipe.train_step(x, y, mse, schedule);
 
-  std::printf("schedule %s, %d workers, %d micro-batches (simulated, tF = 1, tB = 2):\n%s\n",
+  std::printf("schedule %s, %d workers, %d micro-batches (replayed, tF = 1, tB = 2):\n%s\n",
               schedule.c_str(), r.schedule.num_workers, r.schedule.num_microbatches,
               pipeline::to_ascii(r.schedule).c_str());
   std::printf("loss %.6f (per micro-batch:", r.loss);

@@ -17,7 +17,7 @@ struct Message {
   int64_t bytes = 0;
   ActionPosition sender;
   int consumer = 0;      // index of the receiving action in the worker's list
-  double arrival = 0.0;  // the simulated end of the sender's action
+  double arrival = 0.0;  // the replayed end of the sender's action
 };
 
 // What one own action does, with its device's messages.
@@ -91,7 +91,7 @@ int64_t MemoryModel::static_bytes(const Schedule& schedule, int worker) const {
   return bytes;
 }
 
-std::vector<DevicePeak> replay_memory(const Schedule& s, const Simulation& sim,
+std::vector<DevicePeak> replay_memory(const Schedule& s, const ScheduleReplay& sim,
                                       const MemoryModel& model, bool bounds) {
   const int S = s.num_stages, m = s.num_microbatches, p = s.num_workers;
   if (static_cast<int>(model.full.size()) != S || static_cast<int>(model.tail.size()) != S) {
@@ -192,7 +192,7 @@ std::vector<DevicePeak> replay_memory(const Schedule& s, const Simulation& sim,
     }
     std::vector<char> counted(messages.size(), 0), consumed(messages.size(), 0);
     size_t next_arrival = 0;
-    int64_t arrived = 0;  // bytes of messages arrived (simulated order) and not yet consumed
+    int64_t arrived = 0;  // bytes of messages arrived (replayed order) and not yet consumed
     DevicePeak& peak = peaks[static_cast<size_t>(w)];
     peak.predicted = peak.low = peak.high = held;
     for (size_t k = 0; k < list.size(); ++k) {

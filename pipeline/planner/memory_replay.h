@@ -7,7 +7,7 @@
 // first is a function of the schedule alone. The second depends on when the senders run, so
 // three answers are given:
 //
-//   predicted  messages arrive in the order of the simulated timeline (a message sent at the
+//   predicted  messages arrive in the order of the replayed timeline (a message sent at the
 //              end of its sender's action is there for every own action that starts later)
 //   low        only the messages that must have arrived: their sender happens before the
 //              action in the schedule's dependency order (schedule.h)
@@ -30,7 +30,7 @@
 
 #include "pipeline/planner/stage_probe.h"
 #include "pipeline/schedule/schedule.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 
 namespace pipewright::pipeline {
 
@@ -63,7 +63,7 @@ struct DevicePeak {
 /// included) timed by `sim`. Computes low and high only when `bounds` is set (they cost
 /// O(actions x micro-batches)). Throws std::invalid_argument when the model has another
 /// number of stages than the schedule.
-std::vector<DevicePeak> replay_memory(const Schedule& schedule, const Simulation& sim,
+std::vector<DevicePeak> replay_memory(const Schedule& schedule, const ScheduleReplay& sim,
                                       const MemoryModel& model, bool bounds = false);
 
 }  // namespace pipewright::pipeline

@@ -197,7 +197,7 @@ std::string Plan::str() const {
 std::string Plan::timeline(int columns) const {
   double unit = 0;
   const std::string drawing = to_ascii_scaled(schedule, costs, columns, &unit);
-  return "timeline, simulated (one column = " + fixed(unit, 1) + " us):\n" + drawing;
+  return "timeline, replayed (one column = " + fixed(unit, 1) + " us):\n" + drawing;
 }
 
 std::string Plan::explain() const {
@@ -226,7 +226,7 @@ std::string Plan::explain() const {
     out += "\n";
   }
   out += timeline();
-  out += "alternatives (" + std::to_string(candidates) + " configurations simulated):\n";
+  out += "alternatives (" + std::to_string(candidates) + " configurations replayed):\n";
   for (const PlanAlternative& a : alternatives) {
     out += "  " + a.config + ": " + a.why + "\n";
   }

@@ -15,14 +15,14 @@
 //    of F+B, of F+B+R, of parameters (balance_by_parameters' blocks), and under a cap the
 //    min-max cut of F+B among those whose stages' estimated memory fits it and the cuts of
 //    least estimated memory without and with recomputes (cuts.h; skips stay inside
-//    stages) — simulate the schedule with the stages' summed times (simulator.h) and replay
+//    stages) — replay the schedule with the stages' summed times (replay.h) and replay
 //    each device's memory (memory_replay.h) with the stages' estimated bytes
 //    (stage_estimate.h); where a device is over the cap, place recomputes cell by cell
 //    (recompute_placement.h). Candidates slower than the best that fits are not refined.
 // 3. Measure the stages of the best candidates exactly (stage_probe.h) — and of the fastest
 //    few whose estimate was over the cap, as estimates err — place their recomputes again
-//    with those bytes, and return the best that fits: its predicted step
-//    time and bubble (the simulation) and each device's peak (exact on CPU devices up to the
+//    with those bytes, and return the best that fits: its predicted step time and bubble
+//    (the replay) and each device's peak (exact on CPU devices up to the
 //    messages' timing, DevicePeak::low..high).
 // When nothing fits, plan() throws NoPlanFits naming the smallest cap that would: the least
 // peak along the recompute placements of the configurations it measured (Note [Placing
@@ -112,9 +112,9 @@ struct Plan {
   int64_t rows = 0;                       // per micro-batch (the last may have fewer)
   Schedule schedule;                      // for the sample's batch, R actions included
   int recomputed = 0;                     // cells with an R
-  double step_time_us = 0;                // the simulated step
-  double bubble = 0;                      // the simulated bubble fraction
-  Costs costs;                            // per stage, in microseconds: what was simulated
+  double step_time_us = 0;                // the replayed step
+  double bubble = 0;                      // the replayed bubble fraction
+  Costs costs;                            // per stage, in microseconds: what was replayed
   RuntimeOverhead overhead;               // included in costs (per action) and step_time_us
   std::vector<DevicePeak> peaks;          // per device
   bool exact_memory = false;              // peaks from measured stages (stage_probe.h)
@@ -122,7 +122,7 @@ struct Plan {
   bool deferred_batch_norm = false;       // PlanOptions'
   std::vector<std::string> devices;       // their names, for the text
   std::vector<PlanAlternative> alternatives;
-  int candidates = 0;                     // configurations simulated
+  int candidates = 0;                     // configurations replayed
   double planning_seconds = 0;            // wall time of plan(), profile included
 
   /// PipeOptions for `devices` (one per worker): balance, chunks, virtual stages, placement,
@@ -135,7 +135,7 @@ struct Plan {
   Schedule schedule_for(int num_microbatches) const;
   /// "1f1b, v 1, chunks 8, balance 4|9, 6 of 16 cells recomputed".
   std::string str() const;
-  /// The simulated step drawn as text (to_ascii_scaled, schedule/ascii.h), about `columns`
+  /// The replayed step drawn as text (to_ascii_scaled, schedule/ascii.h), about `columns`
   /// units wide, under a line naming the unit in microseconds: where each worker's F, B, I,
   /// W and R run and where it idles. Throws std::invalid_argument when columns < 1.
   std::string timeline(int columns = 48) const;

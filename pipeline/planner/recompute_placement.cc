@@ -21,8 +21,8 @@ RecomputePlacement evaluate(const Schedule& base, const std::set<CellId>& cells,
   r.schedule = cells.empty() ? base : with_recompute(base, [&cells](int s, int j) {
     return cells.count({s, j}) > 0;
   });
-  r.simulation = simulate(r.schedule, costs);
-  r.peaks = replay_memory(r.schedule, r.simulation, model, worst_case);
+  r.replay = replay_schedule(r.schedule, costs);
+  r.peaks = replay_memory(r.schedule, r.replay, model, worst_case);
   r.recomputed = static_cast<int>(cells.size());
   r.fits = true;
   if (cap > 0) {
@@ -44,7 +44,7 @@ std::vector<Candidate> candidates(const RecomputePlacement& current, const std::
                                   const Costs& costs, const MemoryModel& model, int w, int k) {
   const Schedule& s = current.schedule;
   const auto& list = s.actions[static_cast<size_t>(w)];
-  const auto& timeline = current.simulation.timeline[static_cast<size_t>(w)];
+  const auto& timeline = current.replay.timeline[static_cast<size_t>(w)];
   std::vector<Candidate> out;
   for (size_t f = 0; f <= static_cast<size_t>(k) && f < list.size(); ++f) {
     const Action& a = list[f];
@@ -77,7 +77,7 @@ RecomputePlacement place_recomputes(const Schedule& schedule, const Costs& costs
   RecomputePlacement current = evaluate(schedule, cells, costs, model, cap, worst_case);
   int64_t least = current.max_level(worst_case);
   while (!current.fits) {
-    if (give_up_us > 0 && current.simulation.makespan > give_up_us) {
+    if (give_up_us > 0 && current.replay.makespan > give_up_us) {
       current.least_peak = least;
       return current;
     }

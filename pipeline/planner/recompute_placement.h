@@ -7,8 +7,8 @@
 // before it and whose backward (B or I) runs after it hold their full activations there;
 // checkpointing one keeps only its input and moves its activations to an R just before its
 // backward (with_recompute). Among them take first the cells whose backward waits longest in
-// the simulated timeline (the gap before it, where a worker waiting for the gradient can
-// recompute for free), or else the one that saves the most; checkpoint it, simulate and
+// the replayed timeline (the gap before it, where a worker waiting for the gradient can
+// recompute for free), or else the one that saves the most; checkpoint it, replay and
 // replay again. It stops when every device fits,
 // when the step has become slower than `give_up_us`, or when no cell is left to checkpoint
 // at the peak; then every cell checkpointed is tried last (an R's own peak or the messages
@@ -30,13 +30,13 @@
 
 #include "pipeline/planner/memory_replay.h"
 #include "pipeline/schedule/schedule.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 
 namespace pipewright::pipeline {
 
 struct RecomputePlacement {
   Schedule schedule;               // the input schedule with the chosen R actions
-  Simulation simulation;
+  ScheduleReplay replay;
   std::vector<DevicePeak> peaks;   // per device (bounds only with worst_case)
   int recomputed = 0;              // cells checkpointed
   bool fits = false;               // every device's predicted peak <= cap
@@ -48,8 +48,8 @@ struct RecomputePlacement {
 
 /// Note [Placing recomputes]. `schedule` must have no R yet and be valid; cap <= 0 means no
 /// cap (nothing is recomputed). With `worst_case`, a device fits when its peak with every
-/// message that may have arrived (DevicePeak::high) is within the cap, else the simulated
-/// order's (predicted). Throws what simulate() and replay_memory() throw.
+/// message that may have arrived (DevicePeak::high) is within the cap, else the replayed
+/// order's (predicted). Throws what replay_schedule() and replay_memory() throw.
 RecomputePlacement place_recomputes(const Schedule& schedule, const Costs& costs,
                                     const MemoryModel& model, int64_t cap,
                                     double give_up_us = 0, bool worst_case = false);

@@ -12,7 +12,7 @@
 #include "nn/loss.h"
 #include "pipeline/pipe.h"
 #include "pipeline/schedule/generators.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 #include "tensor/generator.h"
 
 namespace pipewright::pipeline {
@@ -77,8 +77,8 @@ RuntimeOverhead measure_runtime_overhead(const std::vector<Device>& devices,
   Pipe pipe(std::move(model), options);
 
   const double few = step_us(pipe, kFew, g), many = step_us(pipe, kMany, g);
-  const double units_few = simulate(one_f_one_b(p, kFew), Costs::unit(1, 1)).makespan;
-  const double units_many = simulate(one_f_one_b(p, kMany), Costs::unit(1, 1)).makespan;
+  const double units_few = replay_schedule(one_f_one_b(p, kFew), Costs::unit(1, 1)).makespan;
+  const double units_many = replay_schedule(one_f_one_b(p, kMany), Costs::unit(1, 1)).makespan;
   RuntimeOverhead o;
   o.per_action_us = std::max(0.0, (many - few) / (units_many - units_few));
   o.per_step_us = std::max(0.0, few - o.per_action_us * units_few);

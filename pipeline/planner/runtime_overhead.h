@@ -2,7 +2,7 @@
 // layers' profiled times.
 //
 // Note [Runtime overhead]
-// The planner times a configuration by simulating its schedule with the layers' profiled
+// The planner times a configuration by replaying its schedule with the layers' profiled
 // times (profile.h). A real step also pays for every action the runtime runs — taking it from
 // the worker's list, waiting for and receiving its message, handing the result on, recording
 // its trace — and once per step for waking the workers and collecting their results. At
@@ -13,9 +13,9 @@
 //
 //   T(m) = per_step + per_action · U(m)
 //
-// where T(m) is the median wall time of a train_step and U(m) the simulated makespan of
+// where T(m) is the median wall time of a train_step and U(m) the replayed makespan of
 // 1F1B(p, m) with every action one unit long (the actions on the critical path). Two sizes
-// give the two unknowns. The simulation then adds per_action to every action's cost, and
+// give the two unknowns. The replay then adds per_action to every action's cost, and
 // per_step to the step. Both are measured as the machine is at planning time: a busy machine
 // gives larger ones, as it gives slower steps.
 #pragma once

@@ -36,8 +36,8 @@ struct Result {
   Outcome outcome = Outcome::kOutOfReach;
   bool exact = false;
 
-  double time() const { return placement.simulation.makespan; }  // per_step_us apart
-  // The peaks held to the cap: the worst case when measured, else the simulated order's.
+  double time() const { return placement.replay.makespan; }  // per_step_us apart
+  // The peaks held to the cap: the worst case when measured, else the replayed order's.
   int64_t peak_of(size_t w) const {
     return exact ? placement.peaks[w].high : placement.peaks[w].predicted;
   }
@@ -165,7 +165,7 @@ class Search {
     for (std::vector<int>& balance : balances(stages, c.rows, c.base)) {
       Config with = c;
       with.balance = std::move(balance);
-      with.base_time = simulate(with.base, costs_of(with)).makespan;
+      with.base_time = replay_schedule(with.base, costs_of(with)).makespan;
       configs_.push_back(std::move(with));
     }
   }
@@ -290,7 +290,7 @@ class Search {
     r.placement =
         place_recomputes(c.base, costs_of(c), memory_of(c, exact), cap_, give_up, exact);
     r.outcome = r.placement.fits ? Outcome::kFits
-                : give_up > 0 && r.placement.simulation.makespan > give_up ? Outcome::kSlower
+                : give_up > 0 && r.placement.replay.makespan > give_up ? Outcome::kSlower
                                                                             : Outcome::kOutOfReach;
     return r;
   }
@@ -417,7 +417,7 @@ class Search {
                  format_bytes(chosen.max_peak());
         }
         return fixed(r.time() / chosen.time(), 2) + "x the plan's step (" + millis(r.time()) +
-               ", bubble " + fixed(100 * r.placement.simulation.bubble_fraction, 1) + " %)";
+               ", bubble " + fixed(100 * r.placement.replay.bubble_fraction, 1) + " %)";
       case Outcome::kSlower:
         return "over the cap on " + device + " without recomputes, and slower than the plan " +
                "once recomputing (" + millis(r.time()) + " with " +
@@ -462,9 +462,9 @@ class Search {
       r.config = chosen.config;
       r.exact = chosen.exact;
       r.placement.schedule = with_recompute(c.base, checkpoint_predicate(mode, c.m));
-      r.placement.simulation = simulate(r.placement.schedule, costs);
+      r.placement.replay = replay_schedule(r.placement.schedule, costs);
       r.placement.peaks =
-          replay_memory(r.placement.schedule, r.placement.simulation, model, chosen.exact);
+          replay_memory(r.placement.schedule, r.placement.replay, model, chosen.exact);
       r.placement.fits = cap_ <= 0 || r.max_peak() <= cap_;
       r.outcome = r.placement.fits ? Outcome::kFits : Outcome::kOutOfReach;
       if (mode == Checkpoint::kNever && chosen.placement.recomputed == 0) continue;
@@ -497,10 +497,10 @@ class Search {
     plan.schedule = chosen.placement.schedule;
     plan.recomputed = chosen.placement.recomputed;
     plan.step_time_us = chosen.time() + overhead_.per_step_us;
-    plan.bubble = chosen.placement.simulation.bubble_fraction;
+    plan.bubble = chosen.placement.replay.bubble_fraction;
     plan.costs = costs_of(c);
     plan.overhead = overhead_;
-    plan.peaks = replay_memory(plan.schedule, chosen.placement.simulation, model, true);
+    plan.peaks = replay_memory(plan.schedule, chosen.placement.replay, model, true);
     plan.exact_memory = chosen.exact;
     plan.memory_cap_bytes = cap_;
     plan.deferred_batch_norm = options_.deferred_batch_norm;

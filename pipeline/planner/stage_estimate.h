@@ -1,4 +1,4 @@
-// A stage's costs from a layer profile, without running it: the times the simulator needs
+// A stage's costs from a layer profile, without running it: the times the replay needs
 // and an estimate of its memory (Note [Additive stage costs] in stage_estimate.cc). The
 // planner searches with these and measures the stages of its final candidates exactly
 // (stage_probe.h).
@@ -8,7 +8,7 @@
 
 #include "pipeline/planner/profile.h"
 #include "pipeline/planner/stage_probe.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 
 namespace pipewright::pipeline {
 

@@ -35,7 +35,7 @@ void check_whole(const Schedule& schedule, const Costs& costs) {
 
 std::string to_ascii(const Schedule& schedule, const Costs& costs) {
   check_whole(schedule, costs);
-  const Simulation sim = simulate(schedule, costs);
+  const ScheduleReplay sim = replay_schedule(schedule, costs);
   const int p = schedule.num_workers;
   const int columns = static_cast<int>(std::lround(sim.makespan));
 
@@ -87,7 +87,7 @@ std::string to_ascii_scaled(const Schedule& schedule, const Costs& costs, int co
     throw std::invalid_argument("to_ascii_scaled: columns must be >= 1, got " +
                                 std::to_string(columns));
   }
-  const double makespan = simulate(schedule, costs).makespan;
+  const double makespan = replay_schedule(schedule, costs).makespan;
   const double u = makespan > 0 ? makespan / columns : 1.0;
   if (unit != nullptr) *unit = u;
   const auto units = [u](double x) { return x > 0 ? std::max(1.0, std::round(x / u)) : 0.0; };

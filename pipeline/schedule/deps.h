@@ -1,5 +1,5 @@
 // The dependency rules of schedule.h, as code. The validator (deadlock check) and the
-// simulator (timing) both *replay* a schedule with them:
+// replay (timing) both walk a schedule with them:
 //
 //   F(s, j)      after F(s-1, j)                        activation from the left
 //   R(s, j)      after F(s, j)

@@ -11,7 +11,7 @@
 //   I  input-gradient half of the backward (zero-bubble "B")
 //   W  weight-gradient half, deferred (zero-bubble "W")
 //
-// Dependencies (what the validator and simulator enforce; the runtime's channels implement
+// Dependencies (what the validator and replay enforce; the runtime's channels implement
 // the cross-worker ones):
 //   F(s, j)      after F(s-1, j)                                 (activation from the left)
 //   R(s, j)      after F(s, j)
@@ -22,14 +22,14 @@
 //   F(b, j)      after F(a, j)                                   (the stashed tensor)
 //   B/I(a, j)    after B/I(b, j)                                 (its gradient)
 // Both follow from the chains above when a < b; listing them lets the validator and the
-// simulator see each message (and its latency) like any other.
+// replay see each message (and its latency) like any other.
 // The last stage's B/I starts from the loss of its own F (train_step) or from the gradient
 // the user's loss.backward() hands over (Pipe::forward).
 //
 // Where the rest lives: generators and with_recompute in generators.h, the names and the
 // facts of each schedule (make_schedule) in registry.h, validate() in
-// validate.h, simulate() in simulator.h, to_ascii / to_csv / from_csv / to_svg in ascii.h,
-// io.h and svg.h (the Chrome trace of a simulated schedule: Trace::simulated in
+// validate.h, replay_schedule() in replay.h, to_ascii / to_csv / from_csv / to_svg in ascii.h,
+// io.h and svg.h (the Chrome trace of a replayed schedule: Trace::replayed in
 // pipeline/trace.h); the story with pictures in docs/schedules.md.
 #pragma once
 

@@ -54,7 +54,7 @@ std::string text(double x, double y, const std::string& s, const std::string& fi
 }  // namespace
 
 std::string to_svg(const Schedule& schedule, const Costs& costs) {
-  const Simulation sim = simulate(schedule, costs);
+  const ScheduleReplay sim = replay_schedule(schedule, costs);
   const int p = schedule.num_workers;
   std::vector<int> vstage(schedule.num_stages, 0);
   int v = 1;

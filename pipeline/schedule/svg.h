@@ -1,11 +1,11 @@
-// to_svg: a schedule's simulated timeline as an SVG picture (docs/img/*.svg are made with it,
+// to_svg: a schedule's replayed timeline as an SVG picture (docs/img/*.svg are made with it,
 // through the //pipeline:schedule_svg tool).
 #pragma once
 
 #include <string>
 
 #include "pipeline/schedule/schedule.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 
 namespace pipewright::pipeline {
 
@@ -13,7 +13,7 @@ namespace pipewright::pipeline {
 /// colored box per action (F blue, B green, I teal, W yellow, R orange; a worker's second,
 /// fourth... virtual stage in a lighter shade) labelled with its micro-batch, over a time axis,
 /// with a title line (name, p, m, v, makespan, bubble fraction) and a legend. Throws what
-/// simulate() throws.
+/// replay_schedule() throws.
 std::string to_svg(const Schedule& schedule, const Costs& costs = Costs{});
 
 }  // namespace pipewright::pipeline

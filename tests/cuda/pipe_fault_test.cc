@@ -34,6 +34,7 @@
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "pipeline/pipe.h"
+#include "pipeline/pipe_test_access.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
 #include "tests/cuda/gpu_test.h"
@@ -47,6 +48,7 @@ using pipeline::ActionKind;
 using pipeline::Checkpoint;
 using pipeline::Failure;
 using pipeline::Pipe;
+using pipeline::PipeTestAccess;
 using pipeline::StepResult;
 using pipeline::testing::arm_fault;
 using pipeline::testing::buffer_bytes;
@@ -149,7 +151,7 @@ TEST_CASE("an allocation failure in the GPU caching allocator during train_step"
         auto armed = std::make_shared<std::optional<Action>>();
         if (at_backward) {
           // Worker `gpu` computes on cuda:`gpu`; armed when it begins its first backward.
-          pipe.set_fault_hook_for_testing([gpu, after, armed](int w, int, const Action& a) {
+          PipeTestAccess::set_fault_hook(pipe, [gpu, after, armed](int w, int, const Action& a) {
             if (w == gpu && !armed->has_value() && is_backward(a.kind)) {
               *armed = a;
               caching(gpu).fail_allocation_after(after);
@@ -168,7 +170,7 @@ TEST_CASE("an allocation failure in the GPU caching allocator during train_step"
                                      Catch::Contains(" on " + gpu_or_shared(gpu).str() +
                                                      " failed: "));
         }
-        pipe.set_fault_hook_for_testing(nullptr);
+        PipeTestAccess::set_fault_hook(pipe, nullptr);
         caching(gpu).fail_allocation_after(-1);
         REQUIRE(failed);  // every count here is below the step's allocations on each GPU
         ++failures;
@@ -212,7 +214,7 @@ TEST_CASE("a fault before an action on GPUs with streams: schedules, modes, plac
             auto fired = arm_fault(pipe, w, i);
             REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, mse, schedule), InjectedFault,
                                    Catch::Message(fault_message(w, i)));
-            pipe.set_fault_hook_for_testing(nullptr);
+            PipeTestAccess::set_fault_hook(pipe, nullptr);
             REQUIRE(fired->load());
             ++faults;
             const std::optional<Failure> f = pipe.last_failure();

@@ -30,7 +30,7 @@ TEST_CASE("micro-batches are views of the input") {
   MicroBatches mb = scatter({x}, {}, 3);
   REQUIRE(mb.count() == 3);
   REQUIRE(mb.batch_size == 6);
-  for (const Tensors& b : mb.batches) REQUIRE(b[0].shares_storage(x));
+  for (const nn::Tensors& b : mb.batches) REQUIRE(b[0].shares_storage(x));
   REQUIRE(ops::equal(mb.batches[1][0], x.slice(2, 4)));
 }
 
@@ -38,7 +38,7 @@ TEST_CASE("no_chunk inputs are replicated to every micro-batch") {
   Tensor x = rows(4), w = rows(2, 2);
   MicroBatches mb = scatter({x, w}, chunk_specs({false, true}, 2), 2);
   REQUIRE(mb.count() == 2);
-  for (const Tensors& b : mb.batches) REQUIRE(b[1].is_same(w));
+  for (const nn::Tensors& b : mb.batches) REQUIRE(b[1].is_same(w));
 }
 
 TEST_CASE("scatter errors name the values") {
@@ -60,7 +60,7 @@ TEST_CASE("scatter errors name the values") {
 TEST_CASE("gather concatenates each output position") {
   Tensor x = rows(7);
   MicroBatches mb = scatter({x, rows(7, 1)}, {}, 4);
-  Tensors out = gather(mb.batches);
+  nn::Tensors out = gather(mb.batches);
   REQUIRE(out.size() == 2);
   REQUIRE(ops::equal(out[0], x));
   REQUIRE_FALSE(out[0].shares_storage(x));
@@ -91,15 +91,15 @@ TEST_CASE("split_sections cuts a gradient like the micro-batches, on any dim") {
 TEST_CASE("input gradients: cat for chunked, sum for replicated, zeros for gaps") {
   Tensor x = rows(3, 2), w = rows(1, 2);
   std::vector<InputInfo> info = describe_inputs({x, w}, chunk_specs({false, true}, 2));
-  std::vector<Tensors> grads = {
+  std::vector<nn::Tensors> grads = {
       {Tensor::ones({2, 2}), Tensor::ones({1, 2})},
       {Tensor(), Tensor::full({1, 2}, 2.0)},
   };
-  Tensors g = gather_input_grads(grads, info, {2, 1});
+  nn::Tensors g = gather_input_grads(grads, info, {2, 1});
   REQUIRE(g[0].shape() == Shape{3, 2});
   REQUIRE(g[0].to_vector<float>() == std::vector<float>{1, 1, 1, 1, 0, 0});
   REQUIRE(g[1].to_vector<float>() == std::vector<float>{3, 3});
-  Tensors none = gather_input_grads({{Tensor()}, {Tensor()}}, describe_inputs({x}, {}), {2, 1});
+  nn::Tensors none = gather_input_grads({{Tensor()}, {Tensor()}}, describe_inputs({x}, {}), {2, 1});
   REQUIRE_FALSE(none[0].defined());
 }
 
@@ -119,9 +119,9 @@ TEST_CASE("split on dim 1 (and -1): torch.chunk's sizes, copies, gathered back i
     REQUIRE(mb.batches[2][0].shape() == Shape{2, 1, 3});
     REQUIRE(mb.batches[2][0].to_vector<float>() == std::vector<float>{60, 61, 62, 160, 161, 162});
     REQUIRE(mb.batches[1][0].to_vector<float>()[0] == 30);  // rows 3..5 of dim 1, a = 0
-    std::vector<Tensors> firsts;
-    for (const Tensors& b : mb.batches) firsts.push_back({b[0], b[1]});
-    Tensors back = gather(firsts, {dim, 0});
+    std::vector<nn::Tensors> firsts;
+    for (const nn::Tensors& b : mb.batches) firsts.push_back({b[0], b[1]});
+    nn::Tensors back = gather(firsts, {dim, 0});
     REQUIRE(ops::equal(back[0], x));
     REQUIRE(ops::equal(back[1], rows(7)));
   }
@@ -131,7 +131,7 @@ TEST_CASE("split on dim 1 (and -1): torch.chunk's sizes, copies, gathered back i
 
 TEST_CASE("split_to cuts targets to the inputs' sizes and names what does not fit") {
   Tensor t = rows(5, 2);
-  std::vector<Tensors> pieces = split_to({t, rows(1)}, {ChunkSpec(), ChunkSpec::replicate()},
+  std::vector<nn::Tensors> pieces = split_to({t, rows(1)}, {ChunkSpec(), ChunkSpec::replicate()},
                                          {2, 3}, "target");
   REQUIRE(pieces.size() == 2);
   REQUIRE(ops::equal(pieces[1][0], t.slice(2, 5)));
@@ -146,8 +146,8 @@ TEST_CASE("input gradients of an input split on dim 1 are concatenated on dim 1"
   Tensor z = rows(2, 3);  // [2, 3], split on dim 1 into 2 + 1 columns
   std::vector<InputInfo> info = describe_inputs({z}, {ChunkSpec::split(-1)});
   REQUIRE(info[0].chunk.dim == 1);
-  std::vector<Tensors> grads = {{Tensor::ones({2, 2})}, {Tensor()}};
-  Tensors g = gather_input_grads(grads, info, {2, 1});
+  std::vector<nn::Tensors> grads = {{Tensor::ones({2, 2})}, {Tensor()}};
+  nn::Tensors g = gather_input_grads(grads, info, {2, 1});
   REQUIRE(g[0].shape() == Shape{2, 3});
   REQUIRE(g[0].to_vector<float>() == std::vector<float>{1, 1, 0, 1, 1, 0});
 }

@@ -24,6 +24,7 @@
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "pipeline/pipe.h"
+#include "pipeline/pipe_test_access.h"
 #include "pipeline/schedule/generators.h"
 #include "tensor/allocator.h"
 #include "tensor/cpu_allocator.h"
@@ -148,7 +149,7 @@ TEST_CASE("a fault at any action of train_step: matrix of schedules, modes, p an
               REQUIRE(std::string(e.what()) == fault_message(w, i));
             }
             REQUIRE(fired->load());
-            pipe.set_fault_hook_for_testing(nullptr);
+            PipeTestAccess::set_fault_hook(pipe, nullptr);
             ++faults;
             require_failure(pipe, w, i, s.actions[w], p);
             REQUIRE(buffers(pipe) == stats);  // deferred BatchNorm: nothing committed
@@ -200,7 +201,7 @@ TEST_CASE("a fault in forward() or in its backward: matrix of modes, p and m") {
               try {
                 if (!in_backward) fired = arm_fault(pipe, w, i);
                 Tensor out = pipe.forward(xm);
-                pipe.set_fault_hook_for_testing(nullptr);
+                PipeTestAccess::set_fault_hook(pipe, nullptr);
                 if (!in_backward) continue;  // forward's list is shorter than i: not a case
                 stats = buffers(pipe);       // forward committed its statistics
                 fired = arm_fault(pipe, w, i);
@@ -208,7 +209,7 @@ TEST_CASE("a fault in forward() or in its backward: matrix of modes, p and m") {
               } catch (const InjectedFault& e) {
                 REQUIRE(std::string(e.what()) == fault_message(w, i));
               }
-              pipe.set_fault_hook_for_testing(nullptr);
+              PipeTestAccess::set_fault_hook(pipe, nullptr);
               if (!fired->load()) continue;  // the worker's list is shorter than i
               ++faults;
               const std::optional<Failure> f = pipe.last_failure();
@@ -451,14 +452,15 @@ TEST_CASE("an allocation failure armed as a backward action begins, across sched
         // thread makes it: inside that backward (its own allocations), or in another worker's
         // action (a sender copying to cpu:w) while it waits for its gradient.
         auto armed = std::make_shared<std::optional<Action>>();
-        pipe.set_fault_hook_for_testing([w, after, cpu, armed](int worker, int, const Action& a) {
+        auto hook = [w, after, cpu, armed](int worker, int, const Action& a) {
           if (worker == w && !armed->has_value() && is_backward(a.kind)) {
             *armed = a;
             cpu->fail_allocation_after(after);
           }
-        });
+        };
+        PipeTestAccess::set_fault_hook(pipe, hook);
         REQUIRE_THROWS_AS(pipe.train_step(x, y, mse, schedule), std::bad_alloc);
-        pipe.set_fault_hook_for_testing(nullptr);
+        PipeTestAccess::set_fault_hook(pipe, nullptr);
         cpu->fail_allocation_after(-1);
         ++faults;
         const std::optional<Failure> f = pipe.last_failure();

@@ -15,6 +15,7 @@
 #include "nn/activation.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
+#include "pipeline/pipe_test_access.h"
 #include "tensor/generator.h"
 #include "tensor/ops.h"
 
@@ -147,7 +148,7 @@ std::string fault_message(int worker, int index) {
 
 std::shared_ptr<std::atomic<bool>> arm_fault(Pipe& pipe, int worker, int index) {
   auto fired = std::make_shared<std::atomic<bool>>(false);
-  pipe.set_fault_hook_for_testing([worker, index, fired](int w, int i, const Action&) {
+  PipeTestAccess::set_fault_hook(pipe, [worker, index, fired](int w, int i, const Action&) {
     if (w == worker && i == index) {
       fired->store(true);
       throw InjectedFault(fault_message(worker, index));

@@ -126,7 +126,7 @@ struct InjectedFault : std::runtime_error {
 };
 std::string fault_message(int worker, int index);
 
-/// Arms `pipe` (Pipe::set_fault_hook_for_testing) to throw InjectedFault before action `index`
+/// Arms `pipe` (PipeTestAccess::set_fault_hook) to throw InjectedFault before action `index`
 /// of worker `worker`; the returned flag is set when it fired.
 std::shared_ptr<std::atomic<bool>> arm_fault(Pipe& pipe, int worker, int index);
 

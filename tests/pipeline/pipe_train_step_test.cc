@@ -204,9 +204,9 @@ TEST_CASE("the general forward (split dims, replicated, arguments, output dims) 
           "backward equal the plain model") {
   const int64_t n = 7;
   const StepOptions o = general();
-  const ForwardOptions f{.input_chunks = o.input_chunks,
-                         .arguments = o.arguments,
-                         .output_dims = o.output_dims};
+  const StepOptions f{.input_chunks = o.input_chunks,
+                      .arguments = o.arguments,
+                      .output_dims = o.output_dims};
   for (const Checkpoint checkpoint :
        {Checkpoint::kAlways, Checkpoint::kExceptLast, Checkpoint::kNever}) {
     CAPTURE(to_string(checkpoint));
@@ -234,7 +234,7 @@ TEST_CASE("the general forward (split dims, replicated, arguments, output dims) 
 
   Pipe pipe(model(13), {.balance = {1, 2, 2}, .devices = cpus(0, 3), .chunks = 3});
   const Data d = data(n, 17, false);
-  ForwardOptions wrong = f;
+  StepOptions wrong = f;
   wrong.output_dims = {0};
   REQUIRE_THROWS_WITH(pipe.forward({d.x, d.z, d.w}, wrong), "1 output dims for 2 outputs");
   wrong = f;

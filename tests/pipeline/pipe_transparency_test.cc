@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "autograd/functions.h"
+#include "autograd/node.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "pipeline/pipe.h"

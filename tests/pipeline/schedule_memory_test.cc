@@ -62,7 +62,7 @@
 #include "nn/sequential.h"
 #include "pipeline/pipe.h"
 #include "pipeline/schedule/generators.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
 

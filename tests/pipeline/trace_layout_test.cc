@@ -1,5 +1,5 @@
-// One Chrome-trace layout for measured and simulated timelines: a step the runtime ran and
-// the simulation of the same schedule put the same actions on the same processes and threads.
+// One Chrome-trace layout for measured and replayed timelines: a step the runtime ran and
+// the replay of the same schedule put the same actions on the same processes and threads.
 #include <catch2/catch.hpp>
 
 #include <map>
@@ -64,7 +64,7 @@ TEST_CASE("a measured and a simulated trace of the same schedule have the same l
                                    return nn::mse_loss(out, t);
                                  });
   const std::string measured = r.trace.to_chrome_json();
-  const std::string simulated = Trace::simulated(r.schedule).to_chrome_json();
+  const std::string simulated = Trace::replayed(r.schedule).to_chrome_json();
   const Layout m = layout_of(measured);
   const Layout s = layout_of(simulated);
   REQUIRE(m.processes == std::map<int, std::string>{{0, "worker 0"}, {1, "worker 1"}});

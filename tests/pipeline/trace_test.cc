@@ -1,4 +1,4 @@
-// Trace: bubble arithmetic on hand-made events, a Chrome trace that parses, and a simulated
+// Trace: bubble arithmetic on hand-made events, a Chrome trace that parses, and a replayed
 // schedule as a Trace.
 #include "pipeline/trace.h"
 
@@ -118,8 +118,8 @@ TEST_CASE("sends are complete events on their worker's sends thread, outside bus
 }
 
 TEST_CASE("a simulated schedule: one complete event per action at its simulated time") {
-  // GPipe p = 2, m = 1, tF = 1, tB = 2 (simulator.h): F0@0 0-1, F0@1 1-2, B0@1 2-4, B0@0 4-6.
-  const Trace t = Trace::simulated(gpipe(2, 1), Costs::unit(1, 2), 10.0);
+  // GPipe p = 2, m = 1, tF = 1, tB = 2 (replay.h): F0@0 0-1, F0@1 1-2, B0@1 2-4, B0@0 4-6.
+  const Trace t = Trace::replayed(gpipe(2, 1), Costs::unit(1, 2), 10.0);
   REQUIRE(t.num_workers() == 2);
   REQUIRE(t.events().size() == 4);
   REQUIRE(t.wall_us() == 60);
@@ -142,7 +142,7 @@ TEST_CASE("a simulated schedule: one complete event per action at its simulated 
   REQUIRE(complete == 4);
   REQUIRE(doc.at("otherData").at("simulated") == true);
   REQUIRE(doc.at("otherData").at("schedule") == "gpipe");
-  REQUIRE_THROWS_WITH(Trace::simulated(gpipe(2, 1), Costs{}, 0.0),
+  REQUIRE_THROWS_WITH(Trace::replayed(gpipe(2, 1), Costs{}, 0.0),
                       Catch::Contains("microseconds_per_unit must be > 0"));
 }
 

@@ -85,3 +85,22 @@ TEST_CASE("cancel wakes a blocked receiver with RunCancelled, and later receiver
 TEST_CASE("message keys print what they name") {
   REQUIRE(MessageKey{1, 3, Direction::kGradient}.str() == "gradient edge 1 micro-batch 3");
 }
+
+TEST_CASE("a message key names its receiver: the stage after its arrival edge for an "
+          "activation, the stage before it for a gradient") {
+  REQUIRE(MessageKey{1, 3, Direction::kActivation}.receiver() == 2);
+  REQUIRE(MessageKey{1, 3, Direction::kGradient}.receiver() == 1);
+  for (int stage = 0; stage < 4; ++stage) {
+    for (Direction d : {Direction::kActivation, Direction::kGradient}) {
+      const MessageKey key = MessageKey::to(stage, 5, d, 2);
+      REQUIRE(key.receiver() == stage);
+      REQUIRE(key.microbatch == 5);
+      REQUIRE(key.direction == d);
+      REQUIRE(key.skip == 2);
+    }
+  }
+  // The activation that stage 2 receives from stage 1 crosses edge 1; so does the gradient
+  // stage 1 receives from stage 2.
+  REQUIRE(MessageKey::to(2, 0, Direction::kActivation).arrival_edge == 1);
+  REQUIRE(MessageKey::to(1, 0, Direction::kGradient).arrival_edge == 1);
+}

@@ -1,4 +1,4 @@
-// Note [Worker CPUs] (runtime.cc): each worker of a Pipe runs on its own share of the
+// Note [Worker CPUs] (worker.cc): each worker of a Pipe runs on its own share of the
 // process's CPUs when the shares fit, also when the thread that builds the Pipe was bound to
 // one core (libgomp does that to the initial thread when OMP_PROC_BIND is set: the target
 // worker_cpus_bound_test runs this file so).

@@ -24,7 +24,7 @@ CheckpointPredicate checkpoint_predicate(Checkpoint mode, int m);
 ///     worker 0  F0 F1 R1 B1 R0 B0        worker 1  F0 F1 R1 B1 R0 B0
 ///
 /// Throws std::invalid_argument if the schedule already recomputes a cell the predicate picks.
-/// The result is not validated here (validate() it, or simulate() it, which validates).
+/// The result is not validated here (validate() it, or replay_schedule() it, which validates).
 Schedule with_recompute(const Schedule& schedule, const CheckpointPredicate& is_checkpointed);
 
 }  // namespace pipewright::pipeline

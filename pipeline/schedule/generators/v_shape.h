@@ -58,7 +58,7 @@ Schedule zb_v(int p, int m);
 /// backward's communication (expert-parallel all-to-all in DeepSeek-V3). pipewright runs a
 /// pair as F then B, which is also what DeepSeek's and torch's code do when no overlapped
 /// function is registered; so the order, the dependencies and the memory are DualPipeV's,
-/// and the simulated time is that of F&B = F + B (no overlap gain). Requires m >= 2p;
+/// and the replayed time is that of F&B = F + B (no overlap gain). Requires m >= 2p;
 /// throws std::invalid_argument naming m and p otherwise, or if p < 1.
 Schedule dualpipev(int p, int m);
 

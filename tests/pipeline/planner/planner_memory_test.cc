@@ -27,7 +27,7 @@
 #include "pipeline/planner/planner.h"
 #include "pipeline/planner/stage_probe.h"
 #include "pipeline/schedule/generators.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
 
@@ -297,7 +297,7 @@ nn::Sequential relu_chain(Device device) {
 // (DevicePeak::high: whatever the messages' timing) of 1F1B without recomputes.
 int64_t least_peak_without_recompute(const Batch& b, Device device) {
   const Schedule schedule = make_schedule("1f1b", 2, 4);
-  const Simulation sim = simulate(schedule, Costs::unit());
+  const ScheduleReplay sim = replay_schedule(schedule, Costs::unit());
   int64_t least = -1;
   for (int cut = 1; cut < 8; ++cut) {
     nn::Sequential model = relu_chain(device);
@@ -366,7 +366,7 @@ TEST_CASE("a cap only a partial recompute placement fits") {
   CHECK(p.explain().find(timeline) != std::string::npos);
   // Each R runs while worker 0 waits for worker 1's gradient: the step is as long as 1F1B's
   // without a recompute, timed with the same costs.
-  CHECK(p.step_time_us == Approx(simulate(one_f_one_b(2, 4), p.costs).makespan));
+  CHECK(p.step_time_us == Approx(replay_schedule(one_f_one_b(2, 4), p.costs).makespan));
   // The global modes on the plan's cut: except_last does not fit, always does and is slower.
   for (const PlanAlternative& a : p.alternatives) {
     CAPTURE(a.config);

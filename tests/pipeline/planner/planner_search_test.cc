@@ -103,7 +103,7 @@ TEST_CASE("replay_memory: GPipe and 1F1B hold m and p - s cells, messages within
     model.tail = model.full;
     model.full[0].input_bytes = model.tail[0].input_bytes = 0;
     model.full[2].grad_output_bytes = model.tail[2].grad_output_bytes = 0;
-    const Simulation sim = simulate(s, Costs::unit());
+    const ScheduleReplay sim = replay_schedule(s, Costs::unit());
     const std::vector<DevicePeak> peaks = replay_memory(s, sim, model, true);
     for (int w = 0; w < 3; ++w) {
       CAPTURE(w);
@@ -136,7 +136,7 @@ TEST_CASE("recompute placement: some cells, only where the cap needs them") {
   CHECK_NOTHROW(validate(some.schedule));
   const RecomputePlacement all = recompute_everything(s, costs, model);
   CHECK(all.recomputed == 18);
-  CHECK(some.simulation.makespan <= all.simulation.makespan);
+  CHECK(some.replay.makespan <= all.replay.makespan);
   // One cell's forward alone needs 1000 bytes: no placement fits less.
   CHECK_FALSE(place_recomputes(s, costs, model, 999).fits);
 }

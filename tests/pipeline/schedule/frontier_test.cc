@@ -3,7 +3,7 @@
 // pipelining's ScheduleInterleavedZeroBubble / ScheduleLoopedBFS / ScheduleZBVZeroBubble, and
 // deepseek-ai/DualPipe's dualpipev.py, read and replayed by hand for these sizes, with the
 // reference's idle slots dropped), every schedule validates over a grid of p and m, and the
-// simulator reproduces each one's bubble and memory closed forms.
+// replay reproduces each one's bubble and memory closed forms.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -12,7 +12,7 @@
 
 #include "pipeline/schedule/validate.h"
 #include "pipeline/schedule/generators.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 
 using namespace pipewright::pipeline;
 
@@ -170,28 +170,28 @@ TEST_CASE("simulated bubble and memory: the closed forms") {
   CAPTURE(p, m);
   SECTION("looped-bfs: GPipe's idle over a v times thinner stage, all m cells held") {
     for (int v : {2, 3}) {
-      const Simulation sim = simulate(looped_bfs(p, m, v), equal_costs(v));
+      const ScheduleReplay sim = replay_schedule(looped_bfs(p, m, v), equal_costs(v));
       for (double idle : sim.idle) REQUIRE(idle == Approx((p - 1) * 3.0 / v));
       REQUIRE(sim.memory.worker_activations == std::vector<int>(p, m * v));
     }
   }
   SECTION("zb-v: idle (p-1)(tF+tI-tW) per virtual stage, 2p cells (1F1B's peak) on every worker") {
-    const Simulation sim = simulate(zb_v(p, m), equal_costs(2));
+    const ScheduleReplay sim = replay_schedule(zb_v(p, m), equal_costs(2));
     for (double idle : sim.idle) REQUIRE(idle == Approx((p - 1) * 0.5));
     REQUIRE(sim.memory.worker_activations == std::vector<int>(p, 2 * p));
     // Against 1F1B on the same model: its worker 0 holds p whole-stage cells (= 2p
     // virtual-stage cells) and idles (p-1)(tF+tB) = 3(p-1); ZB-H1 idles (p-1)(tF+tI-tW) = p-1.
-    const Simulation one = simulate(one_f_one_b(p, m), Costs::split(1, 1, 1));
+    const ScheduleReplay one = replay_schedule(one_f_one_b(p, m), Costs::split(1, 1, 1));
     REQUIRE(one.memory.worker_activations[0] == p);
     REQUIRE(one.idle[0] == Approx(3.0 * (p - 1)));
   }
   SECTION("interleaved-zb: the same idle as ZB-V, 2p virtual-stage cells on every worker (v = 2)") {
-    const Simulation sim = simulate(interleaved_zero_bubble(p, m, 2), equal_costs(2));
+    const ScheduleReplay sim = replay_schedule(interleaved_zero_bubble(p, m, 2), equal_costs(2));
     for (double idle : sim.idle) REQUIRE(idle == Approx((p - 1) * 0.5));
     REQUIRE(sim.memory.worker_activations == std::vector<int>(p, 2 * p));
   }
   SECTION("dualpipev (pairs run as F then B): ZB-V's idle, one more virtual-stage cell (PP + 1)") {
-    const Simulation sim = simulate(dualpipev(p, m), equal_costs(2));
+    const ScheduleReplay sim = replay_schedule(dualpipev(p, m), equal_costs(2));
     for (double idle : sim.idle) REQUIRE(idle == Approx((p - 1) * 0.5));
     REQUIRE(sim.memory.worker_activations == std::vector<int>(p, 2 * p + 1));
   }

@@ -10,7 +10,7 @@
 
 #include "pipeline/schedule/generators.h"
 #include "pipeline/schedule/registry.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 #include "pipeline/schedule/validate.h"
 
 using namespace pipewright::pipeline;
@@ -88,7 +88,7 @@ TEST_CASE("a schedule registered at run time is found by name like the built-in 
   // The same memory as GPipe (every micro-batch held before the first backward), the same
   // makespan with equal costs.
   REQUIRE(peak_memory(s).stage_activations == peak_memory(gpipe(3, 4)).stage_activations);
-  REQUIRE(simulate(s).makespan == simulate(gpipe(3, 4)).makespan);
+  REQUIRE(replay_schedule(s).makespan == replay_schedule(gpipe(3, 4)).makespan);
   REQUIRE(schedule_placement("gpipe-fifo", 3) == round_robin_placement(3));
   REQUIRE_THROWS_WITH(make_schedule("gpipe-fifo", 3, 4, 2),
                       Catch::StartsWith("schedule 'gpipe-fifo' has one virtual stage per worker, "

@@ -1,4 +1,4 @@
-// Plan: reading a Schedule for the runtime — which cells are checkpointed, which actions
+// A Schedule as a Pipe runs it: which cells are checkpointed, which actions
 // run in which phase, and whether a schedule fits a given Pipe.
 //
 // Pipe::forward runs GPipe in two phases, split at the first non-forward of each worker:

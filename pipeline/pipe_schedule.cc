@@ -1,4 +1,4 @@
-#include "pipeline/plan.h"
+#include "pipeline/pipe_schedule.h"
 
 #include <stdexcept>
 #include <string>

@@ -1,4 +1,4 @@
-// simulate: runs a schedule on paper. Given what each action costs, it computes when every
+// replay: runs a schedule on paper. Given what each action costs, it computes when every
 // action starts and ends (dependency rules of schedule.h, replayed as in deps.h), the
 // makespan, each worker's idle time, the bubble fraction and the peak number of micro-batch
 // activations each stage and worker holds.
@@ -63,7 +63,7 @@ struct MemoryPeaks {
   std::vector<int> worker_checkpointed_inputs;
 };
 
-struct Simulation {
+struct ScheduleReplay {
   std::vector<std::vector<TimedAction>> timeline;  // per worker, in schedule order
   double makespan = 0.0;                           // end of the last action (all start at 0)
   std::vector<double> busy;                        // per worker: sum of its actions' costs
@@ -75,9 +75,9 @@ struct Simulation {
 /// Peak activations of a schedule (timing-independent). Requires a valid schedule.
 MemoryPeaks peak_memory(const Schedule& schedule);
 
-/// Validates `schedule` (throws what validate() throws), then simulates it with `costs`.
+/// Validates `schedule` (throws what validate() throws), then replays it with `costs`.
 /// Throws std::invalid_argument if a cost or the latency is negative, or per_stage is given
 /// with a size other than num_stages.
-Simulation simulate(const Schedule& schedule, const Costs& costs = Costs{});
+ScheduleReplay replay_schedule(const Schedule& schedule, const Costs& costs = Costs{});
 
 }  // namespace pipewright::pipeline

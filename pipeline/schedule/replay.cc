@@ -1,4 +1,4 @@
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -44,13 +44,14 @@ void check_costs(const Schedule& schedule, const Costs& costs) {
     for (ActionKind k : {ActionKind::kForward, ActionKind::kRecompute, ActionKind::kBackward,
                          ActionKind::kBackwardInput, ActionKind::kBackwardWeight}) {
       if (c.of(k) < 0) {
-        throw std::invalid_argument("simulate: cost of " + std::string(1, action_letter(k)) + where +
-                                    " is negative (" + std::to_string(c.of(k)) + ")");
+        throw std::invalid_argument("replay_schedule: cost of " +
+                                    std::string(1, action_letter(k)) + where + " is negative (" +
+                                    std::to_string(c.of(k)) + ")");
       }
     }
   };
   if (costs.comm_latency < 0) {
-    throw std::invalid_argument("simulate: comm_latency is negative (" +
+    throw std::invalid_argument("replay_schedule: comm_latency is negative (" +
                                 std::to_string(costs.comm_latency) + ")");
   }
   if (costs.per_stage.empty()) {
@@ -58,7 +59,8 @@ void check_costs(const Schedule& schedule, const Costs& costs) {
     return;
   }
   if (static_cast<int>(costs.per_stage.size()) != schedule.num_stages) {
-    throw std::invalid_argument("simulate: per_stage has " + std::to_string(costs.per_stage.size()) +
+    throw std::invalid_argument("replay_schedule: per_stage has " +
+                                std::to_string(costs.per_stage.size()) +
                                 " entries but the schedule has " +
                                 std::to_string(schedule.num_stages) + " stages");
   }
@@ -111,12 +113,12 @@ MemoryPeaks peak_memory(const Schedule& schedule) {
   return peaks;
 }
 
-Simulation simulate(const Schedule& schedule, const Costs& costs) {
+ScheduleReplay replay_schedule(const Schedule& schedule, const Costs& costs) {
   validate(schedule);
   check_costs(schedule, costs);
   const Replay r = replay(schedule, [&](const Action& a) { return costs.of(a); }, costs.comm_latency);
 
-  Simulation sim;
+  ScheduleReplay sim;
   const int p = schedule.num_workers;
   sim.timeline.resize(p);
   sim.busy.assign(p, 0.0);

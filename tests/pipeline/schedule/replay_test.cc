@@ -1,4 +1,4 @@
-// simulate against the papers' formulas (GPipe, 1F1B, interleaving, zero bubble), plus a few
+// replay against the papers' formulas (GPipe, 1F1B, interleaving, zero bubble), plus a few
 // hand-computed timelines. Cost convention: per action on one (virtual) stage; tF = tB gives
 // the textbook pictures, tB = 2 tF the usual rule of thumb; both are checked.
 #include <catch2/catch.hpp>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "pipeline/schedule/generators.h"
-#include "pipeline/schedule/simulator.h"
+#include "pipeline/schedule/replay.h"
 
 using namespace pipewright::pipeline;
 using Catch::Detail::Approx;
@@ -19,7 +19,7 @@ namespace {
 
 int max_of(const std::vector<int>& v) { return *std::max_element(v.begin(), v.end()); }
 
-void check_equal_idle(const Simulation& sim, double expected) {
+void check_equal_idle(const ScheduleReplay& sim, double expected) {
   for (size_t w = 0; w < sim.idle.size(); ++w) {
     INFO("worker " << w);
     CHECK(sim.idle[w] == Approx(expected));
@@ -34,7 +34,7 @@ TEST_CASE("gpipe and 1f1b: bubble (p-1)/(m+p-1), idle (p-1)(tF+tB) on every work
       for (int p = 2; p <= 4; ++p) {
         for (int m = 1; m <= 16; ++m) {
           INFO(name << " p=" << p << " m=" << m << " tF=1 tB=" << tb);
-          const Simulation sim = simulate(make_schedule(name, p, m), Costs::unit(1.0, tb));
+          const ScheduleReplay sim = replay_schedule(make_schedule(name, p, m), Costs::unit(1.0, tb));
           CHECK(sim.bubble_fraction == Approx(double(p - 1) / (m + p - 1)));
           CHECK(sim.makespan == Approx((m + p - 1) * (1.0 + tb)));
           check_equal_idle(sim, (p - 1) * (1.0 + tb));
@@ -48,8 +48,8 @@ TEST_CASE("peak activations: gpipe holds m on every stage, 1f1b min(p-s, m)") {
   for (int p = 2; p <= 4; ++p) {
     for (int m = 1; m <= 16; ++m) {
       INFO("p=" << p << " m=" << m);
-      const MemoryPeaks g = simulate(gpipe(p, m)).memory;
-      const MemoryPeaks o = simulate(one_f_one_b(p, m)).memory;
+      const MemoryPeaks g = replay_schedule(gpipe(p, m)).memory;
+      const MemoryPeaks o = replay_schedule(one_f_one_b(p, m)).memory;
       for (int s = 0; s < p; ++s) {
         INFO("stage " << s);
         CHECK(g.stage_activations[s] == m);
@@ -69,7 +69,7 @@ TEST_CASE("interleaved 1f1b: idle (p-1)(tF+tB)/v with whole-stage costs tF, tB")
       for (int m = p; m <= 16; m += p) {
         INFO("p=" << p << " m=" << m << " v=" << v);
         const double tf = 1.0, tb = 2.0;
-        const Simulation sim = simulate(interleaved_1f1b(p, m, v), Costs::unit(tf / v, tb / v));
+        const ScheduleReplay sim = replay_schedule(interleaved_1f1b(p, m, v), Costs::unit(tf / v, tb / v));
         check_equal_idle(sim, (p - 1) * (tf + tb) / v);
         CHECK(sim.bubble_fraction == Approx((p - 1.0) / (m * v + p - 1)));
       }
@@ -82,13 +82,13 @@ TEST_CASE("interleaved 1f1b: worker 0 holds p*v + p - 1 virtual-stage cells = A(
     for (int p = 2; p <= 4; ++p) {
       for (int m = 2 * p; m <= 16; m += p) {  // m == p runs all forwards first: m*v cells
         INFO("p=" << p << " m=" << m << " v=" << v);
-        const MemoryPeaks mem = simulate(interleaved_1f1b(p, m, v)).memory;
+        const MemoryPeaks mem = replay_schedule(interleaved_1f1b(p, m, v)).memory;
         for (int w = 0; w < p; ++w) {
           CHECK(mem.worker_activations[w] == std::min(2 * (p - w - 1) + (v - 1) * p + 1, m * v));
         }
         CHECK(mem.worker_activations[0] / double(v) == Approx(p + (p - 1.0) / v));
       }
-      const MemoryPeaks all_first = simulate(interleaved_1f1b(p, p, v)).memory;
+      const MemoryPeaks all_first = replay_schedule(interleaved_1f1b(p, p, v)).memory;
       CHECK(all_first.worker_activations[0] == p * v);
     }
   }
@@ -98,8 +98,8 @@ TEST_CASE("zb-h1: idle (p-1)(tF+tI-tW), a third of 1f1b's with equal costs; same
   for (int p = 2; p <= 4; ++p) {
     for (int m = 1; m <= 16; ++m) {
       INFO("p=" << p << " m=" << m);
-      const Simulation zb = simulate(zb_h1(p, m), Costs::split(1, 1, 1));
-      const Simulation base = simulate(one_f_one_b(p, m), Costs::split(1, 1, 1));  // tB = tI + tW
+      const ScheduleReplay zb = replay_schedule(zb_h1(p, m), Costs::split(1, 1, 1));
+      const ScheduleReplay base = replay_schedule(one_f_one_b(p, m), Costs::split(1, 1, 1));  // tB = tI + tW
       CHECK(max_of(zb.memory.stage_activations) == max_of(base.memory.stage_activations));
       CHECK(max_of(zb.memory.stage_activations) == std::min(p, m));
       if (m >= p) {
@@ -115,7 +115,7 @@ TEST_CASE("zb-h1: idle (p-1)(tF+tI-tW), a third of 1f1b's with equal costs; same
   for (const auto& [tf, ti, tw] : costs) {
     for (int p = 2; p <= 4; ++p) {
       INFO("tF=" << tf << " tI=" << ti << " tW=" << tw << " p=" << p);
-      check_equal_idle(simulate(zb_h1(p, 2 * p), Costs::split(tf, ti, tw)), (p - 1) * (tf + ti - tw));
+      check_equal_idle(replay_schedule(zb_h1(p, 2 * p), Costs::split(tf, ti, tw)), (p - 1) * (tf + ti - tw));
     }
   }
 }
@@ -124,8 +124,8 @@ TEST_CASE("zb-h2: with tF = tI = tW no gaps once m >= 2p-1; 2p-1 in flight") {
   for (int p = 1; p <= 4; ++p) {
     for (int m = 1; m <= 16; ++m) {
       INFO("p=" << p << " m=" << m);
-      const Simulation sim = simulate(zb_h2(p, m), Costs::split(1, 1, 1));
-      const Simulation h1 = simulate(zb_h1(p, m), Costs::split(1, 1, 1));
+      const ScheduleReplay sim = replay_schedule(zb_h2(p, m), Costs::split(1, 1, 1));
+      const ScheduleReplay h1 = replay_schedule(zb_h1(p, m), Costs::split(1, 1, 1));
       CHECK(sim.makespan <= h1.makespan);
       if (m >= p) CHECK(sim.makespan == Approx(3.0 * m + p - 1));
       for (int w = 0; w < p; ++w) {
@@ -146,8 +146,8 @@ TEST_CASE("recompute: F keeps only the input, R restores the activations until B
     INFO("m=" << m);
     const Schedule g = gpipe(3, m);
     const MemoryPeaks except_last =
-        simulate(with_recompute(g, checkpoint_predicate(Checkpoint::kExceptLast, m))).memory;
-    const MemoryPeaks always = simulate(with_recompute(g, checkpoint_predicate(Checkpoint::kAlways, m))).memory;
+        replay_schedule(with_recompute(g, checkpoint_predicate(Checkpoint::kExceptLast, m))).memory;
+    const MemoryPeaks always = replay_schedule(with_recompute(g, checkpoint_predicate(Checkpoint::kAlways, m))).memory;
     for (int s = 0; s < 3; ++s) {
       // GPipe with recompute ~ m * a_in + A.
       CHECK(except_last.stage_activations[s] == 1);
@@ -156,7 +156,7 @@ TEST_CASE("recompute: F keeps only the input, R restores the activations until B
       CHECK(always.stage_checkpointed_inputs[s] == m);
     }
     const MemoryPeaks o =
-        simulate(with_recompute(one_f_one_b(3, m), checkpoint_predicate(Checkpoint::kAlways, m))).memory;
+        replay_schedule(with_recompute(one_f_one_b(3, m), checkpoint_predicate(Checkpoint::kAlways, m))).memory;
     for (int s = 0; s < 3; ++s) {
       CHECK(o.stage_activations[s] == 1);
       CHECK(o.stage_checkpointed_inputs[s] == std::min(3 - s, m));
@@ -167,8 +167,8 @@ TEST_CASE("recompute: F keeps only the input, R restores the activations until B
 TEST_CASE("recompute runs as soon as the worker is free, ahead of the gradient") {
   // gpipe(2, 1), always: worker 0 runs F0 R0 B0. R0@0 only needs F0@0, so it overlaps
   // worker 1's work; B0@0 waits for the gradient.
-  const Simulation sim =
-      simulate(with_recompute(gpipe(2, 1), checkpoint_predicate(Checkpoint::kAlways, 1)), Costs::unit(1, 2));
+  const ScheduleReplay sim =
+      replay_schedule(with_recompute(gpipe(2, 1), checkpoint_predicate(Checkpoint::kAlways, 1)), Costs::unit(1, 2));
   const auto& w0 = sim.timeline[0];
   const auto& w1 = sim.timeline[1];
   REQUIRE(w0.size() == 3);
@@ -184,7 +184,7 @@ TEST_CASE("recompute runs as soon as the worker is free, ahead of the gradient")
 TEST_CASE("communication latency is added to each dependency between workers") {
   Costs c = Costs::unit(1, 2);
   c.comm_latency = 0.5;
-  const Simulation sim = simulate(gpipe(2, 1), c);
+  const ScheduleReplay sim = replay_schedule(gpipe(2, 1), c);
   CHECK(sim.timeline[1][0].start == 1.5);  // F0@1 after F0@0 + latency
   CHECK(sim.timeline[1][1].start == 2.5);  // B0@1 right after its own F (same worker)
   CHECK(sim.timeline[0][1].start == 5.0);  // B0@0 after B0@1 (4.5) + latency
@@ -198,7 +198,7 @@ TEST_CASE("per-stage (measured) costs") {
   // Stage 1 twice as slow as stage 0.
   Costs c;
   c.per_stage = {StageCosts{1, 2, 1, 1, 1}, StageCosts{2, 4, 2, 2, 2}};
-  const Simulation sim = simulate(gpipe(2, 2), c);
+  const ScheduleReplay sim = replay_schedule(gpipe(2, 2), c);
   // Worker 1: F0 [1,3] F1 [3,5] B1 [5,9] B0 [9,13]; worker 0: F0 F1 [0,2], B1 [9,11], B0 [13,15].
   CHECK(sim.timeline[1][3].end == 13.0);
   CHECK(sim.timeline[0][2].start == 9.0);
@@ -209,15 +209,15 @@ TEST_CASE("per-stage (measured) costs") {
 
 TEST_CASE("simulate rejects bad costs and invalid schedules") {
   Costs negative = Costs::unit(1, -1);
-  CHECK_THROWS_WITH(simulate(gpipe(2, 2), negative), Catch::Contains("cost of B") && Catch::Contains("negative"));
+  CHECK_THROWS_WITH(replay_schedule(gpipe(2, 2), negative), Catch::Contains("cost of B") && Catch::Contains("negative"));
   Costs wrong_size;
   wrong_size.per_stage = {StageCosts{}};
-  CHECK_THROWS_WITH(simulate(gpipe(2, 2), wrong_size),
+  CHECK_THROWS_WITH(replay_schedule(gpipe(2, 2), wrong_size),
                     Catch::Contains("per_stage has 1 entries") && Catch::Contains("2 stages"));
   Costs latency;
   latency.comm_latency = -1;
-  CHECK_THROWS_AS(simulate(gpipe(2, 2), latency), std::invalid_argument);
+  CHECK_THROWS_AS(replay_schedule(gpipe(2, 2), latency), std::invalid_argument);
   Schedule broken = gpipe(2, 2);
   broken.actions[0].pop_back();
-  CHECK_THROWS_WITH(simulate(broken), Catch::Contains("no backward"));
+  CHECK_THROWS_WITH(replay_schedule(broken), Catch::Contains("no backward"));
 }
