@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
     nn::Adam opt(pipe.parameters(), {.lr = 1e-3});
     ranks_ms = time_ms(kWarmup, kReps, [&] {
       opt.zero_grad();
-      distributed::train_step(pipe, *processes, batch.x, batch.y, kLoss);
+      distributed::train_step(pipe, batch.x, batch.y, kLoss);
       opt.step();
     });
   }
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
     nn::Adam opt(pipe.parameters(), {.lr = 1e-3});
     dp_ms = time_ms(kWarmup, kReps, [&] {
       opt.zero_grad();
-      distributed::train_step(pipe, *processes, batch.x, batch.y, kLoss);
+      distributed::train_step(pipe, batch.x, batch.y, kLoss);
       opt.step();
     });
   }

@@ -141,14 +141,14 @@ class MpiProcesses final : public pipeline::Processes {
 /// contiguous shares, the first n % replicas replicas one row more.
 std::pair<int64_t, int64_t> replica_rows(int64_t n, int replica, int replicas);
 
-/// One data-parallel step: this replica's rows of `input` / `target` through pipe.train_step
-/// (pipe's PipeOptions::processes must be `processes`), gradients weighted n_r / N and
-/// all-reduced (Note [Data-parallel gradients]). The result's loss is the global batch's
-/// mean loss, on every rank; microbatch_losses / sizes are this replica's. Throws
-/// std::invalid_argument when the batch has fewer rows than replicas, and what train_step
-/// throws.
-pipeline::StepResult train_step(pipeline::Pipe& pipe, MpiProcesses& processes, const Tensor& input,
-                                const Tensor& target, const pipeline::LossFn& loss_fn);
+/// One data-parallel step: this replica's rows of `input` / `target` through pipe.train_step,
+/// gradients weighted n_r / N and all-reduced (Note [Data-parallel gradients]) among the
+/// replicas of the Pipe's own MpiProcesses (PipeOptions::processes). The result's loss is the
+/// global batch's mean loss, on every rank; microbatch_losses / sizes are this replica's.
+/// Throws std::invalid_argument when the Pipe was built without an MpiProcesses or the batch
+/// has fewer rows than replicas, and what train_step throws.
+pipeline::StepResult train_step(pipeline::Pipe& pipe, const Tensor& input, const Tensor& target,
+                                const pipeline::LossFn& loss_fn);
 
 /// The general form (pipeline::StepOptions): every split input and target is cut to this
 /// replica's share [begin, end) = replica_rows(N, r, D) on its own dim (replicated ones go
@@ -157,9 +157,8 @@ pipeline::StepResult train_step(pipeline::Pipe& pipe, MpiProcesses& processes, c
 /// global batch's summed loss's gradient); the result's loss is the global batch's on every
 /// rank; returned outputs are this replica's rows. Throws as the single-tensor form, and what
 /// Pipe::train_step throws for the specs.
-pipeline::StepResult train_step(pipeline::Pipe& pipe, MpiProcesses& processes,
-                                const nn::Tensors& inputs, const nn::Tensors& targets,
-                                const pipeline::TupleLossFn& loss_fn,
+pipeline::StepResult train_step(pipeline::Pipe& pipe, const nn::Tensors& inputs,
+                                const nn::Tensors& targets, const pipeline::TupleLossFn& loss_fn,
                                 const pipeline::StepOptions& options = {});
 
 }  // namespace pipewright::distributed

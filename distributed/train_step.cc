@@ -31,27 +31,28 @@ nn::Tensors replica_share(const nn::Tensors& tensors, const std::vector<pipeline
 
 }  // namespace
 
-pipeline::StepResult train_step(pipeline::Pipe& pipe, MpiProcesses& processes, const Tensor& input,
-                                const Tensor& target, const pipeline::LossFn& loss_fn) {
+pipeline::StepResult train_step(pipeline::Pipe& pipe, const Tensor& input, const Tensor& target,
+                                const pipeline::LossFn& loss_fn) {
   if (!input.defined() || !target.defined()) {
     throw std::invalid_argument("distributed::train_step: input and target must be defined");
   }
   if (input.dim() == 0) {
     throw std::invalid_argument("distributed::train_step: the input is a scalar (shape [])");
   }
-  return train_step(pipe, processes, nn::Tensors{input}, nn::Tensors{target},
+  return train_step(pipe, nn::Tensors{input}, nn::Tensors{target},
                     pipeline::as_tuple_loss(loss_fn));
 }
 
-pipeline::StepResult train_step(pipeline::Pipe& pipe, MpiProcesses& processes,
-                                const nn::Tensors& inputs, const nn::Tensors& targets,
-                                const pipeline::TupleLossFn& loss_fn,
+pipeline::StepResult train_step(pipeline::Pipe& pipe, const nn::Tensors& inputs,
+                                const nn::Tensors& targets, const pipeline::TupleLossFn& loss_fn,
                                 const pipeline::StepOptions& options) {
-  if (pipe.options().processes.get() != &processes) {
+  auto* mpi = dynamic_cast<MpiProcesses*>(pipe.options().processes.get());
+  if (mpi == nullptr) {
     throw std::invalid_argument(
-        "distributed::train_step: the Pipe was built with other "
-        "PipeOptions::processes than the MpiProcesses given");
+        "distributed::train_step: the Pipe was built without an MpiProcesses "
+        "(PipeOptions::processes); call Pipe::train_step for a Pipe in one process");
   }
+  MpiProcesses& processes = *mpi;
   // N: one micro-batch of everything tells the batch size and checks the specs.
   const std::vector<pipeline::ChunkSpec> input_specs =
       pipeline::chunk_specs(options.input_chunks, inputs.size(), "input");

@@ -91,7 +91,7 @@ pipeline::StepResult train_one_step(pipeline::Pipe& pipe, distributed::MpiProces
                                     const pipeline::LossFn& loss_fn, std::ostream& log,
                                     const pipeline::Schedule* schedule) {
   try {
-    if (processes) return distributed::train_step(pipe, *processes, input, target, loss_fn);
+    if (processes) return distributed::train_step(pipe, input, target, loss_fn);
     return schedule ? pipe.train_step(input, target, loss_fn, *schedule)
                     : pipe.train_step(input, target, loss_fn);
   } catch (...) {  // the exception is unchanged; say where in the pipeline it began

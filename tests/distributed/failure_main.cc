@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
       init.normal_(x);
       const Tensor y = Tensor::zeros({8L * replicas}, {.dtype = DType::kInt64});
       pipe.zero_grad();
-      distributed::train_step(pipe, *processes, x, y, loss_fn);
+      distributed::train_step(pipe, x, y, loss_fn);
     }
   } catch (const std::exception& e) {
     // One write per line: the ranks share mpirun's stderr, and a line written in pieces

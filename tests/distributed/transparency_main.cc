@@ -166,7 +166,7 @@ void run(const Config& c, int workers, int replicas) {
     reference.zero_grad();
     pipe.zero_grad();
     const pipeline::StepResult want = reference.train_step(x, y, loss_fn);
-    const pipeline::StepResult got = distributed::train_step(pipe, *processes, x, y, loss_fn);
+    const pipeline::StepResult got = distributed::train_step(pipe, x, y, loss_fn);
     const std::string at = where + " step " + std::to_string(step);
     expect_close(got.loss, want.loss, 1e-5, at + ": loss");
 
@@ -202,7 +202,7 @@ void run(const Config& c, int workers, int replicas) {
     pipe.zero_grad();
     const pipeline::StepResult want = reference.train_step({x}, {y}, sum_loss, o);
     const pipeline::StepResult got =
-        distributed::train_step(pipe, *processes, nn::Tensors{x}, nn::Tensors{y}, sum_loss, o);
+        distributed::train_step(pipe, nn::Tensors{x}, nn::Tensors{y}, sum_loss, o);
     expect_close(got.loss, want.loss, 1e-5, where + ": summed loss");
     compare_gradients(where + ": summed loss");
   }
