@@ -32,7 +32,7 @@ double MpiProcesses::combine_over_pipeline(double value, bool max) {
                 max ? MPI_MAX : MPI_SUM);
 }
 
-void MpiProcesses::sum_over_pipeline(std::vector<Tensor>& tensors) {
+void MpiProcesses::sum_over_pipeline(nn::Tensors& tensors) {
   for (Tensor& t : tensors) {
     t = t.to(Device::cpu(0)).contiguous();
     if (t.numel() == 0) continue;

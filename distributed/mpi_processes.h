@@ -95,7 +95,7 @@ class MpiProcesses final : public pipeline::Processes {
   /// Over the replica's pipeline communicator (its p workers).
   double combine_over_pipeline(double value, bool max) override;
   /// Over the replica's pipeline communicator.
-  void sum_over_pipeline(std::vector<Tensor>& tensors) override;
+  void sum_over_pipeline(nn::Tensors& tensors) override;
 
   // ---- collectives for programs ----
   /// Σ over replicas of `value` (on the data-parallel communicator). Throws as wait().

@@ -22,7 +22,7 @@ std::vector<int64_t> MpiTransport::id(const pipeline::MessageKey& key) const {
   return id;
 }
 
-void MpiTransport::send(const pipeline::MessageKey& key, std::vector<Tensor> tensors,
+void MpiTransport::send(const pipeline::MessageKey& key, nn::Tensors tensors,
                         Device destination) {
   if (cancelled_.load()) return;
   const int stage = receiving_stage(key);
@@ -35,7 +35,7 @@ void MpiTransport::send(const pipeline::MessageKey& key, std::vector<Tensor> ten
               pack_message(id(key), tensors, destination));
 }
 
-std::vector<Tensor> MpiTransport::recv(const pipeline::MessageKey& key) {
+nn::Tensors MpiTransport::recv(const pipeline::MessageKey& key) {
   return unpack_message(
       link_->take(id(key), &cancelled_, key.str() + " of step " + std::to_string(step_)));
 }

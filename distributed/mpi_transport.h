@@ -34,11 +34,11 @@ class MpiTransport final : public pipeline::Transport {
   /// Packs `tensors` (copied to the host first when on a GPU) and queues them for the
   /// receiving stage's rank. Throws std::invalid_argument for a key whose receiving stage
   /// does not exist.
-  void send(const pipeline::MessageKey& key, std::vector<Tensor> tensors,
+  void send(const pipeline::MessageKey& key, nn::Tensors tensors,
             Device destination) override;
   /// Waits for the message and unpacks it onto the device the sender named. Throws as
   /// MpiLink::take, and std::runtime_error for a malformed message.
-  std::vector<Tensor> recv(const pipeline::MessageKey& key) override;
+  nn::Tensors recv(const pipeline::MessageKey& key) override;
   void cancel() override;
 
  private:

@@ -11,7 +11,7 @@
 //   [magic] [step] [K] [key_0 .. key_{K-1}] [device type] [device index] [T]
 //   T × ([defined] [dtype] [rank] [dim_0 .. dim_{rank-1}])   then the defined tensors' data
 //
-// The key is written generically: encode_key() turns a MessageKey into K integers (edge,
+// The key is written generically: encode_key() turns a MessageKey into K integers (arrival edge,
 // micro-batch, direction, skip route or -1), and the receiver files the message under (step,
 // key words) without interpreting them. A skip connection's portal keeps the receiver rule
 // of the other messages (pipeline/transport.h), so receiving_stage() (mpi_transport.h) needs
