@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -22,6 +23,7 @@
 #include "nn/optim.h"
 #include "pipeline/balance.h"
 #include "pipeline/pipe.h"
+#include "pipeline/planner/planner.h"
 #include "tensor/generator.h"
 #include "tensor/threads.h"
 
@@ -191,15 +193,34 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
   const int64_t num_params = count_parameters(model, config.layers);
   const std::vector<Device> devices = stage_devices(run);
   const Device host = data_device(devices);
-  const std::vector<int> balance = run.balance.empty()
-                                       ? pipeline::balance_by_parameters(num_partitions(run), model)
-                                       : run.balance;
+  const pipeline::LossFn loss_fn = lm_loss(corpus.vocab_size());
+  const std::vector<Device> stage_devs(devices.begin(), devices.begin() + run.workers);
+  // --plan auto: the cut, schedule, chunks and recomputes from pipeline::plan, for the first
+  // training batch's shape (every batch has it).
+  std::optional<pipeline::Plan> plan;
+  if (run.plan == "auto") {
+    auto [x, y] = corpus.window_batch(data::TextSplit::kTrain, 0, run.batch_size, config.context,
+                                      run.seed, host);
+    plan = pipeline::plan(model, {x, y, loss_fn}, stage_devs,
+                          {.memory_cap_bytes = run.memory_cap,
+                           .threads_per_worker = run.threads});
+  }
+  const std::vector<int> balance =
+      plan ? plan->balance
+           : run.balance.empty() ? pipeline::balance_by_parameters(num_partitions(run), model)
+                                 : run.balance;
 
   const std::shared_ptr<distributed::MpiProcesses> processes = make_processes(run);
   const bool leader = processes == nullptr || processes->rank() == 0;
   std::ostream silent(nullptr);
   std::ostream& log = leader ? out : silent;
   pipeline::PipeOptions options = pipe_options(run, balance, devices, processes);
+  if (plan) {
+    pipeline::PipeOptions planned = plan->pipe_options(stage_devs);
+    planned.seed = options.seed;
+    planned.threads_per_worker = options.threads_per_worker;
+    options = std::move(planned);
+  }
   options.tied_parameters = tied_parameters(config.layers);
   pipeline::Pipe pipe(std::move(model), std::move(options));
   nn::AdamW optimizer(nn::weight_decay_groups(pipe.parameters(), run.weight_decay),
@@ -218,7 +239,9 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
     pipe.set_random_step(static_cast<uint64_t>(first_step));  // Note [Keyed randomness]
   }
 
-  print_pipeline_header(log, run, pipe, balance, devices, num_params);
+  print_pipeline_header(log, run, pipe, balance, devices, num_params,
+                        plan ? plan->str() : std::string());
+  if (plan && run.explain) log << plan->explain();
   log << "tied: " << pipe.options().tied_parameters[0][0] << " = "
       << pipe.options().tied_parameters[0][1] << " (the LM head is the token embedding)\n"
       << "data: " << format_count(static_cast<double>(corpus.size(data::TextSplit::kTrain)))
@@ -228,10 +251,12 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
   if (first_step > 0) log << "resumed from " << run.resume << " after step " << first_step << "\n";
   log << std::flush;
 
-  const pipeline::LossFn loss_fn = lm_loss(corpus.vocab_size());
   const int64_t last_step = config.stop_after > 0 ? std::min(config.stop_after, config.steps)
                                                   : config.steps;
-  const std::vector<Device> stage_devs(devices.begin(), devices.begin() + run.workers);
+  const std::optional<pipeline::Schedule> planned_schedule =
+      plan ? std::optional(plan->schedule_for(plan->num_microbatches)) : std::nullopt;
+  double planned_step_seconds = 0;  // --plan auto: train_step's wall time after the first step
+  int64_t planned_steps = 0;
   GptResult result;
   std::vector<PipelineStats> stretches;
   std::vector<int64_t> report_numbers;
@@ -246,7 +271,13 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
     auto [x, y] = corpus.window_batch(data::TextSplit::kTrain, step, run.batch_size,
                                       config.context, run.seed, host);
     const bool trace_now = tracer.before(step - first_step + 1);
-    const pipeline::StepResult r = train_one_step(pipe, processes.get(), x, y, loss_fn, log);
+    const auto step_start = Clock::now();
+    const pipeline::StepResult r = train_one_step(pipe, processes.get(), x, y, loss_fn, log,
+                                                  planned_schedule ? &*planned_schedule : nullptr);
+    if (plan && step > first_step) {
+      planned_step_seconds += seconds_since(step_start);
+      ++planned_steps;
+    }
     if (config.grad_clip > 0) pipe.clip_grad_norm(config.grad_clip);
     pipe.step(optimizer);  // each stage's parameters on its worker
     train_seconds += seconds_since(start);
@@ -286,6 +317,11 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
     result.final_state.emplace_back(name, tensor.to(Device::cpu(0)).clone());
   }
   print_steady_state(log, stretches, "report", report_numbers, devices);
+  if (plan && planned_steps > 0) {
+    const double measured_ms = 1000.0 * planned_step_seconds / static_cast<double>(planned_steps);
+    log << "plan vs run: step predicted " << format_fixed(plan->step_time_us / 1000.0, 2)
+        << " ms, measured " << format_fixed(measured_ms, 2) << " ms (train_step alone)\n";
+  }
   tracer.report(log, last_step - first_step);
   if (last_step == config.steps) {
     result.final_val_loss = validation_loss(pipe, corpus, config, config.final_eval_windows, host);

@@ -68,6 +68,24 @@ TEST_CASE("a tiny char GPT learns, its tied copies stay bitwise equal, it sample
   CHECK(log.str().find("bits/char") != std::string::npos);
 }
 
+TEST_CASE("char GPT with --plan auto trains the planner's cut, its tied copies still equal") {
+  std::ostringstream log;
+  GptConfig config = tiny();
+  config.steps = 20;
+  config.eval_every = 20;
+  config.sample_chars = 0;
+  config.run.plan = "auto";
+  config.run.explain = true;
+  const examples::GptResult r = train_char_gpt(config, log);
+  INFO(log.str());
+  REQUIRE(r.reports.size() == 1);
+  CHECK(r.reports[0].train_loss < r.step_losses.front());
+  CHECK(ops::equal(state(r, "0.wte.weight"), state(r, "4.weight")));
+  CHECK(log.str().find("| planned: ") != std::string::npos);
+  CHECK(log.str().find("timeline, replayed") != std::string::npos);  // --explain
+  CHECK(log.str().find("plan vs run: step predicted") != std::string::npos);
+}
+
 TEST_CASE("char GPT resumes bitwise under the same cut and to rounding under another") {
   std::ostringstream log;
   const GptConfig full = tiny();
