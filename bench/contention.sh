@@ -55,7 +55,7 @@ for ((r = 1; r <= rounds; ++r)); do
       bin=${c%%|*} what=${c#*|}
       case "$what" in
         "2 stages") v=$(ours "$bin") ;;
-        "1 stage") v=$(ours "$bin" --stages 1) ;;
+        "1 stage") v=$(ours "$bin" --workers 1) ;;
         eager) v=$(torch) ;;
       esac
       results["$c|$load"]+="${v:-0} "

@@ -59,7 +59,8 @@ Pipe::Pipe(nn::Sequential module, PipeOptions options)
   runtime_ = std::make_shared<Runtime>(std::move(partitions), std::move(stage_devices),
                                        std::move(stage_worker), num_workers, options_.seed,
                                        threads, std::move(skips),
-                                       options_.pin_workers && options_.processes == nullptr);
+                                       options_.processes == nullptr ? options_.worker_cpus
+                                                                    : WorkerCpus::kInherited);
   runtime_->set_processes(options_.processes);
   if (options_.deferred_batch_norm) deferred_ = std::make_unique<DeferredBatchNorm>(module_);
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "pipeline/schedule/checkpoint_mode.h"
+#include "pipeline/worker_cpus.h"
 #include "tensor/device.h"
 
 namespace pipewright::pipeline {
@@ -67,15 +68,12 @@ struct PipeOptions {
   /// once (tensor/threads.h); with `processes`, max(1, hardware_threads() / processes on
   /// this machine).
   int threads_per_worker = 0;
-  /// Pin each worker thread to its own threads_per_worker CPUs of the process's
-  /// (process_cpus(), tensor/threads.h) when every worker's share fits, else let each run on
-  /// all of them; either way a worker no longer inherits a narrower mask from the thread that
-  /// built the Pipe (libgomp binds the initial thread to one core when OMP_PROC_BIND is set).
-  /// Note [Worker CPUs] in worker.cc. false: workers keep the inherited mask — for Pipes
-  /// that train at the same time in one process (each shares out the same CPUs, as each
-  /// budgets threads for the whole machine) or a caller that places threads itself. Ignored
-  /// with `processes` (one worker per process; the launcher places processes).
-  bool pin_workers = true;
+  /// Which CPUs the worker threads may run on (worker_cpus.h): kShared (default), every
+  /// worker on all of the process's CPUs, so the scheduler can move a worker off a core that
+  /// another process is using; kPinned, each worker on its own threads_per_worker CPUs;
+  /// kInherited, the mask of the thread that built the Pipe. Ignored with `processes` (one
+  /// worker per process; the launcher places processes). Note [Worker CPUs] in worker.cc.
+  WorkerCpus worker_cpus = WorkerCpus::kShared;
   /// Null: every worker is a thread of this process. Otherwise which workers run here and
   /// how messages leave the process (processes.h; distributed/mpi_processes.h makes one per
   /// MPI rank). Every process then builds the same Pipe; train_step runs only the local

@@ -138,7 +138,7 @@ PipeOptions placement_pipe_options(const nn::Sequential& module, const Placement
           .schedule = options.schedule,
           .seed = options.seed,
           .threads_per_worker = options.threads_per_worker,
-          .pin_workers = options.pin_workers};
+          .worker_cpus = options.worker_cpus};
 }
 
 Pipe make_pipe(nn::Sequential module, PlacementOptions options) {

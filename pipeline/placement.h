@@ -85,8 +85,8 @@ struct PlacementOptions {
   uint64_t seed = 0;
   /// Intra-op threads of each worker; 0 = max(1, hardware_threads() / workers).
   int threads_per_worker = 0;
-  /// Each worker on its own CPUs (PipeOptions::pin_workers).
-  bool pin_workers = true;
+  /// Which CPUs the workers may run on (PipeOptions::worker_cpus).
+  WorkerCpus worker_cpus = WorkerCpus::kShared;
   /// Accept a device that holds two partitions with another device's between them (each
   /// partition then has its own worker, both on that device). False: refused, naming them.
   bool allow_revisit = false;

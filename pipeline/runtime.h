@@ -96,12 +96,12 @@ class Runtime {
   /// std::invalid_argument when a worker's stages are on different devices or a stage names
   /// no worker, and the backend's error when a stream cannot be created there.
   /// `skips` routes the model's skip connections between the stages (Note [Portals],
-  /// stage_skips.h); empty when the model has none. `pin_workers`: give each worker its own
-  /// share of process_cpus() when they fit, else all of them (Note [Worker CPUs]); false:
-  /// the workers keep the mask they inherit from the calling thread.
+  /// stage_skips.h); empty when the model has none. `cpu_policy`: which CPUs each worker
+  /// may run on (worker_cpus.h, Note [Worker CPUs]).
   Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> stage_devices,
           std::vector<int> stage_worker, int num_workers, uint64_t seed,
-          int intra_op_threads = 0, SkipLayout skips = {}, bool pin_workers = true);
+          int intra_op_threads = 0, SkipLayout skips = {},
+          WorkerCpus cpu_policy = WorkerCpus::kShared);
   /// Joins the workers.
   ~Runtime() = default;
   Runtime(const Runtime&) = delete;

@@ -15,7 +15,7 @@ namespace pipewright::pipeline {
 
 Runtime::Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> stage_devices,
                  std::vector<int> stage_worker, int num_workers, uint64_t seed,
-                 int intra_op_threads, SkipLayout skips, bool pin_workers)
+                 int intra_op_threads, SkipLayout skips, WorkerCpus cpu_policy)
     : partitions_(std::move(partitions)),
       stage_devices_(std::move(stage_devices)),
       stage_worker_(std::move(stage_worker)),
@@ -24,7 +24,7 @@ Runtime::Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> sta
                          ? intra_op_threads
                          : std::max(1, hardware_threads() / std::max(1, num_workers));
   const std::vector<Device> devices = worker_devices(stage_devices_, stage_worker_, num_workers);
-  std::vector<std::vector<int>> cpus = worker_cpus(num_workers, budget, pin_workers);
+  std::vector<std::vector<int>> cpus = worker_cpus(num_workers, budget, cpu_policy);
   for (int w = 0; w < num_workers; ++w) {
     workers_.push_back(std::make_unique<Worker>(w, budget, mix_seed(seed, w),
                                                 devices[static_cast<size_t>(w)],

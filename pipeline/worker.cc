@@ -108,25 +108,31 @@ std::vector<Device> worker_devices(const std::vector<Device>& stage_devices,
 // so every worker — every stage — would share that core (the main job, when it was built with
 // OpenMP: all three threads on cpu 0, 0.76x the samples/s). So each worker sets its own mask
 // from process_cpus() (tensor/threads.h: the process's mask, or the union of the OpenMP places
-// when libgomp has bound the caller):
-//   - when the workers' budgets fit (workers x budget <= CPUs), worker w gets CPUs
+// when libgomp has bound the caller), by PipeOptions::worker_cpus:
+//   - kShared (the default): every worker on all of them, and the kernel's scheduler shares
+//     the cores out;
+//   - kPinned: when the workers' budgets fit (workers x budget <= CPUs), worker w on CPUs
 //     [w x budget, (w + 1) x budget) of that list in topology order (cpus_by_topology: a
-//     core's SMT siblings adjacent, one socket before the next), so stages share no core when
-//     the counts allow, and a worker's intra-op helper threads (tensor/parallel.h), made by
-//     the worker's thread, inherit its share;
-//   - otherwise (more workers than cores: the residual example's 3 stages on 2 cores) every
-//     worker may run on every CPU, and the kernel's scheduler shares them out.
-// PipeOptions::pin_workers = false (and a Pipe over processes, where a process runs one worker
-// and mpirun decides its cores) keeps the inherited mask. Measured (docs/BENCHMARKS.md,
-// "Worker CPUs"): with OMP_PROC_BIND=true the main job ran 1.32x faster pinned; without it
-// pinning is neutral (1.01x).
-std::vector<std::vector<int>> worker_cpus(int num_workers, int budget, bool pin) {
-  std::vector<std::vector<int>> cpus(static_cast<size_t>(num_workers));
-  if (!pin) return cpus;
+//     core's SMT siblings adjacent, one socket before the next), so stages share no core;
+//     otherwise (more workers than cores) as kShared;
+//   - kInherited (and a Pipe over processes, where a process runs one worker and mpirun
+//     decides its cores): the inherited mask.
+// A worker's intra-op helper threads (tensor/parallel.h), made by the worker's thread,
+// inherit its mask.
+// Why shared by default: pinning each stage to its own core gained nothing on a quiet machine
+// (the main job 1.01x against the inherited mask), and beside one busy process it lost a
+// quarter: the busy process shares a core with one pinned worker, which then runs at half
+// speed and sets the whole pipeline's pace, while unpinned the scheduler spreads three
+// threads over two cores (main job, 2 stages on 2 cores: 0.58x its quiet samples/s pinned,
+// 0.73x shared). Measurements: docs/BENCHMARKS.md, "Worker CPUs" and "Contention".
+std::vector<std::vector<int>> worker_cpus(int num_workers, int budget, WorkerCpus policy) {
+  const auto workers = static_cast<size_t>(num_workers);
+  if (policy == WorkerCpus::kInherited) return std::vector<std::vector<int>>(workers);
   const std::vector<int>& all = process_cpus();
-  const bool fit = static_cast<size_t>(num_workers) * static_cast<size_t>(budget) <= all.size();
-  if (!fit) return std::vector<std::vector<int>>(static_cast<size_t>(num_workers), all);
+  const bool fit = workers * static_cast<size_t>(budget) <= all.size();
+  if (policy == WorkerCpus::kShared || !fit) return std::vector<std::vector<int>>(workers, all);
   const std::vector<int> ordered = cpus_by_topology(all);
+  std::vector<std::vector<int>> cpus(workers);
   for (int w = 0; w < num_workers; ++w) {
     const auto first = ordered.begin() + static_cast<std::ptrdiff_t>(w) * budget;
     std::vector<int>& share = cpus[static_cast<size_t>(w)];

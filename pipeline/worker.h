@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "pipeline/channel.h"
+#include "pipeline/worker_cpus.h"
 #include "tensor/generator.h"
 #include "tensor/stream.h"
 
@@ -104,11 +105,6 @@ class Countdown {
 /// different devices (one device per worker).
 std::vector<Device> worker_devices(const std::vector<Device>& stage_devices,
                                    const std::vector<int>& stage_worker, int num_workers);
-
-/// The CPUs each of `num_workers` workers with `budget` intra-op threads pins itself to
-/// (Note [Worker CPUs], worker.cc): its own share of process_cpus() when every share fits,
-/// else all of them; every list empty (the inherited mask) when `pin` is false.
-std::vector<std::vector<int>> worker_cpus(int num_workers, int budget, bool pin);
 
 /// SplitMix64: distinct, well-mixed seeds for the workers from one user seed.
 uint64_t mix_seed(uint64_t seed, uint64_t index);

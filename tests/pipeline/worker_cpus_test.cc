@@ -1,7 +1,8 @@
-// Note [Worker CPUs] (worker.cc): each worker of a Pipe runs on its own share of the
-// process's CPUs when the shares fit, also when the thread that builds the Pipe was bound to
-// one core (libgomp does that to the initial thread when OMP_PROC_BIND is set: the target
-// worker_cpus_bound_test runs this file so).
+// Note [Worker CPUs] (worker.cc): by default every worker of a Pipe may run on all of the
+// process's CPUs, with WorkerCpus::kPinned each on its own share when the shares fit, also
+// when the thread that builds the Pipe was bound to one core (libgomp does that to the
+// initial thread when OMP_PROC_BIND is set: the target worker_cpus_bound_test runs this file
+// so); with kInherited on the builder's mask.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -44,7 +45,7 @@ struct Recorded {
   std::set<std::vector<int>> stage0, stage1;
 };
 
-Recorded run_two_stages(bool pin) {
+Recorded run_two_stages(pipeline::WorkerCpus policy) {
   auto mutex = std::make_shared<std::mutex>();
   auto seen0 = std::make_shared<std::set<std::vector<int>>>();
   auto seen1 = std::make_shared<std::set<std::vector<int>>>();
@@ -55,14 +56,14 @@ Recorded run_two_stages(bool pin) {
                                          .devices = {Device::cpu(0), Device::cpu(1)},
                                          .chunks = 4,
                                          .threads_per_worker = 1,
-                                         .pin_workers = pin});
+                                         .worker_cpus = policy});
   pipe.forward(Tensor::ones({8, 3}));
   return {*seen0, *seen1};
 }
 
 }  // namespace
 
-TEST_CASE("two workers with one thread each run on two different CPUs of the process") {
+TEST_CASE("two workers with one thread each: on all CPUs, pinned on two different ones, or inherited") {
   const std::vector<int>& cpus = process_cpus();
   const char* bind = std::getenv("OMP_PROC_BIND");
   INFO("OMP_PROC_BIND=" << (bind ? bind : "(unset)") << ", process CPUs " << cpus.size()
@@ -71,13 +72,19 @@ TEST_CASE("two workers with one thread each run on two different CPUs of the pro
     WARN("one CPU: nothing to share out");
     return;
   }
-  const Recorded pinned = run_two_stages(true);
+  // The default: both on every CPU of the process (under OMP_PROC_BIND=true too, though this
+  // thread may run on one).
+  const Recorded shared = run_two_stages(pipeline::PipeOptions{}.worker_cpus);
+  CHECK(shared.stage0 == std::set<std::vector<int>>{cpus});
+  CHECK(shared.stage1 == std::set<std::vector<int>>{cpus});
+
+  const Recorded pinned = run_two_stages(pipeline::WorkerCpus::kPinned);
   CHECK(pinned.stage0 == std::set<std::vector<int>>{{cpus[0]}});
   CHECK(pinned.stage1 == std::set<std::vector<int>>{{cpus[1]}});
 
-  // pin_workers = false: both inherit this thread's mask (under OMP_PROC_BIND=true: one core,
-  // the collapse the pinning prevents).
-  const Recorded inherited = run_two_stages(false);
+  // kInherited: both keep this thread's mask (under OMP_PROC_BIND=true: one core, the
+  // collapse the other two prevent).
+  const Recorded inherited = run_two_stages(pipeline::WorkerCpus::kInherited);
   CHECK(inherited.stage0 == std::set<std::vector<int>>{current_thread_cpus()});
   CHECK(inherited.stage1 == std::set<std::vector<int>>{current_thread_cpus()});
   if (std::getenv("EXPECT_BOUND") != nullptr) {  // set by worker_cpus_bound_test's BUILD rule
