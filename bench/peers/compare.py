@@ -8,8 +8,9 @@
 
 Variants, run interleaved (round 1: all variants in order, round 2: all again, ...), so that a
 change in the machine's load hits every variant alike:
-  ours          bazel-bin/examples/fashion_mnist (the README's main job: 2 stages, gpipe, chunks 4)
-  ours-stages1  the same with --stages 1 (no pipeline, both cores intra-op)
+  ours          bazel-bin/examples/fashion_mnist (the README's main job: 2 workers, zb-h1, chunks 4)
+  ours-gpipe    the same with --schedule gpipe (the schedule torch Pipe runs: like for like)
+  ours-stages1  the same with --workers 1 (no pipeline, both cores intra-op)
   torch-eager   bench/peers/torch_fashion_mnist.py --mode eager (2 threads)
   torch-pipe    bench/peers/torch_fashion_mnist.py --mode pipe (torch Pipe, 2 partitions, chunks 4)
 plus any --variant NAME="flags for ours" (e.g. ours-1f1b="--schedule 1f1b --chunks 8"), any
@@ -82,7 +83,8 @@ def main():
     epochs = ["--epochs", str(args.epochs)]
     variants = {
         "ours": [OURS, "--no-progress"] + epochs,
-        "ours-stages1": [OURS, "--no-progress", "--stages", "1"] + epochs,
+        "ours-gpipe": [OURS, "--no-progress", "--schedule", "gpipe"] + epochs,
+        "ours-stages1": [OURS, "--no-progress", "--workers", "1"] + epochs,
         "torch-eager": ["/usr/bin/python3", TORCH, "--mode", "eager"] + epochs,
         "torch-pipe": ["/usr/bin/python3", TORCH, "--mode", "pipe"] + epochs,
     }

@@ -34,7 +34,11 @@ struct TrainConfig {
   int chunks = 4;
   // Activations of this small MLP fit easily; recomputing them would only cost time.
   pipeline::Checkpoint checkpoint = pipeline::Checkpoint::kNever;
-  std::string schedule = "gpipe";
+  // ZB-H1 (zero bubble, Qi et al. 2023): each backward split into its input-gradient and
+  // weight-gradient halves, the weight halves filling the gaps where GPipe and 1F1B idle.
+  // The same gradients as GPipe's; on the main job 1.18x GPipe's samples/s with less memory
+  // (docs/BENCHMARKS.md, "Step breakdown").
+  std::string schedule = "zb-h1";
   // Virtual stages per worker (PipeOptions::virtual_stages): 0 = the least the schedule's
   // registry row takes (pipeline/schedule/registry.h: 2 for the V-shaped ones, else 1); 2 or
   // more for the interleaved ones. The model is cut into stages x virtual stages partitions
