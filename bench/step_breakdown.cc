@@ -4,10 +4,11 @@
 // The main job's model and step (examples/fashion_mnist defaults): Linear(784, 512) ->
 // BatchNorm1d -> ReLU -> Dropout(0.2) -> Linear(512, 512) -> BatchNorm1d -> ReLU -> Dropout(0.2)
 // -> Linear(512, 10), cross-entropy, Adam, batch 256 in chunks = 4 micro-batches of 64 rows,
-// GPipe, no checkpointing; run as
+// no checkpointing; run as
 //   --workers 1: one worker with every core as its intra-op threads, and
-//   --workers 2: two workers (the default), a thread each, cut by parameters as the example does.
-// For each, over `steps` steps (rounds of 20, the two configurations interleaved), medians:
+//   --workers 2: two workers, a thread each, cut by parameters as the example does, on GPipe
+//                and on ZB-H1 (the example's default).
+// For each, over `steps` steps (rounds of 20, the configurations interleaved), medians:
 //   1. the measured step: Pipe::train_step and Pipe::step(Adam) apart, and from the step's
 //      Trace each worker's busy time (its actions) and the rest (idle: bubble and hand-offs);
 //   2. each layer's forward, input-gradient and weight-gradient time for a 64-row micro-batch
@@ -151,6 +152,7 @@ double peak_gflops(int threads) {
 // One configuration of the main job: its Pipe, optimizer, profile and measured steps.
 struct Run {
   int workers = 1, threads = 1;
+  std::string schedule;
   std::vector<int> balance;
   pipeline::ModelProfile profile;
   std::unique_ptr<pipeline::Pipe> pipe;
@@ -159,9 +161,10 @@ struct Run {
   std::vector<std::vector<double>> busy_us;
 };
 
-Run make_run(int workers, const Tensor& x, const Tensor& y) {
+Run make_run(int workers, const std::string& schedule, const Tensor& x, const Tensor& y) {
   Run run;
   run.workers = workers;
+  run.schedule = schedule;
   run.threads = std::max(1, hardware_threads() / workers);
   nn::Sequential model = main_job_model();
   run.balance = workers == 1 ? std::vector<int>{static_cast<int>(model.size())}
@@ -176,7 +179,8 @@ Run make_run(int workers, const Tensor& x, const Tensor& y) {
       std::move(model),
       pipeline::PipeOptions{.balance = run.balance, .devices = devices,
                             .chunks = static_cast<int>(kChunks),
-                            .checkpoint = pipeline::Checkpoint::kNever});
+                            .checkpoint = pipeline::Checkpoint::kNever,
+                            .schedule = schedule});
   run.adam = std::make_unique<nn::Adam>(run.pipe->parameters(), nn::AdamOptions{.lr = 1e-3});
   run.busy_us.resize(static_cast<size_t>(workers));
   return run;
@@ -205,8 +209,8 @@ void report(const Run& run) {
   const int workers = run.workers, threads = run.threads;
   const std::vector<int>& balance = run.balance;
   const double step = median(run.train_us) + median(run.adam_us);
-  std::printf("\n## --workers %d (%d intra-op thread%s each), balance", workers, threads,
-              threads == 1 ? "" : "s");
+  std::printf("\n## --workers %d --schedule %s (%d intra-op thread%s each), balance", workers,
+              run.schedule.c_str(), threads, threads == 1 ? "" : "s");
   for (int b : balance) std::printf(" %d", b);
   std::printf("\n\nstep %.0f us = train_step %.0f + Adam %.0f  (%.0f samples/s; its products, "
               "%.2f MFLOP per sample, at %.0f GFLOP/s)\n",
@@ -273,10 +277,11 @@ int main(int argc, char** argv) {
               static_cast<long long>(kBatch), static_cast<long long>(kChunks), cores);
   std::printf("sgemm 1024^3 peak: %.1f GFLOP/s on 1 thread, %.1f on %d\n", peak_gflops(1),
               peak_gflops(cores), cores);
-  // Both configurations side by side: rounds of 20 steps each, interleaved.
+  // The configurations side by side: rounds of 20 steps each, interleaved.
   std::vector<Run> runs;
-  runs.push_back(make_run(1, x, y));
-  runs.push_back(make_run(2, x, y));
+  runs.push_back(make_run(1, "gpipe", x, y));
+  runs.push_back(make_run(2, "gpipe", x, y));
+  runs.push_back(make_run(2, "zb-h1", x, y));
   for (int done = 0; done < steps; done += 20) {
     for (Run& run : runs) measure(run, 20, x, y);
   }
