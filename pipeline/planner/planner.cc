@@ -113,6 +113,9 @@ Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Dev
     in.options.runtime_overhead = measure_runtime_overhead(devices, options.threads_per_worker);
   }
   for (const Device& d : devices) in.device_names.push_back(d.str());
+  const bool all_cpu = std::all_of(devices.begin(), devices.end(),
+                                   [](const Device& d) { return d.is_cpu(); });
+  if (all_cpu) in.shared_cores = hardware_threads();  // Note [Workers sharing cores]
   in.allowed_cuts = allowed_cuts(model);
   in.by_parameters = [&model](int parts) {
     return parts <= static_cast<int>(model.size()) ? balance_by_parameters(parts, model)

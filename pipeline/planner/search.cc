@@ -36,7 +36,9 @@ struct Result {
   Outcome outcome = Outcome::kOutOfReach;
   bool exact = false;
 
-  double time() const { return placement.replay.makespan; }  // per_step_us apart
+  double step_us = 0;  // the replayed step (Note [Workers sharing cores]), per_step_us apart
+
+  double time() const { return step_us; }
   // The peaks held to the cap: the worst case when measured, else the replayed order's.
   int64_t peak_of(size_t w) const {
     return exact ? placement.peaks[w].high : placement.peaks[w].predicted;
@@ -165,7 +167,7 @@ class Search {
     for (std::vector<int>& balance : balances(stages, c.rows, c.base)) {
       Config with = c;
       with.balance = std::move(balance);
-      with.base_time = replay_schedule(with.base, costs_of(with)).makespan;
+      with.base_time = step_time(replay_schedule(with.base, costs_of(with)));
       configs_.push_back(std::move(with));
     }
   }
@@ -269,6 +271,21 @@ class Search {
     return it->second;
   }
 
+  // Note [Workers sharing cores]
+  // The replay gives every worker a processor of its own: right for GPUs, and for CPU workers
+  // while workers x threads fit the cores. When they do not (the GPT example's 4 workers on
+  // 2 cores), the workers' actions take turns on the cores, and a step lasts at least all
+  // the work divided among them: Σ_w busy_w x threads / cores, the layers having been timed
+  // with `threads` intra-op threads each. The step is the larger of that bound and the
+  // replay's makespan (SearchInputs::shared_cores; 0 for devices with processors of their
+  // own). Measured: docs/BENCHMARKS.md, "Planner: workers sharing cores".
+  double step_time(const ScheduleReplay& replay) const {
+    if (in_.shared_cores <= 0) return replay.makespan;
+    double busy = 0;
+    for (double b : replay.busy) busy += b;
+    return std::max(replay.makespan, busy * profile_.threads / in_.shared_cores);
+  }
+
   MemoryModel memory_of(const Config& c, bool exact) {
     MemoryModel model;
     model.optimizer_state_factor = options_.optimizer_state_factor;
@@ -289,9 +306,10 @@ class Search {
     // Measured stages are held to the cap whatever the messages' timing (DevicePeak::high).
     r.placement =
         place_recomputes(c.base, costs_of(c), memory_of(c, exact), cap_, give_up, exact);
+    r.step_us = step_time(r.placement.replay);
     r.outcome = r.placement.fits ? Outcome::kFits
-                : give_up > 0 && r.placement.replay.makespan > give_up ? Outcome::kSlower
-                                                                            : Outcome::kOutOfReach;
+                : give_up > 0 && r.step_us > give_up ? Outcome::kSlower
+                                                     : Outcome::kOutOfReach;
     return r;
   }
 
@@ -463,6 +481,7 @@ class Search {
       r.exact = chosen.exact;
       r.placement.schedule = with_recompute(c.base, checkpoint_predicate(mode, c.m));
       r.placement.replay = replay_schedule(r.placement.schedule, costs);
+      r.step_us = step_time(r.placement.replay);
       r.placement.peaks =
           replay_memory(r.placement.schedule, r.placement.replay, model, chosen.exact);
       r.placement.fits = cap_ <= 0 || r.max_peak() <= cap_;

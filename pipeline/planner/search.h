@@ -17,6 +17,10 @@ struct SearchInputs {
   const ModelProfile* profile = nullptr;
   int workers = 1;
   std::vector<std::string> device_names;  // one per worker
+  /// The cores every worker's threads share when the devices are CPU devices of this
+  /// process (hardware_threads()); 0 when each worker has a processor of its own (GPUs, a
+  /// profile planned without devices). Note [Workers sharing cores], search.cc.
+  int shared_cores = 0;
   std::vector<char> allowed_cuts;         // cuts.h
   /// The exact memory of a stage (memoized by the caller); empty: estimates are final.
   std::function<StageMemory(int first, int last, int64_t rows)> measure = {};

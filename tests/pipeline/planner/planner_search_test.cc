@@ -14,6 +14,8 @@
 #include "pipeline/planner/memory_replay.h"
 #include "pipeline/planner/planner.h"
 #include "pipeline/planner/recompute_placement.h"
+#include "pipeline/planner/search.h"
+#include "pipeline/schedule/replay.h"
 #include "pipeline/schedule/generators.h"
 #include "pipeline/schedule/validate.h"
 
@@ -153,6 +155,32 @@ TEST_CASE("plan from a profile: a valid plan for 100 layers on 8 devices") {
   CHECK(p.candidates > 10);
   CHECK(p.explain().find("alternatives") != std::string::npos);
   CHECK_NOTHROW(validate(p.schedule_for(p.num_microbatches - 1)));
+}
+
+TEST_CASE("workers sharing cores: the step lasts at least all the work divided among them") {
+  // Note [Workers sharing cores] (search.cc): 4 workers of one thread on 2 cores.
+  const ModelProfile profile = synthetic(16, 64);
+  SearchInputs in;
+  in.profile = &profile;
+  in.workers = 4;
+  for (int w = 0; w < 4; ++w) in.device_names.push_back("cpu:" + std::to_string(w));
+  in.allowed_cuts.assign(profile.layers.size() + 1, 1);
+  in.options = {.schedules = {"1f1b"}, .chunks = {4}};
+  const Plan own = search_plan(in);  // a processor per worker: the replay's makespan
+  in.shared_cores = 2;
+  const Plan shared = search_plan(in);
+
+  const ScheduleReplay own_replay = replay_schedule(own.schedule, own.costs);
+  CHECK(own.step_time_us == Approx(own_replay.makespan));
+  const ScheduleReplay replay = replay_schedule(shared.schedule, shared.costs);
+  const double work = std::accumulate(replay.busy.begin(), replay.busy.end(), 0.0);
+  CHECK(work / 2 > replay.makespan);  // the bound is what decides here
+  CHECK(shared.step_time_us == Approx(work / 2));
+  CHECK(shared.step_time_us > own.step_time_us);
+
+  // With cores for every worker the bound never exceeds the makespan.
+  in.shared_cores = 4;
+  CHECK(search_plan(in).step_time_us == Approx(own.step_time_us));
 }
 
 TEST_CASE("plan from a profile: a cap makes it recompute, trade time, or refuse") {
