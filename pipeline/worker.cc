@@ -101,6 +101,18 @@ std::vector<Device> worker_devices(const std::vector<Device>& stage_devices,
 }
 
 
+void check_one_device_per_worker(const std::string& caller, const std::vector<Device>& devices) {
+  if (devices.empty()) throw std::invalid_argument(caller + ": no devices");
+  for (size_t i = 0; i < devices.size(); ++i) {
+    for (size_t k = 0; k < i; ++k) {
+      if (devices[i] == devices[k]) {
+        throw std::invalid_argument(caller + ": device " + devices[i].str() +
+                                    " is given twice (one device per worker)");
+      }
+    }
+  }
+}
+
 // Note [Worker CPUs]
 // Which CPUs does a worker thread run on? A thread inherits its creator's affinity mask, and
 // the creator's mask is not always the process's: a program built with OpenMP and run with

@@ -24,6 +24,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -105,6 +106,10 @@ class Countdown {
 /// different devices (one device per worker).
 std::vector<Device> worker_devices(const std::vector<Device>& stage_devices,
                                    const std::vector<int>& stage_worker, int num_workers);
+
+/// One device per worker, each named once: throws std::invalid_argument starting with
+/// `caller` when `devices` is empty or names a device twice (naming it).
+void check_one_device_per_worker(const std::string& caller, const std::vector<Device>& devices);
 
 /// SplitMix64: distinct, well-mixed seeds for the workers from one user seed.
 uint64_t mix_seed(uint64_t seed, uint64_t index);

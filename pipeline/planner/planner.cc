@@ -18,6 +18,7 @@
 #include "pipeline/schedule/ascii.h"
 #include "pipeline/schedule/generators/recompute.h"
 #include "pipeline/schedule/registry.h"
+#include "pipeline/worker.h"
 #include "tensor/threads.h"
 
 namespace pipewright::pipeline {
@@ -66,15 +67,7 @@ Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Dev
           const PlanOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   check_options(options);
-  if (devices.empty()) throw std::invalid_argument("plan: no devices");
-  for (size_t i = 0; i < devices.size(); ++i) {
-    for (size_t k = 0; k < i; ++k) {
-      if (devices[i] == devices[k]) {
-        throw std::invalid_argument("plan: device " + devices[i].str() +
-                                    " is given twice (one device per worker)");
-      }
-    }
-  }
+  check_one_device_per_worker("plan", devices);
   if (!sample.input.defined() || !sample.target.defined() || !sample.loss) {
     throw std::invalid_argument("plan: the sample needs an input, a target and a loss");
   }

@@ -13,6 +13,7 @@
 #include "pipeline/pipe.h"
 #include "pipeline/schedule/generators.h"
 #include "pipeline/schedule/replay.h"
+#include "pipeline/worker.h"
 #include "tensor/generator.h"
 
 namespace pipewright::pipeline {
@@ -51,15 +52,7 @@ double step_us(Pipe& pipe, int m, Generator& g) {
 
 RuntimeOverhead measure_runtime_overhead(const std::vector<Device>& devices,
                                          int threads_per_worker) {
-  if (devices.empty()) throw std::invalid_argument("measure_runtime_overhead: no devices");
-  for (size_t i = 0; i < devices.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      if (devices[i] == devices[j]) {
-        throw std::invalid_argument("measure_runtime_overhead: " + devices[i].str() +
-                                    " is named twice");
-      }
-    }
-  }
+  check_one_device_per_worker("measure_runtime_overhead", devices);
   const int p = static_cast<int>(devices.size());
   Generator g(0);
   nn::Sequential model;

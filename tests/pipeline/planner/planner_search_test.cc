@@ -275,5 +275,5 @@ TEST_CASE("measure_runtime_overhead: positive on real devices; bad devices are n
   CHECK(o.per_step_us >= 0);
   CHECK_THROWS_WITH(measure_runtime_overhead({}), Catch::Contains("no devices"));
   CHECK_THROWS_WITH(measure_runtime_overhead({Device::cpu(51), Device::cpu(51)}),
-                    Catch::Contains("cpu:51 is named twice"));
+                    Catch::Contains("device cpu:51 is given twice"));
 }
