@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "autograd/elementwise.h"
 #include "nn/activation.h"
 #include "nn/batch_norm.h"
 #include "nn/dropout.h"
@@ -30,6 +29,7 @@
 #include "pipeline/schedule/replay.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
+#include "tests/pipeline/pipe_test_util.h"
 
 using namespace pipewright;
 using namespace pipewright::pipeline;
@@ -104,27 +104,7 @@ Measured train(const Plan& plan, const std::vector<Device>& devices, const Batch
   return train(mlp(1, devices.front()), plan, devices, b);
 }
 
-// A residual block's skip: Save stashes its input, AddSaved adds it back (nn/skip.h).
-class Save : public nn::Skippable {
- public:
-  Save() : Skippable({.stash = {"x"}}) {}
-  using nn::Module::forward;
-  Tensor forward(const Tensor& x) override {
-    stash("x", x);
-    return x;
-  }
-  std::string str() const override { return "Save()"; }
-};
-
-class AddSaved : public nn::Skippable {
- public:
-  AddSaved() : Skippable({.pop = {"x"}}) {}
-  using nn::Module::forward;
-  Tensor forward(const Tensor& y) override { return autograd::add(y, pop("x")); }
-  std::string str() const override { return "AddSaved()"; }
-};
-
-// Linear, ReLU, [Save, Linear, ReLU, Linear, AddSaved], ReLU, Linear.
+// Linear, ReLU, [Stash, Linear, ReLU, Linear, Pop (add)], ReLU, Linear: a residual block.
 nn::Sequential residual(uint64_t seed, Device device) {
   Generator g(seed);
   GeneratorGuard guard(g);
@@ -132,11 +112,11 @@ nn::Sequential residual(uint64_t seed, Device device) {
   nn::Sequential m;
   m.push_back(nn::Linear(kIn, kHidden, true, on));
   m.push_back(nn::ReLU());
-  m.push_back(Save());
+  m.push_back(testing::Stash("x"));
   m.push_back(nn::Linear(kHidden, kHidden, true, on));
   m.push_back(nn::ReLU());
   m.push_back(nn::Linear(kHidden, kHidden, true, on));
-  m.push_back(AddSaved());
+  m.push_back(testing::Pop("x"));
   m.push_back(nn::ReLU());
   m.push_back(nn::Linear(kHidden, kClasses, true, on));
   return m;
@@ -233,7 +213,7 @@ TEST_CASE("one worker with two virtual stages: copy-free hand-offs are predicted
 
 TEST_CASE("a model with a skip connection is profiled, planned and trained within the bounds") {
   // The profile runs a layer several times and alone (Note [Skips in the profile]); the
-  // AddSaved layer must find its skip each time.
+  // Pop layer must find its skip each time.
   const std::vector<Device> devices{Device::cpu(49), Device::cpu(50)};
   const Batch b = batch(Device::cpu(99));
   const Plan p = [&] {
@@ -242,7 +222,7 @@ TEST_CASE("a model with a skip connection is profiled, planned and trained withi
                 {.schedules = {"1f1b"}, .chunks = {3}});
   }();
   CAPTURE(p.explain());
-  // The skip stays inside one stage: no cut between Save (layer 2) and AddSaved (layer 6).
+  // The skip stays inside one stage: no cut between Stash (layer 2) and Pop (layer 6).
   REQUIRE(p.balance.size() == 2);
   CHECK((p.balance[0] <= 2 || p.balance[0] >= 7));
   const Measured m = train(residual(1, devices.front()), p, devices, b);
