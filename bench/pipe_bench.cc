@@ -6,7 +6,7 @@
 // cut at layer granularity) over cpu:0 and cpu:1, chunks 8 (micro-batches of 32),
 // deferred BatchNorm, each worker with ONE intra-op thread: two stages, two cores.
 //
-//   pipe/<api>/<schedule>/<checkpoint>   train_step(x, y, cross_entropy, schedule), or
+//   pipe/<api>/<schedule>/<checkpoint>   train_step(x, y, cross_entropy) under the schedule, or
 //                                        api "forward": cross_entropy(pipe.forward(x)).backward()
 //   plain/threads:N                      cross_entropy(model(x), y).backward() with N threads
 //   plain/microbatched/threads:1         the same, 8 micro-batches one after another, 1 thread

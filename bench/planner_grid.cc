@@ -155,7 +155,7 @@ Measurement measure(const Case& c, const Config& config) {
     for (const Device& d : options.devices) allocator_for(d).reset_peak();
     const auto start = std::chrono::steady_clock::now();
     if (config.schedule) {
-      pipe.train_step(c.input, c.target, c.loss, *config.schedule);
+      pipe.train_step(c.input, c.target, c.loss, {.custom_schedule = *config.schedule});
     } else {
       pipe.train_step(c.input, c.target, c.loss);
     }

@@ -10,7 +10,7 @@
 // ONE intra-op thread. No optimizer step and no zero_grad (gradients accumulate
 // into the existing .grad tensors, so every measured step allocates the same things).
 //
-//   schedule/p:P/m:M/<name>     Pipe::train_step(x, y, mse_loss, name), P workers, M micro-batches
+//   schedule/p:P/m:M/<name>     train_step(x, y, mse_loss) under <name>, P workers, M micro-batches
 //   memory/p:P/m:M/<name>       the same with an input that does NOT require grad, for the
 //                               memory comparison: otherwise stage 0 also keeps every
 //                               micro-batch's input gradient until the step ends (x.grad,

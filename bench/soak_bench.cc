@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     if (alloc_fail) cpu.fail_allocation_after(std::uniform_int_distribution<int>(0, 40)(rng));
     opt.zero_grad();
     try {
-      pipe.train_step(x, y, loss, schedule);
+      pipe.train_step(x, y, loss, {.schedule = schedule});
       opt.step();
       ++ok;
     } catch (const InjectedFault&) {

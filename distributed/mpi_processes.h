@@ -141,22 +141,20 @@ class MpiProcesses final : public pipeline::Processes {
 /// contiguous shares, the first n % replicas replicas one row more.
 std::pair<int64_t, int64_t> replica_rows(int64_t n, int replica, int replicas);
 
-/// One data-parallel step: this replica's rows of `input` / `target` through pipe.train_step,
-/// gradients weighted n_r / N and all-reduced (Note [Data-parallel gradients]) among the
-/// replicas of the Pipe's own MpiProcesses (PipeOptions::processes). The result's loss is the
-/// global batch's mean loss, on every rank; microbatch_losses / sizes are this replica's.
-/// Throws std::invalid_argument when the Pipe was built without an MpiProcesses or the batch
-/// has fewer rows than replicas, and what train_step throws.
-pipeline::StepResult train_step(pipeline::Pipe& pipe, const Tensor& input, const Tensor& target,
-                                const pipeline::LossFn& loss_fn);
-
-/// The general form (pipeline::StepOptions): every split input and target is cut to this
+/// One data-parallel step, Pipe::train_step's two forms over the replicas of the Pipe's own
+/// MpiProcesses (PipeOptions::processes): every split input and target is cut to this
 /// replica's share [begin, end) = replica_rows(N, r, D) on its own dim (replicated ones go
-/// whole to every replica), then Pipe::train_step runs with `options`. Gradients are weighted
-/// n_r / N under LossReduction::kMean and 1 under kSum (the sum over replicas is then the
-/// global batch's summed loss's gradient); the result's loss is the global batch's on every
-/// rank; returned outputs are this replica's rows. Throws as the single-tensor form, and what
-/// Pipe::train_step throws for the specs.
+/// whole to every replica; the single-tensor form's input and target on dim 0 unless
+/// `options` says otherwise), then Pipe::train_step runs with `options` and first_sample
+/// advanced by begin. Gradients are weighted n_r / N under LossReduction::kMean and 1 under
+/// kSum, and all-reduced (Note [Data-parallel gradients]); the result's loss is the global
+/// batch's (mean or sum) on every rank; microbatch_losses / sizes and returned outputs are
+/// this replica's. Throws std::invalid_argument when the Pipe was built without an
+/// MpiProcesses, an input or target is undefined, the single-tensor form's input is a scalar,
+/// or the batch has fewer rows than replicas; and what Pipe::train_step throws.
+pipeline::StepResult train_step(pipeline::Pipe& pipe, const Tensor& input, const Tensor& target,
+                                const pipeline::LossFn& loss_fn,
+                                const pipeline::StepOptions& options = {});
 pipeline::StepResult train_step(pipeline::Pipe& pipe, const nn::Tensors& inputs,
                                 const nn::Tensors& targets, const pipeline::TupleLossFn& loss_fn,
                                 const pipeline::StepOptions& options = {});

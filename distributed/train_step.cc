@@ -32,7 +32,8 @@ nn::Tensors replica_share(const nn::Tensors& tensors, const std::vector<pipeline
 }  // namespace
 
 pipeline::StepResult train_step(pipeline::Pipe& pipe, const Tensor& input, const Tensor& target,
-                                const pipeline::LossFn& loss_fn) {
+                                const pipeline::LossFn& loss_fn,
+                                const pipeline::StepOptions& options) {
   if (!input.defined() || !target.defined()) {
     throw std::invalid_argument("distributed::train_step: input and target must be defined");
   }
@@ -40,7 +41,7 @@ pipeline::StepResult train_step(pipeline::Pipe& pipe, const Tensor& input, const
     throw std::invalid_argument("distributed::train_step: the input is a scalar (shape [])");
   }
   return train_step(pipe, nn::Tensors{input}, nn::Tensors{target},
-                    pipeline::as_tuple_loss(loss_fn));
+                    pipeline::as_tuple_loss(loss_fn), options);
 }
 
 pipeline::StepResult train_step(pipeline::Pipe& pipe, const nn::Tensors& inputs,

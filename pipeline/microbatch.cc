@@ -101,18 +101,6 @@ std::vector<ChunkSpec> chunk_specs(const std::vector<ChunkSpec>& specs, size_t c
   return specs;
 }
 
-std::vector<ChunkSpec> chunk_specs(const std::vector<bool>& no_chunk, size_t count) {
-  if (!no_chunk.empty() && no_chunk.size() != count) {
-    throw std::invalid_argument("no_chunk has " + std::to_string(no_chunk.size()) +
-                                " flags for " + std::to_string(count) + " inputs");
-  }
-  std::vector<ChunkSpec> specs(count);
-  for (size_t i = 0; i < no_chunk.size(); ++i) {
-    if (no_chunk[i]) specs[i] = ChunkSpec::replicate();
-  }
-  return specs;
-}
-
 MicroBatches scatter(const nn::Tensors& inputs, const std::vector<ChunkSpec>& given, int chunks,
                      const std::string& what) {
   if (chunks <= 0) {
@@ -133,7 +121,7 @@ MicroBatches scatter(const nn::Tensors& inputs, const std::vector<ChunkSpec>& gi
     }
     if (t.dim() == 0) {
       throw std::invalid_argument(name + " is a scalar (shape []): cannot split it into "
-                                  "micro-batches (replicate it: ChunkSpec::replicate / no_chunk)");
+                                  "micro-batches (replicate it: ChunkSpec::replicate())");
     }
     const int64_t d = normalised_dim(t, specs[i].dim, name);
     if (first < 0) {
@@ -149,8 +137,8 @@ MicroBatches scatter(const nn::Tensors& inputs, const std::vector<ChunkSpec>& gi
     }
   }
   if (first < 0) {
-    throw std::invalid_argument("every pipeline " + what + " is replicated (no_chunk): "
-                                "nothing to split");
+    throw std::invalid_argument("every pipeline " + what + " is replicated "
+                                "(ChunkSpec::replicate): nothing to split");
   }
   out.sizes = chunk_sizes(out.batch_size, chunks);
   out.batches = split_to(inputs, specs, out.sizes, what);

@@ -40,9 +40,6 @@ struct ChunkSpec {
 /// "input", "target").
 std::vector<ChunkSpec> chunk_specs(const std::vector<ChunkSpec>& specs, size_t count,
                                    const std::string& what);
-/// The no_chunk flags of Pipe::forward as specs (dim 0 or replicated): empty (all dim 0) or
-/// one flag per input, else std::invalid_argument naming both counts.
-std::vector<ChunkSpec> chunk_specs(const std::vector<bool>& no_chunk, size_t count);
 
 struct MicroBatches {
   std::vector<nn::Tensors> batches;  // [micro-batch][input position]

@@ -84,10 +84,6 @@ Tensor Pipe::forward(const Tensor& input) {
 // (looped BFS over the placement when workers hold several stages);
 // the rest runs when the user's backward reaches the PipeBackward node (Note [Anatomy of a
 // step] in runtime.h).
-nn::Tensors Pipe::forward(const nn::Tensors& inputs, const std::vector<bool>& no_chunk) {
-  return forward(inputs, StepOptions{.input_chunks = chunk_specs(no_chunk, inputs.size())});
-}
-
 nn::Tensors Pipe::forward(const nn::Tensors& inputs, const StepOptions& options) {
   check_not_moved_from();
   if (options_.processes != nullptr) {

@@ -8,7 +8,7 @@
 //   nn::cross_entropy(out, y.to(out.device())).backward();  // runs the pipeline's backward
 //   opt.step();
 //
-//   StepResult r = pipe.train_step(x, y, loss_fn, "1f1b");  // any schedule, loss per micro-batch
+//   StepResult r = pipe.train_step(x, y, loss_fn, {.schedule = "1f1b"});  // loss per micro-batch
 //
 // How a step runs (Note [Anatomy of a step], runtime.h):
 //   1. scatter: the mini-batch is cut into micro-batches (microbatch.h);
@@ -71,8 +71,8 @@ class PipeTestAccess;
 class DeferredBatchNorm;
 class TiedParameters;
 
-/// What forward, train_step and eval_step take besides the tensors and the loss (the general
-/// form; torch.distributed.pipelining's args_chunk_spec / kwargs / output_merge_spec / return
+/// What forward, train_step and eval_step take besides the tensors and the loss
+/// (torch.distributed.pipelining's args_chunk_spec / kwargs / output_merge_spec / return
 /// outputs, torchgpipe's NoChunk). Every field has a default: `{}` is one input and one target
 /// split on dim 0, a mean loss, options().schedule. Pipe::forward reads input_chunks,
 /// arguments and output_dims only (it has no loss, and runs GPipe).
@@ -98,10 +98,11 @@ struct StepOptions {
   /// empty; negative counts from the end); in Pipe::forward its gradient is cut the same way
   /// in backward.
   std::vector<int> output_dims = {};
-  /// The schedule: a registered name (schedule/registry.h), with options().checkpoint
-  /// applied (empty: options().schedule) ...
+  /// The step's schedule, when not the Pipe's (PipeOptions::schedule): a registered name
+  /// (schedule/registry.h), with options().checkpoint applied ...
   std::string schedule = {};
-  /// ... or this schedule exactly as given (its R actions are its checkpointing).
+  /// ... or this schedule exactly as given (its R actions are its checkpointing; the
+  /// planner's Plan::schedule_for makes one). Setting both is refused.
   std::optional<Schedule> custom_schedule = std::nullopt;
   /// The index of this mini-batch's first row in the global batch, which random layers key
   /// their draws by (Note [Keyed randomness], nn/random_key.h): distributed::train_step sets
@@ -138,57 +139,68 @@ class Pipe {
   /// accumulates once more, as through the plain model. In eval mode or under NoGradGuard
   /// nothing is kept.
   /// Throws std::invalid_argument for a rank-0 or undefined input, for a Pipe spread over
-  /// processes (use train_step), and whatever a stage throws.
+  /// processes (use train_step), when the model returns other than one tensor (use the tuple
+  /// form), and whatever a stage throws.
   Tensor forward(const Tensor& input);
   Tensor operator()(const Tensor& input) { return forward(input); }
 
-  /// Tuple version: every input is split on dim 0 (all with the same N) unless
-  /// no_chunk[i] is set, in which case every micro-batch gets the whole tensor (torchgpipe's
-  /// NoChunk). no_chunk is empty or has one flag per input. Returns each output position
-  /// concatenated over the micro-batches.
-  nn::Tensors forward(const nn::Tensors& inputs, const std::vector<bool>& no_chunk = {});
-  /// The general form: inputs split on any dim or replicated, non-tensor arguments, outputs
-  /// gathered on any dim (StepOptions' input_chunks, arguments, output_dims; the others are
-  /// ignored); equal to module(inputs) under an nn::ArgumentsGuard of the arguments, with
-  /// the same backward (an input split on dim d gets its gradient concatenated on d, a
-  /// replicated one the sum over micro-batches).
-  /// Throws std::invalid_argument as scatter() and gather() do (microbatch.h: a wrong
-  /// number of specs or dims, an input or output without the dim, split inputs of different
-  /// sizes, naming the shapes), and what the forward(no_chunk) form throws.
-  nn::Tensors forward(const nn::Tensors& inputs, const StepOptions& options);
+  /// The tuple form (torch Pipe's forward(*inputs)): equal to module(inputs) under an
+  /// nn::ArgumentsGuard of options.arguments, split and run as forward(Tensor), with the same
+  /// backward. Of StepOptions it reads input_chunks (default: every input split on dim 0,
+  /// all with the same N; ChunkSpec::replicate() hands every micro-batch the whole tensor,
+  /// torchgpipe's NoChunk), arguments and output_dims (output k concatenated over the
+  /// micro-batches on output_dims[k], dim 0 by default); the loss and schedule fields are
+  /// ignored (it runs GPipe, the loss is the caller's). Backward: an input split on dim d gets
+  /// its gradient concatenated on d, a replicated one the sum over the micro-batches.
+  /// Throws std::invalid_argument for a Pipe spread over processes (use train_step) and as
+  /// scatter() and gather() do (microbatch.h: a wrong number of specs or dims, an undefined,
+  /// rank-0 or too-small split input, split inputs of different sizes, every input
+  /// replicated, an output without its dim, naming the shapes); and whatever a stage throws.
+  nn::Tensors forward(const nn::Tensors& inputs, const StepOptions& options = {});
 
   // ---- a whole training step under any schedule ----
 
   /// Runs forward and backward of one mini-batch with the loss computed per micro-batch on
-  /// the last stage: loss_j = loss_fn(output_j, target_j) (one element; a mean over the
-  /// micro-batch), backpropagated with weight n_j / N so that parameter gradients equal
-  /// those of loss_fn on the whole batch. Gradients accumulate into .grad (zero them
-  /// yourself). input [N, ...], target [N, ...] (same N; any dtype, moved to the last stage).
-  /// Uses options().schedule, or the named one (registered names), with options().checkpoint
-  /// applied; or `schedule` exactly as given (its R actions are its checkpointing). Throws
-  /// std::invalid_argument when N differs between input and target, when a given schedule
-  /// does not fit this pipe (workers, stages, stage placement, micro-batch count — naming
-  /// both) or fails validate(); std::domain_error when a micro-batch's loss is NaN or
-  /// infinite (Note [Non-finite loss], pipeline/step_readback.cc: found when the step's
-  /// losses are read at its end, so the backwards ran and .grad holds what they spread: zero
-  /// it before the next step); and whatever a stage or loss_fn throws (a GPU kernel's bad
-  /// index, std::out_of_range, also at the step's end: Note [One read per step]). After any failure last_failure() says
-  /// where it began; deferred BatchNorm statistics of the failed step are discarded.
-  StepResult train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn);
+  /// the last stage (torch.distributed.pipelining's schedule.step(x, target=y)).
+  ///
+  /// Tensors and loss: input [N, ...] (any dtype the first stage takes, any device: moved
+  /// to the first stage's), target [N, ...] (any dtype, moved to the last stage's device);
+  /// loss_j = loss_fn(output_j, target_j), one element. The tuple form takes several inputs
+  /// (the first stage's tuple) and targets, and loss_fn(outputs_j, targets_j) over the last
+  /// stage's whole output tuple; the single-tensor form is the tuple form with one input, one
+  /// target and a last stage returning one tensor, and takes every StepOptions field (its
+  /// spec lists and output_dims then have at most one entry).
+  ///
+  /// Options (StepOptions, all defaulted): input_chunks / target_chunks split each tensor on
+  /// its dim or replicate it; reduction kMean (loss_fn averages over its micro-batch, the
+  /// backward of micro-batch j starts from n_j / N, Note [Loss scaling]) or kSum (weight 1);
+  /// arguments, seen by every stage and loss_fn; return_outputs and output_dims; first_sample
+  /// for keyed random layers. The schedule: StepOptions::schedule (a registered name,
+  /// options().checkpoint applied) or custom_schedule (run exactly as given: its R actions
+  /// are its checkpointing), else options().schedule.
+  ///
+  /// Effects: parameter gradients equal those of the whole batch's loss and accumulate into
+  /// .grad (zero them yourself); an input that requires grad gets its gradient as
+  /// loss.backward() would give it (summed over micro-batches for a replicated one).
+  /// Returns the mini-batch loss, each micro-batch's loss and size, the schedule that ran,
+  /// its trace and counters (StepResult).
+  ///
+  /// Throws std::invalid_argument, naming the values, when loss_fn is empty, an input or
+  /// target is undefined, a spec list has another size than its tensors, a split tensor has
+  /// no such dim, split inputs or targets differ in size N on their dims, every input is
+  /// replicated, output_dims does not fit the outputs, the single-tensor form's last stage
+  /// returns other than one tensor, both schedule and custom_schedule are set, the schedule
+  /// name is not registered or needs other virtual stages, or the schedule does not fit this
+  /// pipe (workers, stages, stage placement, micro-batch count — naming both) or fails
+  /// validate(); std::domain_error when a micro-batch's loss is NaN or infinite (Note
+  /// [Non-finite loss], pipeline/step_readback.cc: found when the step's losses are read at
+  /// its end, so the backwards ran and .grad holds what they spread: zero it before the next
+  /// step); and whatever a stage or loss_fn throws (a GPU kernel's bad index,
+  /// std::out_of_range, also at the step's end: Note [One read per step]). After any failure
+  /// last_failure() says where it began; deferred BatchNorm statistics of the failed step are
+  /// discarded.
   StepResult train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
-                        const std::string& schedule);
-  StepResult train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
-                        const Schedule& schedule);
-
-  /// The general form: several inputs (the first stage's tuple), each split on its dim or
-  /// replicated; several targets cut the same way; loss_fn(outputs_j, targets_j) over the last
-  /// stage's whole output tuple; non-tensor arguments; outputs returned; mean or sum reduction
-  /// (StepOptions). Everything else as above: gradients accumulate into .grad (and into every
-  /// input that requires grad, summed over micro-batches for a replicated one), a NaN/inf loss
-  /// throws std::domain_error. Throws std::invalid_argument naming the values when a spec
-  /// list has another size than its tensors, a split tensor has no such dim, split inputs or
-  /// targets differ in size N on their dims, every input is replicated, or output_dims does not
-  /// fit the outputs; and as the single-tensor form.
+                        const StepOptions& options = {});
   StepResult train_step(const nn::Tensors& inputs, const nn::Tensors& targets,
                         const TupleLossFn& loss_fn, const StepOptions& options = {});
 

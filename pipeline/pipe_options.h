@@ -58,8 +58,9 @@ struct PipeOptions {
   /// gradient (over processes too), so an optimizer over pipe.parameters() keeps the copies
   /// bitwise equal. Note [Tied parameters] in tied_parameters.h.
   std::vector<std::vector<std::string>> tied_parameters = {};
-  /// The schedule train_step runs when not given one (a registered name: schedule_names()
-  /// lists them, schedule/registry.h).
+  /// The schedule train_step runs when its StepOptions names none (a registered name:
+  /// schedule_names() lists them, schedule/registry.h); the one other place a schedule is
+  /// chosen is StepOptions::schedule / custom_schedule, for one step.
   std::string schedule = "gpipe";
   /// Seeds the workers' generators (worker w gets mix_seed(seed, w)); see Pipe::manual_seed.
   uint64_t seed = 0;

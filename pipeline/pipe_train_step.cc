@@ -35,21 +35,10 @@ void check_defined(const Tensor& input, const Tensor& target) {
 
 }  // namespace
 
-StepResult Pipe::train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn) {
-  return train_step(input, target, loss_fn, options_.schedule);
-}
-
 StepResult Pipe::train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
-                            const std::string& schedule) {
+                            const StepOptions& options) {
   check_defined(input, target);
-  return run_step({input}, {target}, as_tuple_loss(loss_fn), {.schedule = schedule}, true);
-}
-
-StepResult Pipe::train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
-                            const Schedule& schedule) {
-  check_defined(input, target);
-  return run_step({input}, {target}, as_tuple_loss(loss_fn), {.custom_schedule = schedule},
-                  true);
+  return run_step({input}, {target}, as_tuple_loss(loss_fn), options, true);
 }
 
 StepResult Pipe::train_step(const nn::Tensors& inputs, const nn::Tensors& targets,
@@ -85,6 +74,10 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
     schedule = fill_drain_schedule(m);  // its forward phase: F actions only
     schedule.actions = split_fill_drain(schedule).forward;
   } else if (options.custom_schedule.has_value()) {
+    if (!options.schedule.empty()) {
+      throw std::invalid_argument("train_step: StepOptions names two schedules, '" +
+                                  options.schedule + "' and a custom_schedule; set one");
+    }
     schedule = *options.custom_schedule;
   } else {
     const std::string& name = options.schedule.empty() ? options_.schedule : options.schedule;

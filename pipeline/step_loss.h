@@ -2,9 +2,10 @@
 // (Pipe::forward does not: its loss is the user's, outside the pipeline); the last stage's
 // cells then end in loss_fn (stage_fn.h), and the runtime hands each micro-batch's loss
 // here and starts that micro-batch's backward from the gradient it keeps (Note [Loss
-// scaling], pipe_train_step.cc). Everything here but the fixed part is touched only by the
-// last stage's worker while the step runs, and by the caller after it (step.h's ownership
-// rule).
+// scaling], pipe_train_step.cc). The planner's stage probe (planner/stage_probe.h) drives
+// one the same way on one thread, so what it measures is what a step allocates. Everything
+// here but the fixed part is touched only by the last stage's worker while the step runs,
+// and by the caller after it (step.h's ownership rule).
 #pragma once
 
 #include <cstdint>

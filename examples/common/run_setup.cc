@@ -92,7 +92,7 @@ pipeline::StepResult train_one_step(pipeline::Pipe& pipe, distributed::MpiProces
                                     const pipeline::Schedule* schedule) {
   try {
     if (processes) return distributed::train_step(pipe, input, target, loss_fn);
-    return schedule ? pipe.train_step(input, target, loss_fn, *schedule)
+    return schedule ? pipe.train_step(input, target, loss_fn, {.custom_schedule = *schedule})
                     : pipe.train_step(input, target, loss_fn);
   } catch (...) {  // the exception is unchanged; say where in the pipeline it began
     if (auto failure = pipe.last_failure()) log << "\nstep failed at " << failure->str() << "\n";

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   auto mse = [](const Tensor& out, const Tensor& target) { return nn::mse_loss(out, target); };
 
   // 3. One step. The result carries the schedule that ran (R actions included) and the trace.
-  const pipeline::StepResult r = pipe.train_step(x, y, mse, schedule);
+  const pipeline::StepResult r = pipe.train_step(x, y, mse, {.schedule = schedule});
 
   std::printf("schedule %s, %d workers, %d micro-batches (replayed, tF = 1, tB = 2):\n%s\n",
               schedule.c_str(), r.schedule.num_workers, r.schedule.num_microbatches,

@@ -5,7 +5,7 @@
 //                                        devices, {.memory_cap_bytes = 64 << 20});
 //   std::cout << plan.explain();                       // the choice and the runners-up
 //   pipeline::Pipe pipe(std::move(model), plan.pipe_options(devices));
-//   pipe.train_step(x, y, loss_fn, plan.schedule_for(pipe_microbatches));
+//   pipe.train_step(x, y, loss_fn, {.custom_schedule = plan.schedule_for(pipe_microbatches)});
 //
 // Note [How the planner searches]
 // 1. Profile every layer (profile.h; cached in options.cache): times of F, B, I, W at two

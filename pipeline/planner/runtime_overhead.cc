@@ -39,7 +39,7 @@ double step_us(Pipe& pipe, int m, Generator& g) {
   std::vector<double> times;
   for (int k = 0; k < kWarmup + kTimed; ++k) {
     const auto start = std::chrono::steady_clock::now();
-    pipe.train_step(x, y, mse, schedule);
+    pipe.train_step(x, y, mse, {.custom_schedule = schedule});
     const double us = std::chrono::duration<double, std::micro>(
                           std::chrono::steady_clock::now() - start)
                           .count();

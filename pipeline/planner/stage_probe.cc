@@ -2,6 +2,7 @@
 #include "pipeline/planner/stage_probe.h"
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "pipeline/profile_state.h"
 #include "pipeline/skip_layout.h"
 #include "pipeline/stage_fn.h"
+#include "pipeline/step_loss.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
 
@@ -50,19 +52,29 @@ void check_skips_inside(const nn::Sequential& model, int first, int last) {
 }
 
 // One stage's two cells and the runtime's part of each action (runtime.cc: Runtime::forward
-// and Runtime::backward), on the calling thread.
+// and Runtime::backward), on the calling thread. The last stage's loss is the StepLoss a
+// train_step installs, over two micro-batches of `rows` rows with the same targets (handles
+// of one tensor: no extra bytes): its value kept, its gradient seed made in F, taken by B.
 class Probe {
  public:
   Probe(nn::Sequential& stage, Device device, nn::Tensors first_input, bool is_first,
-        bool is_last, const LossFn& loss_fn, const nn::Tensors& targets)
+        bool is_last, const LossFn& loss_fn, const nn::Tensors& targets, int64_t rows)
       : stage_(stage), device_(device), allocator_(allocator_for(device)),
-        input_(std::move(first_input)), is_first_(is_first), is_last_(is_last),
-        loss_fn_(as_tuple_loss(loss_fn)), targets_(targets),
-        layout_(stage, {static_cast<int>(stage.size())}),
-        fn_(stage_function(stage, device, layout_, 0, 0, arguments_,
-                           is_last ? StageLoss{&loss_fn_, &targets_, nullptr} : StageLoss{})) {
+        input_(std::move(first_input)), is_first_(is_first),
+        layout_(stage, {static_cast<int>(stage.size())}) {
+    if (is_last) {
+      loss_.emplace(as_tuple_loss(loss_fn), std::vector<nn::Tensors>{targets, targets},
+                    std::vector<int64_t>{rows, rows}, LossReduction::kMean,
+                    /*keep_outputs=*/false);
+    }
+    for (int k = 0; k < 2; ++k) {
+      fns_[k] = stage_function(stage, device, layout_, 0, k, arguments_,
+                               loss_ ? loss_->stage_loss(k, unkept_outputs_) : StageLoss{});
+    }
     for (const Tensor& t : input_) needs_grad_.push_back(!is_first || t.requires_grad());
   }
+  Probe(const Probe&) = delete;  // fns_ point into loss_ and layout_
+  Probe& operator=(const Probe&) = delete;
 
   // What `action` did to the device's counter.
   template <class Action>
@@ -84,12 +96,11 @@ class Probe {
       if (is_first_) {
         for (Tensor& t : args) t = t.to(device_);
       }
-      nn::Tensors out = cells_[k].forward(fn_, args, mode, current_generator(),
+      nn::Tensors out = cells_[k].forward(fns_[k], args, mode, current_generator(),
                                           is_first_ ? needs_grad_ : std::vector<char>{});
       args.clear();
-      if (is_last_) {
-        loss_values_[k] = out.at(0).detach();
-        loss_grads_[k] = Tensor::full(out[0].shape(), 0.5, {out[0].dtype(), out[0].device()});
+      if (loss_) {
+        loss_->made(k, out.at(0), /*with_backward=*/true);
       } else {
         // Only the outputs' shapes are kept: a reference would hold the last output past
         // its cell's backward, which the runtime's send does not.
@@ -105,15 +116,15 @@ class Probe {
   }
 
   ActionBytes recompute(int k) {
-    return measure([&] { cells_[k].recompute(fn_, current_generator()); });
+    return measure([&] { cells_[k].recompute(fns_[k], current_generator()); });
   }
 
   // B or I of cell k: the gradient message arrives, the cell backpropagates, its input
   // gradient leaves (dropped).
   ActionBytes backward(int k, bool split) {
     nn::Tensors grads;
-    if (is_last_) {
-      grads = {std::move(loss_grads_[k])};
+    if (loss_) {
+      grads = {loss_->take_grad(k)};
     } else {
       for (const OutputShape& o : output_like_) {
         grads.push_back(o.floating ? Tensor::ones(o.shape, {o.dtype, device_}) : Tensor());
@@ -133,8 +144,10 @@ class Probe {
 
   // The step's end: loss values and deferred sums go, the next series starts from no .grad.
   void end_series(DeferredBatchNorm* deferred) {
-    for (Tensor& t : loss_values_) t = Tensor();
-    for (Tensor& t : loss_grads_) t = Tensor();
+    for (int k = 0; loss_ && k < 2; ++k) {
+      loss_->value(k) = Tensor();
+      loss_->take_grad(k);  // dropped (every series runs each backward, which took it)
+    }
     if (deferred != nullptr) deferred->discard();
     for (Tensor p : stage_.parameters()) p.set_grad(Tensor());
   }
@@ -153,15 +166,14 @@ class Probe {
   Device device_;
   Allocator& allocator_;
   nn::Tensors input_;
-  bool is_first_, is_last_;
-  TupleLossFn loss_fn_;
-  nn::Tensors targets_;
+  bool is_first_;
   nn::Arguments arguments_;
   SkipLayout layout_;
-  std::function<nn::Tensors(const nn::Tensors&)> fn_;
+  std::optional<StepLoss> loss_;  // the last stage's
+  nn::Tensors unkept_outputs_;    // StepLoss keeps no outputs here
+  StageFn fns_[2];                // micro-batch k's stage function
   std::vector<char> needs_grad_;
   Cell cells_[2];
-  Tensor loss_values_[2], loss_grads_[2];
   struct OutputShape {
     bool floating;  // defined and floating: it receives a gradient
     Shape shape;
@@ -231,7 +243,7 @@ StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows
   if (options.deferred_batch_norm) deferred = std::make_unique<DeferredBatchNorm>(stage);
 
   {  // recorded cells, whole backwards
-    Probe probe(stage, device, stage_input, is_first, is_last, loss_fn, targets);
+    Probe probe(stage, device, stage_input, is_first, is_last, loss_fn, targets, rows);
     m.forward_first = probe.forward(0, CellMode::kRecord);
     m.forward = probe.forward(1, CellMode::kRecord);
     m.backward_first = probe.backward(0, false);
@@ -243,7 +255,7 @@ StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows
     m.grad_input_bytes = probe.grad_input_bytes_;
   }
   {  // checkpointed cells
-    Probe probe(stage, device, stage_input, is_first, is_last, loss_fn, targets);
+    Probe probe(stage, device, stage_input, is_first, is_last, loss_fn, targets, rows);
     m.checkpoint_first = probe.forward(0, CellMode::kCheckpoint);
     m.checkpoint = probe.forward(1, CellMode::kCheckpoint);
     m.recompute = probe.recompute(0);
@@ -253,7 +265,7 @@ StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows
     probe.end_series(deferred.get());
   }
   {  // split backwards
-    Probe probe(stage, device, stage_input, is_first, is_last, loss_fn, targets);
+    Probe probe(stage, device, stage_input, is_first, is_last, loss_fn, targets, rows);
     probe.forward(0, CellMode::kRecord);
     probe.forward(1, CellMode::kRecord);
     m.backward_input = probe.backward(0, true);

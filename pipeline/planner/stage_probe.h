@@ -19,7 +19,7 @@
 // the step ends (deferred BatchNorm's sums), its first backward creates every .grad (a step
 // starts after zero_grad()). Stage 0 copies its micro-batch to the device inside F; the last
 // stage computes the loss inside F, keeps the loss value until the step ends and makes its
-// gradient seed in F (train_step's runtime does all three).
+// gradient seed in F, through the same StepLoss (step_loss.h) a train_step installs.
 #pragma once
 
 #include <cstdint>

@@ -113,7 +113,7 @@ struct Reference {
 Reference reference(int p, Checkpoint ckpt, int m, const Tensor& x, const Tensor& y,
                     const std::string& schedule) {
   Pipe fresh = make_pipe(p, ckpt, m);
-  const StepResult r = fresh.train_step(x, y, mse, schedule);
+  const StepResult r = fresh.train_step(x, y, mse, {.schedule = schedule});
   return {r.microbatch_losses, grad_bytes(fresh.module()), r.schedule};
 }
 
@@ -125,7 +125,7 @@ void check_recovered(Pipe& pipe, const std::vector<int64_t>& before,
   REQUIRE(buffer_bytes(pipe.module()) == stats);
   pipe.zero_grad();
   REQUIRE(gpu_allocated() == before);
-  const StepResult r = pipe.train_step(x, y, mse, schedule);
+  const StepResult r = pipe.train_step(x, y, mse, {.schedule = schedule});
   REQUIRE(r.microbatch_losses == ref.losses);
   REQUIRE(grad_bytes(pipe.module()) == ref.grads);
   REQUIRE_FALSE(pipe.last_failure().has_value());
@@ -162,7 +162,7 @@ TEST_CASE("an allocation failure in the GPU caching allocator during train_step"
         }
         bool failed = false;
         try {
-          pipe.train_step(x, y, mse, "1f1b");
+          pipe.train_step(x, y, mse, {.schedule = "1f1b"});
         } catch (const cuda::CudaError& e) {
           failed = true;
           REQUIRE(e.code() == static_cast<int>(cudaErrorMemoryAllocation));
@@ -212,7 +212,8 @@ TEST_CASE("a fault before an action on GPUs with streams: schedules, modes, plac
             const std::vector<int64_t> before = gpu_allocated();
             const std::vector<std::string> stats = buffer_bytes(pipe.module());
             auto fired = arm_fault(pipe, w, i);
-            REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, mse, schedule), InjectedFault,
+            REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, mse, {.schedule = schedule}),
+                                   InjectedFault,
                                    Catch::Message(fault_message(w, i)));
             PipeTestAccess::set_fault_hook(pipe, nullptr);
             REQUIRE(fired->load());
@@ -242,7 +243,7 @@ TEST_CASE("a layer that throws on its k-th call on a GPU, across schedules",
     CAPTURE(schedule);
     auto countdown = std::make_shared<std::atomic<int>>(kDisarmed);
     Pipe fresh = make_pipe(2, Checkpoint::kAlways, m, countdown);
-    const StepResult r0 = fresh.train_step(x, y, mse, schedule);
+    const StepResult r0 = fresh.train_step(x, y, mse, {.schedule = schedule});
     const Reference ref{r0.microbatch_losses, grad_bytes(fresh.module()), r0.schedule};
     const int calls = kDisarmed - countdown->load();
     REQUIRE(calls == 2 * m);  // m forwards, m recomputes
@@ -254,7 +255,7 @@ TEST_CASE("a layer that throws on its k-th call on a GPU, across schedules",
       const std::vector<int64_t> before = gpu_allocated();
       const std::vector<std::string> stats = buffer_bytes(pipe.module());
       countdown->store(k);
-      REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, mse, schedule), std::domain_error,
+      REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, mse, {.schedule = schedule}), std::domain_error,
                              Catch::Message("layer exploded on the GPU"));
       countdown->store(kDisarmed);
       ++faults;
@@ -303,7 +304,7 @@ TEST_CASE("a bad target on a GPU: the kernel's own error at the step's end, nami
   const std::vector<std::string> stats = buffer_bytes(pipe.module());
   for (const std::string schedule : {"gpipe", "1f1b"}) {
     CAPTURE(schedule);
-    REQUIRE_THROWS_MATCHES(pipe.train_step(x, bad, ce, schedule), std::out_of_range,
+    REQUIRE_THROWS_MATCHES(pipe.train_step(x, bad, ce, {.schedule = schedule}), std::out_of_range,
                            Catch::Message("cross_entropy: target 7 at index 1 is outside [0, 5)"));
     const std::optional<Failure> f = pipe.last_failure();
     REQUIRE(f.has_value());
@@ -313,8 +314,8 @@ TEST_CASE("a bad target on a GPU: the kernel's own error at the step's end, nami
     CHECK(buffer_bytes(pipe.module()) == stats);  // deferred BatchNorm: nothing committed
   }
   pipe.zero_grad();
-  const StepResult r = pipe.train_step(x, good, ce, "1f1b");
-  const StepResult ref = fresh.train_step(x, good, ce, "1f1b");
+  const StepResult r = pipe.train_step(x, good, ce, {.schedule = "1f1b"});
+  const StepResult ref = fresh.train_step(x, good, ce, {.schedule = "1f1b"});
   CHECK(r.microbatch_losses == ref.microbatch_losses);
   CHECK(grad_bytes(pipe.module()) == grad_bytes(fresh.module()));
 }
@@ -350,7 +351,7 @@ TEST_CASE("a stage whose output lands on the other GPU: copied back to the stage
   REQUIRE(pipeline::testing::max_grad_diff(pipe.module(), plain) <= 2e-5);
 
   pipe.zero_grad();
-  const StepResult r = pipe.train_step(x, y, mse, "1f1b");
+  const StepResult r = pipe.train_step(x, y, mse, {.schedule = "1f1b"});
   REQUIRE(std::abs(r.loss - ref_loss.item()) <= 2e-5);
   REQUIRE(pipeline::testing::max_grad_diff(pipe.module(), plain) <= 2e-5);
 }

@@ -101,7 +101,7 @@ void check_transparent(const std::vector<Device>& devices, int chunks, Checkpoin
   pipe.zero_grad();
   nn::mse_loss(plain.forward(x0), target).backward();
   auto mse = [](const Tensor& o, const Tensor& t) { return nn::mse_loss(o, t); };
-  const pipeline::StepResult r = pipe.train_step(x0, target, mse, "1f1b");
+  const pipeline::StepResult r = pipe.train_step(x0, target, mse, {.schedule = "1f1b"});
   CHECK(std::abs(r.loss - ref_loss.item()) <= kTol);
   CHECK(max_grad_diff(pipe.module(), plain) <= kTol);
 }
@@ -156,7 +156,8 @@ TEST_CASE("many steps: copy-stream memory is not reused early; losses and gradie
     pipe.zero_grad();
     Tensor ref_loss = nn::mse_loss(plain.forward(x), target);
     ref_loss.backward();
-    const double got = pipe.train_step(x, target, mse, step % 2 == 0 ? "gpipe" : "1f1b").loss;
+    const std::string schedule = step % 2 == 0 ? "gpipe" : "1f1b";
+    const double got = pipe.train_step(x, target, mse, {.schedule = schedule}).loss;
     REQUIRE(std::abs(got - ref_loss.item()) <= kTol);
     REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
   }
@@ -197,7 +198,8 @@ TEST_CASE("skip connections between GPUs and from the host: portals equal the pl
       loss.backward();
       REQUIRE(std::abs(loss.item() - ref_loss.item()) <= kTol);
     } else {
-      const double got = pipe.train_step(x, target, mse, step % 3 == 0 ? "1f1b" : "zb-h1").loss;
+      const std::string schedule = step % 3 == 0 ? "1f1b" : "zb-h1";
+      const double got = pipe.train_step(x, target, mse, {.schedule = schedule}).loss;
       REQUIRE(std::abs(got - ref_loss.item()) <= kTol);
     }
     REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);

@@ -34,9 +34,9 @@ TEST_CASE("micro-batches are views of the input") {
   REQUIRE(ops::equal(mb.batches[1][0], x.slice(2, 4)));
 }
 
-TEST_CASE("no_chunk inputs are replicated to every micro-batch") {
+TEST_CASE("replicated inputs (torchgpipe's NoChunk) go whole to every micro-batch") {
   Tensor x = rows(4), w = rows(2, 2);
-  MicroBatches mb = scatter({x, w}, chunk_specs({false, true}, 2), 2);
+  MicroBatches mb = scatter({x, w}, {ChunkSpec::split(), ChunkSpec::replicate()}, 2);
   REQUIRE(mb.count() == 2);
   for (const nn::Tensors& b : mb.batches) REQUIRE(b[1].is_same(w));
 }
@@ -46,11 +46,14 @@ TEST_CASE("scatter errors name the values") {
   REQUIRE_THROWS_AS(scatter({}, {}, 2), std::invalid_argument);
   REQUIRE_THROWS_WITH(scatter({rows(4), rows(5)}, {}, 2),
                       Catch::Contains("[4, 3]") && Catch::Contains("[5, 3]"));
-  REQUIRE_THROWS_WITH(chunk_specs({true, false}, 1), "no_chunk has 2 flags for 1 inputs");
+  REQUIRE_THROWS_WITH(chunk_specs({ChunkSpec::replicate(), ChunkSpec()}, 1, "input"),
+                      "2 chunk specs for 1 inputs");
   REQUIRE_THROWS_WITH(scatter({rows(4)}, {ChunkSpec(), ChunkSpec()}, 2),
                       "2 chunk specs for 1 inputs");
   REQUIRE_THROWS_WITH(scatter({Tensor::scalar(1.0)}, {}, 2), Catch::Contains("scalar"));
-  REQUIRE_THROWS_WITH(scatter({rows(4)}, {ChunkSpec::replicate()}, 2), Catch::Contains("no_chunk"));
+  REQUIRE_THROWS_WITH(
+      scatter({rows(4)}, {ChunkSpec::replicate()}, 2),
+      "every pipeline input is replicated (ChunkSpec::replicate): nothing to split");
   REQUIRE_THROWS_WITH(scatter({rows(4)}, {ChunkSpec::split(2)}, 2),
                       "pipeline input 0 of shape [4, 3] has no dim 2 to split on");
   REQUIRE_THROWS_WITH(scatter({rows(4)}, {ChunkSpec::split(-3)}, 2),
@@ -90,7 +93,7 @@ TEST_CASE("split_sections cuts a gradient like the micro-batches, on any dim") {
 
 TEST_CASE("input gradients: cat for chunked, sum for replicated, zeros for gaps") {
   Tensor x = rows(3, 2), w = rows(1, 2);
-  std::vector<InputInfo> info = describe_inputs({x, w}, chunk_specs({false, true}, 2));
+  std::vector<InputInfo> info = describe_inputs({x, w}, {ChunkSpec::split(), ChunkSpec::replicate()});
   std::vector<nn::Tensors> grads = {
       {Tensor::ones({2, 2}), Tensor::ones({1, 2})},
       {Tensor(), Tensor::full({1, 2}, 2.0)},

@@ -76,7 +76,7 @@ TEST_CASE("deferred: running stats equal BatchNorm on the whole mini-batch") {
     if (how == "forward") {
       mse(pipe.forward(x), t).backward();
     } else {
-      pipe.train_step(x, t, mse, "1f1b");
+      pipe.train_step(x, t, mse, {.schedule = "1f1b"});
     }
     for (size_t i : {size_t{1}, size_t{4}}) {
       REQUIRE(tracked(bn(pipe.module(), i)) == step + 1);  // one commit per mini-batch
@@ -132,7 +132,7 @@ TEST_CASE("without deferral: outputs, gradients and every statistic equal the pl
     loss.backward();
     REQUIRE(max_diff(xp.grad(), xr.grad()) <= 1e-6);
   } else {
-    const StepResult r = pipe.train_step(x, t, mse, "1f1b");
+    const StepResult r = pipe.train_step(x, t, mse, {.schedule = "1f1b"});
     REQUIRE(std::abs(r.loss - ref_loss.item()) <= 1e-6);
   }
   REQUIRE(max_grad_diff(pipe.module(), plain) <= 1e-5);

@@ -48,10 +48,10 @@ TEST_CASE("recomputes per stage: always m, except_last m-1, never 0") {
   REQUIRE(c.recomputes == std::vector<int>(3, expected_recomputes(mode, m)));
   REQUIRE(c.backwards == std::vector<int>(3, m));
 
-  StepResult r = pipe.train_step(x, t, mse, "1f1b");
+  StepResult r = pipe.train_step(x, t, mse, {.schedule = "1f1b"});
   REQUIRE(r.counters.recomputes == std::vector<int>(3, expected_recomputes(mode, m)));
   REQUIRE(r.counters.backwards == std::vector<int>(3, m));
-  StepResult z = pipe.train_step(x, t, mse, "zb-h1");
+  StepResult z = pipe.train_step(x, t, mse, {.schedule = "zb-h1"});
   REQUIRE(z.counters.recomputes == std::vector<int>(3, expected_recomputes(mode, m)));
   REQUIRE(z.counters.weight_grads == std::vector<int>(3, m));
 }
@@ -93,7 +93,7 @@ TEST_CASE("dropout: a checkpointed pipe equals a plain-tape pipe with the same R
     if (schedule == "forward") {
       mse(p.forward(x), t).backward();
     } else {
-      p.train_step(x, t, mse, schedule);
+      p.train_step(x, t, mse, {.schedule = schedule});
     }
     return x.grad();
   };

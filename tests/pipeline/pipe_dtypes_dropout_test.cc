@@ -62,7 +62,7 @@ TEST_CASE("a float64 Pipe equals the float64 plain model over several SGD steps"
     pipe_opt.zero_grad();
     const StepResult r = pipe.train_step(x, y, [](const Tensor& out, const Tensor& t) {
       return nn::mse_loss(out, t.to(out.device()));
-    }, "1f1b");
+    }, {.schedule = "1f1b"});
     REQUIRE(std::isfinite(r.loss));
     pipe_opt.step();
     const auto a = plain.parameters(), b = pipe.parameters();
@@ -120,7 +120,7 @@ TEST_CASE("Dropout in a Pipe equals the plain model under the step's random key"
 
   const StepResult r = pipe.train_step(x, t, [](const Tensor& out, const Tensor& y) {
     return nn::mse_loss(out, y.to(out.device()));
-  }, schedule);
+  }, {.schedule = schedule});
   REQUIRE(std::abs(r.loss - ref_loss.item()) <= 1e-6);
   REQUIRE(max_grad_diff(pipe.module(), plain) <= 1e-5);
   // Keyed draws take nothing from the workers' generators.

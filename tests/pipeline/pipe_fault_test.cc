@@ -104,7 +104,7 @@ TEST_CASE("a fault at any action of train_step: matrix of schedules, modes, p an
           const Tensor xm = x.slice(0, 2 * m), ym = y.slice(0, 2 * m);  // m micro-batches
           Reference ref;
           try {
-            ref.result = fresh.train_step(xm, ym, mse, schedule);
+            ref.result = fresh.train_step(xm, ym, mse, {.schedule = schedule});
           } catch (const std::invalid_argument&) {
             ++not_applicable;  // e.g. a schedule that needs m >= p; counted, never a pass
             continue;
@@ -143,7 +143,7 @@ TEST_CASE("a fault at any action of train_step: matrix of schedules, modes, p an
             const std::vector<std::string> stats = buffers(pipe);
             auto fired = arm_fault(pipe, w, i);
             try {
-              pipe.train_step(xm, ym, mse, schedule);
+              pipe.train_step(xm, ym, mse, {.schedule = schedule});
               FAIL("the injected fault did not reach the caller");
             } catch (const InjectedFault& e) {
               REQUIRE(std::string(e.what()) == fault_message(w, i));
@@ -157,7 +157,7 @@ TEST_CASE("a fault at any action of train_step: matrix of schedules, modes, p an
             REQUIRE(allocated(p) == before);
 
             // The next step is a fresh Pipe's step, bit for bit.
-            const StepResult r = pipe.train_step(xm, ym, mse, schedule);
+            const StepResult r = pipe.train_step(xm, ym, mse, {.schedule = schedule});
             REQUIRE(r.microbatch_losses == ref.result.microbatch_losses);
             REQUIRE(grads(pipe) == ref.grads);
             if (first) REQUIRE(buffers(pipe) == ref.buffers);  // its first committed step
@@ -238,7 +238,7 @@ TEST_CASE("an allocation failure in the CPU allocator during train_step") {
   const Tensor x = randn({16, 4}, 7), y = randn({16, 3}, 8);
   for (const int p : {2, 3}) {
     Pipe fresh = make_pipe(p, Checkpoint::kExceptLast);
-    const StepResult ref = fresh.train_step(x, y, mse, "1f1b");
+    const StepResult ref = fresh.train_step(x, y, mse, {.schedule = "1f1b"});
     const std::vector<std::string> ref_grads = grads(fresh);
     Pipe pipe = make_pipe(p, Checkpoint::kExceptLast);
     int failures = 0;
@@ -254,7 +254,7 @@ TEST_CASE("an allocation failure in the CPU allocator during train_step") {
         cpu->fail_allocation_after(after);
         bool failed = false;
         try {
-          pipe.train_step(x, y, mse, "1f1b");
+          pipe.train_step(x, y, mse, {.schedule = "1f1b"});
         } catch (const std::bad_alloc&) {
           failed = true;
         }
@@ -264,7 +264,7 @@ TEST_CASE("an allocation failure in the CPU allocator during train_step") {
         if (!failed) continue;  // the step made fewer allocations on this device
         ++failures;
         REQUIRE(buffers(pipe) == stats);
-        const StepResult r = pipe.train_step(x, y, mse, "1f1b");
+        const StepResult r = pipe.train_step(x, y, mse, {.schedule = "1f1b"});
         REQUIRE(r.microbatch_losses == ref.microbatch_losses);
         REQUIRE(grads(pipe) == ref_grads);
       }
@@ -283,7 +283,7 @@ TEST_CASE("a NaN or infinite loss fails the step with an error naming the micro-
     const LossFn loss = [bad](const Tensor& out, const Tensor& t) {
       return autograd::mul(mse(out, t), bad);
     };
-    REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, loss, "1f1b"), std::domain_error,
+    REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, loss, {.schedule = "1f1b"}), std::domain_error,
                            Catch::Message(std::string("train_step: the loss of micro-batch 0 is ") +
                                           (std::isnan(bad) ? "nan" : "inf") +
                                           " (not finite); the step's backwards ran, so .grad "
@@ -349,7 +349,7 @@ void check_recovered(Pipe& pipe, const PreStep& pre, const Reference& ref, const
   REQUIRE(buffers(pipe) == pre.buffers);
   pipe.zero_grad();
   REQUIRE(allocated(3) == pre.allocated);
-  const StepResult r = pipe.train_step(x, y, mse, schedule);
+  const StepResult r = pipe.train_step(x, y, mse, {.schedule = schedule});
   REQUIRE(r.microbatch_losses == ref.result.microbatch_losses);
   REQUIRE(grads(pipe) == ref.grads);
 }
@@ -369,7 +369,7 @@ int thrower_sweep(int m, uint64_t seed, int disarmed,
       auto countdown = std::make_shared<std::atomic<int>>(disarmed);
       Pipe fresh = make_throwing_pipe<Thrower>(countdown, ckpt, m);
       Reference ref;
-      ref.result = fresh.train_step(x, y, mse, schedule);
+      ref.result = fresh.train_step(x, y, mse, {.schedule = schedule});
       ref.grads = grads(fresh);
       const int calls = disarmed - countdown->load();  // the thrower's calls in one step
 
@@ -379,7 +379,7 @@ int thrower_sweep(int m, uint64_t seed, int disarmed,
         Watchdog watchdog("train_step with a layer throwing on call " + std::to_string(k), 120);
         const PreStep pre = pre_step(pipe);
         countdown->store(k);
-        REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, mse, schedule), Error,
+        REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, mse, {.schedule = schedule}), Error,
                                Catch::Message("layer exploded mid-action"));
         countdown->store(disarmed);
         ++faults;
@@ -437,7 +437,7 @@ TEST_CASE("an allocation failure armed as a backward action begins, across sched
     CAPTURE(schedule);
     Pipe fresh = make_pipe(3, Checkpoint::kExceptLast, m);
     Reference ref;
-    ref.result = fresh.train_step(x, y, mse, schedule);
+    ref.result = fresh.train_step(x, y, mse, {.schedule = schedule});
     ref.grads = grads(fresh);
     Pipe pipe = make_pipe(3, Checkpoint::kExceptLast, m);
     for (int w = 0; w < 3; ++w) {
@@ -459,7 +459,7 @@ TEST_CASE("an allocation failure armed as a backward action begins, across sched
           }
         };
         PipeTestAccess::set_fault_hook(pipe, hook);
-        REQUIRE_THROWS_AS(pipe.train_step(x, y, mse, schedule), std::bad_alloc);
+        REQUIRE_THROWS_AS(pipe.train_step(x, y, mse, {.schedule = schedule}), std::bad_alloc);
         PipeTestAccess::set_fault_hook(pipe, nullptr);
         cpu->fail_allocation_after(-1);
         ++faults;

@@ -98,11 +98,14 @@ TEST_CASE("schedules that do not fit the pipe are refused before running") {
   const Tensor x = randn({8, 4}, 2), t = randn({8, 3}, 3);
   Schedule s = make_schedule("1f1b", 2, 3);  // 3 micro-batches, the batch splits into 4
   auto mse = [](const Tensor& o, const Tensor& y) { return nn::mse_loss(o, y); };
-  REQUIRE_THROWS_WITH(pipe.train_step(x, t, mse, s), Catch::Contains("3 micro-batches"));
+  REQUIRE_THROWS_WITH(pipe.train_step(x, t, mse, {.custom_schedule = s}),
+                      Catch::Contains("3 micro-batches"));
   Schedule broken = make_schedule("gpipe", 2, 4);
   broken.actions[1].pop_back();  // drop B0@1
-  REQUIRE_THROWS_AS(pipe.train_step(x, t, mse, broken), std::invalid_argument);
-  REQUIRE_THROWS_AS(pipe.train_step(x, t, mse, "no-such-schedule"), std::invalid_argument);
+  REQUIRE_THROWS_AS(pipe.train_step(x, t, mse, {.custom_schedule = broken}),
+                    std::invalid_argument);
+  REQUIRE_THROWS_AS(pipe.train_step(x, t, mse, {.schedule = "no-such-schedule"}),
+                    std::invalid_argument);
   REQUIRE_THROWS_WITH(pipe.train_step(x, randn({7, 3}, 4), mse),
                       "target 0 of shape [7, 3] has 7 entries on dim 0, the batch has 8");
 }
@@ -118,10 +121,10 @@ TEST_CASE("a schedule that interleaves virtual stages on a pipe without them say
                          std::invalid_argument, Catch::Message(message));
   Pipe pipe(small_mlp(1), {.balance = {2, 2, 1}, .devices = cpus(0, 3), .chunks = 8});
   const Tensor x = randn({10, 4}, 1), y = randn({10, 3}, 2);
-  REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, nn::mse_loss, "interleaved-1f1b"),
+  REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, nn::mse_loss, {.schedule = "interleaved-1f1b"}),
                          std::invalid_argument, Catch::Message(message));
   for (const std::string name : {"interleaved-zb", "looped-bfs"}) {
-    REQUIRE_THROWS_WITH(pipe.train_step(x, y, nn::mse_loss, name),
+    REQUIRE_THROWS_WITH(pipe.train_step(x, y, nn::mse_loss, {.schedule = name}),
                         Catch::StartsWith("schedule '" + name + "' interleaves"));
   }
   // With virtual stages, the same schedule runs.

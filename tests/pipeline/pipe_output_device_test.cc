@@ -78,7 +78,7 @@ TEST_CASE("a stage's output on another device is copied back to the stage's devi
     pipe.zero_grad();
     Tensor ref_loss = nn::mse_loss(plain.forward(x), y);
     ref_loss.backward();
-    const StepResult r = pipe.train_step(x, y, mse, schedule);
+    const StepResult r = pipe.train_step(x, y, mse, {.schedule = schedule});
     REQUIRE(std::abs(r.loss - ref_loss.item()) <= 1e-6);
     REQUIRE(max_grad_diff(pipe.module(), plain) <= 1e-6);
     REQUIRE(allocated_away() == before);

@@ -173,7 +173,7 @@ TEST_CASE("skips and several steps: gradients accumulate, eval and no-grad forwa
   for (int step = 0; step < 3; ++step) {
     const Tensor x = randn({6, 4}, 20 + step), t = randn({6, 3}, 30 + step);
     mse(plain.forward(x), t).backward();
-    pipe.train_step(x, t, mse, step % 2 == 0 ? "1f1b" : "gpipe");
+    pipe.train_step(x, t, mse, {.schedule = step % 2 == 0 ? "1f1b" : "gpipe"});
   }
   REQUIRE(max_grad_diff(pipe.module(), plain) <= 1e-5);
   const Tensor x = randn({5, 4}, 40);
@@ -355,7 +355,7 @@ TEST_CASE("deferred BatchNorm after a pop sees the whole batch") {
                            .deferred_batch_norm = true});
   const Tensor x = randn({8, 4}, 6), t = randn({8, 3}, 7);
   plain.forward(x);
-  pipe.train_step(x, t, mse, "1f1b");
+  pipe.train_step(x, t, mse, {.schedule = "1f1b"});
   REQUIRE(max_diff(bn->running_mean(), plain_bn->running_mean()) < 1e-6);
   REQUIRE(max_diff(bn->running_var(), plain_bn->running_var()) < 1e-5);
 }
@@ -434,7 +434,7 @@ TEST_CASE("a portal's tensor lives on the popping stage only, and not past the b
 TEST_CASE("the trace shows each portal's copies, straight from stage to stage") {
   Pipe pipe(skip_model(13), {.balance = {2, 3, 4}, .devices = cpus(0, 3), .chunks = 2});
   const Tensor x = randn({6, 4}, 1), t = randn({6, 3}, 2);
-  const StepResult r = pipe.train_step(x, t, mse, "1f1b");
+  const StepResult r = pipe.train_step(x, t, mse, {.schedule = "1f1b"});
   REQUIRE(r.schedule.skips == std::vector<SkipEdge>{{0, 2}, {1, 2}});
   std::vector<std::string> portals;
   for (const TraceTransfer& tr : r.trace.transfers()) {

@@ -370,7 +370,7 @@ TEST_CASE("the general train_step names what does not fit") {
   REQUIRE_THROWS_WITH(
       pipe.train_step({d.x, d.z, d.w}, {d.t0, d.t1}, loss,
                       with([](StepOptions& c) { c.input_chunks.assign(3, ChunkSpec::replicate()); })),
-      "every pipeline input is replicated (no_chunk): nothing to split");
+      "every pipeline input is replicated (ChunkSpec::replicate): nothing to split");
   REQUIRE_THROWS_WITH(
       pipe.train_step({d.x, d.z, d.w}, {d.t0, d.t1}, loss,
                       with([](StepOptions& c) { c.target_chunks[1] = ChunkSpec::split(0); })),
@@ -410,9 +410,9 @@ TEST_CASE("train_step and eval_step take nn::mse_loss and nn::cross_entropy them
   Pipe pipe(small_mlp(21), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 3});
   Pipe same(small_mlp(21), {.balance = {2, 3}, .devices = cpus(2, 2), .chunks = 3});
   const Tensor x = randn({9, 4}, 22), y = randn({9, 3}, 23);
-  const StepResult direct = pipe.train_step(x, y, nn::mse_loss, "1f1b");
+  const StepResult direct = pipe.train_step(x, y, nn::mse_loss, {.schedule = "1f1b"});
   auto lambda = [](const Tensor& out, const Tensor& t) { return nn::mse_loss(out, t); };
-  const StepResult through_lambda = same.train_step(x, y, lambda, "1f1b");
+  const StepResult through_lambda = same.train_step(x, y, lambda, {.schedule = "1f1b"});
   REQUIRE(direct.loss == through_lambda.loss);
   REQUIRE(grad_bytes(pipe.module()) == grad_bytes(same.module()));
   REQUIRE(pipe.eval_step(x, y, nn::mse_loss).loss == same.eval_step(x, y, lambda).loss);

@@ -204,7 +204,7 @@ TEST_CASE("a schedule placed differently from the pipe is refused, naming the st
                            .schedule = "interleaved-1f1b"});
   const Tensor x = randn({4, 4}, 1), t = randn({4, 3}, 2);
   auto mse = [](const Tensor& out, const Tensor& y) { return nn::mse_loss(out, y); };
-  REQUIRE_THROWS_WITH(pipe.train_step(x, t, mse, "zb-v"),
+  REQUIRE_THROWS_WITH(pipe.train_step(x, t, mse, {.schedule = "zb-v"}),
                       "schedule 'zb-v' runs stage 2 on worker 1, the pipe on worker 0");
   REQUIRE_THROWS_WITH(
       Pipe(small_mlp(1), {.balance = {1, 2, 1, 1},
@@ -265,7 +265,7 @@ nn::Sequential tuple_model(uint64_t seed) {
 }
 }  // namespace
 
-TEST_CASE("tuple inputs, chunked or replicated (no_chunk), are transparent") {
+TEST_CASE("tuple inputs, chunked or replicated (torchgpipe's NoChunk), are transparent") {
   const bool replicate = GENERATE(false, true);
   const int chunks = GENERATE(1, 2, 3);
   const std::vector<int> balance = GENERATE(values<std::vector<int>>({{1, 2}, {1, 1, 1}}));
@@ -286,7 +286,9 @@ TEST_CASE("tuple inputs, chunked or replicated (no_chunk), are transparent") {
   nn::mse_loss(ref_out, target).backward();
 
   Tensor x = x0.clone().set_requires_grad(true), c = c0.clone().set_requires_grad(true);
-  nn::Tensors out = pipe.forward({x, c}, {false, replicate});
+  nn::Tensors out = pipe.forward(
+      {x, c}, {.input_chunks = {ChunkSpec::split(),
+                                replicate ? ChunkSpec::replicate() : ChunkSpec::split()}});
   REQUIRE(out.size() == 1);
   nn::mse_loss(out[0], target.to(out[0].device())).backward();
 

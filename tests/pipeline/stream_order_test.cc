@@ -447,7 +447,7 @@ TEST_CASE("a Pipe over (fake) GPUs equals the plain model, under GPipe and 1F1B"
   pipe.zero_grad();
   auto mse = [](const Tensor& o, const Tensor& t) { return nn::mse_loss(o, t); };
   nn::mse_loss(plain.forward(x0), target).backward();
-  StepResult r = pipe.train_step(x0, target, mse, "1f1b");
+  StepResult r = pipe.train_step(x0, target, mse, {.schedule = "1f1b"});
   CHECK(std::abs(r.loss - ref_loss.item()) <= 2e-6);
   CHECK(max_grad_diff(pipe.module(), plain) <= 2e-6);
 }

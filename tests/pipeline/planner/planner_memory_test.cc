@@ -84,7 +84,8 @@ Measured train(nn::Sequential model, const Plan& plan, const std::vector<Device>
   nn::Adam adam(pipe.parameters(), {.lr = 1e-3});
   auto step = [&] {
     adam.zero_grad();
-    pipe.train_step(b.x, b.y, cross_entropy, plan.schedule_for(plan.num_microbatches));
+    pipe.train_step(b.x, b.y, cross_entropy,
+                    {.custom_schedule = plan.schedule_for(plan.num_microbatches)});
     pipe.step(adam);
   };
   step();
@@ -361,7 +362,8 @@ TEST_CASE("a cap only a partial recompute placement fits") {
   nn::Adam adam(pipe.parameters(), {.lr = 1e-3});
   auto step = [&] {
     adam.zero_grad();
-    pipe.train_step(b.x, b.y, cross_entropy, p.schedule_for(p.num_microbatches));
+    pipe.train_step(b.x, b.y, cross_entropy,
+                    {.custom_schedule = p.schedule_for(p.num_microbatches)});
     pipe.step(adam);
   };
   step();
