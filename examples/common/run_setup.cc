@@ -91,9 +91,10 @@ pipeline::StepResult train_one_step(pipeline::Pipe& pipe, distributed::MpiProces
                                     const pipeline::LossFn& loss_fn, std::ostream& log,
                                     const pipeline::Schedule* schedule) {
   try {
-    if (processes) return distributed::train_step(pipe, input, target, loss_fn);
-    return schedule ? pipe.train_step(input, target, loss_fn, {.custom_schedule = *schedule})
-                    : pipe.train_step(input, target, loss_fn);
+    pipeline::StepOptions options;
+    if (schedule) options.custom_schedule = *schedule;
+    if (processes) return distributed::train_step(pipe, input, target, loss_fn, options);
+    return pipe.train_step(input, target, loss_fn, options);
   } catch (...) {  // the exception is unchanged; say where in the pipeline it began
     if (auto failure = pipe.last_failure()) log << "\nstep failed at " << failure->str() << "\n";
     throw;

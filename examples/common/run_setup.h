@@ -48,8 +48,8 @@ Tensor whole_model_forward(pipeline::Pipe& pipe, const Tensor& x,
                            const distributed::MpiProcesses* processes);
 
 /// One training step: distributed::train_step across processes (`processes` set), else
-/// pipe.train_step, with `schedule` when given (in one process; --plan auto's, whose
-/// recomputes are R actions). A failure is reported on `log` ("step failed at <where>") and
+/// pipe.train_step (distributed::train_step across processes), with `schedule` when given
+/// (--plan auto's, whose recomputes are R actions). A failure is reported on `log` ("step failed at <where>") and
 /// rethrown unchanged.
 pipeline::StepResult train_one_step(pipeline::Pipe& pipe, distributed::MpiProcesses* processes,
                                     const Tensor& input, const Tensor& target,
