@@ -14,8 +14,8 @@
 // Each iteration: zero the gradients, forward, backward from a fixed random gradient; the
 // input requires grad, as a pipeline stage's does.
 //
-//   tools/bazel run //bench:transformer_bench -- --benchmark_repetitions=5 \
-//       --benchmark_report_aggregates_only=true
+//   tools/bazel run //bench:transformer_bench -- --benchmark_repetitions=5
+//       --benchmark_report_aggregates_only=true      (one command)
 #include <benchmark/benchmark.h>
 
 #include <memory>

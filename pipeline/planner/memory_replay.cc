@@ -26,10 +26,6 @@ struct Effect {
   int64_t extra = 0;  // added to the delta: what a copy-free hand-off leaves (file comment)
 };
 
-bool is_backward(ActionKind k) {
-  return k == ActionKind::kBackward || k == ActionKind::kBackwardInput;
-}
-
 std::optional<ActionPosition> backward_of(const ActionIndex& index, int stage, int j) {
   if (auto b = index.find(stage, ActionKind::kBackward, j)) return b;
   return index.find(stage, ActionKind::kBackwardInput, j);

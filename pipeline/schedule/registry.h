@@ -49,12 +49,12 @@ struct VirtualStages {
 
 /// One row of the registry.
 struct ScheduleInfo {
-  std::string name;                                    // "1f1b": what --schedule takes
-  std::function<Schedule(int p, int m, int v)> generate;  // p workers, m micro-batches
+  std::string name = {};                               // "1f1b": what --schedule takes
+  std::function<Schedule(int p, int m, int v)> generate = {};  // p workers, m micro-batches
   VirtualStages virtual_stages = {};
   StagePlacement placement = StagePlacement::kRoundRobin;
   bool splits_backward = false;                        // I and W actions instead of B
-  std::string description;                             // one line, for help text
+  std::string description = {};                        // one line, for help text
 };
 
 /// Every registered schedule: the built-in ones in the order of the table above, then those

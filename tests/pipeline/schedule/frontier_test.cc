@@ -42,8 +42,6 @@ bool same_lists(const Schedule& a, const Schedule& b) {
 /// virtual stages.
 Costs equal_costs(int v) { return Costs::split(1.0 / v, 1.0 / v, 1.0 / v); }
 
-int max_of(const std::vector<int>& xs) { return *std::max_element(xs.begin(), xs.end()); }
-
 }  // namespace
 
 TEST_CASE("placements: round robin and V") {
