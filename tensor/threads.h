@@ -8,8 +8,9 @@
 // oversubscribes the cores. The setting is per calling thread.
 //
 // Which cores: process_cpus(), the process's affinity mask (what mpirun --bind-to, taskset or
-// a container's cpuset allow), not every online CPU. The pipeline pins each worker thread to
-// its own share of them (Note [Worker CPUs] in pipeline/worker.cc).
+// a container's cpuset allow), not every online CPU. The pipeline lets each worker thread run
+// on all of them, or pins it to its own share on request (Note [Worker CPUs] in
+// pipeline/worker.cc).
 #pragma once
 
 #include <functional>
