@@ -19,8 +19,9 @@ reshuffled every epoch, Adam (lr 1e-3) with a per-step cosine learning rate to 0
                  allow_tf32 is False); run by tools/gpu/check.sh on the same card as ours
 
 Prints one line per epoch in the format of ours ("epoch i/n: ... | X s | Y samples/s") and
-finally `RESULT mode=... samples_per_s=...`: training samples over the summed time of the
-epochs' training steps (evaluation excluded, as in ours). PyTorch is Debian's python3-torch
+finally `RESULT mode=... samples_per_s=... last_epoch_samples_per_s=...`: training samples over
+the summed time of the epochs' training steps (evaluation excluded, as in ours), and over the
+last epoch's alone (no start-up in it: what tools/gpu/check.sh compares with ours' last epoch). PyTorch is Debian's python3-torch
 (1.13); it is never a dependency of pipewright. Run by bench/peers/compare.sh.
 """
 
@@ -133,7 +134,7 @@ def main():
     n = len(x_train)
     steps_per_epoch = math.ceil(n / args.batch_size)
     total_steps = args.epochs * steps_per_epoch
-    total_samples, total_seconds = 0, 0.0
+    total_samples, total_seconds, last_seconds = 0, 0.0, 0.0
     where = (f"{torch.cuda.get_device_name(device)} (TF32 matmul "
              f"{torch.backends.cuda.matmul.allow_tf32})" if device.type == "cuda"
              else f"BLAS {blas_name()}")
@@ -164,6 +165,7 @@ def main():
         seconds = time.perf_counter() - start
         total_samples += n
         total_seconds += seconds
+        last_seconds = seconds
         model.eval()
         with torch.no_grad():
             correct = sum((forward(x_test[i:i + 1000]).argmax(1).cpu() == y_test[i:i + 1000]).sum().item()
@@ -171,7 +173,8 @@ def main():
         print(f"epoch {epoch + 1}/{args.epochs}: train loss {loss_sum / n:.4f} | test acc "
               f"{correct / len(x_test):.4f} | {seconds:.1f} s | {n / seconds:,.0f} samples/s",
               flush=True)
-    print(f"RESULT mode={args.mode} samples_per_s={total_samples / total_seconds:.0f}", flush=True)
+    print(f"RESULT mode={args.mode} samples_per_s={total_samples / total_seconds:.0f} "
+          f"last_epoch_samples_per_s={n / last_seconds:.0f}", flush=True)
     if args.mode == "pipe":
         rpc.shutdown()
 
