@@ -15,7 +15,7 @@
 #                  memcheck on a short main-job run
 #   mainjob.txt    the main job for 2 epochs on cuda:0 and on cuda:0,cuda:0 (two stages, one
 #                  GPU) against the same run on the CPU, and the large MLP (hidden 4096 4096,
-#                  batch 4096) on cuda:0
+#                  batch 4096) on cuda:0; samples/s of the last epoch (no start-up in it)
 #   peer.txt       PyTorch eager (bench/peers/torch_fashion_mnist.py) on the same card, the
 #                  same two models
 #   bench.txt      //tests/cuda:cuda_bench's tables (GEMM, copy bandwidth, ReLU, BatchNorm, Adam)
@@ -221,8 +221,12 @@ if want sanitizer; then
       echo "== memcheck fashion_mnist (1 epoch of 2,048 images, two workers on cuda:0)"
       tail -n 25 "$work/jobs/sanitizer.main"
     } >"$out/sanitizer.txt" 2>&1
-    errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$out/sanitizer.txt" | awk '{s += $1} END {print s + 0}')
-    runs=$(grep -c "ERROR SUMMARY" "$out/sanitizer.txt")
+    # memcheck and synccheck end with "ERROR SUMMARY: N errors", racecheck with
+    # "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)".
+    errors=$(sed -n -e 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' \
+      -e 's/.*RACECHECK SUMMARY: .*(\([0-9]*\) error.*/\1/p' "$out/sanitizer.txt" |
+      awk '{s += $1} END {print s + 0}')
+    runs=$(grep -c -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer.txt")
     note "compute-sanitizer: $errors errors in $runs of $((${#sanitized[@]} + 1)) runs (sanitizer.txt)"
   else
     echo "(no compute-sanitizer on this machine)" >"$out/sanitizer.txt"
@@ -249,7 +253,7 @@ elif want main; then
     run_main cpu 60 --epochs 2
     run_main gpu1 60 --epochs 2 --workers 1 --devices cuda:0
     run_main gpu2 60 --epochs 2 --workers 2 --devices cuda:0,cuda:0
-    run_main large1 60 --epochs 1 --workers 1 --devices cuda:0 --hidden 4096 4096 --batch-size 4096
+    run_main large1 60 --epochs 2 --workers 1 --devices cuda:0 --hidden 4096 4096 --batch-size 4096
   } >"$out/mainjob.txt" 2>&1
 fi
 result() { sed -n "s/^RESULT $1 accuracy \([^ ]*\) samples_per_s \([^ ]*\)/\\$2/p" "$out/mainjob.txt" 2>/dev/null | tail -n 1; }
@@ -273,7 +277,7 @@ if ! want peer; then
   :
 elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   {
-    for config in "--epochs 2" "--epochs 1 --hidden 4096 4096 --batch-size 4096"; do
+    for config in "--epochs 2" "--epochs 2 --hidden 4096 4096 --batch-size 4096"; do
       echo "== torch eager cuda $config"
       # shellcheck disable=SC2086
       PYTHONUNBUFFERED=1 timeout "$(cap 90)" python3 "$bundle/peers/torch_fashion_mnist.py" \
