@@ -119,6 +119,29 @@ Tensor batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta
   return y;
 }
 
+void accumulate_batch_stats(const BatchNormStats& stats, int64_t count, Tensor& sum,
+                            Tensor& sum_sq) {
+  if (!stats.mean.defined() || !stats.var.defined()) {
+    throw std::invalid_argument(
+        "accumulate_batch_stats: the statistics need mean and the float64 var of "
+        "batch_norm_train");
+  }
+  const int64_t c = stats.mean.numel();
+  for (const Tensor* t : {&sum, &sum_sq}) {
+    if (!t->defined() || t->dtype() != DType::kFloat64 || t->numel() != c ||
+        t->device() != stats.mean.device() || !t->is_contiguous()) {
+      throw std::invalid_argument(
+          "accumulate_batch_stats: sum and sum_sq must be contiguous float64 [" +
+          std::to_string(c) + "] on " + stats.mean.device().str() + ", got " +
+          (t->defined() ? std::string(dtype_name(t->dtype())) + " " + t->shape().str() + " on " +
+                              t->device().str()
+                        : std::string("an undefined tensor")));
+    }
+  }
+  PW_KERNEL(stats.mean.device(), batch_norm_accumulate)(stats.mean, stats.var,
+                                                        static_cast<double>(count), sum, sum_sq);
+}
+
 Tensor batch_norm_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                        const Tensor& running_mean, const Tensor& running_var, double eps) {
   const NclDims d = check_batch_norm_args(x, {gamma, beta, running_mean, running_var});

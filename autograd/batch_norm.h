@@ -27,6 +27,16 @@ struct BatchNormStats {
 Tensor batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
                         BatchNormStats* stats = nullptr);
 
+/// Deferred BatchNorm's running sums over micro-batches (Note [Deferred BatchNorm],
+/// nn/batch_norm.h), in place and in double, one kernel launch:
+///   sum += count · stats.mean,   sum_sq += count · (stats.var + stats.mean²)
+/// where stats come from a batch_norm_train over `count` values per channel. sum and sum_sq
+/// are float64 [C] on the statistics' device. Not differentiable. Throws
+/// std::invalid_argument naming the tensors when stats.var is undefined, or sum / sum_sq are
+/// not float64 [C] on that device.
+void accumulate_batch_stats(const BatchNormStats& stats, int64_t count, Tensor& sum,
+                            Tensor& sum_sq);
+
 /// Eval mode: y = (x - running_mean) / sqrt(running_var + eps) · gamma + beta, the running
 /// statistics being constants [C]. Gradients: dx = g·gamma/sqrt(rv + eps), dgamma = Σ g·x̂,
 /// dbeta = Σ g. Same shape errors.

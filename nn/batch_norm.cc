@@ -66,22 +66,18 @@ Tensor BatchNorm1d::forward(const Tensor& x) {
   // could as well have been negative). Same on CPU and GPU: both kernels fill stats.var.
   autograd::NoGradGuard no_grad;
   const int64_t count = x.numel() / num_features_;
-  Tensor mean = stats.mean.to(DType::kFloat64);
-  const Tensor& biased_var = stats.var;
   if (!deferred_) {
-    update_running_stats(mean, biased_var, count);
+    update_running_stats(stats.mean.to(DType::kFloat64), stats.var, count);
     return y;
   }
-  // Accumulate Σx = mean·M and Σx² = (var + mean²)·M for commit_deferred().
-  Tensor sum = ops::mul(mean, static_cast<double>(count));
-  Tensor sum_sq = ops::mul(ops::add(biased_var, ops::square(mean)), static_cast<double>(count));
+  // Accumulate Σx = mean·M and Σx² = (var + mean²)·M for commit_deferred(), one launch per
+  // micro-batch (a layer's micro-batches all run on its stage's device).
   if (acc_count_ == 0) {
-    acc_sum_ = sum;
-    acc_sum_sq_ = sum_sq;
-  } else {
-    ops::add_(acc_sum_, sum.to(acc_sum_.device()));
-    ops::add_(acc_sum_sq_, sum_sq.to(acc_sum_sq_.device()));
+    const TensorOptions f64{DType::kFloat64, x.device()};
+    acc_sum_ = Tensor::zeros({num_features_}, f64);
+    acc_sum_sq_ = Tensor::zeros({num_features_}, f64);
   }
+  autograd::accumulate_batch_stats(stats, count, acc_sum_, acc_sum_sq_);
   acc_count_ += count;
   return y;
 }

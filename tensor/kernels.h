@@ -101,6 +101,11 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax };
   X(batch_norm_backward, (const Tensor& grad_y, const Tensor& x, const Tensor& gamma,              \
                           const Tensor& mean, const Tensor& invstd, int64_t n, int64_t c,          \
                           int64_t l, Tensor& grad_x, Tensor& grad_gamma, Tensor& grad_beta))       \
+  /* Deferred BatchNorm's sums over micro-batches (float64 [C], in place): with mean [C] of */     \
+  /* any floating dtype and var the float64 [C] biased variance of `count` values, */              \
+  /* sum += count * mean and sum_sq += count * (var + mean²), in double. */                        \
+  X(batch_norm_accumulate, (const Tensor& mean, const Tensor& var, double count, Tensor& sum,      \
+                            Tensor& sum_sq))                                                       \
   /* Philox4x32-10 fills (see tensor/generator.h for the exact stream layout): uniform in */       \
   /* [lo, hi), or normal(mean, std) by Box-Muller. Bit-identical across devices. */                \
   X(philox_uniform, (uint64_t seed, uint64_t offset, double lo, double hi, Tensor& out))           \

@@ -227,6 +227,22 @@ void batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
   });
 }
 
+void batch_norm_accumulate(const Tensor& mean, const Tensor& var, double count, Tensor& sum,
+                           Tensor& sum_sq) {
+  dispatch_floating(mean.dtype(), "batch_norm_accumulate", [&](auto zero) {
+    using T = decltype(zero);
+    const T* m = mean.data<T>();
+    const double* v = var.data<double>();
+    double* s = sum.data<double>();
+    double* sq = sum_sq.data<double>();
+    for (int64_t ch = 0; ch < mean.numel(); ++ch) {
+      const double mu = static_cast<double>(m[ch]);
+      s[ch] += count * mu;
+      sq[ch] += count * (v[ch] + mu * mu);
+    }
+  });
+}
+
 void batch_norm_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                      const Tensor& running_mean, const Tensor& running_var, double eps,
                      int64_t n, int64_t c, int64_t l, Tensor& y) {

@@ -173,5 +173,33 @@ TEST_CASE("cuda batch_norm_backward matches cpu past the grid (small launch caps
   }
 }
 
+TEST_CASE("cuda batch_norm_accumulate matches cpu and the closed form",
+          "[cuda][batch_norm]") {
+  if (!gpu_available_or_skip()) return;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (int64_t c : {1, 37, 1000}) {
+      INFO(dtype_name(dtype) << " C " << c);
+      const Tensor mean = random_tensor({c}, dtype, 61, -3.0, 5.0);
+      const Tensor var = random_tensor({c}, DType::kFloat64, 62, 0.0, 2.0);
+      const Tensor sum0 = random_tensor({c}, DType::kFloat64, 63);
+      const Tensor sum_sq0 = random_tensor({c}, DType::kFloat64, 64, 0.0, 9.0);
+      Tensor sum = sum0.clone(), sum_sq = sum_sq0.clone();
+      Tensor sum_g = sum0.to(gpu()), sum_sq_g = sum_sq0.to(gpu());
+      cpu_kernels().batch_norm_accumulate(mean, var, 96.0, sum, sum_sq);
+      gpu_kernels().batch_norm_accumulate(mean.to(gpu()), var.to(gpu()), 96.0, sum_g, sum_sq_g);
+      const Tensor m = mean.to(DType::kFloat64);
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const double mu = m.data<double>()[ch];
+        CHECK(sum.data<double>()[ch] == Approx(sum0.data<double>()[ch] + 96.0 * mu).epsilon(1e-14));
+        CHECK(sum_sq.data<double>()[ch] ==
+              Approx(sum_sq0.data<double>()[ch] + 96.0 * (var.data<double>()[ch] + mu * mu))
+                  .epsilon(1e-14));
+      }
+      check_close(sum_g, sum, 1e-15, 1e-15);
+      check_close(sum_sq_g, sum_sq, 1e-15, 1e-15);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pipewright::testing

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/batch_norm.h"
 #include "autograd/grad_mode.h"
 #include "nn/batch_norm.h"
 #include "tensor/generator.h"
@@ -136,6 +137,29 @@ TEST_CASE("BatchNorm1d on (N, C, L) input: statistics over N and L") {
   check_close(bn.running_mean(), {0.5 * s.mean[0], 0.5 * s.mean[1], 0.5 * s.mean[2]});
   check_close(bn.running_var(), {0.5 + 0.5 * s.unbiased_var[0], 0.5 + 0.5 * s.unbiased_var[1],
                                  0.5 + 0.5 * s.unbiased_var[2]});
+}
+
+TEST_CASE("accumulate_batch_stats adds count * mean and count * (var + mean^2), and names bad sums") {
+  pw::autograd::BatchNormStats stats;
+  const Tensor x = random({6, 3}, 7, -1.0, 2.0);
+  pw::autograd::batch_norm_train(x, Tensor(), Tensor(), 1e-5, &stats);
+  const Naive s = naive_stats(x);
+  Tensor sum = Tensor::full({3}, 1.0, {pw::DType::kFloat64});
+  Tensor sum_sq = Tensor::full({3}, 2.0, {pw::DType::kFloat64});
+  pw::autograd::accumulate_batch_stats(stats, 6, sum, sum_sq);
+  for (int ch = 0; ch < 3; ++ch) {
+    CHECK(sum.data<double>()[ch] == Approx(1.0 + 6 * s.mean[ch]).epsilon(1e-6));
+    CHECK(sum_sq.data<double>()[ch] ==
+          Approx(2.0 + 6 * (s.biased_var[ch] + s.mean[ch] * s.mean[ch])).epsilon(1e-6));
+  }
+  Tensor f32 = Tensor::zeros({3});
+  CHECK_THROWS_WITH(pw::autograd::accumulate_batch_stats(stats, 6, f32, sum_sq),
+                    Catch::Contains("float64 [3]") && Catch::Contains("got float32 [3]"));
+  Tensor short_sum = Tensor::zeros({2}, {pw::DType::kFloat64});
+  CHECK_THROWS_WITH(pw::autograd::accumulate_batch_stats(stats, 6, sum, short_sum),
+                    Catch::Contains("got float64 [2]"));
+  CHECK_THROWS_WITH(pw::autograd::accumulate_batch_stats({}, 6, sum, sum_sq),
+                    Catch::Contains("mean and the float64 var"));
 }
 
 TEST_CASE("deferred BatchNorm over 4 micro-batches equals plain BatchNorm over the whole batch") {
