@@ -2,141 +2,51 @@
 // (docs/cuda.md, "BatchNorm: own kernels vs cuDNN", says why and how to measure).
 //
 // Shape legend: x, y, grad_y, grad_x [N, C, L] contiguous (L = 1 for 2-D input [N, C]);
-// gamma, beta, mean, invstd, running stats [C]; M = N * L values per channel. Element e of x
-// belongs to channel (e / L) % C.
+// gamma, beta, mean, invstd, running stats [C]; M = N * L values per channel.
 //
-// Every call is (a) per-channel sums over M values, accumulated in double like the CPU
-// kernel, (b) a tiny per-channel kernel turning sums into coefficients, (c) one elementwise
-// pass applying them. The sums use one of two layouts:
+// Launches per call: training forward 3 (sums, finalize, affine), backward 3 (sums, finalize,
+// grad_x), eval 2 (coefficients, affine):
 //
-//   L == 1 ([N, C]):  a block covers 32 channels x 8 row lanes; thread (tx, ty) sums rows
-//                     ty, ty+8, ... of channel 32*block + tx, so a warp reads 32 neighbouring
-//                     channels of one row (coalesced); shared memory adds the 8 row lanes.
-//   L >  1:           one block per channel; its threads stride over the channel's N*L values,
-//                     contiguous runs of L; a block reduction adds them.
-// Both add in a fixed order (deterministic, no atomics).
+//   sums      per-channel sums of M values in double, split over a (channel groups) x (splits)
+//             grid sized to the GPU's SMs; partial sums [2][splits][C] (batch_norm_sums.cuh).
+//   finalize  one thread per channel adds the splits in order (deterministic, no atomics) and
+//             turns the sums into the statistics, parameter gradients and the coefficients of
+//             the elementwise pass.
+//   affine / grad_x  one pass over the elements, V at a time (16-byte accesses when every
+//             pointer is aligned and V divides C (L = 1) or L), no division per element:
+//               L == 1: 2-D grid of units of V channels x row lanes; a thread keeps its
+//                       channels' coefficients in registers and strides over rows;
+//               L >  1: grid-stride over units, each thread walking (channel, position)
+//                       incrementally (Note [Channel walk], batch_norm_sums.cuh).
 //
-//   train:    mean = Σx / M;  var = Σ(x - mean)² / M (two passes, biased, like torch);
-//             invstd = 1/sqrt(var + eps);  y = x * (invstd γ) + (β - mean invstd γ)
+// Formulas (coefficients in double, rounded once per output element):
+//   train:    K = x[0, c, 0]; mean = K + Σ(x-K)/M; var = Σ(x-K)²/M - (Σ(x-K)/M)² (biased,
+//             like torch; Note [Shifted sums]); invstd = 1/sqrt(var + eps);
+//             y = x * (invstd γ) + (β - mean invstd γ)
 //   eval:     y = x * (γ / sqrt(rv + eps)) + (β - rm γ / sqrt(rv + eps))
-//   backward: x̂ = (x - mean) invstd;  grad_β = Σg;  grad_γ = Σ g x̂;
-//             grad_x = γ invstd / M * (M g - Σg - x̂ Σ g x̂)
-// Dtypes: float32 / float64 (coefficients in double, rounded once per output element).
+//   backward: grad_β = Σg;  grad_γ = Σ g x̂ = invstd Σ g (x - mean) (0 when M = 0);
+//             grad_x = γ invstd / M (M g - Σg - x̂ Σ g x̂) = a g - b (x - mean) - d with
+//             a = γ invstd, b = a invstd Σ g x̂ / M, d = a Σg / M
+// M = 0 gives NaN statistics and zero parameter gradients, like the CPU kernels.
+// Dtypes: float32 / float64.
+//
+// Note [Shifted sums]: one pass of Σ(x-K) and Σ(x-K)² replaces the two passes mean, then
+// Σ(x-mean)², saving a read of x. Shifting by a value of the channel keeps the subtraction
+// mild: its relative rounding is about eps_double (1 + (mean-K)²/var), and K is one of the
+// values, a few standard deviations from the mean for any ordinary data.
+#include "cuda_kernels/batch_norm_sums.cuh"
 #include "cuda_kernels/kernel_table.h"
-#include "cuda_kernels/launch.cuh"
 #include "cuda_kernels/scratch.h"
 
 namespace pipewright::cuda {
 namespace {
 
-struct Sums {
-  double a, b;
-};
+using bn::Vec;
 
-// ---- what to sum per element (e: flat index into [N, C, L], ch: its channel) ----
-
-template <class T>
-struct SumX {
-  const T* x;
-  __device__ Sums operator()(int64_t e, int64_t) const { return {static_cast<double>(x[e]), 0.0}; }
-};
-
-template <class T>
-struct SumSquaredDeviation {
-  const T* x;
-  const double* mean;
-  __device__ Sums operator()(int64_t e, int64_t ch) const {
-    const double d = static_cast<double>(x[e]) - mean[ch];
-    return {d * d, 0.0};
-  }
-};
-
-template <class T>
-struct SumGradients {  // (Σ g, Σ g x̂)
-  const T* g;
-  const T* x;
-  const double* mean;
-  const double* invstd;
-  __device__ Sums operator()(int64_t e, int64_t ch) const {
-    const double gd = static_cast<double>(g[e]);
-    return {gd, gd * ((static_cast<double>(x[e]) - mean[ch]) * invstd[ch])};
-  }
-};
-
-// ---- per-channel sums; out_a[ch] = Σ a / divisor, out_b[ch] = Σ b / divisor ----
-
-constexpr int kTileChannels = 32, kTileRows = 8;
-
-template <class Map>
-__global__ void channel_sums_2d(Map map, int64_t n, int64_t c, double divisor, double* out_a,
-                                double* out_b) {
-  __shared__ double shared_a[kTileRows][kTileChannels + 1];  // +1: no bank conflicts
-  __shared__ double shared_b[kTileRows][kTileChannels + 1];
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kTileChannels; base < c;
-       base += static_cast<int64_t>(gridDim.x) * kTileChannels) {
-    const int64_t ch = base + tx;
-    Sums s{0.0, 0.0};
-    if (ch < c) {
-      for (int64_t row = ty; row < n; row += kTileRows) {
-        const Sums v = map(row * c + ch, ch);
-        s.a += v.a;
-        s.b += v.b;
-      }
-    }
-    shared_a[ty][tx] = s.a;
-    shared_b[ty][tx] = s.b;
-    __syncthreads();
-    if (ty == 0 && ch < c) {
-      double a = 0.0, b = 0.0;
-      for (int r = 0; r < kTileRows; ++r) {
-        a += shared_a[r][tx];
-        b += shared_b[r][tx];
-      }
-      out_a[ch] = a / divisor;
-      if (out_b != nullptr) out_b[ch] = b / divisor;
-    }
-    __syncthreads();
-  }
-}
-
-template <class Map>
-__global__ void channel_sums_3d(Map map, int64_t n, int64_t c, int64_t l, double divisor,
-                                double* out_a, double* out_b) {
-  __shared__ double shared[32];
-  for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
-    Sums s{0.0, 0.0};
-    for (int64_t j = threadIdx.x; j < n * l; j += blockDim.x) {
-      const int64_t sample = j / l, pos = j % l;
-      const Sums v = map((sample * c + ch) * l + pos, ch);
-      s.a += v.a;
-      s.b += v.b;
-    }
-    const double a = block_sum(s.a, shared);
-    const double b = block_sum(s.b, shared);
-    if (threadIdx.x == 0) {
-      out_a[ch] = a / divisor;
-      if (out_b != nullptr) out_b[ch] = b / divisor;
-    }
-  }
-}
-
-/// Launches the layout that suits l (see the file comment).
-template <class Map>
-void channel_sums(const Map& map, int64_t n, int64_t c, int64_t l, double divisor, double* out_a,
-                  double* out_b, cudaStream_t stream) {
-  if (l == 1) {
-    const int64_t tiles = (c + kTileChannels - 1) / kTileChannels;
-    PW_LAUNCH(channel_sums_2d<Map>, row_grid(tiles), dim3(kTileChannels, kTileRows), 0, stream)(
-        map, n, c, divisor, out_a, out_b);
-  } else {
-    PW_LAUNCH(channel_sums_3d<Map>, row_grid(c), kBlock, 0, stream)(
-        map, n, c, l, divisor, out_a, out_b);
-  }
-  PW_CUDA_CHECK_LAUNCH(l == 1 ? "channel_sums_2d" : "channel_sums_3d");
-}
-
-// ---- per-channel coefficients (one thread per channel) ----
+// Elementwise passes: Op::kBlocksPerSm blocks of 256 threads per SM (8 would fill it; the
+// affine pass keeps its coefficients in the registers of 6 without spilling, grad_x in those
+// of 4). The grid is that many blocks per SM, one wave (the
+// kernels are bounded to the registers that lets fit), fewer for small inputs.
 
 /// gamma[ch] as double, or `fallback` when the tensor is undefined (affine = false).
 template <class T>
@@ -144,74 +54,179 @@ __device__ inline double param(const T* p, int64_t ch, double fallback) {
   return p == nullptr ? fallback : static_cast<double>(p[ch]);
 }
 
-/// Training: var -> invstd; scale = invstd γ, shift = β - mean scale; mean/invstd to T.
+// ---- per-channel coefficients of the elementwise passes ----
+
+struct alignas(16) AffineCoef {  // y = x scale + shift
+  double scale, shift;
+};
+
+struct alignas(16) GradCoef {  // grad_x = a g - b (x - mean) - d
+  double mean, a, b, d;
+};
+
+// ---- finalize kernels (one thread per channel) ----
+
+/// Adds split s = 0, 1, ... of partial[2][splits][c] for channel ch.
+__device__ inline bn::Sums add_splits(const double* partial, int64_t splits, int64_t c,
+                                      int64_t ch) {
+  bn::Sums s;
+  for (int64_t i = 0; i < splits; ++i) {
+    s.a += partial[i * c + ch];
+    s.b += partial[(splits + i) * c + ch];
+  }
+  return s;
+}
+
 template <class T>
-__global__ void train_coefficients(const double* mean, const double* var, const T* gamma,
-                                   const T* beta, double eps, int64_t c, double* scale,
-                                   double* shift, T* mean_out, T* invstd_out) {
+__global__ void train_finalize(const double* partial, int64_t splits, const T* x, int64_t l,
+                               double m, const T* gamma, const T* beta, double eps, int64_t c,
+                               AffineCoef* coef, T* mean_out, T* invstd_out, double* var_out) {
   PW_GRID_STRIDE_LOOP(ch, c) {
-    const double invstd = 1.0 / sqrt(var[ch] + eps);
+    const bn::Sums s = add_splits(partial, splits, c, ch);
+    const double shift = s.a / m;  // mean - K; NaN when M = 0
+    const double mean = (m > 0 ? static_cast<double>(x[ch * l]) : 0.0) + shift;
+    double var = s.b / m - shift * shift;
+    var = var < 0.0 ? 0.0 : var;  // rounding of a constant channel; NaN stays NaN
+    const double invstd = 1.0 / sqrt(var + eps);
     const double k = invstd * param(gamma, ch, 1.0);
-    scale[ch] = k;
-    shift[ch] = param(beta, ch, 0.0) - mean[ch] * k;
-    mean_out[ch] = static_cast<T>(mean[ch]);
+    coef[ch] = {k, param(beta, ch, 0.0) - mean * k};
+    mean_out[ch] = static_cast<T>(mean);
     invstd_out[ch] = static_cast<T>(invstd);
+    if (var_out != nullptr) var_out[ch] = var;
   }
 }
 
 template <class T>
 __global__ void eval_coefficients(const T* running_mean, const T* running_var, const T* gamma,
-                                  const T* beta, double eps, int64_t c, double* scale,
-                                  double* shift) {
+                                  const T* beta, double eps, int64_t c, AffineCoef* coef) {
   PW_GRID_STRIDE_LOOP(ch, c) {
     const double k = 1.0 / sqrt(param(running_var, ch, 0.0) + eps) * param(gamma, ch, 1.0);
-    scale[ch] = k;
-    shift[ch] = param(beta, ch, 0.0) - param(running_mean, ch, 0.0) * k;
-  }
-}
-
-/// mean/invstd (T) as double, for the backward's x̂.
-template <class T>
-__global__ void to_double(const T* mean, const T* invstd, int64_t c, double* mean_d,
-                          double* invstd_d) {
-  PW_GRID_STRIDE_LOOP(ch, c) {
-    mean_d[ch] = static_cast<double>(mean[ch]);
-    invstd_d[ch] = static_cast<double>(invstd[ch]);
+    coef[ch] = {k, param(beta, ch, 0.0) - param(running_mean, ch, 0.0) * k};
   }
 }
 
 template <class T>
-__global__ void write_param_grads(const double* sum_g, const double* sum_g_xhat, int64_t c,
-                                  T* grad_gamma, T* grad_beta) {
+__global__ void backward_finalize(const double* partial, int64_t splits, const T* gamma,
+                                  const T* mean, const T* invstd, double m, int64_t c,
+                                  T* grad_gamma, T* grad_beta, GradCoef* coef) {
   PW_GRID_STRIDE_LOOP(ch, c) {
-    if (grad_beta != nullptr) grad_beta[ch] = static_cast<T>(sum_g[ch]);
-    if (grad_gamma != nullptr) grad_gamma[ch] = static_cast<T>(sum_g_xhat[ch]);
+    const bn::Sums s = add_splits(partial, splits, c, ch);
+    const double inv = static_cast<double>(invstd[ch]);
+    // With M = 0 the statistics are NaN and Σ g x̂ is the empty sum, 0 (like the CPU).
+    const double sum_g_xhat = m > 0 ? s.b * inv : 0.0;
+    if (grad_beta != nullptr) grad_beta[ch] = static_cast<T>(s.a);
+    if (grad_gamma != nullptr) grad_gamma[ch] = static_cast<T>(sum_g_xhat);
+    if (coef != nullptr) {
+      const double a = param(gamma, ch, 1.0) * inv;
+      coef[ch] = {static_cast<double>(mean[ch]), a, a / m * sum_g_xhat * inv, a / m * s.a};
+    }
   }
 }
 
 // ---- elementwise passes ----
 
-template <class T>
-__global__ void affine_kernel(const T* x, const double* scale, const double* shift, T* y,
-                              int64_t total, int64_t c, int64_t l) {
-  PW_GRID_STRIDE_LOOP(e, total) {
-    const int64_t ch = (e / l) % c;
-    y[e] = static_cast<T>(static_cast<double>(x[e]) * scale[ch] + shift[ch]);
+/// y = x scale + shift, V elements of one unit; k[i]: lane i's coefficients.
+template <class T, int V>
+struct Affine {
+  using Coef = AffineCoef;
+  static constexpr int kBlocksPerSm = 6;
+  const T* x;
+  const Coef* coef;
+  T* y;
+  __device__ void operator()(int64_t unit, const Coef* k) const {
+    const Vec<T, V> xv = bn::load<V>(x, unit);
+    Vec<T, V> out;
+    for (int i = 0; i < V; ++i) {
+      out.v[i] = static_cast<T>(static_cast<double>(xv.v[i]) * k[i].scale + k[i].shift);
+    }
+    bn::store<V>(y, unit, out);
+  }
+};
+
+/// grad_x = a g - b (x - mean) - d.
+template <class T, int V>
+struct GradX {
+  using Coef = GradCoef;
+  static constexpr int kBlocksPerSm = 4;
+  const T* g;
+  const T* x;
+  const Coef* coef;
+  T* grad_x;
+  __device__ void operator()(int64_t unit, const Coef* k) const {
+    const Vec<T, V> gv = bn::load<V>(g, unit), xv = bn::load<V>(x, unit);
+    Vec<T, V> out;
+    for (int i = 0; i < V; ++i) {
+      out.v[i] = static_cast<T>(k[i].a * static_cast<double>(gv.v[i]) -
+                                k[i].b * (static_cast<double>(xv.v[i]) - k[i].mean) - k[i].d);
+    }
+    bn::store<V>(grad_x, unit, out);
+  }
+};
+
+/// L == 1: thread (x, y) of the 2-D grid owns unit u (channels V u .. V u + V - 1) and strides
+/// over the rows.
+template <int V, class Op>
+__global__ void __launch_bounds__(kBlock, Op::kBlocksPerSm) rows_pass(Op op, int64_t n, int64_t units) {
+  for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    typename Op::Coef k[V];
+    for (int i = 0; i < V; ++i) k[i] = op.coef[u * V + i];
+    for (int64_t row = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; row < n;
+         row += static_cast<int64_t>(gridDim.y) * blockDim.y) {
+      op(row * units + u, k);
+    }
   }
 }
 
-template <class T>
-__global__ void grad_x_kernel(const T* g, const T* x, const T* gamma, const double* mean,
-                              const double* invstd, const double* sum_g,
-                              const double* sum_g_xhat, T* grad_x, int64_t total, int64_t c,
-                              int64_t l, double m) {
-  PW_GRID_STRIDE_LOOP(e, total) {
-    const int64_t ch = (e / l) % c;
-    const double x_hat = (static_cast<double>(x[e]) - mean[ch]) * invstd[ch];
-    const double k = param(gamma, ch, 1.0) * invstd[ch] / m;
-    grad_x[e] =
-        static_cast<T>((static_cast<double>(g[e]) * m - sum_g[ch] - x_hat * sum_g_xhat[ch]) * k);
+/// L > 1: grid-stride over the units, walking (channel, position in the run of `run` units)
+/// without dividing per element (Note [Channel walk]).
+template <int V, class Op>
+__global__ void __launch_bounds__(kBlock, Op::kBlocksPerSm) runs_pass(Op op, int64_t total_units, int64_t c, int64_t run) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t step_channels = step / run % c, step_pos = step % run;
+  int64_t ch = first / run % c, pos = first % run;
+  for (int64_t u = first; u < total_units; u += step) {
+    typename Op::Coef k[V];
+    k[0] = op.coef[ch];
+    for (int i = 1; i < V; ++i) k[i] = k[0];
+    op(u, k);
+    pos += step_pos;
+    ch += step_channels;
+    if (pos >= run) {
+      pos -= run;
+      ++ch;
+    }
+    if (ch >= c) ch -= c;  // ch < 2c here: step_channels < c, plus at most 1
   }
+}
+
+/// Launches the elementwise pass `op` of width V over [n, c, l].
+template <int V, class Op>
+void launch_pass(const Op& op, int64_t n, int64_t c, int64_t l, int device, const char* name,
+                 cudaStream_t stream) {
+  const int64_t fill = int64_t{Op::kBlocksPerSm} * multiprocessor_count(device);
+  const int64_t cap = launch_limits().max_grid;
+  if (l == 1) {
+    const int64_t units = c / V;
+    int lanes = 1;
+    while (lanes < units && lanes < 32) lanes *= 2;
+    const dim3 block(lanes, kBlock / lanes);
+    int64_t gx = (units + lanes - 1) / lanes, gy = (n + block.y - 1) / block.y;
+    gx = gx < cap ? gx : cap;
+    const int64_t want_y = (fill + gx - 1) / gx;
+    gy = gy < want_y ? gy : want_y;
+    gy = gy < cap ? gy : cap;
+    gy = gy < 65535 ? gy : 65535;  // gridDim.y
+    PW_LAUNCH((rows_pass<V, Op>), dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)),
+              block, 0, stream)(op, n, units);
+  } else {
+    const int64_t units = n * c * l / V;
+    const int64_t blocks = grid_for(units) < fill ? grid_for(units) : fill;
+    PW_LAUNCH((runs_pass<V, Op>), static_cast<unsigned>(blocks), kBlock, 0, stream)(
+        op, units, c, l / V);
+  }
+  PW_CUDA_CHECK_LAUNCH(name);
 }
 
 /// Data pointer of an optional [C] parameter: nullptr when undefined.
@@ -224,6 +239,9 @@ T* optional_out(Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
+/// The run V must divide: C for [N, C], L otherwise.
+int64_t vector_run(int64_t c, int64_t l) { return l == 1 ? c : l; }
+
 }  // namespace
 
 void batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
@@ -231,48 +249,47 @@ void batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
                       Tensor& var) {
   if (c == 0) return;
   LaunchContext ctx(y);
-  const int64_t total = n * c * l;
+  const int device = y.device().index;
   const double m = static_cast<double>(n * l);  // M = 0 gives NaN statistics, like the CPU
-  Scratch<double> stats(y.device(), 4 * c, ctx.stream);   // mean | var | scale | shift
-  double* mean_d = stats.get();
-  // The double variance goes straight into `var` (float64 [C]) when the caller wants it.
-  double* var_d = var.defined() ? var.data<double>() : mean_d + c;
-  double* scale_d = mean_d + 2 * c;
-  double* shift_d = scale_d + c;
+  Scratch<AffineCoef> coef(y.device(), c, ctx.stream);
   dispatch_floating(x.dtype(), "batch_norm_train", [&](auto zero) {
     using T = decltype(zero);
-    channel_sums(SumX<T>{x.data<T>()}, n, c, l, m, mean_d, nullptr, ctx.stream);
-    channel_sums(SumSquaredDeviation<T>{x.data<T>(), mean_d}, n, c, l, m, var_d, nullptr,
-                 ctx.stream);
-    PW_LAUNCH(train_coefficients<T>, grid_for(c), kBlock, 0, ctx.stream)(
-        mean_d, var_d, optional<T>(gamma), optional<T>(beta), eps, c, scale_d, shift_d,
-        mean.data<T>(), invstd.data<T>());
-    PW_CUDA_CHECK_LAUNCH("train_coefficients");
-    if (total == 0) return;
-    PW_LAUNCH(affine_kernel<T>, grid_for(total), kBlock, 0, ctx.stream)(
-        x.data<T>(), scale_d, shift_d, y.data<T>(), total, c, l);
-    PW_CUDA_CHECK_LAUNCH("affine_kernel");
+    const int width = bn::vector_width<T>(vector_run(c, l), {x.data<T>(), y.data<T>()});
+    bn::dispatch_width<T>(width, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      const bn::SumsPlan plan = bn::plan_sums(n, c, l, V, device);
+      Scratch<double> partial(y.device(), 2 * plan.splits * c, ctx.stream);
+      bn::launch_sums<V>(bn::ShiftedMoments<T, V>{x.data<T>(), l}, plan, n, c, l,
+                         partial.get(), ctx.stream);
+      PW_LAUNCH(train_finalize<T>, grid_for(c), kBlock, 0, ctx.stream)(
+          partial.get(), plan.splits, x.data<T>(), l, m, optional<T>(gamma), optional<T>(beta),
+          eps, c, coef.get(), mean.data<T>(), invstd.data<T>(), optional_out<double>(var));
+      PW_CUDA_CHECK_LAUNCH("train_finalize");
+      if (n * l == 0) return;
+      launch_pass<V>(Affine<T, V>{x.data<T>(), coef.get(), y.data<T>()}, n, c, l, device,
+                     "affine", ctx.stream);
+    });
   });
 }
 
 void batch_norm_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                      const Tensor& running_mean, const Tensor& running_var, double eps,
                      int64_t n, int64_t c, int64_t l, Tensor& y) {
-  const int64_t total = n * c * l;
-  if (total == 0) return;
+  if (n * c * l == 0) return;
   LaunchContext ctx(y);
-  Scratch<double> coefficients(y.device(), 2 * c, ctx.stream);  // scale | shift
-  double* scale_d = coefficients.get();
-  double* shift_d = scale_d + c;
+  Scratch<AffineCoef> coef(y.device(), c, ctx.stream);
   dispatch_floating(x.dtype(), "batch_norm_eval", [&](auto zero) {
     using T = decltype(zero);
     PW_LAUNCH(eval_coefficients<T>, grid_for(c), kBlock, 0, ctx.stream)(
         optional<T>(running_mean), optional<T>(running_var), optional<T>(gamma),
-        optional<T>(beta), eps, c, scale_d, shift_d);
+        optional<T>(beta), eps, c, coef.get());
     PW_CUDA_CHECK_LAUNCH("eval_coefficients");
-    PW_LAUNCH(affine_kernel<T>, grid_for(total), kBlock, 0, ctx.stream)(
-        x.data<T>(), scale_d, shift_d, y.data<T>(), total, c, l);
-    PW_CUDA_CHECK_LAUNCH("affine_kernel");
+    const int width = bn::vector_width<T>(vector_run(c, l), {x.data<T>(), y.data<T>()});
+    bn::dispatch_width<T>(width, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      launch_pass<V>(Affine<T, V>{x.data<T>(), coef.get(), y.data<T>()}, n, c, l,
+                     y.device().index, "affine", ctx.stream);
+    });
   });
 }
 
@@ -284,29 +301,29 @@ void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& ga
       grad_x.defined() ? grad_x : (grad_gamma.defined() ? grad_gamma : grad_beta);
   if (!any_out.defined()) return;  // no gradient wanted
   LaunchContext ctx(any_out);
-  const int64_t total = n * c * l;
-  Scratch<double> stats(any_out.device(), 4 * c, ctx.stream);  // mean | invstd | Σg | Σgx̂
-  double* mean_d = stats.get();
-  double* invstd_d = mean_d + c;
-  double* sum_g = invstd_d + c;
-  double* sum_g_xhat = sum_g + c;
+  const int device = any_out.device().index;
+  const bool want_x = grad_x.defined() && n * l > 0;
+  Scratch<GradCoef> coef(any_out.device(), want_x ? c : 0, ctx.stream);
   dispatch_floating(x.dtype(), "batch_norm_backward", [&](auto zero) {
     using T = decltype(zero);
-    PW_LAUNCH(to_double<T>, grid_for(c), kBlock, 0, ctx.stream)(
-        mean.data<T>(), invstd.data<T>(), c, mean_d, invstd_d);
-    PW_CUDA_CHECK_LAUNCH("to_double");
-    channel_sums(SumGradients<T>{grad_y.data<T>(), x.data<T>(), mean_d, invstd_d}, n, c, l, 1.0,
-                 sum_g, sum_g_xhat, ctx.stream);
-    if (grad_gamma.defined() || grad_beta.defined()) {
-      PW_LAUNCH(write_param_grads<T>, grid_for(c), kBlock, 0, ctx.stream)(
-          sum_g, sum_g_xhat, c, optional_out<T>(grad_gamma), optional_out<T>(grad_beta));
-      PW_CUDA_CHECK_LAUNCH("write_param_grads");
-    }
-    if (!grad_x.defined() || total == 0) return;
-    PW_LAUNCH(grad_x_kernel<T>, grid_for(total), kBlock, 0, ctx.stream)(
-        grad_y.data<T>(), x.data<T>(), optional<T>(gamma), mean_d, invstd_d, sum_g, sum_g_xhat,
-        grad_x.data<T>(), total, c, l, static_cast<double>(n * l));
-    PW_CUDA_CHECK_LAUNCH("grad_x_kernel");
+    const T* g = grad_y.data<T>();
+    const T* xs = x.data<T>();
+    T* gx = want_x ? grad_x.data<T>() : nullptr;
+    const int width = bn::vector_width<T>(vector_run(c, l), {g, xs, gx});
+    bn::dispatch_width<T>(width, [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      const bn::SumsPlan plan = bn::plan_sums(n, c, l, V, device);
+      Scratch<double> partial(any_out.device(), 2 * plan.splits * c, ctx.stream);
+      bn::launch_sums<V>(bn::GradientMoments<T, V>{g, xs, mean.data<T>()}, plan, n, c, l,
+                         partial.get(), ctx.stream);
+      PW_LAUNCH(backward_finalize<T>, grid_for(c), kBlock, 0, ctx.stream)(
+          partial.get(), plan.splits, optional<T>(gamma), mean.data<T>(), invstd.data<T>(),
+          static_cast<double>(n * l), c, optional_out<T>(grad_gamma), optional_out<T>(grad_beta),
+          want_x ? coef.get() : nullptr);
+      PW_CUDA_CHECK_LAUNCH("backward_finalize");
+      if (!want_x) return;
+      launch_pass<V>(GradX<T, V>{g, xs, coef.get(), gx}, n, c, l, device, "grad_x", ctx.stream);
+    });
   });
 }
 

@@ -1,4 +1,5 @@
-// DeviceGuard and current_stream(): which GPU and which stream a CUDA call goes to.
+// DeviceGuard and current_stream(): which GPU and which stream a CUDA call goes to;
+// multiprocessor_count(): how many SMs it has.
 //
 // The CUDA runtime has one "current device" per host thread; every allocation, stream, event
 // and kernel launch goes to it. A kernel of cuda:1 must therefore run with device 1 current:
@@ -30,6 +31,11 @@ class DeviceGuard {
  private:
   int previous_ = -1;  // -1: nothing to restore
 };
+
+/// The number of streaming multiprocessors of CUDA device `index` (132 on an H100 SXM or H200
+/// and under cudasim), asked once per device and remembered. Kernels size their grids by it.
+/// Throws CudaError for a bad index.
+int multiprocessor_count(int index);
 
 /// The calling thread's current stream on `device` (a CUDA device), as a cudaStream_t.
 inline cudaStream_t current_stream(Device device) {

@@ -5,7 +5,8 @@
 // (executor.h).
 //
 //   __global__, __device__, __host__   nothing: kernels and device functions
-//   are C++ functions
+//   __launch_bounds__(...)             are C++ functions (launch bounds only
+//                                      budget registers)
 //   __shared__                         `static thread_local`: one copy per OS
 //   thread, and a
 //                                      block's threads are fibers of one OS
@@ -34,6 +35,7 @@
 #define __device__
 #define __host__
 #define __shared__ static thread_local
+#define __launch_bounds__(...)  // a register budget for ptxas: nothing to simulate
 
 #include <cuda_runtime.h>
 

@@ -120,6 +120,29 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   return cudaSuccess;
 }
 
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (value == nullptr) return fail(cudaErrorInvalidValue, "value is null");
+  cudaDeviceProp prop;
+  const cudaError_t status = cudaGetDeviceProperties(&prop, device);
+  if (status != cudaSuccess) return status;
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount: *value = prop.multiProcessorCount; break;
+    case cudaDevAttrMaxThreadsPerBlock: *value = prop.maxThreadsPerBlock; break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *value = prop.maxThreadsPerMultiProcessor; break;
+    case cudaDevAttrMaxGridDimX: *value = prop.maxGridSize[0]; break;
+    case cudaDevAttrMaxGridDimY: *value = prop.maxGridSize[1]; break;
+    case cudaDevAttrMaxGridDimZ: *value = prop.maxGridSize[2]; break;
+    case cudaDevAttrWarpSize: *value = prop.warpSize; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = prop.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = prop.minor; break;
+    default:
+      return fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute: attribute " +
+                                             std::to_string(static_cast<int>(attr)) +
+                                             " is not simulated");
+  }
+  return cudaSuccess;
+}
+
 cudaError_t cudaDeviceSynchronize(void) {
   count_api("cudaDeviceSynchronize");
   CUDASIM_NO_CALLBACK("cudaDeviceSynchronize");

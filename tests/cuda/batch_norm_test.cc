@@ -1,12 +1,16 @@
-// CUDA BatchNorm (train, eval, backward) against the CPU, for 2-D [N, C] (the tiled layout)
-// and 3-D [N, C, L] (one block per channel), with and without affine parameters, and with
-// only some gradients wanted, without gamma, with N·L = 0 (N = 0 or L = 0); and under small
-// launch caps (kSmallLaunchLimits), where channel_sums_2d loops over channel tiles past the
-// grid, channel_sums_3d over channels past it, and the per-channel and elementwise kernels'
-// grid-stride loops wrap (C = 300 or 1000 channels, 2,121-5,000 elements).
+// CUDA BatchNorm (train, eval, backward) against the CPU, for 2-D [N, C] (the tiled sums and
+// the row pass) and 3-D [N, C, L] (the run sums and the channel walk), with and without affine
+// parameters, and with only some gradients wanted, without gamma, with N·L = 0 (N = 0 or
+// L = 0); with many row splits of the sums (M large against a split); with misaligned tensors
+// (the scalar path where 16-byte accesses would otherwise be taken); and under small launch
+// caps (kSmallLaunchLimits), where the sums loop over channel groups past the grid with at most
+// max_grid splits, and the elementwise passes' grid-stride loops wrap (C = 300 or 1000
+// channels, 2,121-5,000 elements).
+// Vector widths (float32 / float64): C or L a multiple of 4 gives 4 / 2 elements per access, a
+// multiple of 2 gives 2 / 2, odd gives 1 / 1.
 // Tolerances: both sides accumulate in double and round once to the dtype, but add in
-// different orders: float32 rtol/atol 1e-5, float64 1e-12 (backward: x 4, the sums of
-// products of M terms).
+// different orders (and the forward shifts its sums by the channel's first value): float32
+// rtol/atol 1e-5, float64 1e-12 (backward: x 4, the sums of products of M terms).
 #include <catch2/catch.hpp>
 
 #include "cuda_kernels/launch_limits.h"
@@ -25,6 +29,13 @@ const BnShape kShapes[] = {{256, 1024, 1}, {7, 33, 1}, {1000, 3, 1}, {8, 16, 49}
 // 258 values each (more than a 256-thread block), 2,121-5,000 elements.
 const BnShape kSmallCapsShapes[] = {{37, 100, 1}, {3, 300, 1}, {5, 1000, 1}, {3, 7, 101},
                                     {2, 5, 129}};
+// Many splits of the sums (a split holds at least 4 units per thread: 1,024 units of a
+// channel for L > 1, 4 x 256 / lanes rows for L = 1): [N, C] with 16-24 splits of rows, C
+// odd, C = 36 (9 units of 4 in 16 lanes) and C = 100 (25 units in 32 lanes, some idle);
+// [N, C, L] with 7-40 splits of units, L odd (1001), L = 522 (a multiple of 2, not 4), L = 400
+// (a multiple of 4), none of M a multiple of its split.
+const BnShape kSplitShapes[] = {{2000, 5, 1},  {1500, 36, 1}, {700, 100, 1},
+                                {40, 3, 1001}, {24, 2, 522},  {64, 3, 400}};
 
 Tensor cpu_empty(Shape s, DType d) { return Tensor::empty(s, {d, Device::cpu(0)}); }
 Tensor gpu_empty(Shape s, DType d) { return Tensor::empty(s, {d, gpu()}); }
@@ -84,6 +95,12 @@ TEST_CASE("cuda batch_norm_train and eval match cpu past the grid (small launch 
     INFO(describe(limits));
     check_forward(kSmallCapsShapes);
   }
+}
+
+TEST_CASE("cuda batch_norm_train and eval match cpu over many splits of the sums",
+          "[cuda][batch_norm]") {
+  if (!gpu_available_or_skip()) return;
+  check_forward(kSplitShapes);
 }
 
 /// Backward with every subset of gradients wanted, on both devices, with gamma or without
@@ -161,6 +178,64 @@ void check_backward(const BnShape (&shapes)[N]) {
 TEST_CASE("cuda batch_norm_backward matches cpu", "[cuda][batch_norm]") {
   if (!gpu_available_or_skip()) return;
   check_backward(kShapes);
+}
+
+TEST_CASE("cuda batch_norm_backward matches cpu over many splits of the sums",
+          "[cuda][batch_norm]") {
+  if (!gpu_available_or_skip()) return;
+  check_backward(kSplitShapes);
+}
+
+/// A contiguous [n, c, l] GPU tensor whose data starts one element past an aligned address
+/// (a view of a larger buffer), holding `values` when given.
+Tensor misaligned_gpu(const Shape& shape, DType dtype, const Tensor& values = Tensor()) {
+  const int64_t total = shape[0] * shape[1] * shape[2];
+  Tensor buffer = gpu_empty({total + 1}, dtype);
+  Tensor view = buffer.slice(1, total + 1).reshape(shape);
+  if (values.defined()) view.copy_from(values);
+  return view;
+}
+
+TEST_CASE("cuda batch_norm matches cpu on misaligned tensors (scalar accesses)",
+          "[cuda][batch_norm]") {
+  if (!gpu_available_or_skip()) return;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const BnShape& s : {BnShape{50, 8, 1}, BnShape{9, 4, 12}}) {
+      INFO(dtype_name(dtype) << " [" << s.n << ", " << s.c << ", " << s.l << "]");
+      const Shape xs{s.n, s.c, s.l};
+      const Tensor x = random_tensor(xs, dtype, 61, -3.0, 5.0);
+      const Tensor g = random_tensor(xs, dtype, 62);
+      const Tensor gamma = random_tensor({s.c}, dtype, 63, 0.5, 1.5);
+      const Tensor beta = random_tensor({s.c}, dtype, 64);
+      const Tensor x_g = misaligned_gpu(xs, dtype, x), g_g = misaligned_gpu(xs, dtype, g);
+      REQUIRE(reinterpret_cast<uintptr_t>(x_g.raw_data()) % 16 != 0);
+      const double t = tol(dtype, 1e-5, 1e-12);
+
+      Tensor y = cpu_empty(xs, dtype), mean = cpu_empty({s.c}, dtype),
+             invstd = cpu_empty({s.c}, dtype), no_var;
+      Tensor y_g = misaligned_gpu(xs, dtype), mean_g = gpu_empty({s.c}, dtype),
+             invstd_g = gpu_empty({s.c}, dtype);
+      cpu_kernels().batch_norm_train(x, gamma, beta, 1e-5, s.n, s.c, s.l, y, mean, invstd,
+                                     no_var);
+      gpu_kernels().batch_norm_train(x_g, gamma.to(gpu()), beta.to(gpu()), 1e-5, s.n, s.c, s.l,
+                                     y_g, mean_g, invstd_g, no_var);
+      check_close(y_g, y, t, t);
+      check_close(mean_g, mean, t, t);
+      check_close(invstd_g, invstd, t, t);
+
+      Tensor gx = cpu_empty(xs, dtype), gg = cpu_empty({s.c}, dtype),
+             gb = cpu_empty({s.c}, dtype);
+      Tensor gx_g = misaligned_gpu(xs, dtype), gg_g = gpu_empty({s.c}, dtype),
+             gb_g = gpu_empty({s.c}, dtype);
+      cpu_kernels().batch_norm_backward(g, x, gamma, mean, invstd, s.n, s.c, s.l, gx, gg, gb);
+      gpu_kernels().batch_norm_backward(g_g, x_g, gamma.to(gpu()), mean.to(gpu()),
+                                        invstd.to(gpu()), s.n, s.c, s.l, gx_g, gg_g, gb_g);
+      const double bt = tol(dtype, 4e-5, 4e-12);
+      check_close(gx_g, gx, bt, bt);
+      check_close(gg_g, gg, bt, bt * static_cast<double>(s.n * s.l));
+      check_close(gb_g, gb, bt, bt * static_cast<double>(s.n * s.l));
+    }
+  }
 }
 
 TEST_CASE("cuda batch_norm_backward matches cpu past the grid (small launch caps)",

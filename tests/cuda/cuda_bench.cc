@@ -10,6 +10,11 @@
 //      and as % of the copy's.
 //   5. Adam (the fused optimizer kernel): GB/s of its minimum traffic (read p, g, m, v; write
 //      p, m, v) and as % of the copy's.
+//   6. Host cost per call: microseconds of host time per CUDA event record, per one-element
+//      kernel through the kernel table, per small GEMM (ours and raw cuBLAS), per tensor op
+//      (ops::add of two [64, 512] tensors: allocation + dispatch + launch) and per pinned-staged
+//      host-to-device copy of a [64, 784] micro-batch; and the device's time per tiny kernel
+//      back to back. What a training step of many small launches costs on the host.
 // Ends with SUMMARY lines (tools/gpu/check.sh collects them): the goal for ReLU, BatchNorm and
 // Adam is at least 70 % of the copy's bandwidth at the largest size.
 //
@@ -20,16 +25,19 @@
 #include <cudnn.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "cuda_kernels/blas.h"
 #include "cuda_kernels/check.h"
 #include "tensor/generator.h"
 #include "tensor/kernels.h"
+#include "tensor/ops.h"
 #include "tensor/stream.h"
 #include "tensor/tensor.h"
 
@@ -228,6 +236,71 @@ void bench_batch_norm(cudaStream_t stream) {
               percent_of_copy(last_fwd), percent_of_copy(last_bwd));
 }
 
+/// Median host microseconds per call of `fn`: 7 batches of 500 calls, each timed on the host
+/// without waiting for the device, the device drained between batches (so a full launch queue
+/// never makes the host wait inside a batch).
+double host_us(const std::function<void()>& fn) {
+  constexpr int kBatches = 7, kCalls = 500;
+  for (int i = 0; i < 50; ++i) fn();
+  PW_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> us;
+  for (int b = 0; b < kBatches; ++b) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kCalls; ++i) fn();
+    const auto t1 = std::chrono::steady_clock::now();
+    PW_CUDA_CHECK(cudaDeviceSynchronize());
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kCalls);
+  }
+  std::sort(us.begin(), us.end());
+  return us[kBatches / 2];
+}
+
+void bench_host_cost(cudaStream_t stream) {
+  std::printf("\n### Host cost per call (median of 7 batches of 500 calls, device drained between batches)\n\n");
+  std::printf("| call | host µs per call |\n|---|---|\n");
+  cudaEvent_t event = nullptr;
+  PW_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  Tensor one = Tensor::empty({1}, {DType::kFloat32, kGpu});
+  const Tensor a = random_gpu({64, 64}, 7), b = random_gpu({64, 64}, 8);
+  Tensor c = Tensor::empty({64, 64}, {DType::kFloat32, kGpu});
+  cublasHandle_t raw = nullptr;
+  PW_CUDA_CHECK(cublasCreate(&raw));
+  PW_CUDA_CHECK(cublasSetStream(raw, stream));
+  const float f_one = 1.0f, f_zero = 0.0f;
+  const Tensor x = random_gpu({64, 512}, 9), y = random_gpu({64, 512}, 10);
+  const Tensor batch = Tensor::ones({64, 784}, {DType::kFloat32, Device::cpu()});
+  struct Row {
+    const char* what;
+    std::function<void()> fn;
+  };
+  const Row rows[] = {
+      {"cudaEventRecord (raw)", [&] { PW_CUDA_CHECK(cudaEventRecord(event, stream)); }},
+      {"one-element fill through the kernel table", [&] { gpu().fill(one, 1.0); }},
+      {"GEMM 64x64x64 through the kernel table", [&] { gpu().gemm(false, false, 1.0, a, b, 0.0, c); }},
+      {"cublasSgemm 64x64x64 (raw)",
+       [&] {
+         PW_CUDA_CHECK(cublasSgemm(raw, CUBLAS_OP_N, CUBLAS_OP_N, 64, 64, 64, &f_one,
+                                   b.data<float>(), 64, a.data<float>(), 64, &f_zero,
+                                   c.data<float>(), 64));
+       }},
+      {"ops::add of two [64, 512] (allocation + dispatch + launch)", [&] { (void)ops::add(x, y); }},
+      {"[64, 784] host to device (Tensor::to, pinned staging)", [&] { (void)batch.to(kGpu); }},
+  };
+  for (const Row& row : rows) std::printf("| %s | %.2f |\n", row.what, host_us(row.fn));
+  // The device's side: tiny kernels back to back, timed by events.
+  const double device_us = 1e3 * time_ms([&] {
+    for (int i = 0; i < 100; ++i) gpu().fill(one, 1.0);
+  }) / 100;
+  std::printf("| (device) one-element fill kernels back to back, device µs each | %.2f |\n",
+              device_us);
+  std::printf("SUMMARY host: %.2f µs per kernel-table launch, %.2f µs per small GEMM, device "
+              "%.2f µs per tiny kernel\n",
+              host_us([&] { gpu().fill(one, 1.0); }),
+              host_us([&] { gpu().gemm(false, false, 1.0, a, b, 0.0, c); }), device_us);
+  PW_CUDA_CHECK(cublasDestroy(raw));
+  PW_CUDA_CHECK(cudaEventDestroy(event));
+}
+
 }  // namespace
 }  // namespace pipewright
 
@@ -251,6 +324,7 @@ int main(int argc, char** argv) {
     bench_relu();
     bench_batch_norm(s);
     bench_adam();
+    bench_host_cost(s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_bench: %s\n", e.what());
     return 1;

@@ -27,6 +27,14 @@ TEST_CASE("devices: count, properties, current device per thread") {
   CHECK(prop.warpSize == 32);
   CHECK(prop.totalGlobalMem == size_t{4096} << 20);
   CHECK(cudaGetDeviceProperties(&prop, 2) == cudaErrorInvalidDevice);
+  int sms = 0;
+  REQUIRE_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 1));
+  CHECK(sms == prop.multiProcessorCount);
+  CHECK(sms == 132);
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 2) ==
+        cudaErrorInvalidDevice);
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrEccEnabled, 0) == cudaErrorInvalidValue);
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);
   CHECK(cudaSetDevice(5) == cudaErrorInvalidDevice);
   CHECK(cudaGetLastError() == cudaErrorInvalidDevice);
   CHECK(cudaGetLastError() == cudaSuccess);  // cleared
