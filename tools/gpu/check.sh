@@ -15,7 +15,8 @@
 #                  memcheck on a short main-job run
 #   mainjob.txt    the main job for 2 epochs on cuda:0 and on cuda:0,cuda:0 (two stages, one
 #                  GPU) against the same run on the CPU, and the large MLP (hidden 4096 4096,
-#                  batch 4096) on cuda:0; samples/s of the last epoch (no start-up in it)
+#                  batch 4096) on cuda:0; samples/s of the last epoch (no start-up in it); and
+#                  the main job with --chunks 1 (no micro-batches, like PyTorch eager's step)
 #   peer.txt       PyTorch eager (bench/peers/torch_fashion_mnist.py) on the same card, the
 #                  same two models
 #   bench.txt      //tests/cuda:cuda_bench's tables (GEMM, copy bandwidth, ReLU, BatchNorm, Adam)
@@ -112,6 +113,7 @@ fi
   else
     echo "(no nvidia-smi)"
   fi
+  echo "== host"; nproc; uptime; lscpu 2>/dev/null | grep -E "^(Model name|Socket|Core|Thread|CPU\(s\))"
   echo "== nvcc"; command -v nvcc >/dev/null && nvcc --version || echo "(no nvcc)"
   echo "== bundle"; cat "$work/MANIFEST"
   echo "== CUDA library folders"; printf '%s\n' "${cuda_dirs[@]}"
@@ -253,11 +255,13 @@ elif want main; then
     run_main cpu 60 --epochs 2
     run_main gpu1 60 --epochs 2 --workers 1 --devices cuda:0
     run_main gpu2 60 --epochs 2 --workers 2 --devices cuda:0,cuda:0
+    # Like for like with PyTorch eager's one batch: no micro-batches (a quarter of the launches).
+    run_main gpu1c1 60 --epochs 2 --workers 1 --devices cuda:0 --chunks 1
     run_main large1 60 --epochs 2 --workers 1 --devices cuda:0 --hidden 4096 4096 --batch-size 4096
   } >"$out/mainjob.txt" 2>&1
 fi
 result() { sed -n "s/^RESULT $1 accuracy \([^ ]*\) samples_per_s \([^ ]*\)/\\$2/p" "$out/mainjob.txt" 2>/dev/null | tail -n 1; }
-for label in cpu gpu gpu1 gpu2 large1; do
+for label in cpu gpu gpu1 gpu2 gpu1c1 large1; do
   acc=$(result "$label" 1)
   [[ -z "$acc" ]] && continue
   line="main job $label: test acc $acc, $(result "$label" 2) samples/s"
@@ -286,8 +290,9 @@ elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; th
   } >"$out/peer.txt" 2>&1
   mapfile -t torch_sps < <(sed -n 's/^RESULT .* last_epoch_samples_per_s=\([0-9.]*\).*/\1/p' "$out/peer.txt")
   ours_main=$(result gpu1 2) ours_two=$(result gpu2 2) ours_large=$(result large1 2)
+  ours_c1=$(result gpu1c1 2)
   ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "n/a" }'; }
-  note "PyTorch eager on this card: main job ${torch_sps[0]:-n/a} samples/s (ours 1 stage $(ratio "$ours_main" "${torch_sps[0]:-0}"), 2 stages $(ratio "$ours_two" "${torch_sps[0]:-0}")); large MLP ${torch_sps[1]:-n/a} samples/s (ours $(ratio "$ours_large" "${torch_sps[1]:-0}"))"
+  note "PyTorch eager on this card: main job ${torch_sps[0]:-n/a} samples/s (ours 1 stage $(ratio "$ours_main" "${torch_sps[0]:-0}"), 2 stages $(ratio "$ours_two" "${torch_sps[0]:-0}"), 1 stage --chunks 1 $(ratio "$ours_c1" "${torch_sps[0]:-0}")); large MLP ${torch_sps[1]:-n/a} samples/s (ours $(ratio "$ours_large" "${torch_sps[1]:-0}"))"
 else
   echo "(no python3 with a CUDA-capable torch)" >"$out/peer.txt"
   note "PyTorch peer: no python3 with CUDA torch here"
