@@ -3,6 +3,7 @@
 #include "autograd/batch_norm.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "autograd/function_node.h"
 #include "tensor/kernels.h"
@@ -119,27 +120,68 @@ Tensor batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta
   return y;
 }
 
-void accumulate_batch_stats(const BatchNormStats& stats, int64_t count, Tensor& sum,
-                            Tensor& sum_sq) {
+namespace {
+
+/// Throws unless t is a contiguous [c] tensor of `dtype` on `device` ("float64 [3] on cuda:0").
+void check_stats_tensor(const char* op, const char* name, const Tensor& t, DType dtype, int64_t c,
+                        const Device& device) {
+  if (t.defined() && t.dtype() == dtype && t.numel() == c && t.dim() == 1 &&
+      t.device() == device && t.is_contiguous()) {
+    return;
+  }
+  throw std::invalid_argument(
+      std::string(op) + ": " + name + " must be a contiguous " + dtype_name(dtype) + " [" +
+      std::to_string(c) + "] on " + device.str() + ", got " +
+      (t.defined() ? std::string(dtype_name(t.dtype())) + " " + t.shape().str() + " on " +
+                         t.device().str()
+                   : std::string("an undefined tensor")));
+}
+
+}  // namespace
+
+void accumulate_batch_stats(const BatchNormStats& stats, int64_t count, int64_t seen,
+                            Tensor& acc_mean, Tensor& acc_m2) {
   if (!stats.mean.defined() || !stats.var.defined()) {
     throw std::invalid_argument(
         "accumulate_batch_stats: the statistics need mean and the float64 var of "
         "batch_norm_train");
   }
   const int64_t c = stats.mean.numel();
-  for (const Tensor* t : {&sum, &sum_sq}) {
-    if (!t->defined() || t->dtype() != DType::kFloat64 || t->numel() != c ||
-        t->device() != stats.mean.device() || !t->is_contiguous()) {
-      throw std::invalid_argument(
-          "accumulate_batch_stats: sum and sum_sq must be contiguous float64 [" +
-          std::to_string(c) + "] on " + stats.mean.device().str() + ", got " +
-          (t->defined() ? std::string(dtype_name(t->dtype())) + " " + t->shape().str() + " on " +
-                              t->device().str()
-                        : std::string("an undefined tensor")));
-    }
+  const Device device = stats.mean.device();
+  check_stats_tensor("accumulate_batch_stats", "acc_mean", acc_mean, DType::kFloat64, c, device);
+  check_stats_tensor("accumulate_batch_stats", "acc_m2", acc_m2, DType::kFloat64, c, device);
+  PW_KERNEL(device, batch_norm_accumulate)(stats.mean, stats.var, static_cast<double>(count),
+                                           static_cast<double>(seen), acc_mean, acc_m2);
+}
+
+void commit_running_stats(const Tensor& mean, const Tensor& m2, int64_t count,
+                          std::optional<double> momentum, Tensor& running_mean,
+                          Tensor& running_var, Tensor& num_batches_tracked) {
+  const char* op = "commit_running_stats";
+  if (count < 1) {
+    throw std::invalid_argument(std::string(op) + ": count must be >= 1, got " +
+                                std::to_string(count));
   }
-  PW_KERNEL(stats.mean.device(), batch_norm_accumulate)(stats.mean, stats.var,
-                                                        static_cast<double>(count), sum, sum_sq);
+  if (!mean.defined() || !running_mean.defined()) {
+    throw std::invalid_argument(std::string(op) + ": mean and running_mean are required");
+  }
+  const int64_t c = running_mean.numel();
+  const Device device = running_mean.device();
+  check_stats_tensor(op, "mean", mean, DType::kFloat64, c, device);
+  check_stats_tensor(op, "m2", m2, DType::kFloat64, c, device);
+  check_stats_tensor(op, "running_var", running_var, running_mean.dtype(), c, device);
+  if (!num_batches_tracked.defined() || num_batches_tracked.dtype() != DType::kInt64 ||
+      num_batches_tracked.numel() != 1 || num_batches_tracked.device() != device) {
+    throw std::invalid_argument(
+        std::string(op) + ": num_batches_tracked must be one int64 on " + device.str() + ", got " +
+        (num_batches_tracked.defined()
+             ? std::string(dtype_name(num_batches_tracked.dtype())) + " " +
+                   num_batches_tracked.shape().str() + " on " + num_batches_tracked.device().str()
+             : std::string("an undefined tensor")));
+  }
+  PW_KERNEL(device, batch_norm_commit)(mean, m2, static_cast<double>(count),
+                                       momentum ? *momentum : -1.0, running_mean, running_var,
+                                       num_batches_tracked);
 }
 
 Tensor batch_norm_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,

@@ -66,18 +66,21 @@ Tensor BatchNorm1d::forward(const Tensor& x) {
   // could as well have been negative). Same on CPU and GPU: both kernels fill stats.var.
   autograd::NoGradGuard no_grad;
   const int64_t count = x.numel() / num_features_;
-  if (!deferred_) {
-    update_running_stats(stats.mean.to(DType::kFloat64), stats.var, count);
+  if (!deferred_) {  // this batch alone: merge it into zeros and commit at once
+    const TensorOptions f64{DType::kFloat64, x.device()};
+    Tensor mean = Tensor::zeros({num_features_}, f64), m2 = Tensor::zeros({num_features_}, f64);
+    autograd::accumulate_batch_stats(stats, count, 0, mean, m2);
+    commit(mean, m2, count);
     return y;
   }
-  // Accumulate Σx = mean·M and Σx² = (var + mean²)·M for commit_deferred(), one launch per
-  // micro-batch (a layer's micro-batches all run on its stage's device).
+  // Merge this micro-batch for commit_deferred(), one launch (a layer's micro-batches all run
+  // on its stage's device).
   if (acc_count_ == 0) {
     const TensorOptions f64{DType::kFloat64, x.device()};
-    acc_sum_ = Tensor::zeros({num_features_}, f64);
-    acc_sum_sq_ = Tensor::zeros({num_features_}, f64);
+    acc_mean_ = Tensor::zeros({num_features_}, f64);
+    acc_m2_ = Tensor::zeros({num_features_}, f64);
   }
-  autograd::accumulate_batch_stats(stats, count, acc_sum_, acc_sum_sq_);
+  autograd::accumulate_batch_stats(stats, count, acc_count_, acc_mean_, acc_m2_);
   acc_count_ += count;
   return y;
 }
@@ -85,37 +88,20 @@ Tensor BatchNorm1d::forward(const Tensor& x) {
 void BatchNorm1d::commit_deferred() {
   if (acc_count_ == 0) return;
   autograd::NoGradGuard no_grad;
-  const double m = static_cast<double>(acc_count_);
-  Tensor mean = ops::div(acc_sum_, m);
-  Tensor biased_var = ops::sub(ops::div(acc_sum_sq_, m), ops::square(mean));
-  const int64_t count = acc_count_;
-  acc_sum_ = acc_sum_sq_ = Tensor();
-  acc_count_ = 0;
-  update_running_stats(mean, biased_var, count);
+  commit(acc_mean_, acc_m2_, acc_count_);
+  discard_deferred();
 }
 
 void BatchNorm1d::discard_deferred() {
-  acc_sum_ = acc_sum_sq_ = Tensor();
+  acc_mean_ = acc_m2_ = Tensor();
   acc_count_ = 0;
 }
 
-void BatchNorm1d::update_running_stats(const Tensor& mean, const Tensor& biased_var,
-                                       int64_t count) {
-  // num_batches_tracked += 1 where it lives, never read back: on a GPU the read would make the
-  // host wait for the device once per layer and step. Only momentum None (the cumulative
-  // average) needs the count itself, as in PyTorch.
-  num_batches_tracked_.copy_from(
-      ops::add(num_batches_tracked_.to(DType::kFloat64), 1.0).to(DType::kInt64));
-  const double f = momentum_ ? *momentum_ : 1.0 / num_batches_tracked_.item();
-  const double unbias = count > 1 ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
+void BatchNorm1d::commit(const Tensor& mean, const Tensor& m2, int64_t count) {
+  // Where the running statistics live (the statistics were made where the input was).
   const Device device = running_mean_.device();
-  const DType dtype = running_mean_.dtype();
-  Tensor new_mean = mean.to(device).to(dtype);
-  Tensor new_var = ops::mul(biased_var, unbias).to(device).to(dtype);
-  ops::mul_(running_mean_, 1.0 - f);
-  ops::add_(running_mean_, new_mean, f);
-  ops::mul_(running_var_, 1.0 - f);
-  ops::add_(running_var_, new_var, f);
+  autograd::commit_running_stats(mean.to(device), m2.to(device), count, momentum_, running_mean_,
+                                 running_var_, num_batches_tracked_);
 }
 
 std::string BatchNorm1d::str() const {

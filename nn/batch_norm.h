@@ -18,18 +18,19 @@
 // one at a time. Like torchgpipe's DeferredBatchNorm, each micro-batch is normalised with its
 // own statistics (that is what the gradient needs), but the running statistics must change
 // ONCE per mini-batch, exactly as plain BatchNorm on the whole mini-batch would change them.
-// So while deferred (and training, and not recomputing), forward only accumulates, per
-// channel and in float64, Σx (= mean_b·M_b), Σx² (= (var_b + mean_b²)·M_b) and M = Σ M_b.
-// commit_deferred() then applies one update with
-//   mean = Σx / M,  var = (Σx² / M - mean²) · M/(M - 1)   (unbiased, over ALL samples),
-//   num_batches_tracked += 1,
-// and clears the accumulators. Two flaws of torchgpipe's version are fixed: it committed the
+// So while deferred (and training, and not recomputing), forward only merges each
+// micro-batch's statistics, per channel and in float64, into the mean and the sum of squared
+// deviations M2 of all samples so far (Chan et al.'s pairwise update: exact, no Σx² - M·mean²
+// cancellation; one kernel, autograd::accumulate_batch_stats). commit_deferred() then applies
+// one update with
+//   mean over ALL samples,  var = M2 / (M - 1)   (unbiased),  num_batches_tracked += 1
+// (one kernel, autograd::commit_running_stats: nothing read back by the host, momentum None
+// included), and clears the accumulators. Not deferred, forward merges its one batch and
+// commits at once: the same two kernels. Two flaws of torchgpipe's version are fixed: it committed the
 // biased variance, and it committed only after `chunks` micro-batches (a mini-batch that
 // yields fewer micro-batches leaked into the next step). Here the caller commits explicitly,
 // once per mini-batch, whatever the number of micro-batches. A recompute (is_recomputing())
 // never accumulates, so checkpointing does not count a micro-batch twice.
-// Σx² - M·mean² cancels when |mean| ≫ std; in float64 this costs nothing visible for
-// activations (|mean|/std up to ~10⁴ keeps float32 accuracy).
 #pragma once
 
 #include <cstdint>
@@ -81,9 +82,8 @@ class BatchNorm1d : public Module {
   const Tensor& num_batches_tracked() const { return num_batches_tracked_; }
 
  private:
-  /// One running-statistics update from a batch's per-channel float64 mean and biased
-  /// variance over `count` values.
-  void update_running_stats(const Tensor& mean, const Tensor& biased_var, int64_t count);
+  /// One running-statistics update from merged statistics (mean, M2) over `count` values.
+  void commit(const Tensor& mean, const Tensor& m2, int64_t count);
 
   int64_t num_features_;
   double eps_;
@@ -91,7 +91,7 @@ class BatchNorm1d : public Module {
   Tensor weight_, bias_;
   Tensor running_mean_, running_var_, num_batches_tracked_;
   bool deferred_ = false;
-  Tensor acc_sum_, acc_sum_sq_;  // float64 [C], defined once something is accumulated
+  Tensor acc_mean_, acc_m2_;  // float64 [C], defined once something is accumulated
   int64_t acc_count_ = 0;
 };
 

@@ -101,11 +101,18 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax };
   X(batch_norm_backward, (const Tensor& grad_y, const Tensor& x, const Tensor& gamma,              \
                           const Tensor& mean, const Tensor& invstd, int64_t n, int64_t c,          \
                           int64_t l, Tensor& grad_x, Tensor& grad_gamma, Tensor& grad_beta))       \
-  /* Deferred BatchNorm's sums over micro-batches (float64 [C], in place): with mean [C] of */     \
-  /* any floating dtype and var the float64 [C] biased variance of `count` values, */              \
-  /* sum += count * mean and sum_sq += count * (var + mean²), in double. */                        \
-  X(batch_norm_accumulate, (const Tensor& mean, const Tensor& var, double count, Tensor& sum,      \
-                            Tensor& sum_sq))                                                       \
+  /* BatchNorm's batch statistics merged over micro-batches (Chan et al., 1979), in place, in */   \
+  /* double: acc_mean, acc_m2 (float64 [C]) describe `seen` values; mean (any floating dtype) */   \
+  /* and var (float64, biased) `count` more. With d = mean - acc_mean, n = seen + count: */        \
+  /* acc_mean += d count/n; acc_m2 += var count + d² seen count/n. */                             \
+  X(batch_norm_accumulate, (const Tensor& mean, const Tensor& var, double count, double seen,      \
+                            Tensor& acc_mean, Tensor& acc_m2))                                     \
+  /* BatchNorm's running statistics from those over `count` values, in double, rounded once: */   \
+  /* f = momentum, or 1/(num_batches_tracked + 1) when momentum < 0 (torch's momentum=None); */    \
+  /* running_mean = (1-f) running_mean + f mean; running_var = (1-f) running_var + f m2 / */       \
+  /* (count - 1) (m2 / count when count is 1); num_batches_tracked (int64 [1]) += 1. */            \
+  X(batch_norm_commit, (const Tensor& mean, const Tensor& m2, double count, double momentum,       \
+                        Tensor& running_mean, Tensor& running_var, Tensor& num_batches_tracked))   \
   /* Philox4x32-10 fills (see tensor/generator.h for the exact stream layout): uniform in */       \
   /* [lo, hi), or normal(mean, std) by Box-Muller. Bit-identical across devices. */                \
   X(philox_uniform, (uint64_t seed, uint64_t offset, double lo, double hi, Tensor& out))           \

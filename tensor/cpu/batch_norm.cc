@@ -227,20 +227,39 @@ void batch_norm_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
   });
 }
 
-void batch_norm_accumulate(const Tensor& mean, const Tensor& var, double count, Tensor& sum,
-                           Tensor& sum_sq) {
+void batch_norm_accumulate(const Tensor& mean, const Tensor& var, double count, double seen,
+                           Tensor& acc_mean, Tensor& acc_m2) {
+  const double n = seen + count;
   dispatch_floating(mean.dtype(), "batch_norm_accumulate", [&](auto zero) {
     using T = decltype(zero);
     const T* m = mean.data<T>();
     const double* v = var.data<double>();
-    double* s = sum.data<double>();
-    double* sq = sum_sq.data<double>();
+    double* am = acc_mean.data<double>();
+    double* m2 = acc_m2.data<double>();
     for (int64_t ch = 0; ch < mean.numel(); ++ch) {
-      const double mu = static_cast<double>(m[ch]);
-      s[ch] += count * mu;
-      sq[ch] += count * (v[ch] + mu * mu);
+      const double d = static_cast<double>(m[ch]) - am[ch];
+      am[ch] += d * count / n;
+      m2[ch] += v[ch] * count + d * d * seen * count / n;
     }
   });
+}
+
+void batch_norm_commit(const Tensor& mean, const Tensor& m2, double count, double momentum,
+                       Tensor& running_mean, Tensor& running_var, Tensor& num_batches_tracked) {
+  int64_t* tracked = num_batches_tracked.data<int64_t>();
+  const double f = momentum >= 0 ? momentum : 1.0 / static_cast<double>(*tracked + 1);
+  const double unbiased = count > 1 ? count - 1 : count;
+  dispatch_floating(running_mean.dtype(), "batch_norm_commit", [&](auto zero) {
+    using T = decltype(zero);
+    T* rm = running_mean.data<T>();
+    T* rv = running_var.data<T>();
+    for (int64_t ch = 0; ch < running_mean.numel(); ++ch) {
+      rm[ch] = static_cast<T>((1.0 - f) * static_cast<double>(rm[ch]) + f * mean.data<double>()[ch]);
+      rv[ch] = static_cast<T>((1.0 - f) * static_cast<double>(rv[ch]) +
+                              f * m2.data<double>()[ch] / unbiased);
+    }
+  });
+  *tracked += 1;
 }
 
 void batch_norm_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,

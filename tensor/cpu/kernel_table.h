@@ -12,7 +12,7 @@
 //   softmax.cc      softmax, softmax_backward
 //   loss.cc         cross_entropy, cross_entropy_backward
 //   batch_norm.cc   batch_norm_train, batch_norm_eval, batch_norm_backward,
-//                   batch_norm_accumulate
+//                   batch_norm_accumulate, batch_norm_commit
 //   random.cc       philox_uniform, philox_normal, dropout
 //   optim.cc        sgd_step, adam_step
 //   masking.cc      masked_fill, triangular, causal_softmax, causal_softmax_backward

@@ -248,30 +248,60 @@ TEST_CASE("cuda batch_norm_backward matches cpu past the grid (small launch caps
   }
 }
 
-TEST_CASE("cuda batch_norm_accumulate matches cpu and the closed form",
+TEST_CASE("cuda batch_norm_accumulate and batch_norm_commit match cpu and the closed form",
           "[cuda][batch_norm]") {
   if (!gpu_available_or_skip()) return;
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
-    for (int64_t c : {1, 37, 1000}) {
+    for (int64_t c : {1, 37, 1000}) {  // 1000: the commit's one block loops over channels
       INFO(dtype_name(dtype) << " C " << c);
       const Tensor mean = random_tensor({c}, dtype, 61, -3.0, 5.0);
       const Tensor var = random_tensor({c}, DType::kFloat64, 62, 0.0, 2.0);
-      const Tensor sum0 = random_tensor({c}, DType::kFloat64, 63);
-      const Tensor sum_sq0 = random_tensor({c}, DType::kFloat64, 64, 0.0, 9.0);
-      Tensor sum = sum0.clone(), sum_sq = sum_sq0.clone();
-      Tensor sum_g = sum0.to(gpu()), sum_sq_g = sum_sq0.to(gpu());
-      cpu_kernels().batch_norm_accumulate(mean, var, 96.0, sum, sum_sq);
-      gpu_kernels().batch_norm_accumulate(mean.to(gpu()), var.to(gpu()), 96.0, sum_g, sum_sq_g);
+      const Tensor acc_mean0 = random_tensor({c}, DType::kFloat64, 63);
+      const Tensor acc_m20 = random_tensor({c}, DType::kFloat64, 64, 0.0, 9.0);
+      Tensor acc_mean = acc_mean0.clone(), acc_m2 = acc_m20.clone();
+      Tensor acc_mean_g = acc_mean0.to(gpu()), acc_m2_g = acc_m20.to(gpu());
+      cpu_kernels().batch_norm_accumulate(mean, var, 96.0, 160.0, acc_mean, acc_m2);
+      gpu_kernels().batch_norm_accumulate(mean.to(gpu()), var.to(gpu()), 96.0, 160.0, acc_mean_g,
+                                          acc_m2_g);
       const Tensor m = mean.to(DType::kFloat64);
-      for (int64_t ch = 0; ch < c; ++ch) {
-        const double mu = m.data<double>()[ch];
-        CHECK(sum.data<double>()[ch] == Approx(sum0.data<double>()[ch] + 96.0 * mu).epsilon(1e-14));
-        CHECK(sum_sq.data<double>()[ch] ==
-              Approx(sum_sq0.data<double>()[ch] + 96.0 * (var.data<double>()[ch] + mu * mu))
+      for (int64_t ch = 0; ch < c; ++ch) {  // Chan et al.: n = 160 + 96
+        const double d = m.data<double>()[ch] - acc_mean0.data<double>()[ch];
+        CHECK(acc_mean.data<double>()[ch] ==
+              Approx(acc_mean0.data<double>()[ch] + d * 96.0 / 256.0).epsilon(1e-14));
+        CHECK(acc_m2.data<double>()[ch] ==
+              Approx(acc_m20.data<double>()[ch] + var.data<double>()[ch] * 96.0 +
+                     d * d * 160.0 * 96.0 / 256.0)
                   .epsilon(1e-14));
       }
-      check_close(sum_g, sum, 1e-15, 1e-15);
-      check_close(sum_sq_g, sum_sq, 1e-15, 1e-15);
+      check_close(acc_mean_g, acc_mean, 1e-15, 1e-15);
+      check_close(acc_m2_g, acc_m2, 1e-15, 1e-15);
+
+      for (double momentum : {0.1, -1.0}) {  // -1: momentum None, f = 1/(tracked + 1) = 1/8
+        INFO("momentum " << momentum);
+        const Tensor rm0 = random_tensor({c}, dtype, 65), rv0 = random_tensor({c}, dtype, 66, 0.5, 2.0);
+        Tensor rm = rm0.clone(), rv = rv0.clone(), rm_g = rm0.to(gpu()), rv_g = rv0.to(gpu());
+        Tensor tracked = Tensor::full({1}, 7.0, {DType::kInt64, Device::cpu(0)});
+        Tensor tracked_g = tracked.to(gpu());
+        cpu_kernels().batch_norm_commit(acc_mean, acc_m2, 256.0, momentum, rm, rv, tracked);
+        gpu_kernels().batch_norm_commit(acc_mean_g, acc_m2_g, 256.0, momentum, rm_g, rv_g,
+                                        tracked_g);
+        const double f = momentum >= 0 ? momentum : 1.0 / 8.0;
+        const Tensor rm0d = rm0.to(DType::kFloat64), rv0d = rv0.to(DType::kFloat64);
+        const Tensor rmd = rm.to(DType::kFloat64), rvd = rv.to(DType::kFloat64);
+        const double t = tol(dtype, 1e-6, 1e-14);
+        for (int64_t ch = 0; ch < c; ++ch) {
+          CHECK(rmd.data<double>()[ch] ==
+                Approx((1 - f) * rm0d.data<double>()[ch] + f * acc_mean.data<double>()[ch])
+                    .epsilon(t).margin(t));
+          CHECK(rvd.data<double>()[ch] ==
+                Approx((1 - f) * rv0d.data<double>()[ch] + f * acc_m2.data<double>()[ch] / 255.0)
+                    .epsilon(t).margin(t));
+        }
+        CHECK(tracked.data<int64_t>()[0] == 8);
+        CHECK(tracked_g.to(Device::cpu(0)).data<int64_t>()[0] == 8);
+        check_close(rm_g, rm, t, t);  // the same double arithmetic (nvcc may fuse into FMAs)
+        check_close(rv_g, rv, t, t);
+      }
     }
   }
 }

@@ -139,27 +139,57 @@ TEST_CASE("BatchNorm1d on (N, C, L) input: statistics over N and L") {
                                  0.5 + 0.5 * s.unbiased_var[2]});
 }
 
-TEST_CASE("accumulate_batch_stats adds count * mean and count * (var + mean^2), and names bad sums") {
-  pw::autograd::BatchNormStats stats;
-  const Tensor x = random({6, 3}, 7, -1.0, 2.0);
-  pw::autograd::batch_norm_train(x, Tensor(), Tensor(), 1e-5, &stats);
-  const Naive s = naive_stats(x);
-  Tensor sum = Tensor::full({3}, 1.0, {pw::DType::kFloat64});
-  Tensor sum_sq = Tensor::full({3}, 2.0, {pw::DType::kFloat64});
-  pw::autograd::accumulate_batch_stats(stats, 6, sum, sum_sq);
-  for (int ch = 0; ch < 3; ++ch) {
-    CHECK(sum.data<double>()[ch] == Approx(1.0 + 6 * s.mean[ch]).epsilon(1e-6));
-    CHECK(sum_sq.data<double>()[ch] ==
-          Approx(2.0 + 6 * (s.biased_var[ch] + s.mean[ch] * s.mean[ch])).epsilon(1e-6));
+TEST_CASE("accumulate_batch_stats merges batches exactly; commit_running_stats; bad tensors named") {
+  // Two batches merged equal the statistics of both together (Chan's update, no cancellation
+  // even with |mean| >> std).
+  const Tensor a = pw::ops::add(random({6, 3}, 7, -1.0, 1.0), 1000.0);
+  const Tensor b = pw::ops::add(random({4, 3}, 8, -1.0, 1.0), 1000.5);
+  const Naive whole = naive_stats(pw::cat({a, b}));
+  Tensor mean = Tensor::zeros({3}, {pw::DType::kFloat64});
+  Tensor m2 = Tensor::zeros({3}, {pw::DType::kFloat64});
+  int64_t seen = 0;
+  for (const Tensor& x : {a, b}) {
+    pw::autograd::BatchNormStats stats;
+    pw::autograd::batch_norm_train(x, Tensor(), Tensor(), 1e-5, &stats);
+    pw::autograd::accumulate_batch_stats(stats, x.size(0), seen, mean, m2);
+    seen += x.size(0);
   }
+  for (int ch = 0; ch < 3; ++ch) {
+    CHECK(mean.data<double>()[ch] == Approx(whole.mean[ch]).epsilon(1e-7));
+    CHECK(m2.data<double>()[ch] / 10 == Approx(whole.biased_var[ch]).epsilon(1e-4));
+  }
+  // The commit: momentum 0.5 from running stats 0 and 1, then momentum None (cumulative).
+  Tensor rm = Tensor::zeros({3}), rv = Tensor::ones({3});
+  Tensor tracked = Tensor::zeros({1}, {pw::DType::kInt64});
+  pw::autograd::commit_running_stats(mean, m2, 10, 0.5, rm, rv, tracked);
+  for (int ch = 0; ch < 3; ++ch) {
+    CHECK(rm.data<float>()[ch] == Approx(0.5 * whole.mean[ch]).epsilon(1e-6));
+    CHECK(rv.data<float>()[ch] == Approx(0.5 + 0.5 * whole.unbiased_var[ch]).epsilon(1e-4));
+  }
+  CHECK(tracked.data<int64_t>()[0] == 1);
+  pw::autograd::commit_running_stats(mean, m2, 10, std::nullopt, rm, rv, tracked);  // f = 1/2
+  for (int ch = 0; ch < 3; ++ch) {
+    CHECK(rm.data<float>()[ch] == Approx(0.75 * whole.mean[ch]).epsilon(1e-6));
+  }
+  CHECK(tracked.data<int64_t>()[0] == 2);
+
+  pw::autograd::BatchNormStats stats;
+  pw::autograd::batch_norm_train(a, Tensor(), Tensor(), 1e-5, &stats);
   Tensor f32 = Tensor::zeros({3});
-  CHECK_THROWS_WITH(pw::autograd::accumulate_batch_stats(stats, 6, f32, sum_sq),
-                    Catch::Contains("float64 [3]") && Catch::Contains("got float32 [3]"));
-  Tensor short_sum = Tensor::zeros({2}, {pw::DType::kFloat64});
-  CHECK_THROWS_WITH(pw::autograd::accumulate_batch_stats(stats, 6, sum, short_sum),
+  CHECK_THROWS_WITH(pw::autograd::accumulate_batch_stats(stats, 6, 0, f32, m2),
+                    Catch::Contains("acc_mean must be a contiguous float64 [3] on cpu") &&
+                        Catch::Contains("got float32 [3]"));
+  Tensor short_m2 = Tensor::zeros({2}, {pw::DType::kFloat64});
+  CHECK_THROWS_WITH(pw::autograd::accumulate_batch_stats(stats, 6, 0, mean, short_m2),
                     Catch::Contains("got float64 [2]"));
-  CHECK_THROWS_WITH(pw::autograd::accumulate_batch_stats({}, 6, sum, sum_sq),
+  CHECK_THROWS_WITH(pw::autograd::accumulate_batch_stats({}, 6, 0, mean, m2),
                     Catch::Contains("mean and the float64 var"));
+  Tensor f64_tracked = Tensor::zeros({1}, {pw::DType::kFloat64});
+  CHECK_THROWS_WITH(pw::autograd::commit_running_stats(mean, m2, 10, 0.1, rm, rv, f64_tracked),
+                    Catch::Contains("num_batches_tracked must be one int64 on cpu") &&
+                        Catch::Contains("got float64 [1]"));
+  CHECK_THROWS_WITH(pw::autograd::commit_running_stats(mean, m2, 0, 0.1, rm, rv, tracked),
+                    Catch::Contains("count must be >= 1, got 0"));
 }
 
 TEST_CASE("deferred BatchNorm over 4 micro-batches equals plain BatchNorm over the whole batch") {
