@@ -26,9 +26,9 @@
 //   mean over ALL samples,  var = M2 / (M - 1)   (unbiased),  num_batches_tracked += 1
 // (one kernel, autograd::commit_running_stats: nothing read back by the host, momentum None
 // included), and clears the accumulators. Not deferred, forward merges its one batch and
-// commits at once: the same two kernels. Two flaws of torchgpipe's version are fixed: it committed the
-// biased variance, and it committed only after `chunks` micro-batches (a mini-batch that
-// yields fewer micro-batches leaked into the next step). Here the caller commits explicitly,
+// commits at once: the same two kernels. Two flaws of torchgpipe's version are fixed: it
+// committed the biased variance, and it committed only after `chunks` micro-batches (a
+// mini-batch that yields fewer micro-batches leaked into the next step). Here the caller commits explicitly,
 // once per mini-batch, whatever the number of micro-batches. A recompute (is_recomputing())
 // never accumulates, so checkpointing does not count a micro-batch twice.
 #pragma once
