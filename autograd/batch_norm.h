@@ -48,8 +48,8 @@ void accumulate_batch_stats(const BatchNormStats& stats, int64_t count, int64_t 
 ///   running_var = (1 - f)·running_var + f·m2 / (count - 1)   (unbiased; m2 / count for 1),
 ///   num_batches_tracked += 1.
 /// mean and m2 float64 [C]; running_mean and running_var [C] of one floating dtype on mean's
-/// device; num_batches_tracked one int64 there (shape [] as torch's, or [1]). Throws std::invalid_argument naming the
-/// tensors otherwise, or when count < 1.
+/// device; num_batches_tracked one int64 there (shape [] as torch's, or [1]). Throws
+/// std::invalid_argument naming the tensors otherwise, or when count < 1.
 void commit_running_stats(const Tensor& mean, const Tensor& m2, int64_t count,
                           std::optional<double> momentum, Tensor& running_mean,
                           Tensor& running_var, Tensor& num_batches_tracked);

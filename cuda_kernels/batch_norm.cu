@@ -166,7 +166,8 @@ struct GradX {
 /// L == 1: thread (x, y) of the 2-D grid owns unit u (channels V u .. V u + V - 1) and strides
 /// over the rows.
 template <int V, class Op>
-__global__ void __launch_bounds__(kBlock, Op::kBlocksPerSm) rows_pass(Op op, int64_t n, int64_t units) {
+__global__ void __launch_bounds__(kBlock, Op::kBlocksPerSm)
+    rows_pass(Op op, int64_t n, int64_t units) {
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units;
        u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     typename Op::Coef k[V];
@@ -181,7 +182,8 @@ __global__ void __launch_bounds__(kBlock, Op::kBlocksPerSm) rows_pass(Op op, int
 /// L > 1: grid-stride over the units, walking (channel, position in the run of `run` units)
 /// without dividing per element (Note [Channel walk]).
 template <int V, class Op>
-__global__ void __launch_bounds__(kBlock, Op::kBlocksPerSm) runs_pass(Op op, int64_t total_units, int64_t c, int64_t run) {
+__global__ void __launch_bounds__(kBlock, Op::kBlocksPerSm)
+    runs_pass(Op op, int64_t total_units, int64_t c, int64_t run) {
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t step_channels = step / run % c, step_pos = step % run;

@@ -28,9 +28,9 @@
 // included), and clears the accumulators. Not deferred, forward merges its one batch and
 // commits at once: the same two kernels. Two flaws of torchgpipe's version are fixed: it
 // committed the biased variance, and it committed only after `chunks` micro-batches (a
-// mini-batch that yields fewer micro-batches leaked into the next step). Here the caller commits explicitly,
-// once per mini-batch, whatever the number of micro-batches. A recompute (is_recomputing())
-// never accumulates, so checkpointing does not count a micro-batch twice.
+// mini-batch that yields fewer micro-batches leaked into the next step). Here the caller
+// commits explicitly, once per mini-batch, whatever the number of micro-batches. A recompute
+// (is_recomputing()) never accumulates, so checkpointing does not count a micro-batch twice.
 #pragma once
 
 #include <cstdint>

@@ -254,7 +254,8 @@ void batch_norm_commit(const Tensor& mean, const Tensor& m2, double count, doubl
     T* rm = running_mean.data<T>();
     T* rv = running_var.data<T>();
     for (int64_t ch = 0; ch < running_mean.numel(); ++ch) {
-      rm[ch] = static_cast<T>((1.0 - f) * static_cast<double>(rm[ch]) + f * mean.data<double>()[ch]);
+      rm[ch] =
+          static_cast<T>((1.0 - f) * static_cast<double>(rm[ch]) + f * mean.data<double>()[ch]);
       rv[ch] = static_cast<T>((1.0 - f) * static_cast<double>(rv[ch]) +
                               f * m2.data<double>()[ch] / unbiased);
     }

@@ -278,7 +278,8 @@ TEST_CASE("cuda batch_norm_accumulate and batch_norm_commit match cpu and the cl
 
       for (double momentum : {0.1, -1.0}) {  // -1: momentum None, f = 1/(tracked + 1) = 1/8
         INFO("momentum " << momentum);
-        const Tensor rm0 = random_tensor({c}, dtype, 65), rv0 = random_tensor({c}, dtype, 66, 0.5, 2.0);
+        const Tensor rm0 = random_tensor({c}, dtype, 65);
+        const Tensor rv0 = random_tensor({c}, dtype, 66, 0.5, 2.0);
         Tensor rm = rm0.clone(), rv = rv0.clone(), rm_g = rm0.to(gpu()), rv_g = rv0.to(gpu());
         Tensor tracked = Tensor::full({1}, 7.0, {DType::kInt64, Device::cpu(0)});
         Tensor tracked_g = tracked.to(gpu());

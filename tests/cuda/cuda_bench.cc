@@ -256,7 +256,8 @@ double host_us(const std::function<void()>& fn) {
 }
 
 void bench_host_cost(cudaStream_t stream) {
-  std::printf("\n### Host cost per call (median of 7 batches of 500 calls, device drained between batches)\n\n");
+  std::printf("\n### Host cost per call (median of 7 batches of 500 calls, device drained "
+              "between batches)\n\n");
   std::printf("| call | host µs per call |\n|---|---|\n");
   cudaEvent_t event = nullptr;
   PW_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
@@ -276,7 +277,8 @@ void bench_host_cost(cudaStream_t stream) {
   const Row rows[] = {
       {"cudaEventRecord (raw)", [&] { PW_CUDA_CHECK(cudaEventRecord(event, stream)); }},
       {"one-element fill through the kernel table", [&] { gpu().fill(one, 1.0); }},
-      {"GEMM 64x64x64 through the kernel table", [&] { gpu().gemm(false, false, 1.0, a, b, 0.0, c); }},
+      {"GEMM 64x64x64 through the kernel table",
+       [&] { gpu().gemm(false, false, 1.0, a, b, 0.0, c); }},
       {"cublasSgemm 64x64x64 (raw)",
        [&] {
          PW_CUDA_CHECK(cublasSgemm(raw, CUBLAS_OP_N, CUBLAS_OP_N, 64, 64, 64, &f_one,

@@ -139,7 +139,7 @@ TEST_CASE("BatchNorm1d on (N, C, L) input: statistics over N and L") {
                                  0.5 + 0.5 * s.unbiased_var[2]});
 }
 
-TEST_CASE("accumulate_batch_stats merges batches exactly; commit_running_stats; bad tensors named") {
+TEST_CASE("accumulate_batch_stats merges batches exactly; commit_running_stats; bad tensors") {
   // Two batches merged equal the statistics of both together (Chan's update, no cancellation
   // even with |mean| >> std).
   const Tensor a = pw::ops::add(random({6, 3}, 7, -1.0, 1.0), 1000.0);
