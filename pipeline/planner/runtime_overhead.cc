@@ -28,24 +28,34 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Median wall time of a train_step of `pipe` with m micro-batches, in microseconds.
-double step_us(Pipe& pipe, int m, Generator& g) {
-  const Tensor x = Tensor::randn({m, kWidth}, g);
-  const Tensor y = Tensor::zeros({m, kWidth});
+struct StepTimes {
+  double few_us, many_us;  // medians
+};
+
+// Median wall times of train_steps of `pipe` with kFew and kMany micro-batches, in
+// microseconds. The two alternate step by step, so a burst of load from another process falls
+// on both alike rather than on one of them (timed one after the other, a loaded moment under
+// the kFew runs once made them slower than the kMany ones).
+StepTimes step_times(Pipe& pipe, Generator& g) {
   const LossFn mse = [](const Tensor& out, const Tensor& target) {
     return nn::mse_loss(out, target);
   };
-  const Schedule schedule = one_f_one_b(pipe.num_stages(), m);
-  std::vector<double> times;
+  std::vector<double> times[2];  // kFew, kMany
+  const Tensor x[2] = {Tensor::randn({kFew, kWidth}, g), Tensor::randn({kMany, kWidth}, g)};
+  const Tensor y[2] = {Tensor::zeros({kFew, kWidth}), Tensor::zeros({kMany, kWidth})};
+  const Schedule schedule[2] = {one_f_one_b(pipe.num_stages(), kFew),
+                                one_f_one_b(pipe.num_stages(), kMany)};
   for (int k = 0; k < kWarmup + kTimed; ++k) {
-    const auto start = std::chrono::steady_clock::now();
-    pipe.train_step(x, y, mse, {.custom_schedule = schedule});
-    const double us = std::chrono::duration<double, std::micro>(
-                          std::chrono::steady_clock::now() - start)
-                          .count();
-    if (k >= kWarmup) times.push_back(us);
+    for (int i = 0; i < 2; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      pipe.train_step(x[i], y[i], mse, {.custom_schedule = schedule[i]});
+      const double us = std::chrono::duration<double, std::micro>(
+                            std::chrono::steady_clock::now() - start)
+                            .count();
+      if (k >= kWarmup) times[i].push_back(us);
+    }
   }
-  return median(times);
+  return {median(times[0]), median(times[1])};
 }
 
 }  // namespace
@@ -69,7 +79,8 @@ RuntimeOverhead measure_runtime_overhead(const std::vector<Device>& devices,
   options.threads_per_worker = threads_per_worker;
   Pipe pipe(std::move(model), options);
 
-  const double few = step_us(pipe, kFew, g), many = step_us(pipe, kMany, g);
+  const StepTimes t = step_times(pipe, g);
+  const double few = t.few_us, many = t.many_us;
   const double units_few = replay_schedule(one_f_one_b(p, kFew), Costs::unit(1, 1)).makespan;
   const double units_many = replay_schedule(one_f_one_b(p, kMany), Costs::unit(1, 1)).makespan;
   RuntimeOverhead o;

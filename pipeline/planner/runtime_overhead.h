@@ -17,7 +17,8 @@
 // 1F1B(p, m) with every action one unit long (the actions on the critical path). Two sizes
 // give the two unknowns. The replay then adds per_action to every action's cost, and
 // per_step to the step. Both are measured as the machine is at planning time: a busy machine
-// gives larger ones, as it gives slower steps.
+// gives larger ones, as it gives slower steps. The m1 and m2 steps alternate, so load that
+// comes and goes falls on both medians alike.
 #pragma once
 
 #include <vector>
