@@ -201,6 +201,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
   if (run.plan == "auto") {
     auto [x, y] = corpus.window_batch(data::TextSplit::kTrain, 0, run.batch_size, config.context,
                                       run.seed, host);
+    model.to(stage_devs.front());  // profiled where it will run
     plan = pipeline::plan(model, {x, y, loss_fn}, stage_devs,
                           {.memory_cap_bytes = run.memory_cap,
                            .threads_per_worker = run.threads});

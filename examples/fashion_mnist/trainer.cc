@@ -231,7 +231,10 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   data::Dataset test_set = load(data::Split::kTest, test_opts);
   const std::vector<Device> workers(devices.begin(), devices.begin() + config.workers);
   std::optional<pipeline::Plan> plan;
-  if (config.plan == "auto") plan = plan_training(config, model, train_set, task.loss, workers);
+  if (config.plan == "auto") {
+    model.to(workers.front());  // profiled where it will run (pipeline::plan)
+    plan = plan_training(config, model, train_set, task.loss, workers);
+  }
   const std::vector<int> balance = plan ? plan->balance : choose_balance(config, model, train_set);
   data::DataLoader loader(train_set, {.batch_size = config.batch_size, .shuffle = true,
                                       .seed = config.seed});

@@ -71,6 +71,19 @@ Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Dev
   if (!sample.input.defined() || !sample.target.defined() || !sample.loss) {
     throw std::invalid_argument("plan: the sample needs an input, a target and a loss");
   }
+  // The profile and the probes time and count where the parameters are: a model on the host
+  // planned for GPUs would get the CPU's times and bytes (no staged copies, no deferred
+  // checks), a plan for another machine.
+  const Device profiled = profile_device(model, sample.input);
+  for (const Device& d : devices) {
+    if (d.type != profiled.type) {
+      throw std::invalid_argument("plan: the model's parameters are on " + profiled.str() +
+                                  " but the plan is for " + d.str() +
+                                  "; it is profiled where its parameters are, so move it to a " +
+                                  device_type_name(d.type) + " device first (model.to(" +
+                                  d.str() + "))");
+    }
+  }
   const int workers = static_cast<int>(devices.size());
   const int threads = options.threads_per_worker > 0
                           ? options.threads_per_worker

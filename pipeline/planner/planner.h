@@ -155,11 +155,13 @@ class NoPlanFits : public std::runtime_error {
   int64_t smallest_cap_;
 };
 
-/// Note [How the planner searches]. `model`'s parameters on one device (where it is
-/// profiled and probed; left as it was); `devices`: one per worker, distinct. Throws
-/// std::invalid_argument for no devices, repeated devices, an undefined sample, a loss, an
-/// empty model or fewer allowed cuts than devices (naming the values), NoPlanFits when no
-/// configuration fits the cap, and whatever profiling throws.
+/// Note [How the planner searches]. `model`'s parameters on one device of the devices' kind
+/// (where it is profiled and probed, so its times and bytes are those of the devices the plan
+/// is for; left as it was): a model built on the host is moved to a GPU before a plan for
+/// GPUs. `devices`: one per worker, distinct. Throws std::invalid_argument for no devices,
+/// repeated devices, parameters on a device of another kind (CPU vs CUDA), an undefined
+/// sample, a loss, an empty model or fewer allowed cuts than devices (naming the values),
+/// NoPlanFits when no configuration fits the cap, and whatever profiling throws.
 Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Device>& devices,
           const PlanOptions& options = {});
 

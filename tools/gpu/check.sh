@@ -7,7 +7,7 @@
 #                     another folder)
 #
 # Each step runs under `timeout`, the whole in at most --budget seconds (default 480), and
-# writes one file to OUTDIR (8 in all, summary.txt last):
+# writes one file to OUTDIR (9 in all, summary.txt last):
 #   gpu.txt        nvidia-smi, the toolkit, where each CUDA library was found
 #   tests.txt      every bundled test with PIPEWRIGHT_REQUIRE_GPU=1, its output and a line
 #                  "N passed, M failed, K skipped" (test cases; a crash or timeout is a failure)
@@ -19,13 +19,15 @@
 #                  the main job with --chunks 1 (no micro-batches, like PyTorch eager's step)
 #   peer.txt       PyTorch eager (bench/peers/torch_fashion_mnist.py) on the same card, the
 #                  same two models
+#   plan.txt       the main job with --plan auto on cuda:0, without and with a memory cap: the
+#                  plan's predicted step, bubble and peak beside the measured ones
 #   bench.txt      //tests/cuda:cuda_bench's tables (GEMM, copy bandwidth, ReLU, BatchNorm, Adam)
 #   logs.tar.gz    the whole output of every test and compute-sanitizer run
 #   summary.txt    one line per check, and the ratios
 # Tests and compute-sanitizer only judge correctness, so they run side by side (as many at once
 # as half the machine's cores, at most 8) within the first half of the budget; everything that
 # is timed runs after them, one at a time.
-# --steps: a comma-separated subset of tests,sanitizer,main,peer,bench (default all), for a
+# --steps: a comma-separated subset of tests,sanitizer,main,peer,plan,bench (default all), for a
 # second call that re-checks only what a fix touched; --tests: only the test binaries whose
 # name matches REGEX (e.g. 'gemm|pipe').
 # --quick: two tests, one short main-job run, no sanitizer, peer or benchmark (CI's dry run
@@ -35,7 +37,7 @@ cd "$(dirname "$0")/../.."
 
 out=${1:?usage: tools/gpu/check.sh OUTDIR [--quick] [--budget SECONDS] [--steps LIST] [--tests REGEX]}
 shift
-quick=0 budget=480 steps=tests,sanitizer,main,peer,bench test_filter=.
+quick=0 budget=480 steps=tests,sanitizer,main,peer,plan,bench test_filter=.
 while (($#)); do
   case $1 in
     --quick) quick=1 steps=tests,main ;;
@@ -296,6 +298,22 @@ elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; th
 else
   echo "(no python3 with a CUDA-capable torch)" >"$out/peer.txt"
   note "PyTorch peer: no python3 with CUDA torch here"
+fi
+
+# ---- the planner on the card (--plan auto: profiled, probed and timed on cuda:0) ----
+# One worker (the planner takes one device per worker, and this machine has one GPU): no cap,
+# and a cap below the unplanned peak, so the plan must trade speed for bytes. The example
+# prints the plan's predicted step, bubble and peak beside what the run measured.
+if want plan; then
+  {
+    for cap_flags in "" "--memory-cap 11MiB"; do
+      echo "== plan auto cuda:0 $cap_flags"
+      # shellcheck disable=SC2086
+      timeout "$(cap 90)" "$main" --no-progress --epochs 2 --workers 1 --devices cuda:0 \
+        --plan auto --explain $cap_flags 2>&1 | grep -v '^  (\|^model: \|^) ('
+    done
+  } >"$out/plan.txt" 2>&1
+  while read -r line; do note "$line"; done < <(grep -E '^plan: |^plan vs run|^  peak |^planned in' "$out/plan.txt")
 fi
 
 # ---- the GPU benchmark ----

@@ -1,8 +1,7 @@
 // The planner's memory predictions against the allocators of a real Pipe, to the byte.
 //
-// The model is the main job's kind (Linear, deferred BatchNorm1d, ReLU, Dropout per hidden
-// layer, then a Linear and cross-entropy), trained as the examples train: zero_grad (to
-// none), train_step with the plan's schedule, Adam's step. Each worker's device is compared
+// The model is the main job's kind, trained as the examples train (planner_test_model.h;
+// tests/cuda:planner_memory_test runs the same on GPUs). Each worker's device is compared
 // with the plan's DevicePeak after the first step (Adam's state exists from then on):
 //   - before a step the device holds exactly the static part (parameters + Adam's two moments);
 //   - with one micro-batch every message is ordered by the schedule, so low == high and the
@@ -30,80 +29,13 @@
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
 #include "tests/pipeline/pipe_test_util.h"
+#include "tests/pipeline/planner/planner_test_model.h"
 
 using namespace pipewright;
 using namespace pipewright::pipeline;
+using namespace pipewright::pipeline::planner_testing;
 
 namespace {
-
-constexpr int64_t kRows = 48, kIn = 24, kHidden = 40, kClasses = 10;
-
-nn::Sequential mlp(uint64_t seed, Device device) {
-  Generator g(seed);
-  GeneratorGuard guard(g);
-  const TensorOptions on{.device = device};
-  nn::Sequential m;
-  int64_t width = kIn;
-  for (int k = 0; k < 2; ++k) {
-    m.push_back(nn::Linear(width, kHidden, true, on));
-    m.push_back(nn::BatchNorm1d(kHidden, 1e-5, 0.1, true, true, on));
-    m.push_back(nn::ReLU());
-    m.push_back(nn::Dropout(0.2));
-    width = kHidden;
-  }
-  m.push_back(nn::Linear(width, kClasses, true, on));
-  return m;
-}
-
-struct Batch {
-  Tensor x, y;
-};
-
-// The data live on a device of their own, as the examples' loader's do.
-Batch batch(Device data) {
-  Generator g(3);
-  Tensor x = Tensor::empty({kRows, kIn}, {.device = data});
-  g.uniform_(x, -1, 1);
-  std::vector<int64_t> labels(kRows);
-  for (int64_t i = 0; i < kRows; ++i) labels[static_cast<size_t>(i)] = (i * 7) % kClasses;
-  return {x, Tensor::from_vector(labels, Shape{kRows}, data)};
-}
-
-Tensor cross_entropy(const Tensor& out, const Tensor& target) {
-  return nn::cross_entropy(out, target);
-}
-
-struct Measured {
-  std::vector<int64_t> before, peak;
-};
-
-// Trains three steps as the examples do; measures each worker's device over steps 2 and 3.
-Measured train(nn::Sequential model, const Plan& plan, const std::vector<Device>& devices,
-               const Batch& b) {
-  Pipe pipe(std::move(model), plan.pipe_options(devices));
-  nn::Adam adam(pipe.parameters(), {.lr = 1e-3});
-  auto step = [&] {
-    adam.zero_grad();
-    pipe.train_step(b.x, b.y, cross_entropy,
-                    {.custom_schedule = plan.schedule_for(plan.num_microbatches)});
-    pipe.step(adam);
-  };
-  step();
-  Measured m;
-  adam.zero_grad();
-  for (const Device& d : devices) {
-    m.before.push_back(allocator_for(d).allocated());
-    allocator_for(d).reset_peak();
-  }
-  step();
-  step();
-  for (const Device& d : devices) m.peak.push_back(allocator_for(d).peak());
-  return m;
-}
-
-Measured train(const Plan& plan, const std::vector<Device>& devices, const Batch& b) {
-  return train(mlp(1, devices.front()), plan, devices, b);
-}
 
 // Linear, ReLU, [Stash, Linear, ReLU, Linear, Pop (add)], ReLU, Linear: a residual block.
 nn::Sequential residual(uint64_t seed, Device device) {
@@ -121,38 +53,6 @@ nn::Sequential residual(uint64_t seed, Device device) {
   m.push_back(nn::ReLU());
   m.push_back(nn::Linear(kHidden, kClasses, true, on));
   return m;
-}
-
-Plan plan_for(const std::vector<Device>& devices, const std::string& schedule, int chunks,
-              int64_t cap = 0, int max_v = 1) {
-  nn::Sequential model = mlp(1, devices.front());
-  const Batch b = batch(Device::cpu(99));
-  return plan(model, {b.x, b.y, cross_entropy}, devices,
-              {.memory_cap_bytes = cap,
-               .schedules = {schedule},
-               .chunks = {chunks},
-               .max_virtual_stages = max_v,
-               .deferred_batch_norm = true});
-}
-
-int64_t static_bytes(const Plan& p, int w) {
-  // Parameters and Adam's two moments of the worker's stages (3x their parameter bytes) and
-  // BatchNorm's running statistics.
-  nn::Sequential model = mlp(1, Device::cpu(0));
-  int64_t bytes = 0;
-  int layer = 0;
-  for (size_t s = 0; s < p.balance.size(); ++s) {
-    for (int k = 0; k < p.balance[s]; ++k, ++layer) {
-      if (p.stage_worker[s] != w) continue;
-      for (const Tensor& t : model[static_cast<size_t>(layer)].parameters()) {
-        bytes += 3 * static_cast<int64_t>(t.nbytes());
-      }
-      for (const auto& [name, t] : model[static_cast<size_t>(layer)].named_buffers()) {
-        bytes += static_cast<int64_t>(t.nbytes());
-      }
-    }
-  }
-  return bytes;
 }
 
 }  // namespace
@@ -232,6 +132,15 @@ TEST_CASE("a model with a skip connection is profiled, planned and trained withi
     CHECK(p.peaks[static_cast<size_t>(w)].low <= m.peak[static_cast<size_t>(w)]);
     CHECK(m.peak[static_cast<size_t>(w)] <= p.peaks[static_cast<size_t>(w)].high);
   }
+}
+
+TEST_CASE("a model on the host is not planned for GPUs: its profile would be the CPU's") {
+  nn::Sequential model = mlp(1, Device::cpu(51));
+  const Batch b = batch(Device::cpu(99));
+  CHECK_THROWS_WITH(plan(model, {b.x, b.y, cross_entropy}, {Device::cuda(0)}),
+                    Catch::Contains("the model's parameters are on cpu:51 but the plan is for "
+                                    "cuda:0") &&
+                        Catch::Contains("move it to a cuda device first (model.to(cuda:0))"));
 }
 
 TEST_CASE("nothing fits: the refusal names the smallest cap, and that cap fits") {
