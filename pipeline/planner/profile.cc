@@ -316,10 +316,13 @@ Device profile_device(const nn::Sequential& model, const Tensor& input) {
 
 namespace {
 
-// The time of one copy of `bytes` bytes to another device, in bytes per microsecond.
+// The speed of one copy of `bytes` bytes from `device` to the next device of its kind, in
+// bytes per microsecond; within `device` when it is the only one (a hand-off between stages
+// on one GPU).
 double copy_speed(Device device, int64_t bytes, int repetitions) {
   const Tensor block = Tensor::zeros({std::max<int64_t>(bytes / 4, 1024)}, {.device = device});
-  const Device other{device.type, device.index + 1};
+  const int count = std::max(device_count(device.type), device.index + 1);
+  const Device other{device.type, (device.index + 1) % count};
   std::vector<double> times;
   for (int k = 0; k < repetitions + 1; ++k) {
     auto t0 = Clock::now();

@@ -29,10 +29,8 @@ std::vector<Device> gpus(int workers) {
   return devices;
 }
 
-}  // namespace
-
-TEST_CASE("GPU, one micro-batch: each device's peak is predicted to the byte") {
-  const int workers = GENERATE(1, 2);
+// One micro-batch: every message is ordered by the schedule, so the peak is exact.
+void check_one_microbatch(int workers) {
   const std::string schedule = GENERATE(as<std::string>{}, "gpipe", "1f1b", "zb-h1");
   CAPTURE(workers, schedule);
   const std::vector<Device> devices = gpus(workers);
@@ -50,8 +48,8 @@ TEST_CASE("GPU, one micro-batch: each device's peak is predicted to the byte") {
   }
 }
 
-TEST_CASE("GPU, several micro-batches: the measured peak lies within the predicted bounds") {
-  const int workers = GENERATE(1, 2);
+// Several micro-batches: the messages' timing decides the order, within the bounds.
+void check_several_microbatches(int workers) {
   const std::string schedule = GENERATE(as<std::string>{}, "gpipe", "1f1b", "zb-h2");
   CAPTURE(workers, schedule);
   const std::vector<Device> devices = gpus(workers);
@@ -65,4 +63,24 @@ TEST_CASE("GPU, several micro-batches: the measured peak lies within the predict
     CHECK(peak.low <= m.peak[static_cast<size_t>(w)]);
     CHECK(m.peak[static_cast<size_t>(w)] <= peak.high);
   }
+}
+
+}  // namespace
+
+// The one-worker cases also run alone with one simulated GPU (planner_memory_one_gpu_test):
+// nothing in a plan for cuda:0 may touch another GPU.
+TEST_CASE("GPU, one worker, one micro-batch: the peak is predicted to the byte", "[one-gpu]") {
+  check_one_microbatch(1);
+}
+
+TEST_CASE("GPU, one worker, several micro-batches: the peak lies within the bounds", "[one-gpu]") {
+  check_several_microbatches(1);
+}
+
+TEST_CASE("GPU, two workers, one micro-batch: each device's peak is predicted to the byte") {
+  check_one_microbatch(2);
+}
+
+TEST_CASE("GPU, two workers, several micro-batches: each peak lies within the bounds") {
+  check_several_microbatches(2);
 }
