@@ -36,6 +36,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Note [Timing layers on a GPU]
+// On the CPU a layer's time is its wall time. A GPU worker queues a layer's kernels and goes on
+// to queue the next layer's while the device runs them, so inside a step a layer costs about
+// the longer of its host time (launches, cuBLAS calls) and its device time, not their sum plus
+// a wait for the device. Timed alone between two synchronisations, a small layer's time was
+// mostly that wait: the main job's profile on an H200 put a step at 1.4x its measured time,
+// and 2x with 24 micro-batches. So on a GPU each timed part (F, B, I, W) runs kDeviceRepeats
+// times back to back between two synchronisations, on graphs made beforehand, and its time is
+// the total over the repeats; the one wait is spread over them.
+constexpr int kDeviceRepeats = 8;
+
 double micros_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
 }
@@ -211,50 +222,65 @@ class Profiler {
   }
 
   // Medians of options.repetitions timed passes after options.warmup untimed ones; each layer
-  // gets the previous one's output, detached, as balance.h's profile_times does.
+  // gets the previous one's output, detached, as balance.h's profile_times does. On a GPU each
+  // part runs kDeviceRepeats times between two synchronisations (Note [Timing layers on a
+  // GPU]).
   void measure_times(int64_t rows, const std::vector<Step1>& layers,
                      std::vector<Sample>& samples) {
     const Stream stream = Stream::current(device_);
+    const int repeats = device_.is_cpu() ? 1 : kDeviceRepeats;
+    // The wall time of part(0) ... part(repeats - 1), queued back to back, per part.
+    const auto time_parts = [&](const std::function<void(int)>& part) {
+      stream.synchronize();
+      const auto t0 = Clock::now();
+      for (int r = 0; r < repeats; ++r) part(r);
+      stream.synchronize();
+      return micros_between(t0, Clock::now()) / repeats;
+    };
+    struct Graph {
+      nn::Tensors roots, grads;
+    };
     std::vector<std::vector<double>> f(layers.size()), b(layers.size()), in(layers.size()),
         w(layers.size());
     for (int pass = 0; pass < options_.warmup + options_.repetitions; ++pass) {
       const bool timed = pass >= options_.warmup;
       nn::Tensors x = first_input(rows);
       for (size_t i = 0; i < layers.size(); ++i) {
-        stream.synchronize();
-        auto t0 = Clock::now();
-        nn::Tensors y = layers[i](x);
-        stream.synchronize();
-        auto t1 = Clock::now();
-        nn::Tensors roots, grads;
-        roots_of(y, roots, grads);
-        nn::Tensors inputs = requiring_grad(x);
+        nn::Tensors y;
+        const double forward = time_parts([&](int) { y = layers[i](x); });
+        // Graphs to run backward through, made untimed: y's and fresh ones.
+        std::vector<Graph> graphs(static_cast<size_t>(repeats));
+        const auto make_graphs = [&](bool from_y) {
+          for (int r = 0; r < repeats; ++r) {
+            Graph& g = graphs[static_cast<size_t>(r)];
+            g = Graph{};
+            roots_of(from_y && r == 0 ? y : layers[i](x), g.roots, g.grads);
+          }
+        };
+        make_graphs(/*from_y=*/true);
+        const nn::Tensors inputs = requiring_grad(x);
         const nn::Tensors params = model_params(i);
         double whole = 0, input_half = 0, weight_half = 0;
-        if (!roots.empty()) {
+        if (!graphs[0].roots.empty()) {
           nn::Tensors all = inputs;
           all.insert(all.end(), params.begin(), params.end());
-          auto t2 = Clock::now();
-          autograd::backward(roots, grads, all);  // parameter gradients returned, not kept
-          stream.synchronize();
-          whole = micros_between(t2, Clock::now());
-          // The B/W split on a fresh graph: I now, W from the queue (into .grad, cleared).
-          nn::Tensors again = layers[i](x);
-          nn::Tensors roots2, grads2;
-          roots_of(again, roots2, grads2);
-          autograd::WeightGradQueue queue;
-          auto t3 = Clock::now();
-          autograd::backward(roots2, grads2, inputs, {.defer_weight_grads = &queue});
-          stream.synchronize();
-          auto t4 = Clock::now();
-          queue.run();
-          stream.synchronize();
-          input_half = micros_between(t3, t4);
-          weight_half = micros_between(t4, Clock::now());
+          whole = time_parts([&](int r) {  // parameter gradients returned, not kept
+            const Graph& g = graphs[static_cast<size_t>(r)];
+            autograd::backward(g.roots, g.grads, all);
+          });
+          // The B/W split on fresh graphs: I now, W from the queues (into .grad, cleared).
+          make_graphs(/*from_y=*/false);
+          std::vector<autograd::WeightGradQueue> queues(static_cast<size_t>(repeats));
+          input_half = time_parts([&](int r) {
+            const Graph& g = graphs[static_cast<size_t>(r)];
+            autograd::backward(g.roots, g.grads, inputs,
+                               {.defer_weight_grads = &queues[static_cast<size_t>(r)]});
+          });
+          weight_half = time_parts([&](int r) { queues[static_cast<size_t>(r)].run(); });
           for (Tensor p : params) p.set_grad(Tensor());
         }
         if (timed) {
-          f[i].push_back(micros_between(t0, t1));
+          f[i].push_back(forward);
           b[i].push_back(whole);
           in[i].push_back(input_half);
           w[i].push_back(weight_half);

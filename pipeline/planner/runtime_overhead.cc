@@ -11,6 +11,7 @@
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "pipeline/pipe.h"
+#include "pipeline/planner/profile.h"
 #include "pipeline/schedule/generators.h"
 #include "pipeline/schedule/replay.h"
 #include "pipeline/worker.h"
@@ -58,6 +59,29 @@ StepTimes step_times(Pipe& pipe, Generator& g) {
   return {median(times[0]), median(times[1])};
 }
 
+// The mean time of one action's own layers in the measured pipeline (a one-row Linear, and
+// on the last of p stages the loss), timed as the profile times layers: a plan counts those
+// from its profile, so they are not the runtime's. Near zero on a CPU; on a GPU a Linear's
+// host time (cuBLAS calls, launches) is most of it.
+double layer_time_per_action(Device device, int p, int threads_per_worker) {
+  Generator g(1);
+  nn::Sequential one;
+  {
+    GeneratorGuard guard(g);
+    one.push_back(nn::Linear(kWidth, kWidth, true, {.device = device}));
+  }
+  const Tensor x = Tensor::randn({2, kWidth}, g), y = Tensor::zeros({2, kWidth});
+  const LossFn mse = [](const Tensor& out, const Tensor& target) {
+    return nn::mse_loss(out, target);
+  };
+  const ModelProfile profile =
+      profile_model(one, x, y, mse, {.rows = {1, 2}, .threads = threads_per_worker});
+  const auto both = [](const LayerProfile& l) {
+    return l.forward_us.at(1) + l.backward_us.at(1);
+  };
+  return (both(profile.layers[0]) + both(profile.loss) / p) / 2;
+}
+
 }  // namespace
 
 RuntimeOverhead measure_runtime_overhead(const std::vector<Device>& devices,
@@ -84,7 +108,8 @@ RuntimeOverhead measure_runtime_overhead(const std::vector<Device>& devices,
   const double units_few = replay_schedule(one_f_one_b(p, kFew), Costs::unit(1, 1)).makespan;
   const double units_many = replay_schedule(one_f_one_b(p, kMany), Costs::unit(1, 1)).makespan;
   RuntimeOverhead o;
-  o.per_action_us = std::max(0.0, (many - few) / (units_many - units_few));
+  const double layer = layer_time_per_action(devices.front(), p, threads_per_worker);
+  o.per_action_us = std::max(0.0, (many - few) / (units_many - units_few) - layer);
   o.per_step_us = std::max(0.0, few - o.per_action_us * units_few);
   return o;
 }

@@ -9,16 +9,19 @@
 // small micro-batches these dominate: without them the planner favours many tiny
 // micro-batches that run several times slower than predicted (docs/BENCHMARKS.md,
 // "Planner"). So plan() measures both on the plan's own devices with a pipeline of
-// near-free layers (one ReLU per worker, 8 columns), 1F1B with m1 and m2 micro-batches:
+// small layers (one Linear of 8 columns per worker, one row per micro-batch), 1F1B with m1
+// and m2 micro-batches:
 //
-//   T(m) = per_step + per_action · U(m)
+//   T(m) = per_step + (per_action + layer) · U(m)
 //
-// where T(m) is the median wall time of a train_step and U(m) the replayed makespan of
-// 1F1B(p, m) with every action one unit long (the actions on the critical path). Two sizes
-// give the two unknowns. The replay then adds per_action to every action's cost, and
-// per_step to the step. Both are measured as the machine is at planning time: a busy machine
-// gives larger ones, as it gives slower steps. The m1 and m2 steps alternate, so load that
-// comes and goes falls on both medians alike.
+// where T(m) is the median wall time of a train_step, U(m) the replayed makespan of 1F1B(p, m)
+// with every action one unit long (the actions on the critical path), and `layer` the mean
+// time of an action's own layer as the profile times it (profile.h), which a plan already
+// counts: near zero on a CPU, most of an action on a GPU, where a Linear's host time is
+// cuBLAS calls and launches. Two sizes give the two unknowns. The replay then adds
+// per_action to every action's cost, and per_step to the step. Both are measured as the
+// machine is at planning time: a busy machine gives larger ones, as it gives slower steps.
+// The m1 and m2 steps alternate, so load that comes and goes falls on both medians alike.
 #pragma once
 
 #include <vector>
