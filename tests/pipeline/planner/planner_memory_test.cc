@@ -61,38 +61,16 @@ TEST_CASE("one micro-batch: each device's peak is predicted to the byte") {
   const int workers = GENERATE(1, 2);
   const std::string schedule = GENERATE(as<std::string>{}, "gpipe", "1f1b", "zb-h1");
   CAPTURE(workers, schedule);
-  const std::vector<Device> devices =
-      workers == 1 ? std::vector<Device>{Device::cpu(40)}
-                   : std::vector<Device>{Device::cpu(40), Device::cpu(41)};
-  const Plan p = plan_for(devices, schedule, 1);
-  REQUIRE(p.exact_memory);
-  REQUIRE(p.num_microbatches == 1);
-  const Measured m = train(p, devices, batch(Device::cpu(99)));
-  for (int w = 0; w < workers; ++w) {
-    CAPTURE(w, p.explain());
-    const auto& peak = p.peaks[static_cast<size_t>(w)];
-    CHECK(m.before[static_cast<size_t>(w)] == static_bytes(p, w));
-    CHECK(peak.low == peak.high);
-    CHECK(m.peak[static_cast<size_t>(w)] == peak.predicted);
-  }
+  check_exact_peaks(workers == 1 ? std::vector<Device>{Device::cpu(40)}
+                                 : std::vector<Device>{Device::cpu(40), Device::cpu(41)},
+                    schedule);
 }
 
 TEST_CASE("several micro-batches: the measured peak lies within the predicted bounds") {
   const std::string schedule = GENERATE(as<std::string>{}, "gpipe", "1f1b", "zb-h2");
   const int chunks = GENERATE(3, 4);
   CAPTURE(schedule, chunks);
-  const std::vector<Device> devices{Device::cpu(42), Device::cpu(43)};
-  const Plan p = plan_for(devices, schedule, chunks);
-  const Measured m = train(p, devices, batch(Device::cpu(99)));
-  for (int w = 0; w < 2; ++w) {
-    CAPTURE(w, p.explain());
-    const auto& peak = p.peaks[static_cast<size_t>(w)];
-    CHECK(m.before[static_cast<size_t>(w)] == static_bytes(p, w));
-    CHECK(peak.low <= peak.predicted);
-    CHECK(peak.predicted <= peak.high);
-    CHECK(peak.low <= m.peak[static_cast<size_t>(w)]);
-    CHECK(m.peak[static_cast<size_t>(w)] <= peak.high);
-  }
+  check_peaks_within_bounds({Device::cpu(42), Device::cpu(43)}, schedule, chunks);
 }
 
 TEST_CASE("one worker with two virtual stages: copy-free hand-offs are predicted to the byte") {

@@ -1,9 +1,11 @@
-// The model, data and training loop of the planner's memory tests (planner_memory_test on CPU
-// devices, tests/cuda:planner_memory_test on GPUs): the main job's kind of model (Linear,
-// deferred BatchNorm1d, ReLU, Dropout per hidden layer, then a Linear and cross-entropy),
-// trained as the examples train: zero_grad (to none), train_step with the plan's schedule,
-// Adam's step.
+// The model, data, training loop and peak checks of the planner's memory tests
+// (planner_memory_test on CPU devices, tests/cuda:planner_memory_test on GPUs): the main job's
+// kind of model (Linear, deferred BatchNorm1d, ReLU, Dropout per hidden layer, then a Linear
+// and cross-entropy), trained as the examples train: zero_grad (to none), train_step with the
+// plan's schedule, Adam's step.
 #pragma once
+
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -130,6 +132,40 @@ inline int64_t static_bytes(const Plan& p, int w) {
     }
   }
   return bytes;
+}
+
+// With one micro-batch every message is ordered by the schedule: `schedule` planned and
+// trained on `devices`, each device holds the static part before a step and peaks at the
+// prediction to the byte.
+inline void check_exact_peaks(const std::vector<Device>& devices, const std::string& schedule) {
+  const Plan p = plan_for(devices, schedule, 1);
+  REQUIRE(p.exact_memory);
+  REQUIRE(p.num_microbatches == 1);
+  const Measured m = train(p, devices, batch(Device::cpu(99)));
+  for (size_t w = 0; w < devices.size(); ++w) {
+    CAPTURE(w, p.explain());
+    const DevicePeak& peak = p.peaks[w];
+    CHECK(m.before[w] == static_bytes(p, static_cast<int>(w)));
+    CHECK(peak.low == peak.high);
+    CHECK(m.peak[w] == peak.predicted);
+  }
+}
+
+// With several micro-batches the messages' timing decides the order: each device's peak lies
+// within the predicted bounds (Note [Replaying a device's memory]).
+inline void check_peaks_within_bounds(const std::vector<Device>& devices,
+                                      const std::string& schedule, int chunks) {
+  const Plan p = plan_for(devices, schedule, chunks);
+  const Measured m = train(p, devices, batch(Device::cpu(99)));
+  for (size_t w = 0; w < devices.size(); ++w) {
+    CAPTURE(w, p.explain());
+    const DevicePeak& peak = p.peaks[w];
+    CHECK(m.before[w] == static_bytes(p, static_cast<int>(w)));
+    CHECK(peak.low <= peak.predicted);
+    CHECK(peak.predicted <= peak.high);
+    CHECK(peak.low <= m.peak[w]);
+    CHECK(m.peak[w] <= peak.high);
+  }
 }
 
 }  // namespace pipewright::pipeline::planner_testing
