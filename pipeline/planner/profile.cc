@@ -47,6 +47,14 @@ using Clock = std::chrono::steady_clock;
 // the total over the repeats; the one wait is spread over them.
 constexpr int kDeviceRepeats = 8;
 
+// Note [Profiling in a step's order]
+// A layer's backward in a step runs after the later layers' backwards, long after its own
+// forward: its saved activations and weights have left the core's caches. Timed right after
+// its forward, as each layer once was, a backward found them there, and the main job's step on
+// two workers ran 6-12 % longer than the plan said (docs/BENCHMARKS.md, 2026-11-26 23:04). So
+// a pass runs F through every layer, then B from the last layer to the first, then the split
+// halves on fresh graphs: every I from the last layer to the first, then every W.
+
 double micros_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
 }
@@ -221,14 +229,15 @@ class Profiler {
     return out;
   }
 
-  // Medians of options.repetitions timed passes after options.warmup untimed ones; each layer
-  // gets the previous one's output, detached, as balance.h's profile_times does. On a GPU each
-  // part runs kDeviceRepeats times between two synchronisations (Note [Timing layers on a
-  // GPU]).
+  // Medians of options.repetitions timed passes after options.warmup untimed ones. Each layer
+  // gets the previous one's output, detached, as balance.h's profile_times does, and the
+  // parts run in a step's order (Note [Profiling in a step's order]); on a GPU each part runs
+  // kDeviceRepeats times between two synchronisations (Note [Timing layers on a GPU]).
   void measure_times(int64_t rows, const std::vector<Step1>& layers,
                      std::vector<Sample>& samples) {
     const Stream stream = Stream::current(device_);
     const int repeats = device_.is_cpu() ? 1 : kDeviceRepeats;
+    const size_t n = layers.size();
     // The wall time of part(0) ... part(repeats - 1), queued back to back, per part.
     const auto time_parts = [&](const std::function<void(int)>& part) {
       stream.synchronize();
@@ -240,55 +249,76 @@ class Profiler {
     struct Graph {
       nn::Tensors roots, grads;
     };
-    std::vector<std::vector<double>> f(layers.size()), b(layers.size()), in(layers.size()),
-        w(layers.size());
+    std::vector<nn::Tensors> inputs(n);                          // layer i's (detached) input
+    std::vector<std::vector<Graph>> graphs(n, std::vector<Graph>(static_cast<size_t>(repeats)));
+    // Graph r of layer i: from `out` (a forward already run) or from a fresh forward.
+    const auto set_graph = [&](size_t i, int r, const nn::Tensors& out) {
+      Graph& g = graphs[i][static_cast<size_t>(r)];
+      g = Graph{};
+      roots_of(out, g.roots, g.grads);
+    };
+    // On a GPU, graphs 1 .. repeats - 1 of layer i, made just before its backward is timed
+    // (one layer's extra graphs at a time, not the whole model's).
+    const auto add_repeat_graphs = [&](size_t i) {
+      for (int r = 1; r < repeats; ++r) set_graph(i, r, layers[i](inputs[i]));
+    };
+    std::vector<std::vector<double>> f(n), b(n), in(n), w(n);
     for (int pass = 0; pass < options_.warmup + options_.repetitions; ++pass) {
       const bool timed = pass >= options_.warmup;
+      std::vector<double> forward(n, 0), whole(n, 0), input_half(n, 0), weight_half(n, 0);
+      // F through every layer; each keeps its graph for B.
       nn::Tensors x = first_input(rows);
-      for (size_t i = 0; i < layers.size(); ++i) {
+      for (size_t i = 0; i < n; ++i) {
+        inputs[i] = x;
         nn::Tensors y;
-        const double forward = time_parts([&](int) { y = layers[i](x); });
-        // Graphs to run backward through, made untimed: y's and fresh ones.
-        std::vector<Graph> graphs(static_cast<size_t>(repeats));
-        const auto make_graphs = [&](bool from_y) {
-          for (int r = 0; r < repeats; ++r) {
-            Graph& g = graphs[static_cast<size_t>(r)];
-            g = Graph{};
-            roots_of(from_y && r == 0 ? y : layers[i](x), g.roots, g.grads);
-          }
-        };
-        make_graphs(/*from_y=*/true);
-        const nn::Tensors inputs = requiring_grad(x);
-        const nn::Tensors params = model_params(i);
-        double whole = 0, input_half = 0, weight_half = 0;
-        if (!graphs[0].roots.empty()) {
-          nn::Tensors all = inputs;
-          all.insert(all.end(), params.begin(), params.end());
-          whole = time_parts([&](int r) {  // parameter gradients returned, not kept
-            const Graph& g = graphs[static_cast<size_t>(r)];
-            autograd::backward(g.roots, g.grads, all);
-          });
-          // The B/W split on fresh graphs: I now, W from the queues (into .grad, cleared).
-          make_graphs(/*from_y=*/false);
-          std::vector<autograd::WeightGradQueue> queues(static_cast<size_t>(repeats));
-          input_half = time_parts([&](int r) {
-            const Graph& g = graphs[static_cast<size_t>(r)];
-            autograd::backward(g.roots, g.grads, inputs,
-                               {.defer_weight_grads = &queues[static_cast<size_t>(r)]});
-          });
-          weight_half = time_parts([&](int r) { queues[static_cast<size_t>(r)].run(); });
-          for (Tensor p : params) p.set_grad(Tensor());
-        }
-        if (timed) {
-          f[i].push_back(forward);
-          b[i].push_back(whole);
-          in[i].push_back(input_half);
-          w[i].push_back(weight_half);
-        }
+        forward[i] = time_parts([&](int) { y = layers[i](x); });
+        set_graph(i, 0, y);
         x = detach_like(y);
       }
+      // B from the last layer to the first (parameter gradients returned, not kept).
+      for (size_t i = n; i-- > 0;) {
+        if (graphs[i][0].roots.empty()) continue;
+        add_repeat_graphs(i);
+        nn::Tensors all = requiring_grad(inputs[i]);
+        const nn::Tensors params = model_params(i);
+        all.insert(all.end(), params.begin(), params.end());
+        whole[i] = time_parts([&](int r) {
+          const Graph& g = graphs[i][static_cast<size_t>(r)];
+          autograd::backward(g.roots, g.grads, all);
+        });
+      }
+      // The B/W split on fresh graphs: every I from the last layer to the first, then every W
+      // from the queues (into .grad, cleared after).
+      for (size_t i = 0; i < n; ++i) set_graph(i, 0, layers[i](inputs[i]));
+      std::vector<std::vector<autograd::WeightGradQueue>> queues(n);
+      for (size_t i = n; i-- > 0;) {
+        queues[i].resize(static_cast<size_t>(repeats));
+        if (graphs[i][0].roots.empty()) continue;
+        add_repeat_graphs(i);
+        const nn::Tensors wanted = requiring_grad(inputs[i]);
+        input_half[i] = time_parts([&](int r) {
+          const Graph& g = graphs[i][static_cast<size_t>(r)];
+          autograd::backward(g.roots, g.grads, wanted,
+                             {.defer_weight_grads = &queues[i][static_cast<size_t>(r)]});
+        });
+      }
+      for (size_t i = n; i-- > 0;) {
+        if (graphs[i][0].roots.empty()) continue;
+        weight_half[i] = time_parts([&](int r) { queues[i][static_cast<size_t>(r)].run(); });
+        for (Tensor p : model_params(i)) p.set_grad(Tensor());
+      }
+      for (auto& layer_graphs : graphs) {
+        for (Graph& g : layer_graphs) g = Graph{};
+      }
+      if (!timed) continue;
+      for (size_t i = 0; i < n; ++i) {
+        f[i].push_back(forward[i]);
+        b[i].push_back(whole[i]);
+        in[i].push_back(input_half[i]);
+        w[i].push_back(weight_half[i]);
+      }
     }
-    for (size_t i = 0; i < layers.size(); ++i) {
+    for (size_t i = 0; i < n; ++i) {
       samples[i].forward = median(f[i]);
       samples[i].backward = median(b[i]);
       samples[i].backward_input = median(in[i]);
