@@ -17,8 +17,8 @@
 // where T(m) is the median wall time of a train_step, U(m) the replayed makespan of 1F1B(p, m)
 // with every action one unit long (the actions on the critical path), and `layer` the mean
 // time of an action's own layer as the profile times it (profile.h), which a plan already
-// counts: near zero on a CPU, most of an action on a GPU, where a Linear's host time is
-// cuBLAS calls and launches. Two sizes give the two unknowns. The replay then adds
+// counts: about 2 us on this project's CPU, most of an action on a GPU, where a Linear's host
+// time is cuBLAS calls and launches. Two sizes give the two unknowns. The replay then adds
 // per_action to every action's cost, and per_step to the step. Both are measured as the
 // machine is at planning time: a busy machine gives larger ones, as it gives slower steps.
 // The m1 and m2 steps alternate, so load that comes and goes falls on both medians alike.
