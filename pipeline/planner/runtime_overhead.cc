@@ -29,6 +29,9 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The probe pipeline's loss.
+Tensor mse(const Tensor& out, const Tensor& target) { return nn::mse_loss(out, target); }
+
 struct StepTimes {
   double few_us, many_us;  // medians
 };
@@ -38,9 +41,6 @@ struct StepTimes {
 // on both alike rather than on one of them (timed one after the other, a loaded moment under
 // the kFew runs once made them slower than the kMany ones).
 StepTimes step_times(Pipe& pipe, Generator& g) {
-  const LossFn mse = [](const Tensor& out, const Tensor& target) {
-    return nn::mse_loss(out, target);
-  };
   std::vector<double> times[2];  // kFew, kMany
   const Tensor x[2] = {Tensor::randn({kFew, kWidth}, g), Tensor::randn({kMany, kWidth}, g)};
   const Tensor y[2] = {Tensor::zeros({kFew, kWidth}), Tensor::zeros({kMany, kWidth})};
@@ -71,9 +71,6 @@ double layer_time_per_action(Device device, int p, int threads_per_worker) {
     one.push_back(nn::Linear(kWidth, kWidth, true, {.device = device}));
   }
   const Tensor x = Tensor::randn({2, kWidth}, g), y = Tensor::zeros({2, kWidth});
-  const LossFn mse = [](const Tensor& out, const Tensor& target) {
-    return nn::mse_loss(out, target);
-  };
   const ModelProfile profile =
       profile_model(one, x, y, mse, {.rows = {1, 2}, .threads = threads_per_worker});
   const auto both = [](const LayerProfile& l) {
@@ -104,13 +101,12 @@ RuntimeOverhead measure_runtime_overhead(const std::vector<Device>& devices,
   Pipe pipe(std::move(model), options);
 
   const StepTimes t = step_times(pipe, g);
-  const double few = t.few_us, many = t.many_us;
   const double units_few = replay_schedule(one_f_one_b(p, kFew), Costs::unit(1, 1)).makespan;
   const double units_many = replay_schedule(one_f_one_b(p, kMany), Costs::unit(1, 1)).makespan;
   RuntimeOverhead o;
   const double layer = layer_time_per_action(devices.front(), p, threads_per_worker);
-  o.per_action_us = std::max(0.0, (many - few) / (units_many - units_few) - layer);
-  o.per_step_us = std::max(0.0, few - o.per_action_us * units_few);
+  o.per_action_us = std::max(0.0, (t.many_us - t.few_us) / (units_many - units_few) - layer);
+  o.per_step_us = std::max(0.0, t.few_us - o.per_action_us * units_few);
   return o;
 }
 
