@@ -1,6 +1,7 @@
 #include "pipeline/schedule/replay.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -113,11 +114,80 @@ MemoryPeaks peak_memory(const Schedule& schedule) {
   return peaks;
 }
 
-ScheduleReplay replay_schedule(const Schedule& schedule, const Costs& costs) {
-  validate(schedule);
-  check_costs(schedule, costs);
-  const Replay r = replay(schedule, [&](const Action& a) { return costs.of(a); }, costs.comm_latency);
+namespace {
 
+// The replay of Note [Workers sharing processors], as an event simulation: between two events
+// (an action ending, a message's latency passing) the set of running workers is fixed, and so
+// is their speed.
+Replay replay_shared(const Schedule& schedule, const Costs& costs, int processors, int threads) {
+  const int p = schedule.num_workers;
+  const ActionIndex index(schedule);
+  Replay r;
+  r.start.resize(static_cast<size_t>(p));
+  r.end.resize(static_cast<size_t>(p));
+  for (int w = 0; w < p; ++w) {
+    r.start[w].assign(schedule.actions[w].size(), -1.0);
+    r.end[w].assign(schedule.actions[w].size(), -1.0);
+  }
+  std::vector<int> next(static_cast<size_t>(p), 0);
+  std::vector<double> left(static_cast<size_t>(p), -1.0);  // work left of the running action
+  std::vector<double> free_at(static_cast<size_t>(p), 0.0);
+  double now = 0.0;
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  for (;;) {
+    // Start every action that may start by now; note the earliest later start.
+    double later = kNever;
+    bool all_done = true;
+    for (int w = 0; w < p; ++w) {
+      const auto& list = schedule.actions[w];
+      if (next[w] < static_cast<int>(list.size())) all_done = false;
+      if (left[w] >= 0 || next[w] == static_cast<int>(list.size())) continue;
+      double ready = free_at[w];
+      bool blocked = false;
+      for (const Action& d : dependencies(index, schedule, list[next[w]])) {
+        const ActionPosition pos = *index.find(d);
+        const double done = r.end[pos.worker][pos.index];
+        if (done < 0) {
+          blocked = true;
+          break;
+        }
+        ready = std::max(ready, done + (pos.worker == w ? 0.0 : costs.comm_latency));
+      }
+      if (blocked) continue;
+      if (ready > now) {
+        later = std::min(later, ready);
+        continue;
+      }
+      r.start[w][next[w]] = now;
+      left[w] = costs.of(list[next[w]]);
+    }
+    if (all_done) break;
+    int running = 0;
+    for (int w = 0; w < p; ++w) running += left[w] >= 0 ? 1 : 0;
+    if (running == 0 && later == kNever) {
+      throw std::invalid_argument("replay_on_shared_processors: the schedule deadlocks");
+    }
+    const double speed =
+        std::min(1.0, static_cast<double>(processors) / (static_cast<double>(running) * threads));
+    double step = later - now;
+    for (int w = 0; w < p; ++w) {
+      if (left[w] >= 0) step = std::min(step, left[w] / speed);
+    }
+    now += step;
+    for (int w = 0; w < p; ++w) {
+      if (left[w] < 0) continue;
+      left[w] -= step * speed;
+      if (left[w] > 1e-9 * std::max(1.0, costs.of(schedule.actions[w][next[w]]))) continue;
+      r.end[w][next[w]] = now;
+      free_at[w] = now;
+      left[w] = -1.0;
+      ++next[w];
+    }
+  }
+  return r;
+}
+
+ScheduleReplay summarize(const Schedule& schedule, const Replay& r) {
   ScheduleReplay sim;
   const int p = schedule.num_workers;
   sim.timeline.resize(p);
@@ -139,6 +209,28 @@ ScheduleReplay replay_schedule(const Schedule& schedule, const Costs& costs) {
   sim.bubble_fraction = sim.makespan > 0 ? total_idle / (p * sim.makespan) : 0.0;
   sim.memory = peak_memory(schedule);
   return sim;
+}
+
+}  // namespace
+
+ScheduleReplay replay_schedule(const Schedule& schedule, const Costs& costs) {
+  validate(schedule);
+  check_costs(schedule, costs);
+  return summarize(schedule, replay(schedule, [&](const Action& a) { return costs.of(a); },
+                                    costs.comm_latency));
+}
+
+ScheduleReplay replay_on_shared_processors(const Schedule& schedule, const Costs& costs,
+                                           int processors, int threads) {
+  if (processors < 1 || threads < 1) {
+    throw std::invalid_argument("replay_on_shared_processors: processors " +
+                                std::to_string(processors) + " and threads " +
+                                std::to_string(threads) + " must be at least 1");
+  }
+  if (processors >= schedule.num_workers * threads) return replay_schedule(schedule, costs);
+  validate(schedule);
+  check_costs(schedule, costs);
+  return summarize(schedule, replay_shared(schedule, costs, processors, threads));
 }
 
 }  // namespace pipewright::pipeline

@@ -80,4 +80,20 @@ MemoryPeaks peak_memory(const Schedule& schedule);
 /// with a size other than num_stages.
 ScheduleReplay replay_schedule(const Schedule& schedule, const Costs& costs = Costs{});
 
+/// Note [Workers sharing processors]
+/// replay_schedule gives every worker a processor of its own. When the workers' threads
+/// outnumber the processors (CPU workers of one process on a machine with fewer cores), they
+/// take turns: here each running action needs `threads` processors, and while k workers have
+/// an action running each advances at min(1, processors / (k · threads)) of its full speed
+/// (processor sharing: an OS's fair scheduler gives runnable threads equal turns). A worker
+/// waiting for a message needs none, so one stage's bubble is another's time: the step lies
+/// between the critical path and all the work divided among the processors.
+///
+/// The same replay with the workers sharing `processors` processors (timeline, makespan,
+/// busy, idle and bubble in wall time, so a slowed action is busy for longer than its cost);
+/// replay_schedule's answer when processors >= num_workers · threads. Throws as
+/// replay_schedule, and std::invalid_argument when processors or threads < 1.
+ScheduleReplay replay_on_shared_processors(const Schedule& schedule, const Costs& costs,
+                                           int processors, int threads);
+
 }  // namespace pipewright::pipeline

@@ -207,6 +207,58 @@ TEST_CASE("per-stage (measured) costs") {
   CHECK(sim.busy == std::vector<double>{6.0, 12.0});
 }
 
+TEST_CASE("shared processors: two workers on one take turns, by hand") {
+  // Note [Workers sharing processors]. GPipe, 2 workers, 2 micro-batches, tF = tB = 1.
+  // Worker 0's F0 runs alone [0, 1]; then its F1 and worker 1's F0 share the processor at
+  // half speed [1, 3]; worker 1's F1 and B1 run alone [3, 5]; worker 0's B1 and worker 1's
+  // B0 share it [5, 7]; worker 0's B0 runs alone [7, 8].
+  const ScheduleReplay sim = replay_on_shared_processors(gpipe(2, 2), Costs::unit(1, 1), 1, 1);
+  CHECK(sim.timeline[0][1].start == Approx(1.0));
+  CHECK(sim.timeline[0][1].end == Approx(3.0));
+  CHECK(sim.timeline[1][0].end == Approx(3.0));
+  CHECK(sim.timeline[1][2].end == Approx(5.0));
+  CHECK(sim.timeline[1][3].start == Approx(5.0));
+  CHECK(sim.timeline[1][3].end == Approx(7.0));
+  CHECK(sim.timeline[0][3].start == Approx(7.0));
+  CHECK(sim.makespan == Approx(8.0));
+  CHECK(sim.busy[0] == Approx(6.0));  // wall time: a shared action is busy for longer
+  CHECK(sim.busy[1] == Approx(6.0));
+  CHECK(sim.bubble_fraction == Approx(0.25));
+  // Two threads per worker on two processors share them the same way.
+  const ScheduleReplay threads = replay_on_shared_processors(gpipe(2, 2), Costs::unit(1, 1), 2, 2);
+  CHECK(threads.makespan == Approx(8.0));
+}
+
+TEST_CASE("shared processors: one runs all the work; enough of them, the plain replay") {
+  for (const char* name : {"gpipe", "1f1b", "zb-h1", "zb-h2"}) {
+    for (int p = 2; p <= 4; ++p) {
+      for (int m = 1; m <= 8; ++m) {
+        INFO(name << " p=" << p << " m=" << m);
+        const Schedule s = make_schedule(name, p, m);
+        const Costs costs = Costs::unit(1, 2);
+        const ScheduleReplay plain = replay_schedule(s, costs);
+        const double work = 3.0 * p * m;  // F + B, or F + I + W, per cell
+        // One processor is never idle while some worker can run: the step is all the work.
+        CHECK(replay_on_shared_processors(s, costs, 1, 1).makespan == Approx(work));
+        // Between the critical path and all the work over the processors, plus the path.
+        const double two = replay_on_shared_processors(s, costs, 2, 1).makespan;
+        CHECK(two >= plain.makespan - 1e-9);
+        CHECK(two >= work / 2 - 1e-9);
+        CHECK(two <= plain.makespan + work / 2 + 1e-9);
+        // A processor per worker: the plain replay.
+        const ScheduleReplay own = replay_on_shared_processors(s, costs, p, 1);
+        CHECK(own.makespan == plain.makespan);
+        CHECK(own.busy == plain.busy);
+      }
+    }
+  }
+  // A chain (one micro-batch of GPipe) never has two workers running: nothing is shared.
+  CHECK(replay_on_shared_processors(gpipe(3, 1), Costs::unit(1, 2), 1, 1).makespan ==
+        Approx(replay_schedule(gpipe(3, 1), Costs::unit(1, 2)).makespan));
+  CHECK_THROWS_WITH(replay_on_shared_processors(gpipe(2, 2), Costs{}, 0, 1),
+                    Catch::Contains("processors 0 and threads 1 must be at least 1"));
+}
+
 TEST_CASE("simulate rejects bad costs and invalid schedules") {
   Costs negative = Costs::unit(1, -1);
   CHECK_THROWS_WITH(replay_schedule(gpipe(2, 2), negative), Catch::Contains("cost of B") && Catch::Contains("negative"));
