@@ -7,25 +7,30 @@
 
 namespace pipewright::pipeline {
 
-std::vector<char> allowed_cuts(const nn::Sequential& model) {
-  const size_t n = model.size();
-  std::vector<char> allowed(n + 1, 1);
-  if (n == 0) return allowed;
-  const SkipLayout layout(model, {static_cast<int>(n)});
+std::vector<SkipSpan> skip_spans(const nn::Sequential& model) {
+  std::vector<SkipSpan> spans;
+  if (model.size() == 0) return spans;
+  const SkipLayout layout(model, {static_cast<int>(model.size())});
   for (const SkipRoute& route : layout.routes()) {
-    for (size_t c = route.stash_child + 1; c <= route.pop_child && c < n; ++c) allowed[c] = 0;
+    spans.push_back({static_cast<int>(route.stash_child), static_cast<int>(route.pop_child)});
   }
-  return allowed;
+  return spans;
+}
+
+bool stage_allowed(const std::vector<SkipSpan>& skips, int first, int last) {
+  return std::none_of(skips.begin(), skips.end(), [&](const SkipSpan& skip) {
+    return skip.stash < first && skip.pop >= last;
+  });
 }
 
 // The recurrence of Note [Block partition] (balance.cc) over suffixes, where a block
-// [i, j) exists only when j is an allowed cut, and costs cost(i, j, its index).
-std::vector<int> min_max_partition(int n, int parts, const std::vector<char>& allowed,
+// [i, j) exists only when stage_allowed, and costs cost(i, j, its index).
+std::vector<int> min_max_partition(int n, int parts, const std::vector<SkipSpan>& skips,
                                    const std::function<double(int, int, int)>& cost) {
   if (parts < 1 || parts > n) return {};
   constexpr double kNone = std::numeric_limits<double>::infinity();
   auto block = [&](int i, int j, int index) {
-    return allowed[static_cast<size_t>(j)] ? cost(i, j, index) : kNone;
+    return stage_allowed(skips, i, j) ? cost(i, j, index) : kNone;
   };
   // best[k][i]: the smallest largest block cost when [i, n) is cut into k blocks, the first
   // of which is block number parts - k.
@@ -61,14 +66,14 @@ std::vector<int> min_max_partition(int n, int parts, const std::vector<char>& al
 }
 
 std::vector<int> constrained_partition(const std::vector<double>& costs, int parts,
-                                       const std::vector<char>& allowed,
+                                       const std::vector<SkipSpan>& skips,
                                        const std::function<bool(int, int, int)>& fits) {
   const int n = static_cast<int>(costs.size());
   std::vector<double> prefix(static_cast<size_t>(n) + 1, 0.0);
   for (int i = 0; i < n; ++i) {
     prefix[static_cast<size_t>(i) + 1] = prefix[static_cast<size_t>(i)] + costs[static_cast<size_t>(i)];
   }
-  return min_max_partition(n, parts, allowed, [&](int i, int j, int index) {
+  return min_max_partition(n, parts, skips, [&](int i, int j, int index) {
     if (fits && !fits(i, j, index)) return std::numeric_limits<double>::infinity();
     return prefix[static_cast<size_t>(j)] - prefix[static_cast<size_t>(i)];
   });

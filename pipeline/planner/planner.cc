@@ -91,7 +91,14 @@ Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Dev
 
   PlanCache cache;
   bool have_profile = false;
-  ProfileOptions profile_options{.threads = threads,
+  // The affine fits go through the smallest micro-batch the search tries and the whole
+  // batch: interpolated, never extrapolated (a one-row micro-batch runs slower than a line
+  // through 2 and 32 rows says: measured, docs/BENCHMARKS.md "The profile's rows").
+  const int64_t batch = sample.input.dim() > 0 ? sample.input.size(0) : 1;  // else profile throws
+  const std::vector<int> chunks = chunk_candidates(options, batch);
+  const int most = chunks.empty() ? 1 : *std::max_element(chunks.begin(), chunks.end());
+  ProfileOptions profile_options{.rows = {(batch + most - 1) / most, batch},
+                                 .threads = threads,
                                  .workers = workers,
                                  .deferred_batch_norm = options.deferred_batch_norm};
   if (!options.cache.empty()) {
@@ -122,7 +129,7 @@ Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Dev
   const bool all_cpu = std::all_of(devices.begin(), devices.end(),
                                    [](const Device& d) { return d.is_cpu(); });
   if (all_cpu) in.shared_cores = hardware_threads();  // Note [Workers sharing cores]
-  in.allowed_cuts = allowed_cuts(model);
+  in.skips = skip_spans(model);
   in.by_parameters = [&model](int parts) {
     return parts <= static_cast<int>(model.size()) ? balance_by_parameters(parts, model)
                                                    : std::vector<int>{};
@@ -162,7 +169,6 @@ Plan plan(const ModelProfile& profile, int num_devices, const PlanOptions& optio
   in.profile = &profile;
   in.workers = num_devices;
   for (int w = 0; w < num_devices; ++w) in.device_names.push_back("device " + std::to_string(w));
-  in.allowed_cuts.assign(profile.layers.size() + 1, 1);
   in.options = options;
   Plan result = search_plan(in);
   result.planning_seconds = seconds_since(start);

@@ -14,8 +14,8 @@
 //    (up to max_virtual_stages), every chunks candidate and a few balances — the min-max cut
 //    of F+B, of F+B+R, of parameters (balance_by_parameters' blocks), and under a cap the
 //    min-max cut of F+B among those whose stages' estimated memory fits it and the cuts of
-//    least estimated memory without and with recomputes (cuts.h; skips stay inside
-//    stages) — replay the schedule with the stages' summed times (replay.h) and replay
+//    least estimated memory without and with recomputes (cuts.h; a cut may fall inside a
+//    skip connection, no stage inside one: Note [Cuts inside a skip]) — replay the schedule with the stages' summed times (replay.h) and replay
 //    each device's memory (memory_replay.h) with the stages' estimated bytes
 //    (stage_estimate.h); where a device is over the cap, place recomputes cell by cell
 //    (recompute_placement.h). Candidates slower than the best that fits are not refined.
@@ -160,7 +160,7 @@ class NoPlanFits : public std::runtime_error {
 /// is for; left as it was): a model built on the host is moved to a GPU before a plan for
 /// GPUs. `devices`: one per worker, distinct. Throws std::invalid_argument for no devices,
 /// repeated devices, parameters on a device of another kind (CPU vs CUDA), an undefined
-/// sample, a loss, an empty model or fewer allowed cuts than devices (naming the values),
+/// sample, a loss, an empty model or too few layers to cut for the devices (naming the values),
 /// NoPlanFits when no configuration fits the cap, and whatever profiling throws.
 Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Device>& devices,
           const PlanOptions& options = {});

@@ -164,7 +164,10 @@ class Profiler {
   // dropped once layer i+1 has run, so `frees_input` says whether anything kept it (layer i
   // saving its output, layer i+1 its input). Two micro-batches run, so a first forward's
   // step-long allocations (deferred BatchNorm's sums) show as first_forward. Each layer's
-  // backward then runs alone on a detached copy of its input, from ones.
+  // backward then runs alone on a detached copy of its input, from ones, twice: the first
+  // creates the parameters' .grad, the second, measured, accumulates into them, as every
+  // backward of a step but a stage's first does (the estimate adds the gradients' bytes to
+  // the first: stage_estimate.cc).
   void measure_memory(int64_t rows, const std::vector<Step1>& layers,
                       std::vector<Sample>& samples) {
     std::unique_ptr<DeferredBatchNorm> deferred;
@@ -173,9 +176,10 @@ class Profiler {
     for (int pass = 0; pass < 2; ++pass) {
       const nn::Tensors input = first_input(rows);  // kept, as a cell keeps its input
       nn::Tensors x = input;
-      std::vector<nn::Tensors> outputs;  // keeps every layer's graph to the end of the pass
       for (size_t i = 0; i < layers.size(); ++i) {
-        if (pass == 1) chain_inputs[i] = detach_like(x);
+        // The backwards' inputs come from the first pass: a handle on the second's would
+        // keep its tensors alive and hide what the next layer frees.
+        if (pass == 0) chain_inputs[i] = detach_like(x);
         const int64_t before = allocator_.allocated();
         allocator_.reset_peak();
         nn::Tensors y = layers[i](x);
@@ -183,7 +187,7 @@ class Profiler {
         Sample& s = samples[i];
         if (pass == 0) {
           s.first_forward = grown;
-          continue_chain(x, y, outputs);
+          x = std::move(y);  // the graph, through x, keeps what the layers saved
           continue;
         }
         s.first_forward -= grown;
@@ -191,7 +195,7 @@ class Profiler {
         s.output = bytes_of(y);
         s.activation = grown - s.output;
         const int64_t held = allocator_.allocated();
-        continue_chain(x, y, outputs);
+        x = std::move(y);  // drops the handle on layer i's input
         s.frees_input = i > 0 && allocator_.allocated() < held;
       }
     }
@@ -206,18 +210,14 @@ class Profiler {
       nn::Tensors roots, grads;
       roots_of(y, roots, grads);
       if (roots.empty()) continue;
-      nn::Tensors inputs = requiring_grad(x);
-      for (const Tensor& p : model_params(i)) inputs.push_back(p);
+      const nn::Tensors inputs = requiring_grad(x);
+      autograd::backward(roots, grads, inputs, {.retain_graph = true});
       const int64_t before = allocator_.allocated();
       allocator_.reset_peak();
       autograd::backward(roots, grads, inputs);
       samples[i].backward_peak = allocator_.peak() - before;
+      for (Tensor p : model_params(i)) p.set_grad(Tensor());  // ProfileStateGuard restores
     }
-  }
-
-  static void continue_chain(nn::Tensors& x, nn::Tensors& y, std::vector<nn::Tensors>& kept) {
-    kept.push_back(y);
-    x = std::move(y);
   }
 
   nn::Tensors model_params(size_t i) const {

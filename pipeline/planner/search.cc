@@ -37,6 +37,7 @@ struct Result {
   bool exact = false;
 
   double step_us = 0;  // the replayed step (Note [Workers sharing cores]), per_step_us apart
+  double bubble = 0;   // the replayed bubble fraction, as step_us
 
   double time() const { return step_us; }
   // The peaks held to the cap: the worst case when measured, else the replayed order's.
@@ -86,8 +87,8 @@ class Search {
       throw std::invalid_argument(
           "plan: no registered schedule can run " + std::to_string(profile_.num_layers()) +
           " layers on " + std::to_string(in_.workers) + " workers with the chunks and virtual "
-          "stages allowed (every stage needs a layer; cuts inside skip connections are not "
-          "allowed)");
+          "stages allowed (every stage needs a layer, and no stage may lie inside a skip "
+          "connection, stashed before it and popped after it)");
     }
     // Fastest first, so that the best that fits prunes the rest early.
     std::vector<size_t> order(configs_.size());
@@ -110,26 +111,7 @@ class Search {
  private:
   // ---- what is searched ----
 
-  std::vector<int> chunk_candidates() const {
-    std::vector<int> chunks = options_.chunks;
-    if (chunks.empty()) chunks = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
-    std::vector<int> out;
-    std::vector<int> seen_m;
-    for (int c : chunks) {
-      if (c < 1 || c > profile_.batch_rows) continue;
-      const int64_t rows = (profile_.batch_rows + c - 1) / c;
-      const int m = static_cast<int>((profile_.batch_rows + rows - 1) / rows);
-      if (std::find(seen_m.begin(), seen_m.end(), m) != seen_m.end()) continue;
-      seen_m.push_back(m);
-      out.push_back(c);
-    }
-    return out;
-  }
-
   void enumerate() {
-    const int layers = profile_.num_layers();
-    int cut_count = 0;
-    for (int c = 1; c < layers; ++c) cut_count += in_.allowed_cuts[static_cast<size_t>(c)];
     std::vector<ScheduleInfo> rows = registered_schedules();
     for (const ScheduleInfo& row : rows) {
       if (!options_.schedules.empty() &&
@@ -145,8 +127,10 @@ class Search {
       for (int v = row.virtual_stages.min; v <= top; ++v) {
         if (!only.empty() && std::find(only.begin(), only.end(), v) == only.end()) continue;
         const int stages = in_.workers * v;
-        if (stages - 1 > cut_count) continue;
-        for (int c : chunk_candidates()) add_configs(row.name, v, c, stages);
+        if (stages > profile_.num_layers()) continue;
+        for (int c : chunk_candidates(options_, profile_.batch_rows)) {
+          add_configs(row.name, v, c, stages);
+        }
       }
     }
   }
@@ -167,7 +151,7 @@ class Search {
     for (std::vector<int>& balance : balances(stages, c.rows, c.base)) {
       Config with = c;
       with.balance = std::move(balance);
-      with.base_time = step_time(replay_schedule(with.base, costs_of(with)));
+      with.base_time = on_cores(with.base, costs_of(with)).makespan;
       configs_.push_back(std::move(with));
     }
   }
@@ -190,14 +174,14 @@ class Search {
     auto add = [&](std::vector<int> b) {
       if (b.empty() || std::find(out.begin(), out.end(), b) != out.end()) return;
       int at = 0;
-      for (size_t k = 0; k + 1 < b.size(); ++k) {
-        at += b[k];
-        if (!in_.allowed_cuts[static_cast<size_t>(at)]) return;
+      for (int layers : b) {
+        if (!stage_allowed(in_.skips, at, at + layers)) return;
+        at += layers;
       }
       out.push_back(std::move(b));
     };
-    add(constrained_partition(fb, stages, in_.allowed_cuts));
-    add(constrained_partition(fbr, stages, in_.allowed_cuts));
+    add(constrained_partition(fb, stages, in_.skips));
+    add(constrained_partition(fbr, stages, in_.skips));
     if (in_.by_parameters) add(in_.by_parameters(stages));
     if (cap_ > 0) {
       // Prefix sums of the bytes a cell keeps per layer and of the parameters'.
@@ -215,21 +199,23 @@ class Search {
       // cells the schedule keeps in flight on it, recorded or (recomputing) as inputs with
       // one cell rebuilt at a time.
       auto stage_bytes = [&](int i, int j, int s, bool recompute) {
-        const double input = i == 0 ? static_cast<double>(profile_.input_bytes_per_row * rows)
-                                    : profile_.layers[static_cast<size_t>(i - 1)].output_bytes.at(rows);
+        const double input =
+            i == 0 ? static_cast<double>(profile_.input_bytes_per_row * rows)
+                   : profile_.layers[static_cast<size_t>(i - 1)].output_bytes.at(rows) +
+                         static_cast<double>(portal_bytes(profile_, in_.skips, i, rows));
         const double cell = input + kept[static_cast<size_t>(j)] - kept[static_cast<size_t>(i)];
         const double p = params[static_cast<size_t>(j)] - params[static_cast<size_t>(i)];
         const int in_flight = std::max(1, cells[static_cast<size_t>(s)]);
         return p * (2 + options_.optimizer_state_factor) +
                (recompute ? in_flight * input + cell : in_flight * cell);
       };
-      add(constrained_partition(fb, stages, in_.allowed_cuts, [&](int i, int j, int s) {
+      add(constrained_partition(fb, stages, in_.skips, [&](int i, int j, int s) {
         return stage_bytes(i, j, s, false) <= share;
       }));
       // The leanest cuts, without and with recomputes: where the cap is tight, these may be
       // the only ones that fit.
       for (bool recompute : {false, true}) {
-        add(min_max_partition(n, stages, in_.allowed_cuts, [&](int i, int j, int s) {
+        add(min_max_partition(n, stages, in_.skips, [&](int i, int j, int s) {
           return stage_bytes(i, j, s, recompute);
         }));
       }
@@ -246,7 +232,9 @@ class Search {
       const auto key = std::make_tuple(first, first + b, c.rows);
       auto it = times_.find(key);
       if (it == times_.end()) {
-        it = times_.emplace(key, estimate_stage_times(profile_, first, first + b, c.rows)).first;
+        const StageCosts estimate =
+            estimate_stage_times(profile_, first, first + b, c.rows, in_.skips);
+        it = times_.emplace(key, estimate).first;
       }
       StageCosts stage = it->second;
       for (double* t : {&stage.forward, &stage.backward, &stage.backward_input,
@@ -265,7 +253,7 @@ class Search {
     auto it = memo.find(key);
     if (it == memo.end()) {
       it = memo.emplace(key, exact ? in_.measure(first, last, rows)
-                                   : estimate_stage_memory(profile_, first, last, rows))
+                                   : estimate_stage_memory(profile_, first, last, rows, in_.skips))
                .first;
     }
     return it->second;
@@ -274,16 +262,32 @@ class Search {
   // Note [Workers sharing cores]
   // The replay gives every worker a processor of its own: right for GPUs, and for CPU workers
   // while workers x threads fit the cores. When they do not (the GPT example's 4 workers on
-  // 2 cores), the workers' actions take turns on the cores, and a step lasts at least all
-  // the work divided among them: Σ_w busy_w x threads / cores, the layers having been timed
-  // with `threads` intra-op threads each. The step is the larger of that bound and the
-  // replay's makespan (SearchInputs::shared_cores; 0 for devices with processors of their
-  // own). Measured: docs/BENCHMARKS.md, "Planner: workers sharing cores".
-  double step_time(const ScheduleReplay& replay) const {
-    if (in_.shared_cores <= 0) return replay.makespan;
-    double busy = 0;
-    for (double b : replay.busy) busy += b;
-    return std::max(replay.makespan, busy * profile_.threads / in_.shared_cores);
+  // 2 cores), the workers' actions take turns on the cores: the step and bubble are those of
+  // the replay on shared processors (Note [Workers sharing processors], replay.h), the layers
+  // having been timed with `threads` intra-op threads each (SearchInputs::shared_cores; 0 for
+  // devices with processors of their own). Measured: docs/BENCHMARKS.md, "Planner: workers
+  // sharing cores" and "Workers sharing processors, replayed".
+  bool sharing_cores() const {
+    return in_.shared_cores > 0 && in_.workers * profile_.threads > in_.shared_cores;
+  }
+
+  ScheduleReplay on_cores(const Schedule& schedule, const Costs& costs) const {
+    if (sharing_cores()) {
+      return replay_on_shared_processors(schedule, costs, in_.shared_cores, profile_.threads);
+    }
+    return replay_schedule(schedule, costs);
+  }
+
+  // The step and bubble of `r`'s placement on the cores.
+  void time(Result& r) {
+    if (!sharing_cores()) {
+      r.step_us = r.placement.replay.makespan;
+      r.bubble = r.placement.replay.bubble_fraction;
+      return;
+    }
+    const ScheduleReplay shared = on_cores(r.placement.schedule, costs_of(configs_[r.config]));
+    r.step_us = shared.makespan;
+    r.bubble = shared.bubble_fraction;
   }
 
   MemoryModel memory_of(const Config& c, bool exact) {
@@ -306,7 +310,7 @@ class Search {
     // Measured stages are held to the cap whatever the messages' timing (DevicePeak::high).
     r.placement =
         place_recomputes(c.base, costs_of(c), memory_of(c, exact), cap_, give_up, exact);
-    r.step_us = step_time(r.placement.replay);
+    time(r);
     r.outcome = r.placement.fits ? Outcome::kFits
                 : give_up > 0 && r.step_us > give_up ? Outcome::kSlower
                                                      : Outcome::kOutOfReach;
@@ -435,7 +439,7 @@ class Search {
                  format_bytes(chosen.max_peak());
         }
         return fixed(r.time() / chosen.time(), 2) + "x the plan's step (" + millis(r.time()) +
-               ", bubble " + fixed(100 * r.placement.replay.bubble_fraction, 1) + " %)";
+               ", bubble " + fixed(100 * r.bubble, 1) + " %)";
       case Outcome::kSlower:
         return "over the cap on " + device + " without recomputes, and slower than the plan " +
                "once recomputing (" + millis(r.time()) + " with " +
@@ -481,7 +485,7 @@ class Search {
       r.exact = chosen.exact;
       r.placement.schedule = with_recompute(c.base, checkpoint_predicate(mode, c.m));
       r.placement.replay = replay_schedule(r.placement.schedule, costs);
-      r.step_us = step_time(r.placement.replay);
+      time(r);
       r.placement.peaks =
           replay_memory(r.placement.schedule, r.placement.replay, model, chosen.exact);
       r.placement.fits = cap_ <= 0 || r.max_peak() <= cap_;
@@ -516,7 +520,7 @@ class Search {
     plan.schedule = chosen.placement.schedule;
     plan.recomputed = chosen.placement.recomputed;
     plan.step_time_us = chosen.time() + overhead_.per_step_us;
-    plan.bubble = chosen.placement.replay.bubble_fraction;
+    plan.bubble = chosen.bubble;
     plan.costs = costs_of(c);
     plan.overhead = overhead_;
     plan.peaks = replay_memory(plan.schedule, chosen.placement.replay, model, true);
@@ -541,6 +545,22 @@ class Search {
 };
 
 }  // namespace
+
+std::vector<int> chunk_candidates(const PlanOptions& options, int64_t batch_rows) {
+  std::vector<int> chunks = options.chunks;
+  if (chunks.empty()) chunks = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+  std::vector<int> out;
+  std::vector<int64_t> seen_m;
+  for (int c : chunks) {
+    if (c < 1 || c > batch_rows) continue;
+    const int64_t rows = (batch_rows + c - 1) / c;
+    const int64_t m = (batch_rows + rows - 1) / rows;
+    if (std::find(seen_m.begin(), seen_m.end(), m) != seen_m.end()) continue;
+    seen_m.push_back(m);
+    out.push_back(c);
+  }
+  return out;
+}
 
 Plan search_plan(const SearchInputs& inputs) { return Search(inputs).run(); }
 

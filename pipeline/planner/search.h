@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/planner/cuts.h"
 #include "pipeline/planner/planner.h"
 #include "pipeline/planner/profile.h"
 #include "pipeline/planner/stage_probe.h"
@@ -21,13 +22,18 @@ struct SearchInputs {
   /// process (hardware_threads()); 0 when each worker has a processor of its own (GPUs, a
   /// profile planned without devices). Note [Workers sharing cores], search.cc.
   int shared_cores = 0;
-  std::vector<char> allowed_cuts;         // cuts.h
+  std::vector<SkipSpan> skips;            // the model's (cuts.h); none for a bare profile
   /// The exact memory of a stage (memoized by the caller); empty: estimates are final.
   std::function<StageMemory(int first, int last, int64_t rows)> measure = {};
   /// balance_by_parameters for a number of stages; empty: not tried.
   std::function<std::vector<int>(int parts)> by_parameters = {};
   PlanOptions options;
 };
+
+/// The chunks the search tries for a mini-batch of `batch_rows` rows: options.chunks (empty:
+/// 1, 2, 3, 4, 6, 8, 12, 16, 24, 32) up to batch_rows, the first of each micro-batch count
+/// (torch.chunk's rule can make two chunks give the same micro-batches).
+std::vector<int> chunk_candidates(const PlanOptions& options, int64_t batch_rows);
 
 /// Runs the search and returns the plan (Plan::planning_seconds left 0). Throws NoPlanFits
 /// when nothing fits and std::invalid_argument when no schedule, v and chunks can be made

@@ -15,10 +15,25 @@ std::vector<const LayerProfile*> layers_of(const ModelProfile& profile, int firs
   return out;
 }
 
+int64_t output_of(const ModelProfile& profile, int layer, int64_t rows) {
+  return profile.layers[static_cast<size_t>(layer)].output_bytes.bytes(rows);
+}
+
 }  // namespace
 
+int64_t portal_bytes(const ModelProfile& profile, const std::vector<SkipSpan>& skips, int cut,
+                     int64_t rows) {
+  int64_t bytes = 0;
+  for (const SkipSpan& skip : skips) {
+    if (skip.stash < cut && cut <= skip.pop) {
+      bytes += output_of(profile, skip.stash, rows);
+    }
+  }
+  return bytes;
+}
+
 StageCosts estimate_stage_times(const ModelProfile& profile, int first, int last,
-                                int64_t rows) {
+                                int64_t rows, const std::vector<SkipSpan>& skips) {
   StageCosts c{0, 0, 0, 0, 0};
   for (const LayerProfile* l : layers_of(profile, first, last)) {
     c.forward += std::max(0.0, l->forward_us.at(rows));
@@ -32,12 +47,12 @@ StageCosts estimate_stage_times(const ModelProfile& profile, int first, int last
   const auto n = static_cast<double>(rows);
   if (first == 0) c.forward += static_cast<double>(profile.input_bytes_per_row) * n / speed;
   if (last < profile.num_layers()) {
-    c.forward += static_cast<double>(profile.layers[static_cast<size_t>(last - 1)]
-                                         .output_bytes.bytes(rows)) / speed;
+    c.forward += static_cast<double>(output_of(profile, last - 1, rows) +
+                                     portal_bytes(profile, skips, last, rows)) / speed;
   }
   if (first > 0) {
-    const double grad = static_cast<double>(
-        profile.layers[static_cast<size_t>(first - 1)].output_bytes.bytes(rows)) / speed;
+    const double grad = static_cast<double>(output_of(profile, first - 1, rows) +
+                                            portal_bytes(profile, skips, first, rows)) / speed;
     c.backward += grad;
     c.backward_input += grad;
   }
@@ -55,19 +70,22 @@ StageCosts estimate_stage_times(const ModelProfile& profile, int first, int last
 // gradients on its first backward); I keeps each weight layer's output gradient for W.
 // These guide the search; stage_probe.h measures what the planner finally reports.
 StageMemory estimate_stage_memory(const ModelProfile& profile, int first, int last,
-                                  int64_t rows) {
+                                  int64_t rows, const std::vector<SkipSpan>& skips) {
   StageMemory m;
   m.first = first;
   m.last = last;
   m.rows = rows;
   m.is_first = first == 0;
   m.is_last = last == profile.num_layers();
-  const int64_t input = m.is_first
-                            ? profile.input_bytes_per_row * rows
-                            : profile.layers[static_cast<size_t>(first - 1)].output_bytes.bytes(rows);
+  // A portal arriving is held with the input; one leaving is sent with the output.
+  const int64_t input = m.is_first ? profile.input_bytes_per_row * rows
+                                   : output_of(profile, first - 1, rows) +
+                                         portal_bytes(profile, skips, first, rows);
   m.input_bytes = m.is_first ? 0 : input;
   m.grad_input_bytes = m.is_first ? 0 : input;
-  m.output_bytes = m.is_last ? 0 : profile.layers[static_cast<size_t>(last - 1)].output_bytes.bytes(rows);
+  m.output_bytes = m.is_last ? 0
+                             : output_of(profile, last - 1, rows) +
+                                   portal_bytes(profile, skips, last, rows);
   m.grad_output_bytes = m.output_bytes;
   m.target_bytes = m.is_last ? profile.target_bytes_per_row * rows : 0;
 
@@ -92,9 +110,11 @@ StageMemory estimate_stage_memory(const ModelProfile& profile, int first, int la
   const int64_t loss_seed = m.is_last ? profile.loss_bytes : 0;
   m.forward = {peak - arrived, held + loss_seed - arrived};
   m.forward_first = {m.forward.peak + first_forward, m.forward.delta + first_forward};
-  m.checkpoint = {peak - arrived, input - arrived};
+  // A checkpointed last stage keeps the loss value and its seed, both made in F (measured:
+  // planner_memory_test); R rebuilds the graph to the loss, the seed already there.
+  m.checkpoint = {peak - arrived, input - arrived + 2 * loss_seed};
   m.checkpoint_first = {m.checkpoint.peak + first_forward, m.checkpoint.delta + first_forward};
-  m.recompute = {peak - input, held + loss_seed - input};
+  m.recompute = {peak - input, held - input};
   const int64_t residue = m.is_last ? profile.loss_bytes : 0;  // the loss value, to step end
   const int64_t dy = m.is_last ? loss_seed : m.grad_output_bytes;
   m.backward = {backward_peak, residue - held - loss_seed - (m.is_last ? 0 : dy)};

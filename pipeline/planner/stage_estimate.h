@@ -5,21 +5,32 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "pipeline/planner/cuts.h"
 #include "pipeline/planner/profile.h"
 #include "pipeline/planner/stage_probe.h"
 #include "pipeline/schedule/replay.h"
 
 namespace pipewright::pipeline {
 
+/// The bytes of the portals crossing the cut before layer `cut` (Note [Cuts inside a skip],
+/// cuts.h) for micro-batches of `rows` rows: each skip stashed before the cut and popped at or
+/// after it, sized as its stashing layer's output (exact for an identity stash, as
+/// nn::Stash).
+int64_t portal_bytes(const ModelProfile& profile, const std::vector<SkipSpan>& skips, int cut,
+                     int64_t rows);
+
 /// Microseconds of each action of the stage made of layers [first, last) for micro-batches of
 /// `rows` rows: the layers' sums (the loss on the last stage), R = F, plus the copies it
-/// makes (stage 0's micro-batch, its output and its input gradient) at the profile's copy
-/// speed.
-StageCosts estimate_stage_times(const ModelProfile& profile, int first, int last, int64_t rows);
+/// makes (stage 0's micro-batch, its output and its input gradient, with the portals of
+/// `skips` crossing its ends) at the profile's copy speed.
+StageCosts estimate_stage_times(const ModelProfile& profile, int first, int last, int64_t rows,
+                                const std::vector<SkipSpan>& skips = {});
 
-/// The StageMemory of layers [first, last) summed from the profile (exact = false).
+/// The StageMemory of layers [first, last) summed from the profile (exact = false), the
+/// portals of `skips` crossing its ends counted in its messages.
 StageMemory estimate_stage_memory(const ModelProfile& profile, int first, int last,
-                                  int64_t rows);
+                                  int64_t rows, const std::vector<SkipSpan>& skips = {});
 
 }  // namespace pipewright::pipeline

@@ -33,22 +33,25 @@ std::string mib(int64_t bytes) {
   return text;
 }
 
-// Throws unless every skip of `model` is stashed and popped on the same side of both ends of
-// [first, last).
-void check_skips_inside(const nn::Sequential& model, int first, int last) {
+// The model cut into [0, first), [first, last) and [last, n) (the empty ones left out), with
+// the probed stage's index. Throws when a skip passes over the stage whole (Note [Cuts inside
+// a skip], cuts.h): its portal's timing is not the stage's messages'.
+std::pair<SkipLayout, int> probe_layout(const nn::Sequential& model, int first, int last) {
   const int n = static_cast<int>(model.size());
   std::vector<int> balance;
   for (int b : {first, last - first, n - last}) {
     if (b > 0) balance.push_back(b);
   }
-  const SkipLayout layout(model, balance);
+  const int s = first > 0 ? 1 : 0;
+  SkipLayout layout(model, balance);
   for (const SkipRoute& route : layout.routes()) {
-    if (!route.local()) {
-      throw std::invalid_argument("probe_stage: skip " + route.str() + " crosses the ends of " +
-                                  "layers [" + std::to_string(first) + ", " +
-                                  std::to_string(last) + ")");
+    if (route.stash_stage < s && route.pop_stage > s) {
+      throw std::invalid_argument("probe_stage: skip " + route.str() + " passes over layers [" +
+                                  std::to_string(first) + ", " + std::to_string(last) +
+                                  ") whole: a stage must stash or pop every skip crossing it");
     }
   }
+  return {std::move(layout), s};
 }
 
 // One stage's two cells and the runtime's part of each action (runtime.cc: Runtime::forward
@@ -57,23 +60,24 @@ void check_skips_inside(const nn::Sequential& model, int first, int last) {
 // of one tensor: no extra bytes): its value kept, its gradient seed made in F, taken by B.
 class Probe {
  public:
-  Probe(nn::Sequential& stage, Device device, nn::Tensors first_input, bool is_first,
-        bool is_last, const LossFn& loss_fn, const nn::Tensors& targets, int64_t rows)
+  // `layout` and `s` as probe_layout's; `first_input` ends with the portals popped here.
+  Probe(nn::Sequential& stage, Device device, const SkipLayout& layout, int s,
+        nn::Tensors first_input, bool is_first, bool is_last, const LossFn& loss_fn,
+        const nn::Tensors& targets, int64_t rows)
       : stage_(stage), device_(device), allocator_(allocator_for(device)),
-        input_(std::move(first_input)), is_first_(is_first),
-        layout_(stage, {static_cast<int>(stage.size())}) {
+        input_(std::move(first_input)), is_first_(is_first) {
     if (is_last) {
       loss_.emplace(as_tuple_loss(loss_fn), std::vector<nn::Tensors>{targets, targets},
                     std::vector<int64_t>{rows, rows}, LossReduction::kMean,
                     /*keep_outputs=*/false);
     }
     for (int k = 0; k < 2; ++k) {
-      fns_[k] = stage_function(stage, device, layout_, 0, k, arguments_,
+      fns_[k] = stage_function(stage, device, layout, s, k, arguments_,
                                loss_ ? loss_->stage_loss(k, unkept_outputs_) : StageLoss{});
     }
     for (const Tensor& t : input_) needs_grad_.push_back(!is_first || t.requires_grad());
   }
-  Probe(const Probe&) = delete;  // fns_ point into loss_ and layout_
+  Probe(const Probe&) = delete;  // fns_ point into loss_
   Probe& operator=(const Probe&) = delete;
 
   // What `action` did to the device's counter.
@@ -168,7 +172,6 @@ class Probe {
   nn::Tensors input_;
   bool is_first_;
   nn::Arguments arguments_;
-  SkipLayout layout_;
   std::optional<StepLoss> loss_;  // the last stage's
   nn::Tensors unkept_outputs_;    // StepLoss keeps no outputs here
   StageFn fns_[2];                // micro-batch k's stage function
@@ -205,7 +208,7 @@ StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows
     throw std::invalid_argument("probe_stage: rows " + std::to_string(rows) +
                                 " outside the sample's [1, N]");
   }
-  check_skips_inside(model, first, last);
+  const auto [layout, s] = probe_layout(model, first, last);
   const Device device = profile_device(model, input);
   const bool is_first = first == 0, is_last = last == n;
 
@@ -224,7 +227,8 @@ StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows
   }
   for (const auto& [name, b] : stage.named_buffers()) m.buffer_bytes += static_cast<int64_t>(b.nbytes());
   // The stage's input: stage 0's micro-batch (copied in F; from another device, as a data
-  // loader's batch is), or the earlier layers' output, computed without a graph.
+  // loader's batch is), or the earlier layers' output and the portals they stash for this
+  // stage, computed without a graph.
   Tensor batch = input.slice(0, rows);
   nn::Tensors stage_input;
   if (is_first) {
@@ -232,7 +236,9 @@ StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows
     stage_input = {batch};
   } else {
     autograd::NoGradGuard no_grad;
-    stage_input = model.slice(0, static_cast<size_t>(first)).forward(nn::Tensors{batch.to(device)});
+    nn::Sequential before = model.slice(0, static_cast<size_t>(first));
+    const nn::Arguments none;
+    stage_input = stage_function(before, device, layout, 0, 0, none, {})({batch.to(device)});
   }
   nn::Tensors targets;
   if (is_last) {
@@ -243,7 +249,8 @@ StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows
   if (options.deferred_batch_norm) deferred = std::make_unique<DeferredBatchNorm>(stage);
 
   {  // recorded cells, whole backwards
-    Probe probe(stage, device, stage_input, is_first, is_last, loss_fn, targets, rows);
+    Probe probe(stage, device, layout, s, stage_input, is_first, is_last, loss_fn, targets,
+                rows);
     m.forward_first = probe.forward(0, CellMode::kRecord);
     m.forward = probe.forward(1, CellMode::kRecord);
     m.backward_first = probe.backward(0, false);
@@ -255,7 +262,8 @@ StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows
     m.grad_input_bytes = probe.grad_input_bytes_;
   }
   {  // checkpointed cells
-    Probe probe(stage, device, stage_input, is_first, is_last, loss_fn, targets, rows);
+    Probe probe(stage, device, layout, s, stage_input, is_first, is_last, loss_fn, targets,
+                rows);
     m.checkpoint_first = probe.forward(0, CellMode::kCheckpoint);
     m.checkpoint = probe.forward(1, CellMode::kCheckpoint);
     m.recompute = probe.recompute(0);
@@ -265,7 +273,8 @@ StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows
     probe.end_series(deferred.get());
   }
   {  // split backwards
-    Probe probe(stage, device, stage_input, is_first, is_last, loss_fn, targets, rows);
+    Probe probe(stage, device, layout, s, stage_input, is_first, is_last, loss_fn, targets,
+                rows);
     probe.forward(0, CellMode::kRecord);
     probe.forward(1, CellMode::kRecord);
     m.backward_input = probe.backward(0, true);

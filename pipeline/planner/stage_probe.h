@@ -72,10 +72,12 @@ struct ProbeOptions {
 /// of the sample (`input` [N, ...] on any device, `target` [N, ...]), on the device of the
 /// model's parameters (Note [Probing a stage]); the layers before `first` run without grad
 /// to make its input. Leaves the model as it was (Note [Profiling leaves the module as it
-/// was], balance.h). A skip connection must not cross the stage's ends (the planner cuts
-/// only between skips). Throws std::invalid_argument for an empty or out-of-range
-/// [first, last), rows outside [1, N], or a skip crossing an end (naming it); and whatever
-/// the layers and loss_fn throw.
+/// was], balance.h). A skip crossing one of the stage's ends is a portal (Note [Cuts inside a
+/// skip], cuts.h): popped here, it arrives with the input message (and its gradient leaves
+/// with the input gradient); stashed here for a later stage, it leaves with the output (and
+/// its gradient arrives with the output gradient). Throws std::invalid_argument for an empty
+/// or out-of-range [first, last), rows outside [1, N], or a skip stashed before the stage and
+/// popped after it (naming it); and whatever the layers and loss_fn throw.
 StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows,
                         const Tensor& input, const Tensor& target, const LossFn& loss_fn,
                         const ProbeOptions& options = {});

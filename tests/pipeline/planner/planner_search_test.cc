@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -73,22 +74,77 @@ int64_t max_high(const Plan& p) {
 
 }  // namespace
 
+// The best cut by brute force: every way to cut n layers into `parts` blocks, each allowed.
+std::vector<int> brute_force_partition(const std::vector<double>& costs, int parts,
+                                       const std::vector<SkipSpan>& skips) {
+  const int n = static_cast<int>(costs.size());
+  std::vector<int> best;
+  double best_max = std::numeric_limits<double>::infinity();
+  // Cuts as a bitmask over the n - 1 places between layers; ascending masks visit balances
+  // in descending lexicographic order, so ties keep the last found.
+  for (uint32_t mask = 0; mask < (1u << (n - 1)); ++mask) {
+    if (__builtin_popcount(mask) != parts - 1) continue;
+    std::vector<int> balance;
+    int first = 0;
+    double largest = 0;
+    bool allowed = true;
+    for (int c = 1; c <= n; ++c) {
+      if (c < n && !(mask & (1u << (c - 1)))) continue;
+      allowed = allowed && stage_allowed(skips, first, c);
+      double sum = 0;
+      for (int i = first; i < c; ++i) sum += costs[static_cast<size_t>(i)];
+      largest = std::max(largest, sum);
+      balance.push_back(c - first);
+      first = c;
+    }
+    if (allowed && (largest < best_max || (largest == best_max && balance < best))) {
+      best_max = largest;
+      best = balance;
+    }
+  }
+  return best;
+}
+
 TEST_CASE("constrained_partition: block_partition's answer without rules, and the rules") {
   const std::vector<int64_t> costs{5, 1, 1, 7, 2, 2, 3, 1};
   const std::vector<double> as_double(costs.begin(), costs.end());
-  const std::vector<char> all(costs.size() + 1, 1);
   for (int parts = 1; parts <= 8; ++parts) {
     CAPTURE(parts);
-    CHECK(constrained_partition(as_double, parts, all) == block_partition(costs, parts));
+    CHECK(constrained_partition(as_double, parts, {}) == block_partition(costs, parts));
   }
-  std::vector<char> some = all;
-  some[1] = some[2] = some[3] = 0;  // no stage may end before layers 1, 2 or 3
-  CHECK(constrained_partition(as_double, 2, some) == std::vector<int>{4, 4});
   // Block 0 may hold at most 2 layers.
-  CHECK(constrained_partition(as_double, 2, all, [](int i, int j, int s) {
+  CHECK(constrained_partition(as_double, 2, {}, [](int i, int j, int s) {
           return s != 0 || j - i <= 2;
         }) == std::vector<int>{2, 6});
-  CHECK(constrained_partition(as_double, 2, all, [](int, int, int) { return false; }).empty());
+  CHECK(constrained_partition(as_double, 2, {}, [](int, int, int) { return false; }).empty());
+}
+
+TEST_CASE("cuts inside a skip: no stage may lie wholly inside one, any other cut may") {
+  // A skip stashed by layer 1 and popped by layer 5: a stage within [2, 5) would be passed
+  // over (Note [Cuts inside a skip], cuts.h); stages that stash or pop it are fine.
+  const std::vector<SkipSpan> skips{{1, 5}};
+  CHECK(stage_allowed(skips, 0, 3));   // stashes it: a portal leaves
+  CHECK(stage_allowed(skips, 3, 8));   // pops it: a portal arrives
+  CHECK(stage_allowed(skips, 1, 6));   // holds it whole
+  CHECK(!stage_allowed(skips, 2, 5));  // passed over
+  CHECK(!stage_allowed(skips, 3, 4));
+  CHECK(stage_allowed({}, 3, 4));
+  const std::vector<double> costs{5, 1, 1, 7, 2, 2, 3, 1};
+  for (const std::vector<SkipSpan>& spans :
+       {skips, std::vector<SkipSpan>{{0, 4}, {3, 7}}, std::vector<SkipSpan>{{2, 3}}}) {
+    for (int parts = 1; parts <= 8; ++parts) {
+      CAPTURE(parts, spans.size());
+      CHECK(constrained_partition(costs, parts, spans) ==
+            brute_force_partition(costs, parts, spans));
+    }
+  }
+  // The unconstrained best for 3 stages, 2 | 2 | 4, has [2, 4) passed over: another is found.
+  REQUIRE(constrained_partition(costs, 3, {}) == std::vector<int>{2, 2, 4});
+  CHECK(constrained_partition(costs, 3, skips) != std::vector<int>{2, 2, 4});
+  // A skip from the first layer to the last: two stages, never three.
+  const std::vector<SkipSpan> around{{0, 7}};
+  CHECK(constrained_partition(costs, 2, around) == std::vector<int>{4, 4});
+  CHECK(constrained_partition(costs, 3, around).empty());
 }
 
 TEST_CASE("replay_memory: GPipe and 1F1B hold m and p - s cells, messages within the bounds") {
@@ -157,14 +213,13 @@ TEST_CASE("plan from a profile: a valid plan for 100 layers on 8 devices") {
   CHECK_NOTHROW(validate(p.schedule_for(p.num_microbatches - 1)));
 }
 
-TEST_CASE("workers sharing cores: the step lasts at least all the work divided among them") {
+TEST_CASE("workers sharing cores: the step is the replay on shared processors") {
   // Note [Workers sharing cores] (search.cc): 4 workers of one thread on 2 cores.
   const ModelProfile profile = synthetic(16, 64);
   SearchInputs in;
   in.profile = &profile;
   in.workers = 4;
   for (int w = 0; w < 4; ++w) in.device_names.push_back("cpu:" + std::to_string(w));
-  in.allowed_cuts.assign(profile.layers.size() + 1, 1);
   in.options = {.schedules = {"1f1b"}, .chunks = {4}};
   const Plan own = search_plan(in);  // a processor per worker: the replay's makespan
   in.shared_cores = 2;
@@ -174,8 +229,12 @@ TEST_CASE("workers sharing cores: the step lasts at least all the work divided a
   CHECK(own.step_time_us == Approx(own_replay.makespan));
   const ScheduleReplay replay = replay_schedule(shared.schedule, shared.costs);
   const double work = std::accumulate(replay.busy.begin(), replay.busy.end(), 0.0);
-  CHECK(work / 2 > replay.makespan);  // the bound is what decides here
-  CHECK(shared.step_time_us == Approx(work / 2));
+  REQUIRE(work / 2 > replay.makespan);  // the cores, not the pipeline, bound this step
+  const ScheduleReplay on_two = replay_on_shared_processors(shared.schedule, shared.costs, 2,
+                                                            profile.threads);
+  CHECK(shared.step_time_us == Approx(on_two.makespan));
+  CHECK(shared.bubble == Approx(on_two.bubble_fraction));
+  CHECK(shared.step_time_us >= work / 2);
   CHECK(shared.step_time_us > own.step_time_us);
 
   // With cores for every worker the bound never exceeds the makespan.
