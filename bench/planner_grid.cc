@@ -3,6 +3,8 @@
 //
 //   tools/bazel run //bench:planner_grid                      all three models
 //   tools/bazel run //bench:planner_grid -- mlp resnet        some of them
+//   tools/bazel run //bench:planner_grid -- --explain resnet 5.24MiB [zb-h1 [8]]
+//                     one plan, explained, without the grid (among one schedule and chunks)
 //
 // Models (the examples' own builders, their default sizes):
 //   mlp     the main job: 784-512-512-10 with BatchNorm (deferred) and Dropout, batch 256,
@@ -55,7 +57,7 @@ namespace {
 using namespace pipewright;
 using pipeline::Checkpoint;
 
-constexpr int kWarmup = 3, kTimed = 10, kRounds = 3;
+constexpr int kWarmup = 3, kTimed = 10, kRounds = 5;
 constexpr uint64_t kSeed = 7;
 
 struct Case {
@@ -287,10 +289,36 @@ void run_case(const Case& c) {
 
 }  // namespace
 
+// The plan for one model and cap (0: none), with its alternatives and why each lost.
+void explain(const Case& c, int64_t cap, std::vector<std::string> schedules,
+             std::vector<int> chunks) {
+  nn::Sequential model = c.model();
+  const pipeline::Plan plan =
+      pipeline::plan(model, {c.input, c.target, c.loss}, worker_devices(c.workers),
+                     {.memory_cap_bytes = cap,
+                      .schedules = std::move(schedules),
+                      .chunks = std::move(chunks),
+                      .deferred_batch_norm = c.deferred_batch_norm});
+  std::printf("%s\n", plan.explain().c_str());
+}
+
 int main(int argc, char** argv) {
-  std::set<std::string> wanted(argv + 1, argv + argc);
   const std::vector<std::pair<std::string, std::function<Case()>>> cases = {
       {"mlp", mlp_case}, {"resnet", resnet_case}, {"gpt", gpt_case}};
+  if (argc >= 3 && std::string(argv[1]) == "--explain") {
+    for (const auto& [name, make] : cases) {
+      if (name != argv[2]) continue;
+      std::vector<std::string> schedules;
+      std::vector<int> chunks;
+      if (argc >= 5) schedules.push_back(argv[4]);
+      if (argc >= 6) chunks.push_back(std::stoi(argv[5]));
+      explain(make(), argc >= 4 ? pipeline::parse_bytes(argv[3]) : 0, schedules, chunks);
+      return 0;
+    }
+    std::cerr << "planner_grid: unknown model '" << argv[2] << "' (mlp, resnet, gpt)\n";
+    return 2;
+  }
+  std::set<std::string> wanted(argv + 1, argv + argc);
   for (const std::string& w : wanted) {
     if (w != "mlp" && w != "resnet" && w != "gpt") {
       std::cerr << "planner_grid: unknown model '" << w << "' (mlp, resnet, gpt)\n";
