@@ -9,6 +9,9 @@
 namespace pipewright::pipeline {
 namespace {
 
+// 2 (2026-11-27): the profile's input_copy_us; the profile's frees and backward peaks remeasured.
+constexpr int kCacheVersion = 2;
+
 using nlohmann::json;
 
 json affine(const Affine& a) { return json::array({a.fixed, a.per_row}); }
@@ -139,10 +142,11 @@ std::string to_json(const PlanCache& cache) {
                   {"batch_rows", p.batch_rows},
                   {"threads", p.threads},
                   {"copy_bytes_per_us", p.copy_bytes_per_us},
+                  {"input_copy_us", affine(p.input_copy_us)},
                   {"fingerprint", p.fingerprint}};
   json stages = json::array();
   for (const StageMemory& m : cache.stages) stages.push_back(stage_json(m));
-  return json{{"version", 1}, {"profile", profile}, {"stages", stages}}.dump(1);
+  return json{{"version", kCacheVersion}, {"profile", profile}, {"stages", stages}}.dump(1);
 }
 
 PlanCache plan_cache_from_json(const std::string& text) {
@@ -152,8 +156,9 @@ PlanCache plan_cache_from_json(const std::string& text) {
   } catch (const json::exception& e) {
     throw std::invalid_argument(std::string("planner cache: not JSON: ") + e.what());
   }
-  if (field<int>(j, "version", "the file") != 1) {
-    throw std::invalid_argument("planner cache: version " + j["version"].dump() + ", expected 1");
+  if (field<int>(j, "version", "the file") != kCacheVersion) {
+    throw std::invalid_argument("planner cache: version " + j["version"].dump() + ", expected " +
+                                std::to_string(kCacheVersion));
   }
   PlanCache cache;
   const json profile = field<json>(j, "profile", "the file");
@@ -169,6 +174,7 @@ PlanCache plan_cache_from_json(const std::string& text) {
   p.batch_rows = field<int64_t>(profile, "batch_rows", "profile");
   p.threads = field<int>(profile, "threads", "profile");
   p.copy_bytes_per_us = field<double>(profile, "copy_bytes_per_us", "profile");
+  p.input_copy_us = read_affine(profile, "input_copy_us", "profile");
   p.fingerprint = field<std::string>(profile, "fingerprint", "profile");
   const json stages = field<json>(j, "stages", "the file");
   for (size_t i = 0; i < stages.size(); ++i) {
@@ -182,6 +188,12 @@ std::optional<PlanCache> read_plan_cache(const std::string& path) {
   if (!file) return std::nullopt;
   std::ostringstream text;
   text << file.rdbuf();
+  // A cache an older pipewright wrote is remade, as a stale one is.
+  const json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("version") && j["version"].is_number_integer() &&
+      j["version"].get<int>() < kCacheVersion) {
+    return std::nullopt;
+  }
   try {
     return plan_cache_from_json(text.str());
   } catch (const std::invalid_argument& e) {

@@ -389,6 +389,21 @@ double copy_speed(Device device, int64_t bytes, int repetitions) {
   return static_cast<double>(block.nbytes()) / std::max(median(times), 1e-3);
 }
 
+// Microseconds to copy `rows` rows of `input` from where it is to `device` and have them
+// there: on a GPU, a pageable host copy waits for the device (stage 0's F does it for every
+// micro-batch).
+double input_copy_us(const Tensor& input, Device device, int64_t rows, int repetitions) {
+  const Tensor part = input.slice(0, rows);
+  std::vector<double> times;
+  for (int k = 0; k < repetitions + 1; ++k) {
+    auto t0 = Clock::now();
+    Tensor copy = part.to(device);
+    Stream::current(device).synchronize();
+    if (k > 0) times.push_back(micros_between(t0, Clock::now()));
+  }
+  return median(times);
+}
+
 }  // namespace
 
 ModelProfile profile_model(nn::Sequential& model, const Tensor& input, const Tensor& target,
@@ -448,6 +463,9 @@ ModelProfile profile_model(nn::Sequential& model, const Tensor& input, const Ten
     int64_t widest = 0;
     for (const Sample& s : large) widest = std::max(widest, s.output);
     profile.copy_bytes_per_us = copy_speed(device, widest, options.repetitions);
+    profile.input_copy_us =
+        Affine::through(r1, input_copy_us(input, device, r1, options.repetitions), r2,
+                        input_copy_us(input, device, r2, options.repetitions));
   }
   profile.input_bytes_per_row = static_cast<int64_t>(input.nbytes()) / batch;
   profile.target_bytes_per_row = static_cast<int64_t>(target.nbytes()) / batch;

@@ -68,6 +68,8 @@ struct ModelProfile {
   int64_t batch_rows = 0;            // N of the sample mini-batch
   int threads = 1;                   // intra-op threads each layer was timed with
   double copy_bytes_per_us = 0;      // a copy between two of the devices
+  Affine input_copy_us;              // stage 0's micro-batch copied from where the sample is
+                                     // (the host, for a data loader's batch) to the device
   std::string fingerprint;           // the model, sample shapes and threads (profile_model)
 
   int num_layers() const { return static_cast<int>(layers.size()); }

@@ -430,6 +430,9 @@ class Search {
            " balance " + balance_text(c.balance);
   }
 
+  // A result's predicted step as Plan::step_time_us gives it: the runtime's per-step part in.
+  double step(const Result& r) const { return r.time() + overhead_.per_step_us; }
+
   std::string why(const Result& r, const Result& chosen) const {
     const std::string device = in_.device_names[static_cast<size_t>(r.worst_device())];
     switch (r.outcome) {
@@ -438,11 +441,11 @@ class Search {
           return "peak " + format_bytes(r.max_peak()) + " against the plan's " +
                  format_bytes(chosen.max_peak());
         }
-        return fixed(r.time() / chosen.time(), 2) + "x the plan's step (" + millis(r.time()) +
+        return fixed(step(r) / step(chosen), 2) + "x the plan's step (" + millis(step(r)) +
                ", bubble " + fixed(100 * r.bubble, 1) + " %)";
       case Outcome::kSlower:
         return "over the cap on " + device + " without recomputes, and slower than the plan " +
-               "once recomputing (" + millis(r.time()) + " with " +
+               "once recomputing (" + millis(step(r)) + " with " +
                std::to_string(r.placement.recomputed) + " recomputes and still " +
                format_bytes(r.max_peak()) + ")";
       case Outcome::kOutOfReach:
@@ -495,12 +498,12 @@ class Search {
       std::string reason = r.placement.fits ? why(r, chosen)
                                             : "needs " + format_bytes(r.max_peak()) + " on " +
                                                   in_.device_names[static_cast<size_t>(r.worst_device())];
-      out.push_back({config, r.time() + overhead_.per_step_us, r.max_peak(), r.placement.fits, reason});
+      out.push_back({config, step(r), r.max_peak(), r.placement.fits, reason});
     }
     for (size_t k = 0; k < ranked.size() && static_cast<int>(k) < options_.alternatives; ++k) {
       const Result& r = *ranked[k];
       out.push_back({config_text(r) + (r.exact ? "" : " (estimated)"),
-                     r.time() + overhead_.per_step_us, r.max_peak(),
+                     step(r), r.max_peak(),
                      r.outcome == Outcome::kFits, why(r, chosen)});
     }
     return out;
@@ -519,7 +522,7 @@ class Search {
     plan.rows = c.rows;
     plan.schedule = chosen.placement.schedule;
     plan.recomputed = chosen.placement.recomputed;
-    plan.step_time_us = chosen.time() + overhead_.per_step_us;
+    plan.step_time_us = step(chosen);
     plan.bubble = chosen.bubble;
     plan.costs = costs_of(c);
     plan.overhead = overhead_;

@@ -45,7 +45,7 @@ StageCosts estimate_stage_times(const ModelProfile& profile, int first, int last
   // gradient sent at the end of B / I.
   const double speed = std::max(profile.copy_bytes_per_us, 1e-9);
   const auto n = static_cast<double>(rows);
-  if (first == 0) c.forward += static_cast<double>(profile.input_bytes_per_row) * n / speed;
+  if (first == 0) c.forward += std::max(0.0, profile.input_copy_us.at(rows));
   if (last < profile.num_layers()) {
     c.forward += static_cast<double>(output_of(profile, last - 1, rows) +
                                      portal_bytes(profile, skips, last, rows)) / speed;

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -49,6 +51,7 @@ ModelProfile synthetic(int layers, int64_t batch) {
   p.loss_bytes = 4;
   p.batch_rows = batch;
   p.copy_bytes_per_us = 1000;
+  p.input_copy_us = {0.5, 0.25};  // 256 bytes a row at 1000 bytes per us, plus a start
   p.fingerprint = "synthetic";
   return p;
 }
@@ -291,8 +294,19 @@ TEST_CASE("the cache's JSON round-trips the profile and the stages") {
   REQUIRE(back.stages.size() == 1);
   CHECK(back.stages[0].last == 3);
   CHECK(back.stages[0].backward.delta == -77);
-  CHECK_THROWS_WITH(plan_cache_from_json("{\"version\": 1}"),
+  CHECK(back.profile.input_copy_us.fixed == cache.profile.input_copy_us.fixed);
+  CHECK(back.profile.input_copy_us.per_row == cache.profile.input_copy_us.per_row);
+  CHECK_THROWS_WITH(plan_cache_from_json("{\"version\": 2}"),
                     "planner cache: the file has no \"profile\"");
+  CHECK_THROWS_WITH(plan_cache_from_json("{\"version\": 1}"),
+                    "planner cache: version 1, expected 2");
+  // A file an older pipewright wrote is remade, not an error; a damaged one is.
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/old_planner_cache.json";
+  std::ofstream(path) << "{\"version\": 1, \"profile\": {}}";
+  CHECK_FALSE(read_plan_cache(path).has_value());
+  std::ofstream(path) << "{\"version\": 2";
+  CHECK_THROWS_WITH(read_plan_cache(path), Catch::StartsWith(path + ": planner cache: not JSON"));
 }
 
 TEST_CASE("sizes as text") {
