@@ -93,7 +93,8 @@ Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Dev
   bool have_profile = false;
   // The affine fits go through the smallest micro-batch the search tries and the whole
   // batch: interpolated, never extrapolated (a one-row micro-batch runs slower than a line
-  // through 2 and 32 rows says: measured, docs/BENCHMARKS.md "The profile's rows").
+  // through 2 and 32 rows says: docs/BENCHMARKS.md, "Planner: cuts inside a skip, what
+  // layers free, shared cores").
   const int64_t batch = sample.input.dim() > 0 ? sample.input.size(0) : 1;  // else profile throws
   const std::vector<int> chunks = chunk_candidates(options, batch);
   const int most = chunks.empty() ? 1 : *std::max_element(chunks.begin(), chunks.end());

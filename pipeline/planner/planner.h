@@ -9,13 +9,16 @@
 //
 // Note [How the planner searches]
 // 1. Profile every layer (profile.h; cached in options.cache): times of F, B, I, W at two
-//    micro-batch sizes, bytes kept, bytes sent.
+//    micro-batch sizes (the smallest the search tries and the whole batch), bytes kept,
+//    bytes sent.
 // 2. For every registered schedule (schedule/registry.h), every virtual-stage count it takes
 //    (up to max_virtual_stages), every chunks candidate and a few balances — the min-max cut
 //    of F+B, of F+B+R, of parameters (balance_by_parameters' blocks), and under a cap the
 //    min-max cut of F+B among those whose stages' estimated memory fits it and the cuts of
 //    least estimated memory without and with recomputes (cuts.h; a cut may fall inside a
-//    skip connection, no stage inside one: Note [Cuts inside a skip]) — replay the schedule with the stages' summed times (replay.h) and replay
+//    skip connection, no stage inside one: Note [Cuts inside a skip]) — replay the
+//    schedule with the stages' summed times (replay.h; on shared processors when CPU
+//    workers outnumber the cores, Note [Workers sharing cores] in search.cc) and replay
 //    each device's memory (memory_replay.h) with the stages' estimated bytes
 //    (stage_estimate.h); where a device is over the cap, place recomputes cell by cell
 //    (recompute_placement.h). Candidates slower than the best that fits are not refined.

@@ -372,6 +372,19 @@ Device profile_device(const nn::Sequential& model, const Tensor& input) {
 
 namespace {
 
+// The median microseconds of `repetitions` copies of `tensor` to `to` (after one untimed),
+// each waited for: on a GPU, a pageable host copy waits for the device.
+double copy_us(const Tensor& tensor, Device to, int repetitions) {
+  std::vector<double> times;
+  for (int k = 0; k < repetitions + 1; ++k) {
+    auto t0 = Clock::now();
+    Tensor copy = tensor.to(to);
+    Stream::current(to).synchronize();
+    if (k > 0) times.push_back(micros_between(t0, Clock::now()));
+  }
+  return median(times);
+}
+
 // The speed of one copy of `bytes` bytes from `device` to the next device of its kind, in
 // bytes per microsecond; within `device` when it is the only one (a hand-off between stages
 // on one GPU).
@@ -379,29 +392,7 @@ double copy_speed(Device device, int64_t bytes, int repetitions) {
   const Tensor block = Tensor::zeros({std::max<int64_t>(bytes / 4, 1024)}, {.device = device});
   const int count = std::max(device_count(device.type), device.index + 1);
   const Device other{device.type, (device.index + 1) % count};
-  std::vector<double> times;
-  for (int k = 0; k < repetitions + 1; ++k) {
-    auto t0 = Clock::now();
-    Tensor copy = block.to(other);
-    Stream::current(other).synchronize();
-    if (k > 0) times.push_back(micros_between(t0, Clock::now()));
-  }
-  return static_cast<double>(block.nbytes()) / std::max(median(times), 1e-3);
-}
-
-// Microseconds to copy `rows` rows of `input` from where it is to `device` and have them
-// there: on a GPU, a pageable host copy waits for the device (stage 0's F does it for every
-// micro-batch).
-double input_copy_us(const Tensor& input, Device device, int64_t rows, int repetitions) {
-  const Tensor part = input.slice(0, rows);
-  std::vector<double> times;
-  for (int k = 0; k < repetitions + 1; ++k) {
-    auto t0 = Clock::now();
-    Tensor copy = part.to(device);
-    Stream::current(device).synchronize();
-    if (k > 0) times.push_back(micros_between(t0, Clock::now()));
-  }
-  return median(times);
+  return static_cast<double>(block.nbytes()) / std::max(copy_us(block, other, repetitions), 1e-3);
 }
 
 }  // namespace
@@ -463,9 +454,11 @@ ModelProfile profile_model(nn::Sequential& model, const Tensor& input, const Ten
     int64_t widest = 0;
     for (const Sample& s : large) widest = std::max(widest, s.output);
     profile.copy_bytes_per_us = copy_speed(device, widest, options.repetitions);
+    // Stage 0's F copies each micro-batch from where the sample lives (a data loader's batch
+    // on the host) to the device.
     profile.input_copy_us =
-        Affine::through(r1, input_copy_us(input, device, r1, options.repetitions), r2,
-                        input_copy_us(input, device, r2, options.repetitions));
+        Affine::through(r1, copy_us(input.slice(0, r1), device, options.repetitions), r2,
+                        copy_us(input.slice(0, r2), device, options.repetitions));
   }
   profile.input_bytes_per_row = static_cast<int64_t>(input.nbytes()) / batch;
   profile.target_bytes_per_row = static_cast<int64_t>(target.nbytes()) / batch;

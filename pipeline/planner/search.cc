@@ -266,7 +266,7 @@ class Search {
   // the replay on shared processors (Note [Workers sharing processors], replay.h), the layers
   // having been timed with `threads` intra-op threads each (SearchInputs::shared_cores; 0 for
   // devices with processors of their own). Measured: docs/BENCHMARKS.md, "Planner: workers
-  // sharing cores" and "Workers sharing processors, replayed".
+  // sharing cores" and "Planner: cuts inside a skip, what layers free, shared cores".
   bool sharing_cores() const {
     return in_.shared_cores > 0 && in_.workers * profile_.threads > in_.shared_cores;
   }

@@ -44,7 +44,6 @@ StageCosts estimate_stage_times(const ModelProfile& profile, int first, int last
   // The copies: stage 0's micro-batch in F, the output sent at the end of F, the input
   // gradient sent at the end of B / I.
   const double speed = std::max(profile.copy_bytes_per_us, 1e-9);
-  const auto n = static_cast<double>(rows);
   if (first == 0) c.forward += std::max(0.0, profile.input_copy_us.at(rows));
   if (last < profile.num_layers()) {
     c.forward += static_cast<double>(output_of(profile, last - 1, rows) +
