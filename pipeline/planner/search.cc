@@ -199,10 +199,7 @@ class Search {
       // cells the schedule keeps in flight on it, recorded or (recomputing) as inputs with
       // one cell rebuilt at a time.
       auto stage_bytes = [&](int i, int j, int s, bool recompute) {
-        const double input =
-            i == 0 ? static_cast<double>(profile_.input_bytes_per_row * rows)
-                   : profile_.layers[static_cast<size_t>(i - 1)].output_bytes.at(rows) +
-                         static_cast<double>(portal_bytes(profile_, in_.skips, i, rows));
+        const auto input = static_cast<double>(stage_input_bytes(profile_, in_.skips, i, rows));
         const double cell = input + kept[static_cast<size_t>(j)] - kept[static_cast<size_t>(i)];
         const double p = params[static_cast<size_t>(j)] - params[static_cast<size_t>(i)];
         const int in_flight = std::max(1, cells[static_cast<size_t>(s)]);

@@ -32,6 +32,12 @@ int64_t portal_bytes(const ModelProfile& profile, const std::vector<SkipSpan>& s
   return bytes;
 }
 
+int64_t stage_input_bytes(const ModelProfile& profile, const std::vector<SkipSpan>& skips,
+                          int first, int64_t rows) {
+  if (first == 0) return profile.input_bytes_per_row * rows;
+  return output_of(profile, first - 1, rows) + portal_bytes(profile, skips, first, rows);
+}
+
 StageCosts estimate_stage_times(const ModelProfile& profile, int first, int last,
                                 int64_t rows, const std::vector<SkipSpan>& skips) {
   StageCosts c{0, 0, 0, 0, 0};
@@ -46,12 +52,10 @@ StageCosts estimate_stage_times(const ModelProfile& profile, int first, int last
   const double speed = std::max(profile.copy_bytes_per_us, 1e-9);
   if (first == 0) c.forward += std::max(0.0, profile.input_copy_us.at(rows));
   if (last < profile.num_layers()) {
-    c.forward += static_cast<double>(output_of(profile, last - 1, rows) +
-                                     portal_bytes(profile, skips, last, rows)) / speed;
+    c.forward += static_cast<double>(stage_input_bytes(profile, skips, last, rows)) / speed;
   }
   if (first > 0) {
-    const double grad = static_cast<double>(output_of(profile, first - 1, rows) +
-                                            portal_bytes(profile, skips, first, rows)) / speed;
+    const double grad = static_cast<double>(stage_input_bytes(profile, skips, first, rows)) / speed;
     c.backward += grad;
     c.backward_input += grad;
   }
@@ -77,14 +81,10 @@ StageMemory estimate_stage_memory(const ModelProfile& profile, int first, int la
   m.is_first = first == 0;
   m.is_last = last == profile.num_layers();
   // A portal arriving is held with the input; one leaving is sent with the output.
-  const int64_t input = m.is_first ? profile.input_bytes_per_row * rows
-                                   : output_of(profile, first - 1, rows) +
-                                         portal_bytes(profile, skips, first, rows);
+  const int64_t input = stage_input_bytes(profile, skips, first, rows);
   m.input_bytes = m.is_first ? 0 : input;
   m.grad_input_bytes = m.is_first ? 0 : input;
-  m.output_bytes = m.is_last ? 0
-                             : output_of(profile, last - 1, rows) +
-                                   portal_bytes(profile, skips, last, rows);
+  m.output_bytes = m.is_last ? 0 : stage_input_bytes(profile, skips, last, rows);  // next's
   m.grad_output_bytes = m.output_bytes;
   m.target_bytes = m.is_last ? profile.target_bytes_per_row * rows : 0;
 

@@ -21,6 +21,11 @@ namespace pipewright::pipeline {
 int64_t portal_bytes(const ModelProfile& profile, const std::vector<SkipSpan>& skips, int cut,
                      int64_t rows);
 
+/// The bytes a stage starting at layer `first` receives per micro-batch of `rows` rows: stage
+/// 0's micro-batch, or the previous layer's output and the portals crossing the cut.
+int64_t stage_input_bytes(const ModelProfile& profile, const std::vector<SkipSpan>& skips,
+                          int first, int64_t rows);
+
 /// Microseconds of each action of the stage made of layers [first, last) for micro-batches of
 /// `rows` rows: the layers' sums (the loss on the last stage), R = F, plus the copies it
 /// makes (stage 0's micro-batch, its output and its input gradient, with the portals of

@@ -82,6 +82,19 @@ std::vector<Action> dependencies(const ActionIndex& index, const Schedule& sched
   return deps;
 }
 
+std::optional<double> ready_at(const ActionIndex& index, const Schedule& schedule,
+                               const Replay& r, int worker, const Action& a, double free_at,
+                               double latency) {
+  double ready = free_at;
+  for (const Action& d : dependencies(index, schedule, a)) {
+    const ActionPosition pos = *index.find(d);
+    const double done = r.end[pos.worker][pos.index];
+    if (done < 0) return std::nullopt;
+    ready = std::max(ready, done + (pos.worker == worker ? 0.0 : latency));
+  }
+  return ready;
+}
+
 Replay replay(const Schedule& schedule, const std::function<double(const Action&)>& cost,
               double latency) {
   const int p = static_cast<int>(schedule.actions.size());
@@ -105,20 +118,10 @@ Replay replay(const Schedule& schedule, const std::function<double(const Action&
       const auto& list = schedule.actions[w];
       while (next[w] < static_cast<int>(list.size())) {
         const Action& a = list[next[w]];
-        double ready = free_at[w];
-        bool blocked = false;
-        for (const Action& d : dependencies(index, schedule, a)) {
-          const ActionPosition pos = *index.find(d);
-          const double done = r.end[pos.worker][pos.index];
-          if (done < 0) {
-            blocked = true;
-            break;
-          }
-          ready = std::max(ready, done + (pos.worker == w ? 0.0 : latency));
-        }
-        if (blocked) break;
-        r.start[w][next[w]] = ready;
-        r.end[w][next[w]] = ready + cost(a);
+        const std::optional<double> ready = ready_at(index, schedule, r, w, a, free_at[w], latency);
+        if (!ready) break;
+        r.start[w][next[w]] = *ready;
+        r.end[w][next[w]] = *ready + cost(a);
         free_at[w] = r.end[w][next[w]];
         ++next[w];
         progress = true;

@@ -66,6 +66,13 @@ struct Replay {
   std::vector<Wait> stuck;  // empty iff every action ran
 };
 
+/// When action `a`, next on worker `worker` (free from `free_at` on), may start in replay `r`:
+/// after its worker's previous action and every dependency's end, plus `latency` for one on
+/// another worker. nullopt while a dependency has not ended (end < 0).
+std::optional<double> ready_at(const ActionIndex& index, const Schedule& schedule,
+                               const Replay& r, int worker, const Action& a, double free_at,
+                               double latency);
+
 /// Replays `schedule` (see the top of this file). `cost(action)` is the duration of an action;
 /// `latency` is added to every dependency that crosses workers. Requires a schedule whose
 /// actions are in range and unique (validate()'s structural checks).

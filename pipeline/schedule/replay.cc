@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -142,20 +143,11 @@ Replay replay_shared(const Schedule& schedule, const Costs& costs, int processor
       const auto& list = schedule.actions[w];
       if (next[w] < static_cast<int>(list.size())) all_done = false;
       if (left[w] >= 0 || next[w] == static_cast<int>(list.size())) continue;
-      double ready = free_at[w];
-      bool blocked = false;
-      for (const Action& d : dependencies(index, schedule, list[next[w]])) {
-        const ActionPosition pos = *index.find(d);
-        const double done = r.end[pos.worker][pos.index];
-        if (done < 0) {
-          blocked = true;
-          break;
-        }
-        ready = std::max(ready, done + (pos.worker == w ? 0.0 : costs.comm_latency));
-      }
-      if (blocked) continue;
-      if (ready > now) {
-        later = std::min(later, ready);
+      const std::optional<double> ready =
+          ready_at(index, schedule, r, w, list[next[w]], free_at[w], costs.comm_latency);
+      if (!ready) continue;
+      if (*ready > now) {
+        later = std::min(later, *ready);
         continue;
       }
       r.start[w][next[w]] = now;
