@@ -212,8 +212,21 @@ std::string Plan::str() const {
 
 std::string Plan::timeline(int columns) const {
   double unit = 0;
-  const std::string drawing = to_ascii_scaled(schedule, costs, columns, &unit);
-  return "timeline, replayed (one column = " + fixed(unit, 1) + " us):\n" + drawing;
+  if (shared_cores == 0) {
+    const std::string drawing = to_ascii_scaled(schedule, costs, columns, &unit);
+    return "timeline, replayed (one column = " + fixed(unit, 1) + " us):\n" + drawing;
+  }
+  if (columns < 1) {
+    throw std::invalid_argument("Plan::timeline: columns must be >= 1, got " +
+                                std::to_string(columns));
+  }
+  // Actions last longer than their costs where workers share the cores: draw the replay.
+  const ScheduleReplay replay =
+      replay_on_shared_processors(schedule, costs, shared_cores, threads_per_worker);
+  unit = replay.makespan > 0 ? replay.makespan / columns : 1.0;
+  return "timeline, replayed with the workers sharing " + std::to_string(shared_cores) +
+         " cores (one column = " + fixed(unit, 1) + " us):\n" +
+         draw_replay(schedule, replay, unit);
 }
 
 std::string Plan::explain() const {

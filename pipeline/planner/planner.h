@@ -119,6 +119,10 @@ struct Plan {
   double bubble = 0;                      // the replayed bubble fraction
   Costs costs;                            // per stage, in microseconds: what was replayed
   RuntimeOverhead overhead;               // included in costs (per action) and step_time_us
+  /// The cores the workers' threads shared in the replay (Note [Workers sharing cores],
+  /// search.cc), each worker running threads_per_worker; 0: a processor per worker.
+  int shared_cores = 0;
+  int threads_per_worker = 1;
   std::vector<DevicePeak> peaks;          // per device
   bool exact_memory = false;              // peaks from measured stages (stage_probe.h)
   int64_t memory_cap_bytes = 0;
@@ -138,9 +142,11 @@ struct Plan {
   Schedule schedule_for(int num_microbatches) const;
   /// "1f1b, v 1, chunks 8, balance 4|9, 6 of 16 cells recomputed".
   std::string str() const;
-  /// The replayed step drawn as text (to_ascii_scaled, schedule/ascii.h), about `columns`
-  /// units wide, under a line naming the unit in microseconds: where each worker's F, B, I,
-  /// W and R run and where it idles. Throws std::invalid_argument when columns < 1.
+  /// The replayed step drawn as text (schedule/ascii.h: to_ascii_scaled, or draw_replay of
+  /// the replay on shared_cores when the workers shared them), `columns` units wide (about,
+  /// for to_ascii_scaled's rounding), under a line naming the unit in microseconds: where
+  /// each worker's F, B, I, W and R run and where it idles. Throws std::invalid_argument
+  /// when columns < 1.
   std::string timeline(int columns = 48) const;
   /// str(), the predicted step time, bubble and peaks, the timeline, and the alternatives
   /// with why each lost (the examples' --explain).

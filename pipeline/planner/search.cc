@@ -523,6 +523,10 @@ class Search {
     plan.bubble = chosen.bubble;
     plan.costs = costs_of(c);
     plan.overhead = overhead_;
+    if (sharing_cores()) {
+      plan.shared_cores = in_.shared_cores;
+      plan.threads_per_worker = profile_.threads;
+    }
     plan.peaks = replay_memory(plan.schedule, chosen.placement.replay, model, true);
     plan.exact_memory = chosen.exact;
     plan.memory_cap_bytes = cap_;

@@ -35,9 +35,29 @@ void check_whole(const Schedule& schedule, const Costs& costs) {
 
 std::string to_ascii(const Schedule& schedule, const Costs& costs) {
   check_whole(schedule, costs);
-  const ScheduleReplay sim = replay_schedule(schedule, costs);
+  return draw_replay(schedule, replay_schedule(schedule, costs), 1.0);
+}
+
+std::string draw_replay(const Schedule& schedule, const ScheduleReplay& replay, double unit) {
+  if (!(unit > 0)) {
+    throw std::invalid_argument("draw_replay: unit must be > 0, got " + std::to_string(unit));
+  }
   const int p = schedule.num_workers;
-  const int columns = static_cast<int>(std::lround(sim.makespan));
+  if (static_cast<int>(replay.timeline.size()) != p) {
+    throw std::invalid_argument("draw_replay: the replay has " +
+                                std::to_string(replay.timeline.size()) +
+                                " workers, the schedule " + std::to_string(p));
+  }
+  // An action covers the columns its start and end round to, at least one unless it takes
+  // no time.
+  const auto column = [unit](double t) { return static_cast<int>(std::lround(t / unit)); };
+  const auto last_column = [&column](const TimedAction& t) {
+    return t.end > t.start ? std::max(column(t.start) + 1, column(t.end)) : column(t.start);
+  };
+  int columns = column(replay.makespan);
+  for (const auto& list : replay.timeline) {
+    for (const TimedAction& t : list) columns = std::max(columns, last_column(t));
+  }
 
   // vstage[s]: position of stage s among its worker's stages (0 without interleaving).
   std::vector<int> vstage(schedule.num_stages, 0);
@@ -56,12 +76,10 @@ std::string to_ascii(const Schedule& schedule, const Costs& costs) {
   std::vector<std::vector<std::string>> grid(p, std::vector<std::string>(columns, "."));
   size_t width = 1;
   for (int w = 0; w < p; ++w) {
-    for (const TimedAction& t : sim.timeline[w]) {
+    for (const TimedAction& t : replay.timeline[w]) {
       const std::string text = label(t.action);
       width = std::max(width, text.size());
-      const int from = static_cast<int>(std::lround(t.start));
-      const int to = static_cast<int>(std::lround(t.end));
-      for (int c = from; c < to; ++c) grid[w][c] = text;
+      for (int c = column(t.start); c < last_column(t); ++c) grid[w][c] = text;
     }
   }
 

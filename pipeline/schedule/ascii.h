@@ -34,4 +34,14 @@ std::string to_ascii(const Schedule& schedule, const Costs& costs = Costs{});
 std::string to_ascii_scaled(const Schedule& schedule, const Costs& costs, int columns,
                             double* unit = nullptr);
 
+/// Draws a replay as computed, `unit` (in the replay's own units) per column: an action covers
+/// the columns from its start's to its end's, each divided by `unit` and rounded, at least
+/// one unless it takes no time; a later action of a worker overwrites a column an earlier one
+/// rounded into. For replays other than replay_schedule's, such as
+/// replay_on_shared_processors' (replay.h), whose actions last longer than their costs.
+/// to_ascii(schedule, costs) is draw_replay(schedule, replay_schedule(schedule, costs), 1).
+/// Throws std::invalid_argument when unit <= 0 or the replay's worker count is not the
+/// schedule's (naming both).
+std::string draw_replay(const Schedule& schedule, const ScheduleReplay& replay, double unit);
+
 }  // namespace pipewright::pipeline

@@ -240,6 +240,22 @@ TEST_CASE("workers sharing cores: the step is the replay on shared processors") 
   CHECK(shared.step_time_us >= work / 2);
   CHECK(shared.step_time_us > own.step_time_us);
 
+  // The timeline draws that replay, 48 columns to its makespan, not the one with a processor
+  // per worker: "worker 3" and two spaces, then 47 cells of "F3 " and a last "B0".
+  CHECK(own.shared_cores == 0);
+  CHECK(shared.shared_cores == 2);
+  CHECK(shared.threads_per_worker == profile.threads);
+  const std::string timeline = shared.timeline(48);
+  CAPTURE(timeline);
+  CHECK(timeline.rfind("timeline, replayed with the workers sharing 2 cores", 0) == 0);
+  size_t longest = 0;
+  for (size_t at = timeline.find('\n'); at != std::string::npos;) {
+    const size_t next = timeline.find('\n', at + 1);
+    if (next != std::string::npos) longest = std::max(longest, next - at - 1);
+    at = next;
+  }
+  CHECK(longest == 10 + 47 * 3 + 2);
+
   // With cores for every worker the bound never exceeds the makespan.
   in.shared_cores = 4;
   CHECK(search_plan(in).step_time_us == Approx(own.step_time_us));

@@ -48,6 +48,29 @@ TEST_CASE("to_ascii with tF = tB, a split schedule, and virtual-stage letters wh
         "worker 1  .   F0a F1a F0b F1b B0b B1b B0a B1a .\n");
 }
 
+TEST_CASE("draw_replay draws a replay on shared processors as computed") {
+  // gpipe(2, 2), tF = tB = 1, both workers on one processor: F0 alone, then w0's F1 and
+  // w1's F0 at half speed (1..3); w1's F1 and B1 alone; w1's B0 and w0's B1 at half speed
+  // (5..7); w0's B0 alone.
+  const Schedule s = gpipe(2, 2);
+  const ScheduleReplay r = replay_on_shared_processors(s, Costs::unit(1, 1), 1, 1);
+  REQUIRE(r.makespan == Approx(8));
+  CHECK(draw_replay(s, r, 1.0) ==
+        "worker 0  F0 F1 F1 .  .  B1 B1 B0\n"
+        "worker 1  .  F0 F0 F1 B1 B0 B0 .\n");
+  // Two time units a column: starts and ends round to the nearest column, halves up; each
+  // action is given a column and a later one draws over it: w1's B1 (4..5) over its F1 (3..4).
+  CHECK(draw_replay(s, r, 2.0) ==
+        "worker 0  F0 F1 .  B1 B0\n"
+        "worker 1  .  F0 B1 B0 .\n");
+  // The dedicated replay, drawn, is to_ascii's.
+  CHECK(draw_replay(s, replay_schedule(s, Costs::unit(1, 1)), 1.0) ==
+        to_ascii(s, Costs::unit(1, 1)));
+  CHECK_THROWS_WITH(draw_replay(s, r, 0.0), Catch::Contains("unit must be > 0, got 0"));
+  CHECK_THROWS_WITH(draw_replay(gpipe(3, 2), r, 1.0),
+                    Catch::Contains("the replay has 2 workers, the schedule 3"));
+}
+
 TEST_CASE("to_ascii needs whole-unit costs") {
   CHECK_THROWS_WITH(to_ascii(gpipe(2, 2), Costs::unit(1, 1.5)), Catch::Contains("whole number"));
 }
