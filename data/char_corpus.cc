@@ -15,8 +15,9 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-Tensor to_tokens(const std::string& text, const int64_t* index_of) {
-  Tensor t = Tensor::empty({static_cast<int64_t>(text.size())}, {.dtype = DType::kInt64});
+Tensor to_tokens(const std::string& text, const int64_t* index_of, Device device) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(text.size())},
+                           {.dtype = DType::kInt64, .device = device});
   int64_t* out = t.data<int64_t>();
   for (size_t i = 0; i < text.size(); ++i) out[i] = index_of[static_cast<unsigned char>(text[i])];
   return t;
@@ -24,7 +25,11 @@ Tensor to_tokens(const std::string& text, const int64_t* index_of) {
 
 }  // namespace
 
-CharCorpus::CharCorpus(std::string text, double train_fraction) {
+CharCorpus::CharCorpus(std::string text, double train_fraction, Device device) {
+  if (!device.is_cpu()) {
+    throw std::invalid_argument("CharCorpus: the tokens live on a CPU device, got " +
+                                device.str());
+  }
   const auto n = static_cast<int64_t>(text.size());
   const auto n_train = static_cast<int64_t>(static_cast<double>(n) * train_fraction);
   if (n_train < 2 || n - n_train < 2) {
@@ -40,8 +45,8 @@ CharCorpus::CharCorpus(std::string text, double train_fraction) {
     index_of_[b] = static_cast<int64_t>(vocabulary_.size());
     vocabulary_ += static_cast<char>(b);
   }
-  train_ = to_tokens(text.substr(0, static_cast<size_t>(n_train)), index_of_);
-  val_ = to_tokens(text.substr(static_cast<size_t>(n_train)), index_of_);
+  train_ = to_tokens(text.substr(0, static_cast<size_t>(n_train)), index_of_, device);
+  val_ = to_tokens(text.substr(static_cast<size_t>(n_train)), index_of_, device);
 }
 
 int64_t CharCorpus::window_start(TextSplit split, int64_t step, int64_t i, int64_t context,
@@ -60,8 +65,9 @@ int64_t CharCorpus::window_start(TextSplit split, int64_t step, int64_t i, int64
 std::pair<Tensor, Tensor> CharCorpus::window_batch(TextSplit split, int64_t step, int64_t batch,
                                                    int64_t context, uint64_t seed,
                                                    Device device) const {
-  Tensor x = Tensor::empty({batch, context}, {.dtype = DType::kInt64});
-  Tensor y = Tensor::empty({batch, context}, {.dtype = DType::kInt64});
+  const TensorOptions on_tokens{.dtype = DType::kInt64, .device = train_.device()};
+  Tensor x = Tensor::empty({batch, context}, on_tokens);
+  Tensor y = Tensor::empty({batch, context}, on_tokens);
   const int64_t* src = tokens(split).data<int64_t>();
   int64_t* xs = x.data<int64_t>();
   int64_t* ys = y.data<int64_t>();
@@ -119,6 +125,8 @@ std::string read_text_files(const std::string& dir) {
   return text;
 }
 
-CharCorpus load_char_corpus(const std::string& dir) { return CharCorpus(read_text_files(dir)); }
+CharCorpus load_char_corpus(const std::string& dir, Device device) {
+  return CharCorpus(read_text_files(dir), 0.9, device);
+}
 
 }  // namespace pipewright::data

@@ -34,14 +34,17 @@ inline constexpr const char* kDefaultFortunesDir = "/usr/share/games/fortunes";
 
 class CharCorpus {
  public:
-  /// `text`: the corpus's bytes; `train_fraction`: the share of the training split.
-  /// Throws std::invalid_argument when either split would have fewer than 2 tokens.
-  explicit CharCorpus(std::string text, double train_fraction = 0.9);
+  /// `text`: the corpus's bytes; `train_fraction`: the share of the training split;
+  /// `device`: the CPU device whose allocator holds the tokens (a device no stage uses keeps
+  /// them out of the stages' memory counts). Throws std::invalid_argument when either split
+  /// would have fewer than 2 tokens, or for a device that is not a CPU device.
+  explicit CharCorpus(std::string text, double train_fraction = 0.9,
+                      Device device = Device::cpu(0));
 
   /// The distinct bytes, sorted: vocabulary()[token] is the byte of `token`.
   const std::string& vocabulary() const { return vocabulary_; }
   int64_t vocab_size() const { return static_cast<int64_t>(vocabulary_.size()); }
-  /// Tokens of a split, int64 [n] on the CPU.
+  /// Tokens of a split, int64 [n] on the constructor's device.
   const Tensor& tokens(TextSplit split) const { return split == TextSplit::kTrain ? train_ : val_; }
   int64_t size(TextSplit split) const { return tokens(split).numel(); }
 
@@ -49,7 +52,8 @@ class CharCorpus {
   /// std::invalid_argument when the split has no more than `context` tokens.
   int64_t window_start(TextSplit split, int64_t step, int64_t i, int64_t context,
                        uint64_t seed) const;
-  /// (inputs, targets), each int64 [batch, context] on `device`: the windows of `step`.
+  /// (inputs, targets), each int64 [batch, context] on `device`: the windows of `step`,
+  /// gathered on the tokens' device.
   std::pair<Tensor, Tensor> window_batch(TextSplit split, int64_t step, int64_t batch,
                                          int64_t context, uint64_t seed,
                                          Device device = Device::cpu(0)) const;
@@ -69,7 +73,7 @@ class CharCorpus {
 /// naming the directory when it cannot be read or holds no such file, suggesting the package.
 std::string read_text_files(const std::string& dir);
 
-/// CharCorpus(read_text_files(dir)).
-CharCorpus load_char_corpus(const std::string& dir);
+/// CharCorpus(read_text_files(dir), 0.9, device): tokens on `device`, a CPU device.
+CharCorpus load_char_corpus(const std::string& dir, Device device = Device::cpu(0));
 
 }  // namespace pipewright::data

@@ -15,6 +15,7 @@
 #include "distributed/mpi_processes.h"
 #include "examples/char_gpt/model.h"
 #include "examples/common/pipeline_stats.h"
+#include "examples/common/plan_vs_run.h"
 #include "examples/common/run_checkpoint.h"
 #include "examples/common/run_setup.h"
 #include "examples/fashion_mnist/progress.h"
@@ -186,13 +187,14 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
   validate(config);
   const TrainConfig& run = config.run;
   const std::string dir = run.data_dir.empty() ? data::kDefaultFortunesDir : run.data_dir;
-  const data::CharCorpus corpus = data::load_char_corpus(dir);
+  const std::vector<Device> devices = stage_devices(run);
+  const Device host = data_device(devices);
+  // The tokens on a device no stage uses: the stages' memory counts are the pipeline's own.
+  const data::CharCorpus corpus = data::load_char_corpus(dir, host);
   const GptShape shape{.vocab = corpus.vocab_size(), .context = config.context, .dim = config.dim,
                        .heads = config.heads, .layers = config.layers, .dropout = config.dropout};
   nn::Sequential model = build_char_gpt(shape, run.seed);
   const int64_t num_params = count_parameters(model, config.layers);
-  const std::vector<Device> devices = stage_devices(run);
-  const Device host = data_device(devices);
   const pipeline::LossFn loss_fn = lm_loss(corpus.vocab_size());
   const std::vector<Device> stage_devs(devices.begin(), devices.begin() + run.workers);
   // --plan auto: the cut, schedule, chunks and recomputes from pipeline::plan, for the first
@@ -258,6 +260,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
       plan ? std::optional(plan->schedule_for(plan->num_microbatches)) : std::nullopt;
   double planned_step_seconds = 0;  // --plan auto: train_step's wall time after the first step
   int64_t planned_steps = 0;
+  StepPeaks step_peaks(stage_devs);  // and its peaks
   GptResult result;
   std::vector<PipelineStats> stretches;
   std::vector<int64_t> report_numbers;
@@ -272,12 +275,14 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
     auto [x, y] = corpus.window_batch(data::TextSplit::kTrain, step, run.batch_size,
                                       config.context, run.seed, host);
     const bool trace_now = tracer.before(step - first_step + 1);
+    if (plan) step_peaks.before_step();
     const auto step_start = Clock::now();
     const pipeline::StepResult r = train_one_step(pipe, processes.get(), x, y, loss_fn, log,
                                                   planned_schedule ? &*planned_schedule : nullptr);
     if (plan && step > first_step) {
       planned_step_seconds += seconds_since(step_start);
       ++planned_steps;
+      step_peaks.after_step(true);
     }
     if (config.grad_clip > 0) pipe.clip_grad_norm(config.grad_clip);
     pipe.step(optimizer);  // each stage's parameters on its worker
@@ -295,7 +300,8 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
     rep.seconds = train_seconds;
     rep.tokens_per_second = static_cast<double>(steps_since * run.batch_size * config.context) /
                             train_seconds;
-    const PipelineStats stats = meter->finish();
+    PipelineStats stats = meter->finish();
+    if (plan) step_peaks.fold_stretch(stats.peak_bytes);
     rep.val_loss = validation_loss(pipe, corpus, config, config.eval_windows, host);
     log << "step " << rep.step << "/" << config.steps << ": train loss "
         << nats_and_bits(rep.train_loss) << " | val loss " << nats_and_bits(rep.val_loss) << " | "
@@ -319,9 +325,22 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
   }
   print_steady_state(log, stretches, "report", report_numbers, devices);
   if (plan && planned_steps > 0) {
-    const double measured_ms = 1000.0 * planned_step_seconds / static_cast<double>(planned_steps);
-    log << "plan vs run: step predicted " << format_fixed(plan->step_time_us / 1000.0, 2)
-        << " ms, measured " << format_fixed(measured_ms, 2) << " ms (train_step alone)\n";
+    MeasuredRun measured;
+    measured.step_ms = 1000.0 * planned_step_seconds / static_cast<double>(planned_steps);
+    const size_t first = stretches.size() > 1 ? 1 : 0;  // as print_steady_state
+    for (size_t i = first; i < stretches.size(); ++i) {
+      measured.bubble += stretches[i].bubble / static_cast<double>(stretches.size() - first);
+    }
+    measured.step_peak_bytes = step_peaks.in_step();
+    measured.peak_bytes.assign(stage_devs.size(), 0);
+    for (const PipelineStats& s : stretches) {
+      for (size_t w = 0; w < measured.peak_bytes.size() && w < s.peak_bytes.size(); ++w) {
+        measured.peak_bytes[w] = std::max(measured.peak_bytes[w], s.peak_bytes[w]);
+      }
+    }
+    print_plan_against_run(log, *plan, measured, devices);
+    result.planned_peaks = plan->peaks;
+    result.step_peak_bytes = step_peaks.in_step();
   }
   tracer.report(log, last_step - first_step);
   if (last_step == config.steps) {

@@ -29,6 +29,7 @@
 
 #include "examples/fashion_mnist/config.h"
 #include "nn/module.h"
+#include "pipeline/planner/memory_replay.h"
 
 namespace pipewright::examples {
 
@@ -80,6 +81,10 @@ struct GptResult {
   std::string sample;             // the generated characters (after the prompt)
   std::vector<double> step_losses;  // every step's mini-batch loss (of the steps run here)
   nn::NamedTensors final_state;     // the model's state dict at the end (CPU copies)
+  /// --plan auto: the plan's predicted peak per device, and the largest measured within
+  /// train_step (after the first step; the optimizer's step apart).
+  std::vector<pipeline::DevicePeak> planned_peaks;
+  std::vector<int64_t> step_peak_bytes;
 };
 
 /// Throws std::invalid_argument naming the flag for a setting out of range (layers < 1, dim

@@ -1,10 +1,9 @@
 // --plan auto: the example's balance, schedule, chunks, virtual stages and recomputes chosen by
-// pipeline::plan (pipeline/planner/planner.h) under --memory-cap, and the plan's predictions
-// printed beside what the run measured.
+// pipeline::plan (pipeline/planner/planner.h) under --memory-cap (examples/common/plan_vs_run.h
+// prints its predictions beside what the run measured).
 #pragma once
 
 #include <cstdint>
-#include <ostream>
 #include <vector>
 
 #include "data/dataset.h"
@@ -26,17 +25,5 @@ pipeline::Plan plan_training(const TrainConfig& config, nn::Sequential& model,
 /// Micro-batches a Pipe cuts `rows` rows into with `chunks` (torch.chunk's rule: chunks of
 /// ceil(rows / chunks) rows, the last one shorter).
 int microbatches(int64_t rows, int chunks);
-
-/// What the run measured, for the comparison.
-struct MeasuredRun {
-  double step_ms = 0;             // mean train_step wall time over full mini-batches
-  double bubble = 0;              // mean measured bubble fraction
-  std::vector<int64_t> step_peak_bytes;  // per device: the largest peak within train_step
-  std::vector<int64_t> peak_bytes;       // per device: the epochs' (the optimizer's step too)
-};
-
-/// "plan vs run: step predicted ... measured ... | bubble ... | peak ..." lines.
-void print_plan_against_run(std::ostream& out, const pipeline::Plan& plan,
-                            const MeasuredRun& run, const std::vector<Device>& devices);
 
 }  // namespace pipewright::examples

@@ -15,6 +15,7 @@
 #include "data/fashion_mnist.h"
 #include "distributed/mpi_processes.h"
 #include "examples/common/pipeline_stats.h"
+#include "examples/common/plan_vs_run.h"
 #include "examples/common/run_checkpoint.h"
 #include "examples/common/run_setup.h"
 #include "examples/fashion_mnist/auto_plan.h"
@@ -281,11 +282,10 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   StepTracer tracer(config, processes.get());
   double planned_step_seconds = 0;  // --plan auto: train_step's wall time, and how many steps
   int64_t planned_steps = 0;
-  std::vector<int64_t> step_peaks(static_cast<size_t>(config.workers), 0);  // and their peaks
+  StepPeaks step_peaks({devices.begin(), devices.begin() + config.workers});  // and its peaks
   std::map<int, pipeline::Schedule> planned_schedules;  // --plan auto: by micro-batch count
   const int last_epoch = config.stop_after > 0 ? std::min(config.stop_after, config.epochs) : config.epochs;
   for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
-    std::vector<int64_t> epoch_peaks(static_cast<size_t>(config.workers), 0);
     EpochStats stats;
     PipelineMeter meter({devices.begin(), devices.begin() + config.workers}, processes.get());
     Progress progress(log, epoch + 1, config.epochs, loader.num_batches(),
@@ -302,14 +302,8 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       const bool trace_now =
           tracer.before((epoch - first_epoch) * loader.num_batches() + steps + 1);
       // --plan auto: the peaks of train_step alone, apart from the optimizer's step (the
-      // plan predicts the former); the epoch's peaks are kept in epoch_peaks meanwhile.
-      if (plan) {
-        for (int w = 0; w < config.workers; ++w) {
-          Allocator& a = allocator_for(devices[static_cast<size_t>(w)]);
-          epoch_peaks[static_cast<size_t>(w)] = std::max(epoch_peaks[static_cast<size_t>(w)], a.peak());
-          a.reset_peak();
-        }
-      }
+      // plan predicts the former).
+      if (plan) step_peaks.before_step();
       // The plan's schedule for this batch's micro-batch count, made once per count (only a
       // short last batch has another), outside the timed step.
       const pipeline::Schedule* planned_schedule = nullptr;
@@ -328,10 +322,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       if (plan && (epoch > first_epoch || steps > 0) && input.size(0) == config.batch_size) {
         planned_step_seconds += seconds_since(step_start);
         ++planned_steps;
-        for (int w = 0; w < config.workers; ++w) {
-          step_peaks[static_cast<size_t>(w)] = std::max(
-              step_peaks[static_cast<size_t>(w)], allocator_for(devices[static_cast<size_t>(w)]).peak());
-        }
+        step_peaks.after_step(true);
       }
       pipe.step(*optimizer);  // each stage's parameters on its worker
       if (trace_now) tracer.after(step);
@@ -348,9 +339,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
     stats.train_loss = loss_sum / static_cast<double>(samples);
     stats.samples_per_second = static_cast<double>(samples) / stats.seconds;
     static_cast<PipelineStats&>(stats) = meter.finish();
-    for (size_t w = 0; w < epoch_peaks.size() && w < stats.peak_bytes.size(); ++w) {
-      stats.peak_bytes[w] = std::max(stats.peak_bytes[w], epoch_peaks[w]);  // --plan auto
-    }
+    if (plan) step_peaks.fold_stretch(stats.peak_bytes);
     stretches.push_back(stats);
     epoch_numbers.push_back(stats.epoch);
     std::string score;
@@ -383,7 +372,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
     for (size_t i = first; i < result.epochs.size(); ++i) {
       run.bubble += result.epochs[i].bubble / static_cast<double>(result.epochs.size() - first);
     }
-    run.step_peak_bytes = step_peaks;
+    run.step_peak_bytes = step_peaks.in_step();
     run.peak_bytes.assign(static_cast<size_t>(config.workers), 0);
     for (const EpochStats& e : result.epochs) {
       for (size_t w = 0; w < run.peak_bytes.size(); ++w) {
@@ -392,7 +381,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
     }
     print_plan_against_run(log, *plan, run, devices);
     result.planned_peaks = plan->peaks;
-    result.step_peak_bytes = step_peaks;
+    result.step_peak_bytes = step_peaks.in_step();
   }
   tracer.report(log, int64_t{last_epoch - first_epoch} * loader.num_batches());
   return result;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "data/char_corpus.h"
+#include "tensor/allocator.h"
 
 using namespace pipewright;
 using data::CharCorpus;
@@ -23,6 +24,26 @@ TEST_CASE("the vocabulary is the sorted distinct bytes; 90 % of the text trains"
   CHECK(corpus.tokens(TextSplit::kTrain).data<int64_t>()[0] == 5);  // 'h'
   CHECK_THROWS_AS(corpus.encode("x"), std::invalid_argument);
   CHECK_THROWS_AS(CharCorpus("ab"), std::invalid_argument);
+}
+
+TEST_CASE("the tokens live on the device given, counted by its allocator alone") {
+  // A device no pipeline stage uses keeps the corpus out of the stages' peaks (char_gpt).
+  Allocator& host = allocator_for(Device::cpu(7));
+  Allocator& stage = allocator_for(Device::cpu(0));
+  const int64_t host_before = host.allocated();
+  const int64_t stage_before = stage.allocated();
+  {
+    CharCorpus corpus("hello world, hello corpus", 0.9, Device::cpu(7));  // 25 tokens
+    CHECK(corpus.tokens(TextSplit::kTrain).device() == Device::cpu(7));
+    CHECK(host.allocated() - host_before == 25 * 8);
+    stage.reset_peak();
+    auto [x, y] = corpus.window_batch(TextSplit::kTrain, 0, 2, 4, 1, Device::cpu(7));
+    CHECK(x.device() == Device::cpu(7));
+    CHECK(stage.peak() == stage_before);  // not even the gathering's buffers on cpu:0
+  }
+  CHECK(host.allocated() == host_before);
+  CHECK_THROWS_WITH(CharCorpus("hello world", 0.9, Device::cuda(0)),
+                    Catch::Contains("CPU device, got cuda:0"));
 }
 
 TEST_CASE("window starts are splitmix64 of (seed, step, i), as the peer computes them") {

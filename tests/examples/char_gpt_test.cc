@@ -84,6 +84,16 @@ TEST_CASE("char GPT with --plan auto trains the planner's cut, its tied copies s
   CHECK(log.str().find("| planned: ") != std::string::npos);
   CHECK(log.str().find("timeline, replayed") != std::string::npos);  // --explain
   CHECK(log.str().find("plan vs run: step predicted") != std::string::npos);
+  // Each device's peak within train_step lies within the plan's bounds, the tied embedding's
+  // gradient copy included.
+  CHECK(log.str().find("peak cpu:1: predicted") != std::string::npos);
+  REQUIRE(r.planned_peaks.size() == r.step_peak_bytes.size());
+  REQUIRE_FALSE(r.planned_peaks.empty());
+  for (size_t w = 0; w < r.planned_peaks.size(); ++w) {
+    CAPTURE(w, r.planned_peaks[w].low, r.planned_peaks[w].predicted, r.planned_peaks[w].high);
+    CHECK(r.step_peak_bytes[w] >= r.planned_peaks[w].low);
+    CHECK(r.step_peak_bytes[w] <= r.planned_peaks[w].high);
+  }
 }
 
 TEST_CASE("char GPT resumes bitwise under the same cut and to rounding under another") {
