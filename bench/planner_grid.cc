@@ -3,7 +3,7 @@
 //
 //   tools/bazel run //bench:planner_grid                      all three models
 //   tools/bazel run //bench:planner_grid -- mlp resnet        some of them
-//   tools/bazel run //bench:planner_grid -- --explain resnet 5.24MiB [zb-h1 [8]]
+//   tools/bazel run //bench:planner_grid -- --explain resnet 5.24MiB [zb-h1 [8]]  (or none)
 //                     one plan, explained, without the grid (among one schedule and chunks)
 //
 // Models (the examples' own builders, their default sizes):
@@ -302,7 +302,7 @@ void explain(const Case& c, int64_t cap, std::vector<std::string> schedules,
   std::printf("%s\n", plan.explain().c_str());
 }
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   const std::vector<std::pair<std::string, std::function<Case()>>> cases = {
       {"mlp", mlp_case}, {"resnet", resnet_case}, {"gpt", gpt_case}};
   if (argc >= 3 && std::string(argv[1]) == "--explain") {
@@ -312,7 +312,8 @@ int main(int argc, char** argv) {
       std::vector<int> chunks;
       if (argc >= 5) schedules.push_back(argv[4]);
       if (argc >= 6) chunks.push_back(std::stoi(argv[5]));
-      explain(make(), argc >= 4 ? pipeline::parse_bytes(argv[3]) : 0, schedules, chunks);
+      const bool capped = argc >= 4 && std::string(argv[3]) != "none";
+      explain(make(), capped ? pipeline::parse_bytes(argv[3]) : 0, schedules, chunks);
       return 0;
     }
     std::cerr << "planner_grid: unknown model '" << argv[2] << "' (mlp, resnet, gpt)\n";
@@ -332,4 +333,13 @@ int main(int argc, char** argv) {
     run_case(make());
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "planner_grid: " << e.what() << "\n";
+    return 1;
+  }
 }
