@@ -16,6 +16,7 @@
 #include "pipeline/schedule/replay.h"
 #include "pipeline/worker.h"
 #include "tensor/generator.h"
+#include "tensor/threads.h"
 
 namespace pipewright::pipeline {
 namespace {
@@ -63,7 +64,7 @@ StepTimes step_times(Pipe& pipe, Generator& g) {
 // on the last of p stages the loss), timed as the profile times layers: a plan counts those
 // from its profile, so they are not the runtime's. About 2 us on this project's CPU (autograd's
 // bookkeeping); on a GPU a Linear's host time (cuBLAS calls, launches) is most of it.
-double layer_time_per_action(Device device, int p, int threads_per_worker) {
+double layer_time_per_action(Device device, int p, int threads) {
   Generator g(1);
   nn::Sequential one;
   {
@@ -72,7 +73,7 @@ double layer_time_per_action(Device device, int p, int threads_per_worker) {
   }
   const Tensor x = Tensor::randn({2, kWidth}, g), y = Tensor::zeros({2, kWidth});
   const ModelProfile profile =
-      profile_model(one, x, y, mse, {.rows = {1, 2}, .threads = threads_per_worker});
+      profile_model(one, x, y, mse, {.rows = {1, 2}, .threads = threads});
   const auto both = [](const LayerProfile& l) {
     return l.forward_us.at(1) + l.backward_us.at(1);
   };
@@ -104,9 +105,12 @@ RuntimeOverhead measure_runtime_overhead(const std::vector<Device>& devices,
   const double units_few = replay_schedule(one_f_one_b(p, kFew), Costs::unit(1, 1)).makespan;
   const double units_many = replay_schedule(one_f_one_b(p, kMany), Costs::unit(1, 1)).makespan;
   RuntimeOverhead o;
-  const double layer = layer_time_per_action(devices.front(), p, threads_per_worker);
+  // The layer timed with the threads each of the Pipe's p workers gets (PipeOptions).
+  const int threads = threads_per_worker > 0 ? threads_per_worker
+                                             : std::max(1, hardware_threads() / p);
+  const double layer = layer_time_per_action(devices.front(), p, threads);
   o.per_action_us = std::max(0.0, (t.many_us - t.few_us) / (units_many - units_few) - layer);
-  o.per_step_us = std::max(0.0, t.few_us - o.per_action_us * units_few);
+  o.per_step_us = std::max(0.0, t.few_us - (o.per_action_us + layer) * units_few);
   return o;
 }
 
