@@ -282,7 +282,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
     if (plan && step > first_step) {
       planned_step_seconds += seconds_since(step_start);
       ++planned_steps;
-      step_peaks.after_step(true);
+      step_peaks.after_step();
     }
     if (config.grad_clip > 0) pipe.clip_grad_norm(config.grad_clip);
     pipe.step(optimizer);  // each stage's parameters on its worker

@@ -19,8 +19,7 @@ void StepPeaks::before_step() {
   }
 }
 
-void StepPeaks::after_step(bool count) {
-  if (!count) return;
+void StepPeaks::after_step() {
   for (size_t d = 0; d < devices_.size(); ++d) {
     in_step_[d] = std::max(in_step_[d], allocator_for(devices_[d]).peak());
   }

@@ -17,18 +17,18 @@ namespace pipewright::examples {
 /// keeps the peaks between steps and gives them back with fold_stretch.
 ///
 ///   StepPeaks peaks(devices);
-///   peaks.before_step(); pipe.train_step(...); peaks.after_step(steady);
+///   peaks.before_step(); pipe.train_step(...); if (steady) peaks.after_step();
 ///   PipelineStats stats = meter.finish(); peaks.fold_stretch(stats.peak_bytes);
 class StepPeaks {
  public:
   explicit StepPeaks(std::vector<Device> devices);
   /// Keeps each device's peak so far in the stretch's and resets its counter.
   void before_step();
-  /// When `count`: the step's peaks join in_step() (not the run's first step, say).
-  void after_step(bool count);
+  /// The step's peaks join in_step(): after the steps to count (not the run's first, say).
+  void after_step();
   /// peaks[d] = max(peaks[d], the stretch's peak of device d); starts a new stretch.
   void fold_stretch(std::vector<int64_t>& peaks);
-  /// Per device: the largest peak within a counted step.
+  /// Per device: the largest peak within the steps counted.
   const std::vector<int64_t>& in_step() const { return in_step_; }
 
  private:

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-
 namespace pipewright::examples {
 
 pipeline::Plan plan_training(const TrainConfig& config, nn::Sequential& model,

@@ -322,7 +322,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       if (plan && (epoch > first_epoch || steps > 0) && input.size(0) == config.batch_size) {
         planned_step_seconds += seconds_since(step_start);
         ++planned_steps;
-        step_peaks.after_step(true);
+        step_peaks.after_step();
       }
       pipe.step(*optimizer);  // each stage's parameters on its worker
       if (trace_now) tracer.after(step);
