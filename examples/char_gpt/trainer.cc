@@ -206,7 +206,8 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
     model.to(stage_devs.front());  // profiled where it will run
     plan = pipeline::plan(model, {x, y, loss_fn}, stage_devs,
                           {.memory_cap_bytes = run.memory_cap,
-                           .threads_per_worker = run.threads});
+                           .threads_per_worker = run.threads,
+                           .cache = run.plan_cache});
   }
   const std::vector<int> balance =
       plan ? plan->balance

@@ -13,7 +13,8 @@ pipeline::Plan plan_training(const TrainConfig& config, nn::Sequential& model,
                         {.memory_cap_bytes = config.memory_cap,
                          .optimizer_state_factor = config.optimizer == "adam" ? 2.0 : 1.0,
                          .deferred_batch_norm = true,
-                         .threads_per_worker = config.threads});
+                         .threads_per_worker = config.threads,
+                         .cache = config.plan_cache});
 }
 
 int microbatches(int64_t rows, int chunks) {

@@ -15,9 +15,10 @@
 namespace pipewright::examples {
 
 /// The plan for `model` on `devices` (one per worker), profiled on the first mini-batch of
-/// `train_set` with `loss`: config.memory_cap per device (0: none), Adam's or SGD's optimizer
-/// state, deferred BatchNorm and config.threads as train() runs them. Throws what
-/// pipeline::plan throws (NoPlanFits naming the smallest cap that fits).
+/// `train_set` with `loss` (or its profile read from config.plan_cache): config.memory_cap
+/// per device (0: none), Adam's or SGD's optimizer state, deferred BatchNorm and
+/// config.threads as train() runs them. Throws what pipeline::plan throws (NoPlanFits naming
+/// the smallest cap that fits).
 pipeline::Plan plan_training(const TrainConfig& config, nn::Sequential& model,
                              const data::Dataset& train_set, const pipeline::LossFn& loss,
                              const std::vector<Device>& devices);

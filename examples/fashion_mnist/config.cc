@@ -82,6 +82,9 @@ void validate(const TrainConfig& c, size_t num_layers) {
     bad("memory-cap", std::to_string(c.memory_cap), "is read only with --plan auto");
   }
   if (c.memory_cap < 0) bad("memory-cap", std::to_string(c.memory_cap), "must be >= 0");
+  if (c.plan.empty() && !c.plan_cache.empty()) {
+    bad("plan-cache", c.plan_cache, "is read only with --plan auto");
+  }
   if (!c.plan.empty() && c.distributed) {
     bad("plan", c.plan, "runs in one process (the planner probes every stage here)");
   }

@@ -49,6 +49,9 @@ struct TrainConfig {
   std::string plan;
   int64_t memory_cap = 0;                 // bytes per device for --plan auto (0: no cap)
   bool explain = false;                   // print the plan's alternatives and why each lost
+  // --plan auto: the planner's profile and measured stages, read from this file when it was
+  // made for the same model, sample shapes and threads, written otherwise (PlanOptions::cache)
+  std::string plan_cache;
   std::vector<Device> devices;            // per worker; empty: cpu:0 .. cpu:(workers-1)
   int threads = 0;                        // intra-op threads per worker; 0: cores / workers
   // Across processes (main() sets `distributed` when started by mpirun): one MPI rank per

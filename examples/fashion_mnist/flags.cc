@@ -140,6 +140,9 @@ void TrainFlags::add_pipeline_flags(CLI::App& app, TrainConfig& c) {
                  "(default: no cap)");
   app.add_flag("--explain", c.explain,
                "With --plan auto: print the plan's alternatives and why each lost");
+  app.add_option("--plan-cache", c.plan_cache,
+                 "With --plan auto: keep the planner's profile in this file and reuse it when "
+                 "the model, batch shape and threads are the same (skips profiling)");
   app.add_option("--devices", devices_,
                  "Device per worker, comma-separated, e.g. cpu:0,cpu:1 (default cpu:0..)");
   app.add_option("--threads", c.threads, "Intra-op threads per worker (0: cores / workers)");
@@ -184,6 +187,7 @@ void TrainFlags::apply() {
   config_.save = user_path(config_.save);
   config_.resume = user_path(config_.resume);
   config_.trace = user_path(config_.trace);
+  config_.plan_cache = user_path(config_.plan_cache);
 }
 
 CLI::Validator whole_number_entries() {

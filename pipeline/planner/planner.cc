@@ -152,6 +152,7 @@ Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Dev
     for (const auto& [key, m] : measured) cache.stages.push_back(m);
     write_plan_cache(options.cache, cache);
   }
+  result.profile_from_cache = have_profile;
   result.planning_seconds = seconds_since(start);
   return result;
 }
@@ -259,7 +260,8 @@ std::string Plan::explain() const {
   for (const PlanAlternative& a : alternatives) {
     out += "  " + a.config + ": " + a.why + "\n";
   }
-  out += "planned in " + fixed(planning_seconds, 2) + " s\n";
+  out += "planned in " + fixed(planning_seconds, 2) + " s" +
+         (profile_from_cache ? ", the profile read from the cache" : "") + "\n";
   return out;
 }
 

@@ -130,6 +130,7 @@ struct Plan {
   std::vector<std::string> devices;       // their names, for the text
   std::vector<PlanAlternative> alternatives;
   int candidates = 0;                     // configurations replayed
+  bool profile_from_cache = false;        // the profile read from PlanOptions::cache
   double planning_seconds = 0;            // wall time of plan(), profile included
 
   /// PipeOptions for `devices` (one per worker): balance, chunks, virtual stages, placement,

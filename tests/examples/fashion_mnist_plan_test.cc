@@ -1,6 +1,10 @@
 // The Fashion-MNIST example with --plan auto: the planner's choice trains, the run prints the
-// plan beside what it measured (each device's peak within the plan's bounds), a cap nothing fits is refused naming the cap that would, and
-// --memory-cap without --plan auto is refused.
+// plan beside what it measured (each device's peak within the plan's bounds), a cap nothing
+// fits is refused naming the cap that would, --plan-cache skips the next run's profiling, and
+// --memory-cap or --plan-cache without --plan auto is refused.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -67,6 +71,29 @@ TEST_CASE("--plan auto under a cap nothing fits names the least cap, which then 
   REQUIRE(smallest > 1024);
   c.memory_cap = smallest;
   CHECK_NOTHROW(train(c, log));
+}
+
+TEST_CASE("--plan-cache: one run writes the profile, the next reads it instead of profiling") {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/fm_plan_cache.json";
+  std::remove(path.c_str());
+  TrainConfig c = planned_config();
+  c.epochs = 1;
+  c.explain = true;
+  c.plan_cache = path;
+  std::ostringstream first, second;
+  train(c, first);
+  REQUIRE(std::ifstream(path).good());
+  CHECK(first.str().find("the profile read from the cache") == std::string::npos);
+  train(c, second);
+  INFO(second.str());
+  CHECK(second.str().find("the profile read from the cache") != std::string::npos);
+  std::remove(path.c_str());
+
+  c.plan = "";
+  std::ostringstream log;
+  CHECK_THROWS_WITH(train(c, log), Catch::Contains("--plan-cache " + path) &&
+                                       Catch::Contains("only with --plan auto"));
 }
 
 TEST_CASE("--memory-cap is refused without --plan auto") {

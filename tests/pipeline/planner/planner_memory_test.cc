@@ -10,6 +10,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -177,6 +180,34 @@ TEST_CASE("a model on the host is not planned for GPUs: its profile would be the
                     Catch::Contains("the model's parameters are on cpu:51 but the plan is for "
                                     "cuda:0") &&
                         Catch::Contains("move it to a cuda device first (model.to(cuda:0))"));
+}
+
+TEST_CASE("a plan's cache: the next plan for the same model and batch reads it, and says so") {
+  const std::vector<Device> devices{Device::cpu(47), Device::cpu(48)};
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/plan_cache_test.json";
+  std::remove(path.c_str());
+  const Batch b = batch(Device::cpu(99));
+  // No runtime overhead measured: the same profile then gives the same search.
+  const PlanOptions options{.schedules = {"1f1b"},
+                            .chunks = {2},
+                            .deferred_batch_norm = true,
+                            .cache = path,
+                            .runtime_overhead = RuntimeOverhead{}};
+  nn::Sequential model = mlp(1, devices.front());
+  const Plan first = plan(model, {b.x, b.y, cross_entropy}, devices, options);
+  CHECK_FALSE(first.profile_from_cache);
+  REQUIRE(std::ifstream(path).good());
+  const Plan second = plan(model, {b.x, b.y, cross_entropy}, devices, options);
+  CHECK(second.profile_from_cache);
+  CHECK(second.str() == first.str());
+  CHECK(second.step_time_us == first.step_time_us);
+  for (size_t w = 0; w < devices.size(); ++w) CHECK(second.peaks[w].high == first.peaks[w].high);
+  CHECK(second.explain().find("the profile read from the cache") != std::string::npos);
+  // Another batch shape is another profile: profiled again (and the file rewritten).
+  const Tensor half_x = b.x.slice(0, b.x.size(0) / 2), half_y = b.y.slice(0, b.y.size(0) / 2);
+  CHECK_FALSE(plan(model, {half_x, half_y, cross_entropy}, devices, options).profile_from_cache);
+  std::remove(path.c_str());
 }
 
 TEST_CASE("nothing fits: the refusal names the smallest cap, and that cap fits") {
