@@ -326,20 +326,8 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
   }
   print_steady_state(log, stretches, "report", report_numbers, devices);
   if (plan && planned_steps > 0) {
-    MeasuredRun measured;
-    measured.step_ms = 1000.0 * planned_step_seconds / static_cast<double>(planned_steps);
-    const size_t first = stretches.size() > 1 ? 1 : 0;  // as print_steady_state
-    for (size_t i = first; i < stretches.size(); ++i) {
-      measured.bubble += stretches[i].bubble / static_cast<double>(stretches.size() - first);
-    }
-    measured.step_peak_bytes = step_peaks.in_step();
-    measured.peak_bytes.assign(stage_devs.size(), 0);
-    for (const PipelineStats& s : stretches) {
-      for (size_t w = 0; w < measured.peak_bytes.size() && w < s.peak_bytes.size(); ++w) {
-        measured.peak_bytes[w] = std::max(measured.peak_bytes[w], s.peak_bytes[w]);
-      }
-    }
-    print_plan_against_run(log, *plan, measured, devices);
+    const double step_ms = 1000.0 * planned_step_seconds / static_cast<double>(planned_steps);
+    print_plan_against_run(log, *plan, measured_run(step_ms, stretches, step_peaks), devices);
     result.planned_peaks = plan->peaks;
     result.step_peak_bytes = step_peaks.in_step();
   }

@@ -32,6 +32,24 @@ void StepPeaks::fold_stretch(std::vector<int64_t>& peaks) {
   std::fill(stretch_.begin(), stretch_.end(), 0);
 }
 
+MeasuredRun measured_run(double step_ms, const std::vector<PipelineStats>& stretches,
+                         const StepPeaks& peaks) {
+  MeasuredRun run;
+  run.step_ms = step_ms;
+  const size_t first = stretches.size() > 1 ? 1 : 0;
+  for (size_t i = first; i < stretches.size(); ++i) {
+    run.bubble += stretches[i].bubble / static_cast<double>(stretches.size() - first);
+  }
+  run.step_peak_bytes = peaks.in_step();
+  run.peak_bytes.assign(run.step_peak_bytes.size(), 0);
+  for (const PipelineStats& s : stretches) {
+    for (size_t w = 0; w < run.peak_bytes.size() && w < s.peak_bytes.size(); ++w) {
+      run.peak_bytes[w] = std::max(run.peak_bytes[w], s.peak_bytes[w]);
+    }
+  }
+  return run;
+}
+
 void print_plan_against_run(std::ostream& out, const pipeline::Plan& plan,
                             const MeasuredRun& run, const std::vector<Device>& devices) {
   const double predicted_ms = plan.step_time_us / 1000.0;

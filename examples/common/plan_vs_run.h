@@ -6,6 +6,7 @@
 #include <ostream>
 #include <vector>
 
+#include "examples/common/pipeline_stats.h"
 #include "pipeline/planner/planner.h"
 #include "tensor/device.h"
 
@@ -43,6 +44,12 @@ struct MeasuredRun {
   std::vector<int64_t> step_peak_bytes;  // per device: the largest peak within train_step
   std::vector<int64_t> peak_bytes;       // per device: the run's (the optimizer's step too)
 };
+
+/// What a run of `stretches` (pipeline_stats.h) measured: `step_ms`, the mean bubble over the
+/// steady state (every stretch but the first, unless there is only one, as
+/// print_steady_state), each device's largest peak over all stretches, and peaks.in_step().
+MeasuredRun measured_run(double step_ms, const std::vector<PipelineStats>& stretches,
+                         const StepPeaks& peaks);
 
 /// "plan vs run: step predicted ... measured ... | bubble ..." and a "peak" line per device:
 /// predicted (with its bounds), measured within train_step and the difference in bytes, and

@@ -366,20 +366,9 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   }
   print_steady_state(log, stretches, "epoch", epoch_numbers, devices);
   if (plan && !result.epochs.empty()) {
-    MeasuredRun run;
-    run.step_ms = planned_steps > 0 ? 1000.0 * planned_step_seconds / planned_steps : 0.0;
-    const size_t first = result.epochs.size() > 1 ? 1 : 0;  // as print_steady_state
-    for (size_t i = first; i < result.epochs.size(); ++i) {
-      run.bubble += result.epochs[i].bubble / static_cast<double>(result.epochs.size() - first);
-    }
-    run.step_peak_bytes = step_peaks.in_step();
-    run.peak_bytes.assign(static_cast<size_t>(config.workers), 0);
-    for (const EpochStats& e : result.epochs) {
-      for (size_t w = 0; w < run.peak_bytes.size(); ++w) {
-        run.peak_bytes[w] = std::max(run.peak_bytes[w], e.peak_bytes[w]);
-      }
-    }
-    print_plan_against_run(log, *plan, run, devices);
+    const double step_ms =
+        planned_steps > 0 ? 1000.0 * planned_step_seconds / planned_steps : 0.0;
+    print_plan_against_run(log, *plan, measured_run(step_ms, stretches, step_peaks), devices);
     result.planned_peaks = plan->peaks;
     result.step_peak_bytes = step_peaks.in_step();
   }
