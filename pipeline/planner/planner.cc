@@ -47,6 +47,18 @@ void check_options(const PlanOptions& options) {
     throw std::invalid_argument("plan: optimizer_state_factor must be >= 0 (got " +
                                 std::to_string(options.optimizer_state_factor) + ")");
   }
+  if (options.trials < 0) {
+    throw std::invalid_argument("plan: trials must be >= 0 (got " +
+                                std::to_string(options.trials) + ")");
+  }
+  if (!(options.trial_margin >= 1) || !std::isfinite(options.trial_margin)) {
+    throw std::invalid_argument("plan: trial_margin must be finite and >= 1 (got " +
+                                std::to_string(options.trial_margin) + ")");
+  }
+  if (!(options.trial_seconds >= 0) || !std::isfinite(options.trial_seconds)) {
+    throw std::invalid_argument("plan: trial_seconds must be finite and >= 0 (got " +
+                                std::to_string(options.trial_seconds) + ")");
+  }
   for (const std::string& name : options.schedules) (void)find_schedule(name);
 }
 
@@ -59,6 +71,32 @@ std::set<std::pair<int, int>> recomputes(const Schedule& schedule) {
     }
   }
   return cells;
+}
+
+// Note [Trying the best plans] (trial.h): `candidates` (the predicted best first) run on the
+// model; the fastest measured is returned with every trial, the predicted best when all threw.
+Plan fastest_in_trials(std::vector<Plan> candidates, nn::Sequential& model,
+                       const PlanSample& sample, const std::vector<Device>& devices,
+                       const PlanOptions& options) {
+  std::vector<TrialRun> runs;
+  for (const Plan& p : candidates) {
+    PipeOptions pipe = p.pipe_options(devices);
+    pipe.threads_per_worker = options.threads_per_worker;
+    runs.push_back({std::move(pipe), p.schedule});
+  }
+  std::vector<PlanTrial> trials = run_trials(model, sample.input, sample.target, sample.loss,
+                                             runs, {.seconds = options.trial_seconds});
+  size_t fastest = 0;
+  for (size_t k = 0; k < trials.size(); ++k) {
+    trials[k].config = candidates[k].str();
+    trials[k].predicted_us = candidates[k].step_time_us;
+    const double t = trials[k].measured_us, best = trials[fastest].measured_us;
+    if (t > 0 && (best <= 0 || t < best)) fastest = k;
+  }
+  Plan chosen = std::move(candidates[fastest]);
+  chosen.trial_step_us = trials[fastest].measured_us;
+  chosen.trials = std::move(trials);
+  return chosen;
 }
 
 }  // namespace
@@ -146,7 +184,10 @@ Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Dev
     }
     return it->second;
   };
-  Plan result = search_plan(in);
+  std::vector<Plan> candidates = search_plans(in, options.trials);
+  Plan result = candidates.size() > 1
+                    ? fastest_in_trials(std::move(candidates), model, sample, devices, options)
+                    : std::move(candidates.front());
   if (!options.cache.empty() && (!have_profile || measured.size() != cached_stages)) {
     cache.stages.clear();
     for (const auto& [key, m] : measured) cache.stages.push_back(m);
@@ -172,7 +213,7 @@ Plan plan(const ModelProfile& profile, int num_devices, const PlanOptions& optio
   in.workers = num_devices;
   for (int w = 0; w < num_devices; ++w) in.device_names.push_back("device " + std::to_string(w));
   in.options = options;
-  Plan result = search_plan(in);
+  Plan result = search_plans(in).front();
   result.planning_seconds = seconds_since(start);
   return result;
 }
@@ -189,6 +230,7 @@ PipeOptions Plan::pipe_options(const std::vector<Device>& devices) const {
   o.stage_worker = stage_worker;
   o.schedule = schedule_name;
   o.deferred_batch_norm = deferred_batch_norm;
+  o.tied_parameters = tied_parameters;
   return o;
 }
 
@@ -259,6 +301,18 @@ std::string Plan::explain() const {
   out += "alternatives (" + std::to_string(candidates) + " configurations replayed):\n";
   for (const PlanAlternative& a : alternatives) {
     out += "  " + a.config + ": " + a.why + "\n";
+  }
+  if (!trials.empty()) {
+    out += "trials (the fastest measured is the plan; predicted -> measured step):\n";
+    for (const PlanTrial& t : trials) {
+      const bool mine = t.config == str();
+      out += std::string(mine ? "* " : "  ") + t.config + ": " +
+             fixed(t.predicted_us / 1000.0, 2) + " ms -> " +
+             (t.error.empty() ? fixed(t.measured_us / 1000.0, 2) + " ms (median of " +
+                                    std::to_string(t.steps) + " steps)"
+                              : "failed: " + t.error) +
+             "\n";
+    }
   }
   out += "planned in " + fixed(planning_seconds, 2) + " s" +
          (profile_from_cache ? ", the profile read from the cache" : "") + "\n";

@@ -24,9 +24,12 @@
 //    (recompute_placement.h). Candidates slower than the best that fits are not refined.
 // 3. Measure the stages of the best candidates exactly (stage_probe.h) — and of the fastest
 //    few whose estimate was over the cap, as estimates err — place their recomputes again
-//    with those bytes, and return the best that fits: its predicted step time and bubble
+//    with those bytes, and take the best that fits: its predicted step time and bubble
 //    (the replay) and each device's peak (exact on CPU devices up to the
 //    messages' timing, DevicePeak::low..high).
+// 4. Run the best few that fit for a few steps each (Note [Trying the best plans],
+//    trial.h) and return the fastest measured: what neither the profile nor the replay sees
+//    (workers switched on shared cores, caches) decides between plans predicted close.
 // When nothing fits, plan() throws NoPlanFits naming the smallest cap that would: the least
 // peak along the recompute placements of the configurations it measured (Note [Placing
 // recomputes]); exact when `verify` covers every configuration, as in small searches.
@@ -43,6 +46,7 @@
 #include "pipeline/planner/memory_replay.h"
 #include "pipeline/planner/profile.h"
 #include "pipeline/planner/runtime_overhead.h"
+#include "pipeline/planner/trial.h"
 #include "pipeline/schedule/schedule.h"
 #include "pipeline/step.h"
 
@@ -82,6 +86,19 @@ struct PlanOptions {
   int verify = 6;
   /// How many runners-up Plan::alternatives keeps.
   int alternatives = 6;
+  /// How many of the best plans that fit are run for a few training steps before one is
+  /// returned, the fastest measured (Note [Trying the best plans], trial.h): the predicted
+  /// best and the best of each other (schedule, virtual stages, chunks) predicted within
+  /// PlanOptions::trial_margin of it. 0 or 1: none run (the predicted best is returned).
+  /// plan(profile, ...) has no model to run and ignores it.
+  int trials = 3;
+  /// Tried: plans predicted at most this many times the best's step.
+  double trial_margin = 1.15;
+  /// About how long the trials take in all, in seconds (each plan runs at least one timed
+  /// step per round, three rounds, and a warm-up step before each round).
+  double trial_seconds = 3.0;
+  /// As PipeOptions::tied_parameters: the trials' Pipes and Plan::pipe_options get them.
+  std::vector<std::vector<std::string>> tied_parameters = {};
   /// What the runtime costs per action and per step beyond the layers (Note [Runtime
   /// overhead], runtime_overhead.h). Unset: plan(model, ...) measures it on its devices
   /// (~0.1-0.5 s); plan(profile, ...) takes none. Set it to reuse a measurement, or to {} to
@@ -131,11 +148,16 @@ struct Plan {
   std::vector<PlanAlternative> alternatives;
   int candidates = 0;                     // configurations replayed
   bool profile_from_cache = false;        // the profile read from PlanOptions::cache
+  /// The plans run before this one was chosen (PlanOptions::trials), in predicted order, this
+  /// one among them; empty when none ran.
+  std::vector<PlanTrial> trials;
+  double trial_step_us = 0;               // this plan's measured step in the trials (0: none)
+  std::vector<std::vector<std::string>> tied_parameters;  // PlanOptions'
   double planning_seconds = 0;            // wall time of plan(), profile included
 
   /// PipeOptions for `devices` (one per worker): balance, chunks, virtual stages, placement,
-  /// schedule name, deferred BatchNorm, checkpoint never (the recomputes are the schedule's R
-  /// actions).
+  /// schedule name, deferred BatchNorm, tied parameters, checkpoint never (the recomputes are
+  /// the schedule's R actions).
   PipeOptions pipe_options(const std::vector<Device>& devices) const;
   /// The schedule for a batch cut into `num_microbatches` (a short last batch has fewer):
   /// this plan's schedule and recomputes, the recompute placement kept for the micro-batches
@@ -149,8 +171,8 @@ struct Plan {
   /// each worker's F, B, I, W and R run and where it idles. Throws std::invalid_argument
   /// when columns < 1.
   std::string timeline(int columns = 48) const;
-  /// str(), the predicted step time, bubble and peaks, the timeline, and the alternatives
-  /// with why each lost (the examples' --explain).
+  /// str(), the predicted step time, bubble and peaks, the timeline, the alternatives with
+  /// why each lost, and the trials' predicted and measured steps (the examples' --explain).
   std::string explain() const;
 };
 
@@ -168,15 +190,19 @@ class NoPlanFits : public std::runtime_error {
 /// Note [How the planner searches]. `model`'s parameters on one device of the devices' kind
 /// (where it is profiled and probed, so its times and bytes are those of the devices the plan
 /// is for; left as it was): a model built on the host is moved to a GPU before a plan for
-/// GPUs. `devices`: one per worker, distinct. Throws std::invalid_argument for no devices,
-/// repeated devices, parameters on a device of another kind (CPU vs CUDA), an undefined
-/// sample, a loss, an empty model or too few layers to cut for the devices (naming the values),
-/// NoPlanFits when no configuration fits the cap, and whatever profiling throws.
+/// GPUs. `devices`: one per worker, distinct. Runs the best few plans for a few steps each
+/// (PlanOptions::trials; Note [Trying the best plans], trial.h). Leaves the model as it was:
+/// on its device, parameters unwritten, buffers, .grad, modes and the caller's generator put
+/// back (Note [Profiling leaves the module as it was], balance.h). Throws
+/// std::invalid_argument for no devices, repeated devices, parameters on a device of another
+/// kind (CPU vs CUDA), an undefined sample, a loss, an empty model, too few layers to cut for
+/// the devices or an option out of range (naming the values), NoPlanFits when no
+/// configuration fits the cap, and whatever profiling throws.
 Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Device>& devices,
           const PlanOptions& options = {});
 
 /// The same search from a profile alone (no model: stages are estimated, never measured,
-/// and every cut is allowed), for `num_devices` workers. Throws as plan().
+/// every cut is allowed and no trial runs), for `num_devices` workers. Throws as plan().
 Plan plan(const ModelProfile& profile, int num_devices, const PlanOptions& options = {});
 
 /// "12.50 MiB", "3.0 KiB", "512 B"; and the parser of --memory-cap ("64MiB", "1.5GiB",

@@ -81,7 +81,7 @@ class Search {
         cap_(in.options.memory_cap_bytes),
         overhead_(in.options.runtime_overhead.value_or(RuntimeOverhead{})) {}
 
-  Plan run() {
+  std::vector<Plan> run(int count) {
     enumerate();
     if (configs_.empty()) {
       throw std::invalid_argument(
@@ -105,7 +105,9 @@ class Search {
     }
     std::optional<Result> chosen = choose();
     if (!chosen) refuse();
-    return make_plan(*chosen);
+    std::vector<Plan> plans = {make_plan(*chosen)};
+    for (const Result& r : runners_up(*chosen, count - 1)) plans.push_back(make_plan(r));
+    return plans;
   }
 
  private:
@@ -373,6 +375,38 @@ class Search {
     return best;
   }
 
+  // The plans worth running beside the chosen one (PlanOptions::trials): the best that fits
+  // of each other (schedule, v, chunks) predicted within trial_margin of the chosen's step,
+  // the fastest `count`, each measured exactly when the search measures (and dropped when it
+  // does not fit once measured).
+  std::vector<Result> runners_up(const Result& chosen, int count) {
+    if (count < 1 || options_.objective != Objective::kStepTime) return {};
+    const auto key = [&](const Result& r) {
+      const Config& c = configs_[r.config];
+      return std::make_tuple(c.schedule, c.v, c.chunks);
+    };
+    std::map<std::tuple<std::string, int, int>, const Result*> best;
+    for (const Result& r : estimated_) {
+      if (r.outcome != Outcome::kFits || key(r) == key(chosen) ||
+          r.time() > options_.trial_margin * chosen.time()) {
+        continue;
+      }
+      auto [it, inserted] = best.emplace(key(r), &r);
+      if (!inserted && better(r, *it->second)) it->second = &r;
+    }
+    std::vector<const Result*> ranked;
+    for (const auto& [k, r] : best) ranked.push_back(r);
+    std::sort(ranked.begin(), ranked.end(),
+              [&](const Result* a, const Result* b) { return better(*a, *b); });
+    std::vector<Result> out;
+    for (const Result* r : ranked) {
+      if (out.size() == static_cast<size_t>(count)) break;
+      Result candidate = in_.measure ? evaluate(r->config, true, 0) : *r;
+      if (candidate.outcome == Outcome::kFits) out.push_back(std::move(candidate));
+    }
+    return out;
+  }
+
   // The configurations whose every-cell-recomputed estimated peak is the smallest.
   std::vector<size_t> leanest(size_t count) {
     std::vector<std::pair<int64_t, size_t>> lean;
@@ -531,6 +565,7 @@ class Search {
     plan.exact_memory = chosen.exact;
     plan.memory_cap_bytes = cap_;
     plan.deferred_batch_norm = options_.deferred_batch_norm;
+    plan.tied_parameters = options_.tied_parameters;
     plan.devices = in_.device_names;
     plan.alternatives = alternatives(chosen, model);
     plan.candidates = static_cast<int>(configs_.size());
@@ -566,6 +601,8 @@ std::vector<int> chunk_candidates(const PlanOptions& options, int64_t batch_rows
   return out;
 }
 
-Plan search_plan(const SearchInputs& inputs) { return Search(inputs).run(); }
+std::vector<Plan> search_plans(const SearchInputs& inputs, int count) {
+  return Search(inputs).run(std::max(1, count));
+}
 
 }  // namespace pipewright::pipeline

@@ -35,9 +35,11 @@ struct SearchInputs {
 /// (torch.chunk's rule can make two chunks give the same micro-batches).
 std::vector<int> chunk_candidates(const PlanOptions& options, int64_t batch_rows);
 
-/// Runs the search and returns the plan (Plan::planning_seconds left 0). Throws NoPlanFits
-/// when nothing fits and std::invalid_argument when no schedule, v and chunks can be made
-/// for the workers and layers at all (naming them).
-Plan search_plan(const SearchInputs& inputs);
+/// Runs the search and returns the plan, then up to count - 1 others worth running beside it
+/// (the best of each other schedule, v and chunks predicted within options.trial_margin of
+/// its step, fastest first; none under Objective::kPeakMemory); Plan::planning_seconds left 0.
+/// Throws NoPlanFits when nothing fits and std::invalid_argument when no schedule, v and
+/// chunks can be made for the workers and layers at all (naming them).
+std::vector<Plan> search_plans(const SearchInputs& inputs, int count = 1);
 
 }  // namespace pipewright::pipeline

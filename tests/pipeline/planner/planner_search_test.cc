@@ -224,9 +224,9 @@ TEST_CASE("workers sharing cores: the step is the replay on shared processors") 
   in.workers = 4;
   for (int w = 0; w < 4; ++w) in.device_names.push_back("cpu:" + std::to_string(w));
   in.options = {.schedules = {"1f1b"}, .chunks = {4}};
-  const Plan own = search_plan(in);  // a processor per worker: the replay's makespan
+  const Plan own = search_plans(in).front();  // a processor per worker: the replay's makespan
   in.shared_cores = 2;
-  const Plan shared = search_plan(in);
+  const Plan shared = search_plans(in).front();
 
   const ScheduleReplay own_replay = replay_schedule(own.schedule, own.costs);
   CHECK(own.step_time_us == Approx(own_replay.makespan));
@@ -258,7 +258,7 @@ TEST_CASE("workers sharing cores: the step is the replay on shared processors") 
 
   // With cores for every worker the bound never exceeds the makespan.
   in.shared_cores = 4;
-  CHECK(search_plan(in).step_time_us == Approx(own.step_time_us));
+  CHECK(search_plans(in).front().step_time_us == Approx(own.step_time_us));
 }
 
 TEST_CASE("plan from a profile: a cap makes it recompute, trade time, or refuse") {
@@ -365,4 +365,37 @@ TEST_CASE("measure_runtime_overhead: positive on real devices; bad devices are n
   CHECK_THROWS_WITH(measure_runtime_overhead({}), Catch::Contains("no devices"));
   CHECK_THROWS_WITH(measure_runtime_overhead({Device::cpu(51), Device::cpu(51)}),
                     Catch::Contains("device cpu:51 is given twice"));
+}
+
+TEST_CASE("search_plans: the runners-up worth a trial are close, distinct and in order") {
+  // Note [Trying the best plans] (trial.h): besides the pick, the best of each other
+  // (schedule, v, chunks) predicted within trial_margin of its step, fastest first.
+  const ModelProfile profile = synthetic(8, 64);
+  SearchInputs in;
+  in.profile = &profile;
+  in.workers = 2;
+  in.device_names = {"cpu:0", "cpu:1"};
+  const double margin = GENERATE(1.0, 1.1, 100.0);
+  CAPTURE(margin);
+  in.options = {.schedules = {"gpipe", "1f1b", "zb-h1"}, .chunks = {1, 2, 4, 8},
+                .trial_margin = margin};
+  const std::vector<Plan> plans = search_plans(in, 5);
+  REQUIRE_FALSE(plans.empty());
+  CHECK(plans.front().step_time_us == Approx(search_plans(in).front().step_time_us));
+  std::vector<std::pair<std::string, int>> seen;
+  for (size_t k = 0; k < plans.size(); ++k) {
+    const Plan& p = plans[k];
+    CAPTURE(k, p.str());
+    CHECK(p.step_time_us <= margin * plans.front().step_time_us * (1 + 1e-12));
+    if (k > 0) CHECK(plans[k - 1].step_time_us <= p.step_time_us);
+    const std::pair<std::string, int> key{p.schedule_name, p.chunks};
+    CHECK(std::find(seen.begin(), seen.end(), key) == seen.end());
+    seen.push_back(key);
+  }
+  // 3 schedules x 4 chunks give 12 keys: a wide margin keeps all 5 asked for; none at 1.0
+  // unless tied with the pick.
+  if (margin == 100.0) CHECK(plans.size() == 5);
+  // Choosing by peak memory, nothing is timed against the pick.
+  in.options.objective = Objective::kPeakMemory;
+  CHECK(search_plans(in, 5).size() == 1);
 }
