@@ -204,10 +204,9 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
     auto [x, y] = corpus.window_batch(data::TextSplit::kTrain, 0, run.batch_size, config.context,
                                       run.seed, host);
     model.to(stage_devs.front());  // profiled where it will run
-    plan = pipeline::plan(model, {x, y, loss_fn}, stage_devs,
-                          {.memory_cap_bytes = run.memory_cap,
-                           .threads_per_worker = run.threads,
-                           .cache = run.plan_cache});
+    pipeline::PlanOptions plan_opts = plan_options(run);
+    plan_opts.tied_parameters = tied_parameters(config.layers);
+    plan = pipeline::plan(model, {x, y, loss_fn}, stage_devs, plan_opts);
   }
   const std::vector<int> balance =
       plan ? plan->balance

@@ -43,6 +43,14 @@ pipeline::PipeOptions pipe_options(const TrainConfig& config, const std::vector<
           .processes = std::move(processes)};
 }
 
+pipeline::PlanOptions plan_options(const TrainConfig& config) {
+  pipeline::PlanOptions options{.memory_cap_bytes = config.memory_cap,
+                                .threads_per_worker = config.threads,
+                                .cache = config.plan_cache};
+  if (config.plan_trials >= 0) options.trials = config.plan_trials;
+  return options;
+}
+
 void print_pipeline_header(std::ostream& out, const TrainConfig& config,
                            const pipeline::Pipe& pipe, const std::vector<int>& balance,
                            const std::vector<Device>& devices, int64_t num_params,

@@ -11,6 +11,7 @@
 #include "distributed/mpi_processes.h"
 #include "examples/fashion_mnist/config.h"
 #include "pipeline/pipe.h"
+#include "pipeline/planner/planner.h"
 
 namespace pipewright::examples {
 
@@ -30,6 +31,11 @@ std::shared_ptr<distributed::MpiProcesses> make_processes(const TrainConfig& con
 pipeline::PipeOptions pipe_options(const TrainConfig& config, const std::vector<int>& balance,
                                    const std::vector<Device>& devices,
                                    std::shared_ptr<distributed::MpiProcesses> processes);
+
+/// The planner's options from the flags (--plan auto): memory cap, threads per worker, the
+/// cache file, the trials; the caller adds what its model needs (the optimizer's state,
+/// deferred BatchNorm, tied parameters).
+pipeline::PlanOptions plan_options(const TrainConfig& config);
 
 /// "processes: ..." (across processes), "model: ... (N parameters)", "pipeline: 2 workers on
 /// cpu:0, cpu:1 | balance 4 5 | chunks 4 | schedule gpipe | checkpoint never" (with virtual

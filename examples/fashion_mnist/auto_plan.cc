@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "examples/common/run_setup.h"
+
 namespace pipewright::examples {
 
 pipeline::Plan plan_training(const TrainConfig& config, nn::Sequential& model,
@@ -9,12 +11,10 @@ pipeline::Plan plan_training(const TrainConfig& config, nn::Sequential& model,
                              const std::vector<Device>& devices) {
   const int64_t rows = std::min<int64_t>(config.batch_size, train_set.size());
   const data::Batch first = train_set.slice(0, rows);
-  return pipeline::plan(model, {first.inputs, first.targets, loss}, devices,
-                        {.memory_cap_bytes = config.memory_cap,
-                         .optimizer_state_factor = config.optimizer == "adam" ? 2.0 : 1.0,
-                         .deferred_batch_norm = true,
-                         .threads_per_worker = config.threads,
-                         .cache = config.plan_cache});
+  pipeline::PlanOptions options = plan_options(config);
+  options.optimizer_state_factor = config.optimizer == "adam" ? 2.0 : 1.0;
+  options.deferred_batch_norm = true;
+  return pipeline::plan(model, {first.inputs, first.targets, loss}, devices, options);
 }
 
 int microbatches(int64_t rows, int chunks) {

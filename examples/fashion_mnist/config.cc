@@ -85,6 +85,10 @@ void validate(const TrainConfig& c, size_t num_layers) {
   if (c.plan.empty() && !c.plan_cache.empty()) {
     bad("plan-cache", c.plan_cache, "is read only with --plan auto");
   }
+  if (c.plan.empty() && c.plan_trials >= 0) {
+    bad("plan-trials", std::to_string(c.plan_trials), "is read only with --plan auto");
+  }
+  if (c.plan_trials < -1) bad("plan-trials", std::to_string(c.plan_trials), "must be >= 0");
   if (!c.plan.empty() && c.distributed) {
     bad("plan", c.plan, "runs in one process (the planner probes every stage here)");
   }

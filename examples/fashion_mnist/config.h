@@ -52,6 +52,9 @@ struct TrainConfig {
   // --plan auto: the planner's profile and measured stages, read from this file when it was
   // made for the same model, sample shapes and threads, written otherwise (PlanOptions::cache)
   std::string plan_cache;
+  // --plan auto: how many of the best plans run for a few steps before the fastest measured
+  // is taken (PlanOptions::trials); -1: the planner's default
+  int plan_trials = -1;
   std::vector<Device> devices;            // per worker; empty: cpu:0 .. cpu:(workers-1)
   int threads = 0;                        // intra-op threads per worker; 0: cores / workers
   // Across processes (main() sets `distributed` when started by mpirun): one MPI rank per

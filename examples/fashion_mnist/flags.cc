@@ -143,6 +143,9 @@ void TrainFlags::add_pipeline_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--plan-cache", c.plan_cache,
                  "With --plan auto: keep the planner's profile in this file and reuse it when "
                  "the model, batch shape and threads are the same (skips profiling)");
+  app.add_option("--plan-trials", c.plan_trials,
+                 "With --plan auto: run this many of the best plans for a few steps and take "
+                 "the fastest measured (0: take the predicted best; default 3)");
   app.add_option("--devices", devices_,
                  "Device per worker, comma-separated, e.g. cpu:0,cpu:1 (default cpu:0..)");
   app.add_option("--threads", c.threads, "Intra-op threads per worker (0: cores / workers)");

@@ -1,7 +1,8 @@
 // The Fashion-MNIST example with --plan auto: the planner's choice trains, the run prints the
 // plan beside what it measured (each device's peak within the plan's bounds), a cap nothing
-// fits is refused naming the cap that would, --plan-cache skips the next run's profiling, and
-// --memory-cap or --plan-cache without --plan auto is refused.
+// fits is refused naming the cap that would, --plan-cache skips the next run's profiling,
+// --plan-trials 0 skips the trials, and --memory-cap, --plan-cache or --plan-trials without
+// --plan auto is refused.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -102,5 +103,31 @@ TEST_CASE("--memory-cap is refused without --plan auto") {
   c.plan = "";
   c.memory_cap = 1 << 20;
   CHECK_THROWS_WITH(train(c, log), Catch::Contains("--memory-cap 1048576") &&
+                                       Catch::Contains("only with --plan auto"));
+}
+
+TEST_CASE("--plan-trials: 0 takes the predicted best, N runs plans first; refused without a plan") {
+  TrainConfig c = planned_config();
+  c.epochs = 1;
+  c.explain = true;
+  c.plan_trials = 0;
+  std::ostringstream none;
+  train(c, none);
+  INFO(none.str());
+  CHECK(none.str().find("trials (the fastest measured is the plan") == std::string::npos);
+  c.plan_trials = 4;
+  std::ostringstream some;
+  train(c, some);
+  INFO(some.str());
+  // This model's 2 workers give several (schedule, chunks) predicted within 15 % of the best.
+  CHECK(some.str().find("trials (the fastest measured is the plan") != std::string::npos);
+
+  c.plan_trials = -2;
+  std::ostringstream bad;
+  CHECK_THROWS_WITH(train(c, bad), Catch::Contains("--plan-trials -2") &&
+                                       Catch::Contains("must be >= 0"));
+  c.plan = "";
+  c.plan_trials = 2;
+  CHECK_THROWS_WITH(train(c, bad), Catch::Contains("--plan-trials 2") &&
                                        Catch::Contains("only with --plan auto"));
 }
