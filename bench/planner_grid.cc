@@ -254,7 +254,9 @@ void run_case(const Case& c) {
       // The model planned on (cpu:0) is gone before anything is measured there.
       nn::Sequential model = c.model();
       plan = pipeline::plan(model, {c.input, c.target, c.loss}, worker_devices(c.workers),
-                            {.memory_cap_bytes = cap, .deferred_batch_norm = c.deferred_batch_norm});
+                            {.memory_cap_bytes = cap,
+                             .deferred_batch_norm = c.deferred_batch_norm,
+                             .tied_parameters = c.tied});
     } catch (const pipeline::NoPlanFits& e) {
       refused = e.what();
     }
@@ -298,7 +300,8 @@ void explain(const Case& c, int64_t cap, std::vector<std::string> schedules,
                      {.memory_cap_bytes = cap,
                       .schedules = std::move(schedules),
                       .chunks = std::move(chunks),
-                      .deferred_batch_norm = c.deferred_batch_norm});
+                      .deferred_batch_norm = c.deferred_batch_norm,
+                      .tied_parameters = c.tied});
   std::printf("%s\n", plan.explain().c_str());
 }
 
