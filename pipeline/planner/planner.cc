@@ -284,9 +284,14 @@ std::string Plan::explain() const {
   }
   out += memory_cap_bytes > 0 ? " (cap " + format_bytes(memory_cap_bytes) + ")" : "";
   out += exact_memory ? "; stages measured exactly\n" : "; memory estimated from the profile\n";
-  if (overhead.per_action_us > 0 || overhead.per_step_us > 0) {
+  if (overhead.per_action_us > 0 || overhead.per_step_us > 0 || overhead.wake_latency_us > 0) {
     out += "runtime overhead (measured): " + fixed(overhead.per_action_us, 1) +
-           " us per action, " + fixed(overhead.per_step_us, 1) + " us per step\n";
+           " us per action, " + fixed(overhead.per_step_us, 1) + " us per step";
+    if (overhead.wake_latency_us > 0) {
+      out += ", " + fixed(overhead.wake_latency_us, 1) + " us to wake a worker idle over " +
+             fixed(overhead.wake_after_us, 0) + " us";
+    }
+    out += "\n";
   }
   if (recomputed > 0) {
     out += "recomputed cells (stage: micro-batches):";

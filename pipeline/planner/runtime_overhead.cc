@@ -3,13 +3,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <thread>
+
 #include "nn/linear.h"
 #include "nn/loss.h"
+#include "pipeline/channel.h"
 #include "pipeline/pipe.h"
 #include "pipeline/planner/profile.h"
 #include "pipeline/schedule/generators.h"
@@ -80,7 +84,57 @@ double layer_time_per_action(Device device, int p, int threads) {
   return (both(profile.layers[0]) + both(profile.loss) / p) / 2;
 }
 
+// Note [Waking an idle worker]: the waits a receiver is left in before each message.
+constexpr double kWaitsUs[] = {20, 50, 100, 200, 400, 1000};
+constexpr int kWakeRepetitions = 15;
+constexpr double kNoDeepSleep = 2.0;  // us: a smaller difference is no deep sleep
+
+using Clock = std::chrono::steady_clock;
+
+// Keeps this thread's core busy for `us` microseconds, as a worker computing an action does.
+void busy_for(double us) {
+  const auto until = Clock::now() + std::chrono::duration<double, std::micro>(us);
+  while (Clock::now() < until) {
+  }
+}
+
 }  // namespace
+
+WakeCosts measure_wake_costs() {
+  Channel<Clock::time_point> to_receiver;
+  Channel<int> back;  // the receiver is about to wait again
+  std::vector<double> latency;
+  std::thread receiver([&] {
+    back.push(0);
+    while (std::optional<Clock::time_point> sent = to_receiver.pop()) {
+      latency.push_back(std::chrono::duration<double, std::micro>(Clock::now() - *sent).count());
+      back.push(0);
+    }
+  });
+  for (double wait : kWaitsUs) {
+    for (int k = 0; k < kWakeRepetitions; ++k) {
+      (void)back.pop();
+      busy_for(wait);
+      to_receiver.push(Clock::now());
+    }
+  }
+  (void)back.pop();
+  to_receiver.close();
+  receiver.join();
+
+  constexpr size_t kLevels = sizeof(kWaitsUs) / sizeof(kWaitsUs[0]);
+  std::vector<double> at(kLevels);  // the median latency after each wait
+  for (size_t i = 0; i < kLevels; ++i) {
+    const auto first = latency.begin() + static_cast<std::ptrdiff_t>(i * kWakeRepetitions);
+    at[i] = median(std::vector<double>(first, first + kWakeRepetitions));
+  }
+  const double extra = at.back() - at.front();
+  if (extra < kNoDeepSleep) return {};
+  // The first wait woken slowly (past the midpoint); at[0] never is, so slow >= 1.
+  size_t slow = kLevels - 1;
+  while (at[slow - 1] > at.front() + extra / 2) --slow;
+  return {.latency_us = extra, .after_us = (kWaitsUs[slow - 1] + kWaitsUs[slow]) / 2};
+}
 
 RuntimeOverhead measure_runtime_overhead(const std::vector<Device>& devices,
                                          int threads_per_worker) {
@@ -111,6 +165,9 @@ RuntimeOverhead measure_runtime_overhead(const std::vector<Device>& devices,
   const double layer = layer_time_per_action(devices.front(), p, threads);
   o.per_action_us = std::max(0.0, (t.many_us - t.few_us) / (units_many - units_few) - layer);
   o.per_step_us = std::max(0.0, t.few_us - (o.per_action_us + layer) * units_few);
+  const WakeCosts wake = measure_wake_costs();
+  o.wake_latency_us = wake.latency_us;
+  o.wake_after_us = wake.after_us;
   return o;
 }
 

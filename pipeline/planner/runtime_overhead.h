@@ -22,6 +22,24 @@
 // per_action to every action's cost, and per_step to the step. Both are measured as the
 // machine is at planning time: a busy machine gives larger ones, as it gives slower steps.
 // The m1 and m2 steps alternate, so load that comes and goes falls on both medians alike.
+//
+// Note [Waking an idle worker]
+// The probe's actions are a few microseconds long, so its workers never wait long. A real
+// step's do: a worker idle while the next stage computes a 0.5 ms forward sleeps on its
+// channel (channel.h), and when a core has been idle for a while the operating system (and a
+// virtual machine's host, which stops polling a halted vCPU after some 100 us) takes far longer
+// to run the woken thread again. Measured on this project's 2-vCPU VM with the channel's own
+// condition variable: 5-7 us after 5-50 us asleep, 74-86 us after 200 us or more
+// (docs/BENCHMARKS.md, "Waking an idle worker"). So plan() also times a hand-off between two
+// threads after the receiver has waited 20, 50, 100, 200, 400 and 1000 us:
+//
+//   wake_latency = latency(1000 us) - latency(20 us)     (the short wake is in per_action)
+//   wake_after   = halfway between the longest wait woken fast and the next, woken slowly
+//                  (its latency past the midpoint of the two above)
+//
+// and the replay starts an action wake_latency later when its worker waited longer than
+// wake_after for it (Costs::wake_latency, schedule/replay.h). Where the long and the short
+// wake differ by less than kNoDeepSleep (2 us) there is no such cost and both are 0.
 #pragma once
 
 #include <vector>
@@ -33,10 +51,20 @@ namespace pipewright::pipeline {
 struct RuntimeOverhead {
   double per_action_us = 0;  // added to each F, B, I, W and R
   double per_step_us = 0;    // added once to the step
+  double wake_latency_us = 0;  // Note [Waking an idle worker]: added to an action's start ...
+  double wake_after_us = 0;    // ... when its worker waited longer than this for it
 };
 
+/// The two numbers of Note [Waking an idle worker], on this machine's cores: ~40 ms.
+struct WakeCosts {
+  double latency_us = 0;
+  double after_us = 0;
+};
+WakeCosts measure_wake_costs();
+
 /// Note [Runtime overhead]: measured on `devices` (one worker each, distinct), each worker
-/// with `threads_per_worker` intra-op threads (0: as PipeOptions). Takes ~0.1-0.5 s. Throws
+/// with `threads_per_worker` intra-op threads (0: as PipeOptions), the wake-up costs with
+/// measure_wake_costs(). Takes ~0.1-0.5 s. Throws
 /// std::invalid_argument for no devices or repeated ones, and what the Pipe throws.
 RuntimeOverhead measure_runtime_overhead(const std::vector<Device>& devices,
                                          int threads_per_worker = 0);

@@ -243,6 +243,8 @@ class Search {
       costs.per_stage.push_back(stage);
       first += b;
     }
+    costs.wake_latency = overhead_.wake_latency_us;  // Note [Waking an idle worker]
+    costs.wake_after = overhead_.wake_after_us;
     return costs;
   }
 

@@ -29,6 +29,10 @@ void check_whole(const Schedule& schedule, const Costs& costs) {
     throw std::invalid_argument("to_ascii: comm_latency must be a whole number of time units (got " +
                                 std::to_string(costs.comm_latency) + ")");
   }
+  if (!whole(costs.wake_latency)) {
+    throw std::invalid_argument("to_ascii: wake_latency must be a whole number of time units (got " +
+                                std::to_string(costs.wake_latency) + ")");
+  }
 }
 
 }  // namespace
@@ -120,6 +124,8 @@ std::string to_ascii_scaled(const Schedule& schedule, const Costs& costs, int co
   whole_units.uniform = scaled(costs.uniform);
   for (const StageCosts& c : costs.per_stage) whole_units.per_stage.push_back(scaled(c));
   whole_units.comm_latency = costs.comm_latency > 0 ? std::round(costs.comm_latency / u) : 0.0;
+  whole_units.wake_latency = costs.wake_latency > 0 ? std::round(costs.wake_latency / u) : 0.0;
+  whole_units.wake_after = costs.wake_after / u;
   return to_ascii(schedule, whole_units);
 }
 

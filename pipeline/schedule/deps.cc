@@ -96,7 +96,7 @@ std::optional<double> ready_at(const ActionIndex& index, const Schedule& schedul
 }
 
 Replay replay(const Schedule& schedule, const std::function<double(const Action&)>& cost,
-              double latency) {
+              double latency, WakeCost wake) {
   const int p = static_cast<int>(schedule.actions.size());
   const ActionIndex index(schedule);
   Replay r;
@@ -118,8 +118,9 @@ Replay replay(const Schedule& schedule, const std::function<double(const Action&
       const auto& list = schedule.actions[w];
       while (next[w] < static_cast<int>(list.size())) {
         const Action& a = list[next[w]];
-        const std::optional<double> ready = ready_at(index, schedule, r, w, a, free_at[w], latency);
+        std::optional<double> ready = ready_at(index, schedule, r, w, a, free_at[w], latency);
         if (!ready) break;
+        if (wake.latency > 0 && *ready - free_at[w] > wake.after) *ready += wake.latency;
         r.start[w][next[w]] = *ready;
         r.end[w][next[w]] = *ready + cost(a);
         free_at[w] = r.end[w][next[w]];

@@ -73,10 +73,18 @@ std::optional<double> ready_at(const ActionIndex& index, const Schedule& schedul
                                const Replay& r, int worker, const Action& a, double free_at,
                                double latency);
 
+/// A worker idle longer than `after` before its next action may start starts it `latency`
+/// later (Costs::wake_latency, replay.h).
+struct WakeCost {
+  double after = 0.0;
+  double latency = 0.0;
+};
+
 /// Replays `schedule` (see the top of this file). `cost(action)` is the duration of an action;
-/// `latency` is added to every dependency that crosses workers. Requires a schedule whose
-/// actions are in range and unique (validate()'s structural checks).
+/// `latency` is added to every dependency that crosses workers, `wake` to the start of an
+/// action its worker waited for longer than wake.after. Requires a schedule whose actions are
+/// in range and unique (validate()'s structural checks).
 Replay replay(const Schedule& schedule, const std::function<double(const Action&)>& cost,
-              double latency = 0.0);
+              double latency = 0.0, WakeCost wake = {});
 
 }  // namespace pipewright::pipeline

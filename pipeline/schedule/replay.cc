@@ -5,6 +5,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "pipeline/schedule/deps.h"
 #include "pipeline/schedule/validate.h"
@@ -52,9 +53,14 @@ void check_costs(const Schedule& schedule, const Costs& costs) {
       }
     }
   };
-  if (costs.comm_latency < 0) {
-    throw std::invalid_argument("replay_schedule: comm_latency is negative (" +
-                                std::to_string(costs.comm_latency) + ")");
+  using Named = std::pair<const char*, double>;
+  for (const auto& [name, value] : {Named{"comm_latency", costs.comm_latency},
+                                     Named{"wake_latency", costs.wake_latency},
+                                     Named{"wake_after", costs.wake_after}}) {
+    if (value < 0) {
+      throw std::invalid_argument(std::string("replay_schedule: ") + name + " is negative (" +
+                                  std::to_string(value) + ")");
+    }
   }
   if (costs.per_stage.empty()) {
     check(costs.uniform, "");
@@ -209,7 +215,7 @@ ScheduleReplay replay_schedule(const Schedule& schedule, const Costs& costs) {
   validate(schedule);
   check_costs(schedule, costs);
   return summarize(schedule, replay(schedule, [&](const Action& a) { return costs.of(a); },
-                                    costs.comm_latency));
+                                    costs.comm_latency, {costs.wake_after, costs.wake_latency}));
 }
 
 ScheduleReplay replay_on_shared_processors(const Schedule& schedule, const Costs& costs,

@@ -40,6 +40,13 @@ struct Costs {
   StageCosts uniform;                  // every stage, unless per_stage is given
   std::vector<StageCosts> per_stage;   // measured costs, one entry per (virtual) stage
   double comm_latency = 0.0;           // added to each dependency between two workers
+  /// An action whose worker waited longer than wake_after for it (idle since its previous
+  /// action ended, for a message) starts wake_latency later: the time an operating system
+  /// takes to run a thread again once its core has gone idle (Note [Waking an idle worker],
+  /// pipeline/planner/runtime_overhead.h). 0: no such cost. replay_on_shared_processors
+  /// ignores both: a core shared by more workers than it runs at once seldom goes idle.
+  double wake_latency = 0.0;
+  double wake_after = 0.0;
 
   /// Costs with tF, tB (and tI = tW = tB/2, tR = tF) on every stage.
   static Costs unit(double forward = 1.0, double backward = 2.0);
@@ -76,7 +83,7 @@ struct ScheduleReplay {
 MemoryPeaks peak_memory(const Schedule& schedule);
 
 /// Validates `schedule` (throws what validate() throws), then replays it with `costs`.
-/// Throws std::invalid_argument if a cost or the latency is negative, or per_stage is given
+/// Throws std::invalid_argument if a cost, a latency or wake_after is negative, or per_stage is given
 /// with a size other than num_stages.
 ScheduleReplay replay_schedule(const Schedule& schedule, const Costs& costs = Costs{});
 

@@ -362,6 +362,8 @@ TEST_CASE("measure_runtime_overhead: positive on real devices; bad devices are n
   const RuntimeOverhead o = measure_runtime_overhead({Device::cpu(51), Device::cpu(52)});
   CHECK(o.per_action_us > 0);  // 16 micro-batches take longer than 2
   CHECK(o.per_step_us >= 0);
+  CHECK(o.wake_latency_us >= 0);
+  CHECK(o.wake_after_us >= 0);
   CHECK_THROWS_WITH(measure_runtime_overhead({}), Catch::Contains("no devices"));
   CHECK_THROWS_WITH(measure_runtime_overhead({Device::cpu(51), Device::cpu(51)}),
                     Catch::Contains("device cpu:51 is given twice"));
@@ -398,4 +400,27 @@ TEST_CASE("search_plans: the runners-up worth a trial are close, distinct and in
   // Choosing by peak memory, nothing is timed against the pick.
   in.options.objective = Objective::kPeakMemory;
   CHECK(search_plans(in, 5).size() == 1);
+}
+
+TEST_CASE("the replayed step pays a wake-up where a worker waits long for its next action") {
+  // Note [Waking an idle worker] (runtime_overhead.h): the plan's costs carry the measured
+  // wake-up, and its step is the replay with it.
+  const ModelProfile profile = synthetic(8, 64);
+  SearchInputs in;
+  in.profile = &profile;
+  in.workers = 2;
+  in.device_names = {"cpu:0", "cpu:1"};
+  in.options = {.schedules = {"gpipe"}, .chunks = {2}, .runtime_overhead = RuntimeOverhead{}};
+  const Plan plain = search_plans(in).front();
+  in.options.runtime_overhead =
+      RuntimeOverhead{.wake_latency_us = 40, .wake_after_us = 1};  // every wait is long
+  const Plan woken = search_plans(in).front();
+  CHECK(woken.costs.wake_latency == 40);
+  CHECK(woken.costs.wake_after == 1);
+  CHECK(woken.step_time_us == Approx(replay_schedule(woken.schedule, woken.costs).makespan));
+  // Stage 1 waits for the first F, stage 0 for the first gradient; the second wake-up may
+  // swallow a shorter wait of the plain replay (replay_test.cc times each wake exactly).
+  CAPTURE(plain.timeline(), woken.timeline());
+  CHECK(woken.step_time_us > plain.step_time_us + 40);
+  CHECK(woken.step_time_us <= plain.step_time_us + 2 * 40);
 }

@@ -273,3 +273,33 @@ TEST_CASE("simulate rejects bad costs and invalid schedules") {
   broken.actions[0].pop_back();
   CHECK_THROWS_WITH(replay_schedule(broken), Catch::Contains("no backward"));
 }
+
+TEST_CASE("wake-up cost: an action its worker waited for longer than wake_after starts later") {
+  // Note [Waking an idle worker] (pipeline/planner/runtime_overhead.h). GPipe on 2 workers,
+  // 2 micro-batches, tF = 1, tB = 2. Without the cost worker 1 runs F0 at 1, F1 at 2, B1 at 3,
+  // B0 at 5; worker 0 waits from 2 to 5 for B1's gradient, then runs B1 5-7 and B0 7-9.
+  Costs c = Costs::unit(1, 2);
+  const ScheduleReplay plain = replay_schedule(gpipe(2, 2), c);
+  REQUIRE(plain.makespan == 9.0);
+  c.wake_latency = 0.25;
+  c.wake_after = 1.5;  // worker 1's 1-unit wait for F0 is short; worker 0's 3-unit wait is not
+  const ScheduleReplay woken = replay_schedule(gpipe(2, 2), c);
+  const auto& w0 = woken.timeline[0];
+  const auto& w1 = woken.timeline[1];
+  CHECK(w1[0].start == 1.0);   // F0@1: waited 1 (< 1.5) for F0@0
+  CHECK(w1[1].start == 2.0);   // F1@1
+  CHECK(w0[2].start == 5.25);  // B1@0: waited 3 for B1@1 (ended 5), then the wake
+  CHECK(w0[3].start == 7.25);  // B0@0 right after: no wait, no wake
+  CHECK(woken.makespan == 9.25);
+  // A wake_after at or above every wait costs nothing; a zero latency neither.
+  c.wake_after = 3.0;
+  CHECK(replay_schedule(gpipe(2, 2), c).makespan == 9.0);
+  c.wake_after = 0;
+  c.wake_latency = 0;
+  CHECK(replay_schedule(gpipe(2, 2), c).makespan == 9.0);
+  c.wake_latency = -1;
+  CHECK_THROWS_WITH(replay_schedule(gpipe(2, 2), c), Catch::Contains("wake_latency is negative"));
+  c.wake_latency = 0;
+  c.wake_after = -1;
+  CHECK_THROWS_WITH(replay_schedule(gpipe(2, 2), c), Catch::Contains("wake_after is negative"));
+}
