@@ -53,8 +53,11 @@ MeasuredRun measured_run(double step_ms, const std::vector<PipelineStats>& stret
 void print_plan_against_run(std::ostream& out, const pipeline::Plan& plan,
                             const MeasuredRun& run, const std::vector<Device>& devices) {
   const double predicted_ms = plan.step_time_us / 1000.0;
-  out << "plan vs run: step predicted " << format_fixed(predicted_ms, 2) << " ms, measured "
-      << format_fixed(run.step_ms, 2) << " ms";
+  out << "plan vs run: step predicted " << format_fixed(predicted_ms, 2) << " ms";
+  if (plan.trial_step_us > 0) {
+    out << " (" << format_fixed(plan.trial_step_us / 1000.0, 2) << " ms in the trials)";
+  }
+  out << ", measured " << format_fixed(run.step_ms, 2) << " ms";
   if (predicted_ms > 0) out << " (" << format_fixed(run.step_ms / predicted_ms, 2) << "x)";
   out << " | bubble predicted " << format_fixed(plan.bubble, 3) << ", measured "
       << format_fixed(run.bubble, 3) << "\n";

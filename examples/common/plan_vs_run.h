@@ -51,9 +51,9 @@ struct MeasuredRun {
 MeasuredRun measured_run(double step_ms, const std::vector<PipelineStats>& stretches,
                          const StepPeaks& peaks);
 
-/// "plan vs run: step predicted ... measured ... | bubble ..." and a "peak" line per device:
-/// predicted (with its bounds), measured within train_step and the difference in bytes, and
-/// the run's peak with the optimizer's step.
+/// "plan vs run: step predicted ... (... in the trials), measured ... | bubble ..." and a
+/// "peak" line per device: predicted (with its bounds), measured within train_step and the
+/// difference in bytes, and the run's peak with the optimizer's step.
 void print_plan_against_run(std::ostream& out, const pipeline::Plan& plan,
                             const MeasuredRun& run, const std::vector<Device>& devices);
 
