@@ -49,3 +49,37 @@ TEST_CASE("GPU, several micro-batches: the measured peak lies within the predict
   const std::vector<Device> devices = gpus(workers);
   if (!devices.empty()) check_peaks_within_bounds(devices, schedule, 4);
 }
+
+TEST_CASE("GPU: the trials run plans on the GPU and leave the model there as it was") {
+  // Note [Trying the best plans] (pipeline/planner/trial.h): one worker on cuda:0, two
+  // schedules and two chunks, so the pick has runners-up; the model's parameters and buffers
+  // are back on cuda:0 with their values, and no .grad is left behind.
+  const std::vector<Device> devices = gpus(1);
+  if (devices.empty()) return;
+  const Batch b = batch(Device::cpu(99));
+  nn::Sequential model = mlp(1, devices.front());
+  // Every value as float64 (to_vector converts), exact for float32 and the int64 counts.
+  const auto values = [](const Tensor& t) { return t.to_vector<double>(); };
+  std::vector<std::vector<double>> before;
+  for (const auto& [name, t] : model.state_dict()) before.push_back(values(t));
+  const Plan p = plan(model, {b.x, b.y, cross_entropy}, devices,
+                      {.schedules = {"gpipe", "1f1b"},
+                       .chunks = {1, 2},
+                       .deferred_batch_norm = true,
+                       .trial_margin = 100,
+                       .trial_seconds = 0.1});
+  CAPTURE(p.explain());
+  REQUIRE(p.trials.size() >= 2);
+  for (const PlanTrial& t : p.trials) {
+    CAPTURE(t.config);
+    CHECK(t.error.empty());
+    CHECK(t.measured_us > 0);
+  }
+  size_t i = 0;
+  for (const auto& [name, t] : model.state_dict()) {
+    CAPTURE(name);
+    CHECK(t.device() == devices.front());
+    CHECK(values(t) == before[i++]);
+  }
+  for (const Tensor& t : model.parameters()) CHECK_FALSE(t.grad().defined());
+}
