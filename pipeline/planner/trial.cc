@@ -77,10 +77,14 @@ std::vector<PlanTrial> run_trials(nn::Sequential& model, const Tensor& input,
         }
       }
     } catch (...) {
+      model.zero_grad();
       model.to(home);
       throw;
     }
-    model.to(home);  // before the guard copies the buffers back and restores .grad
+    // The trials' .grad are dropped rather than moved; then, before the guard copies the
+    // buffers back and restores the caller's .grad, everything is on its device again.
+    model.zero_grad();
+    model.to(home);
   }
   for (size_t k = 0; k < runs.size(); ++k) {
     trials[k].measured_us = median(times[k]);
