@@ -141,8 +141,9 @@ void TrainFlags::add_pipeline_flags(CLI::App& app, TrainConfig& c) {
   app.add_flag("--explain", c.explain,
                "With --plan auto: print the plan's alternatives and why each lost");
   app.add_option("--plan-cache", c.plan_cache,
-                 "With --plan auto: keep the planner's profile in this file and reuse it when "
-                 "the model, batch shape and threads are the same (skips profiling)");
+                 "With --plan auto: keep the planner's profile and trials in this file and "
+                 "reuse them when the model, batch shape and threads are the same (skips "
+                 "profiling, and the trials of plans tried before)");
   app.add_option("--plan-trials", c.plan_trials,
                  "With --plan auto: run this many of the best plans for a few steps and take "
                  "the fastest measured (0: take the predicted best; default 3)");

@@ -146,7 +146,15 @@ std::string to_json(const PlanCache& cache) {
                   {"fingerprint", p.fingerprint}};
   json stages = json::array();
   for (const StageMemory& m : cache.stages) stages.push_back(stage_json(m));
-  return json{{"version", kCacheVersion}, {"profile", profile}, {"stages", stages}}.dump(1);
+  json trials = json::array();
+  for (const PlanTrial& t : cache.trials) {
+    trials.push_back({{"config", t.config}, {"measured_us", t.measured_us}, {"steps", t.steps}});
+  }
+  return json{{"version", kCacheVersion},
+              {"profile", profile},
+              {"stages", stages},
+              {"trials", trials}}
+      .dump(1);
 }
 
 PlanCache plan_cache_from_json(const std::string& text) {
@@ -179,6 +187,15 @@ PlanCache plan_cache_from_json(const std::string& text) {
   const json stages = field<json>(j, "stages", "the file");
   for (size_t i = 0; i < stages.size(); ++i) {
     cache.stages.push_back(read_stage(stages[i], "stages[" + std::to_string(i) + "]"));
+  }
+  if (j.contains("trials")) {
+    const json trials = field<json>(j, "trials", "the file");
+    for (size_t i = 0; i < trials.size(); ++i) {
+      const std::string where = "trials[" + std::to_string(i) + "]";
+      cache.trials.push_back({.config = field<std::string>(trials[i], "config", where),
+                              .measured_us = field<double>(trials[i], "measured_us", where),
+                              .steps = field<int>(trials[i], "steps", where)});
+    }
   }
   return cache;
 }

@@ -1,7 +1,11 @@
-// The planner's file: a model's profile and the stages measured for it, as JSON, so a plan
-// can be made again (another cap, other devices' count) without running the model.
+// The planner's file: a model's profile, the stages measured for it and the plans it ran
+// (Note [Trying the best plans], trial.h), as JSON, so a plan can be made again (another cap,
+// other devices' count) without running the model.
 //
-//   {"version": 1, "profile": {...ModelProfile...}, "stages": [{...StageMemory...}, ...]}
+//   {"version": 2, "profile": {...ModelProfile...}, "stages": [{...StageMemory...}, ...],
+//    "trials": [{"config": "...", "measured_us": 183400.0, "steps": 3}, ...]}
+//
+// "trials" may be missing (a file written before the trials): none then.
 #pragma once
 
 #include <optional>
@@ -10,12 +14,14 @@
 
 #include "pipeline/planner/profile.h"
 #include "pipeline/planner/stage_probe.h"
+#include "pipeline/planner/trial.h"
 
 namespace pipewright::pipeline {
 
 struct PlanCache {
   ModelProfile profile;
   std::vector<StageMemory> stages;
+  std::vector<PlanTrial> trials;  // config, measured_us and steps of each plan run
 };
 
 std::string to_json(const PlanCache& cache);

@@ -73,22 +73,50 @@ std::set<std::pair<int, int>> recomputes(const Schedule& schedule) {
   return cells;
 }
 
+// The trial of `config` among `trials` that measured a step; nullptr if none.
+const PlanTrial* measured_trial(const std::vector<PlanTrial>& trials, const std::string& config) {
+  for (const PlanTrial& t : trials) {
+    if (t.config == config && t.measured_us > 0) return &t;
+  }
+  return nullptr;
+}
+
 // Note [Trying the best plans] (trial.h): `candidates` (the predicted best first) run on the
 // model; the fastest measured is returned with every trial, the predicted best when all threw.
+// `cached` (PlanOptions::cache's trials, or null): when every candidate ran before, those
+// measurements decide and nothing runs (Plan::trials_from_cache); else the new trials replace
+// theirs there, and *cache_changed is set.
 Plan fastest_in_trials(std::vector<Plan> candidates, nn::Sequential& model,
                        const PlanSample& sample, const std::vector<Device>& devices,
-                       const PlanOptions& options) {
-  std::vector<TrialRun> runs;
+                       const PlanOptions& options, std::vector<PlanTrial>* cached,
+                       bool* cache_changed) {
+  std::vector<PlanTrial> trials;
   for (const Plan& p : candidates) {
-    PipeOptions pipe = p.pipe_options(devices);
-    pipe.threads_per_worker = options.threads_per_worker;
-    runs.push_back({std::move(pipe), p.schedule});
+    const PlanTrial* before = cached != nullptr ? measured_trial(*cached, p.str()) : nullptr;
+    if (before == nullptr) break;
+    trials.push_back(*before);
   }
-  std::vector<PlanTrial> trials = run_trials(model, sample.input, sample.target, sample.loss,
-                                             runs, {.seconds = options.trial_seconds});
+  const bool from_cache = trials.size() == candidates.size();
+  if (!from_cache) {
+    std::vector<TrialRun> runs;
+    for (const Plan& p : candidates) {
+      PipeOptions pipe = p.pipe_options(devices);
+      pipe.threads_per_worker = options.threads_per_worker;
+      runs.push_back({std::move(pipe), p.schedule});
+    }
+    trials = run_trials(model, sample.input, sample.target, sample.loss, runs,
+                        {.seconds = options.trial_seconds});
+    for (size_t k = 0; k < trials.size(); ++k) trials[k].config = candidates[k].str();
+    if (cached != nullptr) {
+      for (const PlanTrial& t : trials) {
+        std::erase_if(*cached, [&](const PlanTrial& c) { return c.config == t.config; });
+        cached->push_back(t);
+      }
+      *cache_changed = true;
+    }
+  }
   size_t fastest = 0;
   for (size_t k = 0; k < trials.size(); ++k) {
-    trials[k].config = candidates[k].str();
     trials[k].predicted_us = candidates[k].step_time_us;
     const double t = trials[k].measured_us, best = trials[fastest].measured_us;
     if (t > 0 && (best <= 0 || t < best)) fastest = k;
@@ -96,6 +124,7 @@ Plan fastest_in_trials(std::vector<Plan> candidates, nn::Sequential& model,
   Plan chosen = std::move(candidates[fastest]);
   chosen.trial_step_us = trials[fastest].measured_us;
   chosen.trials = std::move(trials);
+  chosen.trials_from_cache = from_cache;
   return chosen;
 }
 
@@ -185,10 +214,14 @@ Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Dev
     return it->second;
   };
   std::vector<Plan> candidates = search_plans(in, options.trials);
+  bool new_trials = false;
   Plan result = candidates.size() > 1
-                    ? fastest_in_trials(std::move(candidates), model, sample, devices, options)
+                    ? fastest_in_trials(std::move(candidates), model, sample, devices, options,
+                                        options.cache.empty() ? nullptr : &cache.trials,
+                                        &new_trials)
                     : std::move(candidates.front());
-  if (!options.cache.empty() && (!have_profile || measured.size() != cached_stages)) {
+  if (!options.cache.empty() &&
+      (!have_profile || measured.size() != cached_stages || new_trials)) {
     cache.stages.clear();
     for (const auto& [key, m] : measured) cache.stages.push_back(m);
     write_plan_cache(options.cache, cache);
@@ -308,7 +341,8 @@ std::string Plan::explain() const {
     out += "  " + a.config + ": " + a.why + "\n";
   }
   if (!trials.empty()) {
-    out += "trials (the fastest measured is the plan; predicted -> measured step):\n";
+    out += std::string("trials (the fastest measured is the plan; predicted -> measured step") +
+           (trials_from_cache ? "; measured before, read from the cache" : "") + "):\n";
     for (const PlanTrial& t : trials) {
       const bool mine = t.config == str();
       out += std::string(mine ? "* " : "  ") + t.config + ": " +

@@ -79,8 +79,9 @@ struct PlanOptions {
   bool deferred_batch_norm = false;
   /// Intra-op threads per worker (0: max(1, hardware_threads() / devices), the Pipe's).
   int threads_per_worker = 0;
-  /// A file holding the profile and the measured stages: read when it was made for the same
-  /// model, sample shapes and threads, written otherwise. Empty: no file.
+  /// A file holding the profile, the measured stages and the trials' steps: read when it was
+  /// made for the same model, sample shapes and threads, written otherwise; trials whose
+  /// plans all ran before are not run again (Plan::trials_from_cache). Empty: no file.
   std::string cache = {};
   /// How many of the best candidates are measured exactly before choosing.
   int verify = 6;
@@ -152,6 +153,7 @@ struct Plan {
   /// one among them; empty when none ran.
   std::vector<PlanTrial> trials;
   double trial_step_us = 0;               // this plan's measured step in the trials (0: none)
+  bool trials_from_cache = false;         // the trials' steps read from PlanOptions::cache
   std::vector<std::vector<std::string>> tied_parameters;  // PlanOptions'
   double planning_seconds = 0;            // wall time of plan(), profile included
 

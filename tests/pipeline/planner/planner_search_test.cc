@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "pipeline/balance.h"
 #include "pipeline/planner/cache.h"
 #include "pipeline/planner/cuts.h"
@@ -312,6 +314,20 @@ TEST_CASE("the cache's JSON round-trips the profile and the stages") {
   CHECK(back.stages[0].backward.delta == -77);
   CHECK(back.profile.input_copy_us.fixed == cache.profile.input_copy_us.fixed);
   CHECK(back.profile.input_copy_us.per_row == cache.profile.input_copy_us.per_row);
+  CHECK(back.trials.empty());
+  cache.trials = {{.config = "1f1b, chunks 2", .measured_us = 1234.5, .steps = 6}};
+  const PlanCache with_trials = plan_cache_from_json(to_json(cache));
+  REQUIRE(with_trials.trials.size() == 1);
+  CHECK(with_trials.trials[0].config == "1f1b, chunks 2");
+  CHECK(with_trials.trials[0].measured_us == 1234.5);
+  CHECK(with_trials.trials[0].steps == 6);
+  // A file written before the trials has none.
+  nlohmann::json old = nlohmann::json::parse(to_json(cache));
+  old.erase("trials");
+  CHECK(plan_cache_from_json(old.dump()).trials.empty());
+  old["trials"] = nlohmann::json::array({{{"config", "x"}}});
+  CHECK_THROWS_WITH(plan_cache_from_json(old.dump()),
+                    "planner cache: trials[0] has no \"measured_us\"");
   CHECK_THROWS_WITH(plan_cache_from_json("{\"version\": 2}"),
                     "planner cache: the file has no \"profile\"");
   CHECK_THROWS_WITH(plan_cache_from_json("{\"version\": 1}"),

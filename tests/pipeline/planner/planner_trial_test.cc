@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -160,4 +162,34 @@ TEST_CASE("trials: options out of range are refused, naming the value") {
                     Catch::Contains("trial_seconds must be finite and >= 0 (got -1"));
   CHECK_THROWS_WITH(run_trials(model, b.x, b.y, cross_entropy, {}, {.rounds = 0}),
                     Catch::Contains("rounds must be >= 1 (got 0)"));
+}
+
+TEST_CASE("trials: a plan's cache keeps them, and the next plan reads them instead of running") {
+  const std::vector<Device> devices{Device::cpu(69), Device::cpu(70)};
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/trial_cache_test.json";
+  std::remove(path.c_str());
+  const Batch b = batch(Device::cpu(99));
+  nn::Sequential model = mlp(1, devices.front());
+  PlanOptions options = trial_options();
+  options.cache = path;
+  options.runtime_overhead = RuntimeOverhead{};  // the same profile gives the same candidates
+  const Plan first = plan(model, {b.x, b.y, cross_entropy}, devices, options);
+  REQUIRE(first.trials.size() == 3);
+  CHECK_FALSE(first.trials_from_cache);
+  const Plan second = plan(model, {b.x, b.y, cross_entropy}, devices, options);
+  CHECK(second.profile_from_cache);
+  CHECK(second.trials_from_cache);
+  CHECK(second.str() == first.str());
+  REQUIRE(second.trials.size() == first.trials.size());
+  for (size_t k = 0; k < first.trials.size(); ++k) {
+    CHECK(second.trials[k].config == first.trials[k].config);
+    CHECK(second.trials[k].measured_us == first.trials[k].measured_us);
+    CHECK(second.trials[k].steps == first.trials[k].steps);
+  }
+  CHECK(second.explain().find("read from the cache") != std::string::npos);
+  // A plan whose candidates did not all run before runs them all again.
+  options.trials = 4;
+  CHECK_FALSE(plan(model, {b.x, b.y, cross_entropy}, devices, options).trials_from_cache);
+  std::remove(path.c_str());
 }
