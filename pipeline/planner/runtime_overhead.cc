@@ -7,9 +7,8 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <vector>
-
 #include <thread>
+#include <vector>
 
 #include "nn/linear.h"
 #include "nn/loss.h"
