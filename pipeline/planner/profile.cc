@@ -15,6 +15,7 @@
 #include "autograd/engine.h"
 #include "nn/skip.h"
 #include "pipeline/deferred_batch_norm.h"
+#include "pipeline/planner/median.h"
 #include "pipeline/profile_state.h"
 #include "tensor/allocator.h"
 #include "tensor/stream.h"
@@ -63,13 +64,6 @@ int64_t bytes_of(const nn::Tensors& tensors) {
   int64_t total = 0;
   for (const Tensor& t : tensors) total += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
   return total;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 // One layer (or the loss) measured at one micro-batch size.

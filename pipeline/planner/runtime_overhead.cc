@@ -14,6 +14,7 @@
 #include "nn/loss.h"
 #include "pipeline/channel.h"
 #include "pipeline/pipe.h"
+#include "pipeline/planner/median.h"
 #include "pipeline/planner/profile.h"
 #include "pipeline/schedule/generators.h"
 #include "pipeline/schedule/replay.h"
@@ -27,11 +28,6 @@ namespace {
 constexpr int64_t kWidth = 8;  // one row per micro-batch: the pipe's chunks is m2
 constexpr int kFew = 2, kMany = 16;  // m1, m2
 constexpr int kWarmup = 3, kTimed = 9;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // The probe pipeline's loss.
 Tensor mse(const Tensor& out, const Tensor& target) { return nn::mse_loss(out, target); }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "pipeline/pipe.h"
+#include "pipeline/planner/median.h"
 #include "pipeline/planner/profile.h"
 #include "pipeline/profile_state.h"
 
@@ -15,13 +16,6 @@ namespace pipewright::pipeline {
 namespace {
 
 constexpr int kMostStepsPerRound = 20;
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 // A Sequential holding the model's own layers (the same modules, not copies).
 nn::Sequential same_layers(const nn::Sequential& model) {
