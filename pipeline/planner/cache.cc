@@ -194,7 +194,8 @@ PlanCache plan_cache_from_json(const std::string& text) {
       const std::string where = "trials[" + std::to_string(i) + "]";
       cache.trials.push_back({.config = field<std::string>(trials[i], "config", where),
                               .measured_us = field<double>(trials[i], "measured_us", where),
-                              .steps = field<int>(trials[i], "steps", where)});
+                              .steps = field<int>(trials[i], "steps", where),
+                              .error = {}});
     }
   }
   return cache;

@@ -301,7 +301,7 @@ TEST_CASE("plan from a profile: a cap makes it recompute, trade time, or refuse"
 }
 
 TEST_CASE("the cache's JSON round-trips the profile and the stages") {
-  PlanCache cache{synthetic(3, 16), {cell_of(77)}};
+  PlanCache cache{synthetic(3, 16), {cell_of(77)}, {}};
   cache.stages[0].first = 1;
   cache.stages[0].last = 3;
   const PlanCache back = plan_cache_from_json(to_json(cache));
@@ -315,7 +315,7 @@ TEST_CASE("the cache's JSON round-trips the profile and the stages") {
   CHECK(back.profile.input_copy_us.fixed == cache.profile.input_copy_us.fixed);
   CHECK(back.profile.input_copy_us.per_row == cache.profile.input_copy_us.per_row);
   CHECK(back.trials.empty());
-  cache.trials = {{.config = "1f1b, chunks 2", .measured_us = 1234.5, .steps = 6}};
+  cache.trials = {{.config = "1f1b, chunks 2", .measured_us = 1234.5, .steps = 6, .error = {}}};
   const PlanCache with_trials = plan_cache_from_json(to_json(cache));
   REQUIRE(with_trials.trials.size() == 1);
   CHECK(with_trials.trials[0].config == "1f1b, chunks 2");
