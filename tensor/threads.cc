@@ -4,6 +4,7 @@
 #include "tensor/threads.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <string>
@@ -48,6 +49,15 @@ std::vector<int> find_process_cpus() {
 const std::vector<int>& process_cpus() {
   static const std::vector<int> cpus = find_process_cpus();
   return cpus;
+}
+
+int64_t thread_run_queue_ns() {
+  std::FILE* file = std::fopen("/proc/thread-self/schedstat", "r");
+  if (file == nullptr) return -1;
+  unsigned long long on_cpu = 0, waiting = 0;
+  const bool read = std::fscanf(file, "%llu %llu", &on_cpu, &waiting) == 2;
+  std::fclose(file);
+  return read ? static_cast<int64_t>(waiting) : -1;
 }
 
 std::vector<int> current_thread_cpus() {

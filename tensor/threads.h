@@ -13,6 +13,7 @@
 // pipeline/worker.cc).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <vector>
@@ -32,6 +33,11 @@ std::vector<int> current_thread_cpus();
 /// Restricts the calling thread to `cpus` (sched_setaffinity). Returns false, leaving the
 /// mask as it was, when `cpus` is empty or the system refuses it (no CPU of it allowed).
 bool pin_current_thread(const std::vector<int>& cpus);
+
+/// How long the calling thread has been runnable but waiting for a CPU since it started, in
+/// nanoseconds (Linux's /proc/thread-self/schedstat, its second field); -1 where the kernel
+/// does not report it. Grows while another thread or process holds the thread's core.
+int64_t thread_run_queue_ns();
 
 /// Where a logical CPU sits: its package (socket) and its physical core within it.
 struct CpuPlace {

@@ -1,6 +1,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -69,6 +72,49 @@ TEST_CASE("process_cpus is the process's mask; a thread can be pinned and unpinn
     CHECK(current_thread_cpus() == cpus);
   });
   t.join();
+}
+
+TEST_CASE("thread_run_queue_ns counts the time a thread waits for its core") {
+  if (thread_run_queue_ns() < 0) {
+    WARN("SKIPPED (did not run, not a pass): the kernel reports no per-thread schedstat");
+    return;
+  }
+  // Two threads spinning on one CPU for 300 ms: each waits for the other about half of it
+  // (the busy-process case the pipeline's workers detect, Note [Waiting for a message due
+  // soon]). Alone afterwards, a thread waits for nothing.
+  const int cpu = process_cpus().front();
+  std::atomic<bool> stop{false};
+  auto spin_until = [](std::chrono::steady_clock::time_point end) {
+    while (std::chrono::steady_clock::now() < end) {
+    }
+  };
+  // Catch's assertions are not thread-safe: the threads record, the test thread checks.
+  std::atomic<bool> other_pinned{false}, measured_pinned{false};
+  std::thread other([&] {
+    other_pinned = pin_current_thread({cpu});
+    while (!stop.load()) {
+    }
+  });
+  int64_t shared = 0, alone = 0;
+  std::thread measured([&] {
+    measured_pinned = pin_current_thread({cpu});
+    const int64_t before = thread_run_queue_ns();
+    spin_until(std::chrono::steady_clock::now() + std::chrono::milliseconds(300));
+    shared = thread_run_queue_ns() - before;
+    stop = true;
+  });
+  measured.join();
+  other.join();
+  std::thread quiet([&] {
+    const int64_t before = thread_run_queue_ns();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // asleep: not runnable
+    alone = thread_run_queue_ns() - before;
+  });
+  quiet.join();
+  REQUIRE(other_pinned.load());
+  REQUIRE(measured_pinned.load());
+  CHECK(shared > 50'000'000);  // > 50 ms of the 300
+  CHECK(alone < 20'000'000);
 }
 
 TEST_CASE("cpus_by_topology puts a core's SMT siblings together, one package before the next") {
