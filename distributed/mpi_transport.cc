@@ -1,5 +1,6 @@
 #include "distributed/mpi_transport.h"
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -35,9 +36,12 @@ void MpiTransport::send(const pipeline::MessageKey& key, nn::Tensors tensors,
               pack_message(id(key), tensors, destination));
 }
 
-nn::Tensors MpiTransport::recv(const pipeline::MessageKey& key) {
-  return unpack_message(
-      link_->take(id(key), &cancelled_, key.str() + " of step " + std::to_string(step_)));
+nn::Tensors MpiTransport::recv(const pipeline::MessageKey& key, pipeline::RecvTiming& timing) {
+  const auto called = std::chrono::steady_clock::now();
+  auto message =
+      link_->take(id(key), &cancelled_, key.str() + " of step " + std::to_string(step_));
+  timing.arrived = std::chrono::steady_clock::now() - called;
+  return unpack_message(message);
 }
 
 void MpiTransport::cancel() {

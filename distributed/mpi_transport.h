@@ -38,7 +38,10 @@ class MpiTransport final : public pipeline::Transport {
             Device destination) override;
   /// Waits for the message and unpacks it onto the device the sender named. Throws as
   /// MpiLink::take, and std::runtime_error for a malformed message.
-  nn::Tensors recv(const pipeline::MessageKey& key) override;
+  using pipeline::Transport::recv;
+  /// Waits in MPI's own way (`timing`'s expectation is not used); `timing.arrived` is the
+  /// time recv waited.
+  nn::Tensors recv(const pipeline::MessageKey& key, pipeline::RecvTiming& timing) override;
   void cancel() override;
 
  private:

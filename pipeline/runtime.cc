@@ -1,6 +1,7 @@
 #include "pipeline/runtime.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -8,10 +9,19 @@
 #include "nn/random_key.h"
 #include "pipeline/stage_fn.h"
 #include "pipeline/step_readback.h"
+#include "tensor/parallel.h"
 #include "tensor/stream.h"
+#include "tensor/threads.h"
 
 namespace pipewright::pipeline {
 namespace {
+
+// Note [Waiting for a message due soon]: the share of its time a worker may wait for its
+// core without turning its spin off (quiet, 1-4 % here; beside one busy process, 15-23 %),
+// judged over this much of the worker's steps (a busy process's time slice is a few ms: a
+// single short step may fall between two).
+constexpr double kSharedCore = 0.1;
+constexpr std::chrono::milliseconds kContentionWindow{50};
 
 /// The caller's tensors (stage 0's micro-batches, the user's output gradients) on a stage's
 /// device, copied there on the worker's compute stream when they live elsewhere, and marked
@@ -138,6 +148,8 @@ void Runtime::hand_back(Step& step, const std::vector<Event>& done) {
 // starts their data-parallel reduction, which overlaps the worker's remaining actions (the
 // cool-down of its other stages) and the other processes' work.
 void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& actions) {
+  const auto started = std::chrono::steady_clock::now();
+  const int64_t queued_before = thread_run_queue_ns();
   std::vector<int> last(partitions_.size(), -1);  // per stage: index of its reducing action
   if (processes_ != nullptr) {
     std::vector<char> backward(partitions_.size(), 0);
@@ -179,6 +191,17 @@ void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& act
       processes_->stage_finished(action.stage, partitions_[static_cast<size_t>(action.stage)]);
     }
   }
+  // Note [Waiting for a message due soon]: spin only while no one else holds this worker's
+  // core for long, judged over windows of kContentionWindow of its steps.
+  if (queued_before < 0) return;  // the kernel does not tell
+  Waiting& waiting = waiting_[static_cast<size_t>(worker)];
+  waiting.queued += std::chrono::nanoseconds(thread_run_queue_ns() - queued_before);
+  waiting.wall += std::chrono::steady_clock::now() - started;
+  if (waiting.wall >= kContentionWindow) {
+    waiting.spin = static_cast<double>(waiting.queued.count()) <=
+                   kSharedCore * static_cast<double>(waiting.wall.count());
+    waiting.queued = waiting.wall = {};
+  }
 }
 
 // The function a cell runs (stage_fn.h): the stage, with its skip connections, plus the
@@ -198,13 +221,37 @@ StageFn Runtime::stage_fn(Step& step, int s, int j) {
   };
 }
 
-nn::Tensors Runtime::recv_portals(Step& step, const std::vector<int>& routes, int j,
+// Note [Waiting for a message due soon] (channel.h), the runtime's half: each worker
+// remembers how long after its recv() each message came in the last step, and waits for it
+// the next time as for a message due that long after the call. The first step sleeps in
+// every wait; a schedule that changes between steps finds some keys unknown or mistimed,
+// which costs a spin of at most 2 x kDueLead. A worker whose thread waited for its core more
+// than kSharedCore of its last kContentionWindow of steps (thread_run_queue_ns(): another
+// process holds the core) sleeps in every wait until a later window finds the core free:
+// spinning beside a busy process spends the worker's share of the core, and the main job ran
+// 8 % slower beside one with it (docs/BENCHMARKS.md, "Waiting for a message due soon").
+// PIPEWRIGHT_SPIN_US=0 (Note [Waiting without burning a core], parallel.h) turns the spin
+// off here too.
+nn::Tensors Runtime::receive(Step& step, int worker, const MessageKey& key) {
+  Waiting& waiting = waiting_[static_cast<size_t>(worker)];
+  RecvTiming timing;
+  if (waiting.spin && spin_microseconds() > 0) {
+    const auto last = waiting.last.find(key);
+    if (last != waiting.last.end()) timing.expected = last->second;
+    timing.lead = kDueLead;
+  }
+  nn::Tensors tensors = step.transport().recv(key, timing);
+  waiting.last[key] = std::max(timing.arrived, RecvTiming::Duration::zero());
+  return tensors;
+}
+
+nn::Tensors Runtime::recv_portals(Step& step, int worker, const std::vector<int>& routes, int j,
                                   Direction d) {
   nn::Tensors tensors;
   for (int r : routes) {
     const SkipRoute& route = skips_.route(r);
     const int receiver = d == Direction::kActivation ? route.pop_stage : route.stash_stage;
-    tensors.push_back(step.transport().recv(MessageKey::to(receiver, j, d, r)).at(0));
+    tensors.push_back(receive(step, worker, MessageKey::to(receiver, j, d, r)).at(0));
   }
   return tensors;
 }
@@ -260,7 +307,7 @@ void Runtime::run_action(Step& step, int worker, const Action& action) {
     }
     case ActionKind::kBackward:
     case ActionKind::kBackwardInput:
-      backward(step, action, event);
+      backward(step, worker, action, event);
       break;
     case ActionKind::kBackwardWeight:
       event.start_us = micros_since(step.epoch);
@@ -278,10 +325,10 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
   const int s = action.stage, j = action.microbatch;
   const Device device = stage_devices_[s];
   nn::Tensors in = s == 0 ? step.inputs.batches[j]
-                          : step.transport().recv(MessageKey::to(s, j, Direction::kActivation));
+                          : receive(step, worker, MessageKey::to(s, j, Direction::kActivation));
   const std::vector<int>& portals_in = skips_.portals_in(s);
   if (!portals_in.empty()) {
-    nn::Tensors popped = recv_portals(step, portals_in, j, Direction::kActivation);
+    nn::Tensors popped = recv_portals(step, worker, portals_in, j, Direction::kActivation);
     in.insert(in.end(), popped.begin(), popped.end());
   }
   event.start_us = micros_since(step.epoch);
@@ -308,11 +355,11 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
 // B / I: output gradient from the right stage, from the loss (train_step: n_j / N, Note
 // [Loss scaling]) or from the user (Pipe backward); input gradient to the left stage, or kept
 // for the user (stage 0).
-void Runtime::backward(Step& step, const Action& action, TraceEvent& event) {
+void Runtime::backward(Step& step, int worker, const Action& action, TraceEvent& event) {
   const int s = action.stage, j = action.microbatch;
   nn::Tensors grads;
   if (!step.is_last(s)) {
-    grads = step.transport().recv(MessageKey::to(s, j, Direction::kGradient));
+    grads = receive(step, worker, MessageKey::to(s, j, Direction::kGradient));
   } else if (step.loss) {
     grads = {step.loss->take_grad(j)};
   } else {
@@ -320,7 +367,7 @@ void Runtime::backward(Step& step, const Action& action, TraceEvent& event) {
   }
   const std::vector<int>& portals_out = skips_.portals_out(s);
   if (!portals_out.empty()) {
-    nn::Tensors skip_grads = recv_portals(step, portals_out, j, Direction::kGradient);
+    nn::Tensors skip_grads = recv_portals(step, worker, portals_out, j, Direction::kGradient);
     grads.insert(grads.end(), skip_grads.begin(), skip_grads.end());
   }
   event.start_us = micros_since(step.epoch);

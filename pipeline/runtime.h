@@ -73,7 +73,9 @@
 // (DeferredBatchNorm::discard), so they never reach the running statistics.
 #pragma once
 
+#include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -160,12 +162,16 @@ class Runtime {
   void publish(const Step& step);
   void run_action(Step& step, int worker, const Action& action);
   void forward(Step& step, int worker, const Action& action, TraceEvent& event);
-  void backward(Step& step, const Action& action, TraceEvent& event);
+  void backward(Step& step, int worker, const Action& action, TraceEvent& event);
+  /// Receives `key` on worker `worker`'s thread, waiting for it as for a message due when it
+  /// came in the last step (Note [Waiting for a message due soon], channel.h).
+  nn::Tensors receive(Step& step, int worker, const MessageKey& key);
   /// Sends `tensors` under `key` to its receiver's device, traced as a TraceTransfer of the
   /// sending stage's worker (the receiver's neighbour, or the other end of the key's portal).
   void send(Step& step, const MessageKey& key, nn::Tensors tensors);
   /// Receives the portal messages of `routes` for micro-batch j (one tensor each).
-  nn::Tensors recv_portals(Step& step, const std::vector<int>& routes, int j, Direction d);
+  nn::Tensors recv_portals(Step& step, int worker, const std::vector<int>& routes, int j,
+                           Direction d);
   /// Sends the last routes.size() entries of `tensors` through their portals and removes them.
   void send_portals(Step& step, const std::vector<int>& routes, int j, Direction d,
                     nn::Tensors& tensors);
@@ -176,6 +182,17 @@ class Runtime {
   std::vector<int> stage_worker_;
   SkipLayout skips_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  // How a worker waits for its messages (Note [Waiting for a message due soon], runtime.cc).
+  // One per worker, touched only on its thread.
+  struct Waiting {
+    // How long after the worker's recv() each message came, the last time it received one
+    // under that key.
+    std::map<MessageKey, RecvTiming::Duration> last;
+    bool spin = true;  // false while the worker's core is shared with other work
+    // The worker's time in steps, and waiting for its core, since `spin` was last decided.
+    std::chrono::nanoseconds wall{0}, queued{0};
+  };
+  std::vector<Waiting> waiting_;
   std::shared_ptr<Processes> processes_;
   std::mutex execute_mutex_;
   mutable std::mutex last_mutex_;

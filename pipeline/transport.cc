@@ -65,7 +65,7 @@ void InProcessTransport::send(const MessageKey& key, nn::Tensors tensors,
   // stream); each source has its own `ready` event, and a copy stream that waited for the
   // first source's only must still wait for the second's before copying from it.
   std::vector<std::pair<Stream, Device>> waited;
-  Message message{{}, destination, {}};
+  Message message{{}, destination, {}, {}};
   for (Tensor& x : tensors) {
     if (!x.defined()) continue;
     const Device source = x.device();
@@ -99,13 +99,16 @@ void InProcessTransport::send(const MessageKey& key, nn::Tensors tensors,
     if (r.device == destination) message.ready.push_back(std::move(r.event));
   }
   message.tensors = std::move(tensors);
+  message.sent = std::chrono::steady_clock::now();
   queue(key)->push(std::move(message));
 }
 
-nn::Tensors InProcessTransport::recv(const MessageKey& key) {
+nn::Tensors InProcessTransport::recv(const MessageKey& key, RecvTiming& timing) {
+  const auto called = std::chrono::steady_clock::now();
   std::shared_ptr<Queue> q = queue(key);
-  std::optional<Message> message = q->pop();
+  std::optional<Message> message = q->pop(timing.expected, timing.lead);
   if (!message) throw RunCancelled();
+  timing.arrived = message->sent - called;
   // Each message is received once: forget the queue so the map does not grow with the run.
   {
     std::lock_guard<std::mutex> lock(mutex_);

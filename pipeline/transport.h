@@ -60,6 +60,7 @@
 // no-op and a copy is a memmove when issued, so this costs nothing there and needs no branch.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -119,6 +120,18 @@ class RunCancelled : public std::runtime_error {
   RunCancelled() : std::runtime_error("pipeline run cancelled") {}
 };
 
+/// How a recv() should wait, and when its message came (Note [Waiting for a message due
+/// soon], channel.h). A transport that cannot wait so ignores `expected` and `lead`.
+struct RecvTiming {
+  using Duration = std::chrono::steady_clock::duration;
+  /// In: how long after the call the message is expected (negative: unknown), and the
+  /// margin on each side of that time the receiver spins in (zero: it never spins).
+  Duration expected = Duration(-1);
+  Duration lead = Duration::zero();
+  /// Out: how long after the call the message was sent (zero or less: it was already there).
+  Duration arrived = Duration::zero();
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -131,7 +144,12 @@ class Transport {
   /// device the sender named), with the calling thread's current stream of that device made
   /// to wait for them: work issued on it afterwards sees the data. Throws RunCancelled once
   /// cancel() was called (immediately if it already was).
-  virtual nn::Tensors recv(const MessageKey& key) = 0;
+  nn::Tensors recv(const MessageKey& key) {
+    RecvTiming timing;
+    return recv(key, timing);
+  }
+  /// recv(key), waiting as `timing` asks and reporting when the message came (RecvTiming).
+  virtual nn::Tensors recv(const MessageKey& key, RecvTiming& timing) = 0;
   /// Wakes every blocked recv() (they throw RunCancelled) and drops pending messages.
   /// Idempotent; safe from any thread.
   virtual void cancel() = 0;
@@ -144,7 +162,8 @@ class InProcessTransport final : public Transport {
   /// Copies on this transport's copy streams (made on first use, see Note [Streams in the
   /// pipeline]). Errors of the copy (device out of memory, CUDA errors) propagate.
   void send(const MessageKey& key, nn::Tensors tensors, Device destination) override;
-  nn::Tensors recv(const MessageKey& key) override;
+  using Transport::recv;
+  nn::Tensors recv(const MessageKey& key, RecvTiming& timing) override;
   void cancel() override;
 
  private:
@@ -153,6 +172,7 @@ class InProcessTransport final : public Transport {
     nn::Tensors tensors;
     Device destination;
     std::vector<Event> ready;
+    std::chrono::steady_clock::time_point sent;  // when send() queued it
   };
   using Queue = Channel<Message>;
   std::shared_ptr<Queue> queue(const MessageKey& key);

@@ -1,5 +1,5 @@
 // InProcessTransport: one message per key, copies to the receiver's device, cancel wakes
-// blocked receivers.
+// blocked receivers, recv reports when its message was sent.
 #include "pipeline/transport.h"
 
 #include <catch2/catch.hpp>
@@ -71,6 +71,28 @@ TEST_CASE("recv blocks until the sender sends") {
   receiver.join();
   REQUIRE(returned.load());
   REQUIRE(got == 9.0);
+}
+
+TEST_CASE("recv reports how long after the call its message was sent, and waits as asked") {
+  using std::chrono::milliseconds;
+  InProcessTransport t;
+  const MessageKey key{0, 0, Direction::kActivation};
+  RecvTiming timing;
+  timing.expected = milliseconds(1);  // due in 1 ms, sent after 30: the wait still ends well
+  timing.lead = std::chrono::microseconds(150);
+  std::thread sender([&] {
+    std::this_thread::sleep_for(milliseconds(30));
+    t.send(key, {Tensor::scalar(4.0)}, Device::cpu(0));
+  });
+  CHECK(t.recv(key, timing)[0].item() == 4.0);
+  sender.join();
+  CHECK(timing.arrived >= milliseconds(30));
+
+  const MessageKey queued{0, 1, Direction::kActivation};
+  t.send(queued, {Tensor::scalar(2.0)}, Device::cpu(0));
+  RecvTiming there;
+  CHECK(t.recv(queued, there)[0].item() == 2.0);
+  CHECK(there.arrived <= RecvTiming::Duration::zero());  // it was already there
 }
 
 TEST_CASE("cancel wakes a blocked receiver with RunCancelled, and later receivers too") {
