@@ -20,6 +20,7 @@
 #include "pipeline/schedule/replay.h"
 #include "pipeline/worker.h"
 #include "tensor/generator.h"
+#include "tensor/parallel.h"
 #include "tensor/threads.h"
 
 namespace pipewright::pipeline {
@@ -99,11 +100,18 @@ WakeCosts measure_wake_costs() {
   Channel<Clock::time_point> to_receiver;
   Channel<int> back;  // the receiver is about to wait again
   std::vector<double> latency;
+  // The receiver waits as a pipeline worker does (Runtime::receive): for a message due when
+  // the last one came (Note [Waiting for a message due soon], channel.h).
   std::thread receiver([&] {
-    back.push(0);
-    while (std::optional<Clock::time_point> sent = to_receiver.pop()) {
-      latency.push_back(std::chrono::duration<double, std::micro>(Clock::now() - *sent).count());
+    const Clock::duration lead = spin_microseconds() > 0 ? kDueLead : Clock::duration::zero();
+    Clock::duration expected(-1);  // unknown before the first message
+    for (;;) {
+      const Clock::time_point called = Clock::now();
       back.push(0);
+      const std::optional<Clock::time_point> sent = to_receiver.pop(expected, lead);
+      if (!sent) return;
+      latency.push_back(std::chrono::duration<double, std::micro>(Clock::now() - *sent).count());
+      expected = std::max(*sent - called, Clock::duration::zero());
     }
   });
   for (double wait : kWaitsUs) {

@@ -30,8 +30,11 @@
 // virtual machine's host, which stops polling a halted vCPU after some 100 us) takes far longer
 // to run the woken thread again. Measured on this project's 2-vCPU VM with the channel's own
 // condition variable: 5-7 us after 5-50 us asleep, 74-86 us after 200 us or more
-// (docs/BENCHMARKS.md, "Waking an idle worker"). So plan() also times a hand-off between two
-// threads after the receiver has waited 20, 50, 100, 200, 400 and 1000 us:
+// (docs/BENCHMARKS.md, "Waking an idle worker"). Since 2026-11-28 a worker waits for a
+// message as for one due when it came in the last step (Note [Waiting for a message due
+// soon], channel.h), which hides most of that where the steps repeat. So plan() times a
+// hand-off between two threads, the receiver waiting the same way, after it has waited 20,
+// 50, 100, 200, 400 and 1000 us:
 //
 //   wake_latency = latency(1000 us) - latency(20 us)     (the short wake is in per_action)
 //   wake_after   = halfway between the longest wait woken fast and the next, woken slowly
@@ -39,7 +42,8 @@
 //
 // and the replay starts an action wake_latency later when its worker waited longer than
 // wake_after for it (Costs::wake_latency, schedule/replay.h). Where the long and the short
-// wake differ by less than kNoDeepSleep (2 us) there is no such cost and both are 0.
+// wake differ by less than kNoDeepSleep (2 us) there is no such cost and both are 0: what the
+// waiting hides, or a machine whose idle cores wake fast.
 #pragma once
 
 #include <vector>
