@@ -10,7 +10,9 @@
 #include <string>
 #include <thread>
 
+#include <fcntl.h>
 #include <sched.h>
+#include <unistd.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -52,12 +54,23 @@ const std::vector<int>& process_cpus() {
 }
 
 int64_t thread_run_queue_ns() {
-  std::FILE* file = std::fopen("/proc/thread-self/schedstat", "r");
-  if (file == nullptr) return -1;
+  // The file stays open for the thread's life: a read is then one pread (2 us here, against
+  // 10-12 us to open, read and close it each time).
+  struct Schedstat {
+    int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    ~Schedstat() {
+      if (fd >= 0) close(fd);
+    }
+  };
+  thread_local const Schedstat file;
+  if (file.fd < 0) return -1;
+  char text[128];
+  const ssize_t size = pread(file.fd, text, sizeof text - 1, 0);
+  if (size <= 0) return -1;
+  text[size] = '\0';
   unsigned long long on_cpu = 0, waiting = 0;
-  const bool read = std::fscanf(file, "%llu %llu", &on_cpu, &waiting) == 2;
-  std::fclose(file);
-  return read ? static_cast<int64_t>(waiting) : -1;
+  return std::sscanf(text, "%llu %llu", &on_cpu, &waiting) == 2 ? static_cast<int64_t>(waiting)
+                                                                  : -1;
 }
 
 std::vector<int> current_thread_cpus() {
