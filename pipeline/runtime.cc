@@ -16,13 +16,6 @@
 namespace pipewright::pipeline {
 namespace {
 
-// Note [Waiting for a message due soon]: the share of its time a worker may wait for its
-// core without turning its spin off (quiet, 1-4 % here; beside one busy process, 15-23 %),
-// judged over this much of the worker's steps (a busy process's time slice is a few ms: a
-// single short step may fall between two).
-constexpr double kSharedCore = 0.1;
-constexpr std::chrono::milliseconds kContentionWindow{50};
-
 /// The caller's tensors (stage 0's micro-batches, the user's output gradients) on a stage's
 /// device, copied there on the worker's compute stream when they live elsewhere, and marked
 /// as used by that stream (Note [Streams in the pipeline]: their memory belongs to the
@@ -148,8 +141,6 @@ void Runtime::hand_back(Step& step, const std::vector<Event>& done) {
 // starts their data-parallel reduction, which overlaps the worker's remaining actions (the
 // cool-down of its other stages) and the other processes' work.
 void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& actions) {
-  const auto started = std::chrono::steady_clock::now();
-  const int64_t queued_before = thread_run_queue_ns();
   std::vector<int> last(partitions_.size(), -1);  // per stage: index of its reducing action
   if (processes_ != nullptr) {
     std::vector<char> backward(partitions_.size(), 0);
@@ -192,16 +183,8 @@ void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& act
     }
   }
   // Note [Waiting for a message due soon]: spin only while no one else holds this worker's
-  // core for long, judged over windows of kContentionWindow of its steps.
-  if (queued_before < 0) return;  // the kernel does not tell
-  Waiting& waiting = waiting_[static_cast<size_t>(worker)];
-  waiting.queued += std::chrono::nanoseconds(thread_run_queue_ns() - queued_before);
-  waiting.wall += std::chrono::steady_clock::now() - started;
-  if (waiting.wall >= kContentionWindow) {
-    waiting.spin = static_cast<double>(waiting.queued.count()) <=
-                   kSharedCore * static_cast<double>(waiting.wall.count());
-    waiting.queued = waiting.wall = {};
-  }
+  // core for long (Note [A core shared with other work], tensor/threads.h).
+  waiting_[static_cast<size_t>(worker)].core.update();
 }
 
 // The function a cell runs (stage_fn.h): the stage, with its skip connections, plus the
@@ -225,17 +208,18 @@ StageFn Runtime::stage_fn(Step& step, int s, int j) {
 // remembers how long after its recv() each message came in the last step, and waits for it
 // the next time as for a message due that long after the call. The first step sleeps in
 // every wait; a schedule that changes between steps finds some keys unknown or mistimed,
-// which costs a spin of at most 2 x kDueLead. A worker whose thread waited for its core more
-// than kSharedCore of its last kContentionWindow of steps (thread_run_queue_ns(): another
-// process holds the core) sleeps in every wait until a later window finds the core free:
-// spinning beside a busy process spends the worker's share of the core, and the main job ran
-// 8 % slower beside one with it (docs/BENCHMARKS.md, "Waiting for a message due soon").
+// which costs a spin of at most 2 x kDueLead. A worker whose core is shared with other work
+// (Note [A core shared with other work], tensor/threads.h: its thread waited for a CPU over
+// 10 % of the time it was runnable in its last 50 ms window) sleeps in every wait until a
+// later window finds the core free: spinning beside a busy process spends the worker's share
+// of the core, and the main job ran 8 % slower beside one with it (docs/BENCHMARKS.md,
+// "Waiting for a message due soon").
 // PIPEWRIGHT_SPIN_US=0 (Note [Waiting without burning a core], parallel.h) turns the spin
 // off here too.
 nn::Tensors Runtime::receive(Step& step, int worker, const MessageKey& key) {
   Waiting& waiting = waiting_[static_cast<size_t>(worker)];
   RecvTiming timing;
-  if (waiting.spin && spin_microseconds() > 0) {
+  if (!waiting.core.shared() && spin_microseconds() > 0) {
     const auto last = waiting.last.find(key);
     if (last != waiting.last.end()) timing.expected = last->second;
     timing.lead = kDueLead;

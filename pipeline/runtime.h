@@ -86,6 +86,7 @@
 #include "pipeline/skip_layout.h"
 #include "pipeline/step.h"
 #include "pipeline/worker.h"
+#include "tensor/threads.h"
 
 namespace pipewright::pipeline {
 
@@ -188,9 +189,7 @@ class Runtime {
     // How long after the worker's recv() each message came, the last time it received one
     // under that key.
     std::map<MessageKey, RecvTiming::Duration> last;
-    bool spin = true;  // false while the worker's core is shared with other work
-    // The worker's time in steps, and waiting for its core, since `spin` was last decided.
-    std::chrono::nanoseconds wall{0}, queued{0};
+    SharedCoreWatch core;  // shared(): do not spin (tensor/threads.h), updated after each step
   };
   std::vector<Waiting> waiting_;
   std::shared_ptr<Processes> processes_;

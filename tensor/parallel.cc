@@ -30,7 +30,9 @@
 namespace pipewright {
 namespace {
 
-constexpr int64_t kDefaultSpinMicroseconds = 50;
+constexpr int64_t kDefaultSpinMicroseconds = 200;
+// The most a waiting thread spins while its core is shared with other work.
+constexpr int64_t kSharedSpinMicroseconds = 50;
 
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -113,7 +115,7 @@ class HelperPool {
     work_.notify_all();
     take_parts(*job);
     const auto finished = [&] { return job->done.load(std::memory_order_acquire) == parts; };
-    if (!spin_until(finished, spin_)) {
+    if (!spin_until(finished, spin_for(caller_core_))) {
       std::unique_lock<std::mutex> lock(mutex_);
       finished_.wait(lock, finished);
     }
@@ -132,10 +134,11 @@ class HelperPool {
 
   void helper_loop(int index, uint64_t seen) {
     tls_in_parts = true;  // a helper runs nothing but parts
+    SharedCoreWatch core;
     for (;;) {
       const auto published = [&] { return generation_.load(std::memory_order_acquire) != seen; };
       std::shared_ptr<Job> job;
-      if (!spin_until(published, spin_)) {
+      if (!spin_until(published, spin_for(core))) {
         std::unique_lock<std::mutex> lock(mutex_);
         work_.wait(lock, published);
       }
@@ -149,7 +152,15 @@ class HelperPool {
     }
   }
 
-  const std::chrono::nanoseconds spin_{std::chrono::microseconds(spin_microseconds())};
+  // How long a waiting thread spins: spin_microseconds() on a core of its own, at most
+  // kSharedSpinMicroseconds on one shared with other work.
+  static std::chrono::nanoseconds spin_for(SharedCoreWatch& core) {
+    const int64_t spin = spin_microseconds();
+    return std::chrono::microseconds(core.update() ? std::min(spin, kSharedSpinMicroseconds)
+                                                   : spin);
+  }
+
+  SharedCoreWatch caller_core_;  // the calling thread's (the pool is its thread_local)
   std::mutex mutex_;
   std::condition_variable work_;      // helpers: a new job (or stopping)
   std::condition_variable finished_;  // the caller: the job's last part is done

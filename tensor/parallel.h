@@ -11,11 +11,20 @@
 //     busy process it loses everything: a thread spins on a core for a partner the scheduler
 //     put behind the other process, and the step ran many times slower (docs/BENCHMARKS.md,
 //     "Contention").
-//   - here a waiter spins briefly (kSpin: long enough for back-to-back kernels, a few tens of
-//     microseconds), then sleeps on a condition variable until the work arrives; and parts
-//     are taken from a shared counter, not assigned, so a thread that the scheduler keeps
-//     off the CPU does not hold the others up: whoever is running takes the next part.
-// PIPEWRIGHT_SPIN_US in the environment sets the spin (microseconds; 0: sleep at once).
+//   - here a waiter spins for a while, then sleeps on a condition variable until the work
+//     arrives; and parts are taken from a shared counter, not assigned, so a thread that the
+//     scheduler keeps off the CPU does not hold the others up: whoever is running takes the
+//     next part. The spin is 200 µs on a core of its own: long enough to span the serial
+//     stretches between one kernel and the next in a training step, since waking a sleeping
+//     helper costs the caller a system call and, where idle cores halt (a VM's vCPUs), the
+//     helper tens of microseconds (the main job's --workers 1 ran 1.04x faster than with
+//     50 µs, ahead in 22 of 25 rounds). On a core shared with other work (Note [A core
+//     shared with other work], tensor/threads.h: the waiting thread itself waited for a CPU
+//     over 10 % of its runnable time in its last window) it is at most 50 µs, as spinning
+//     then takes the core from the very work it waits for (a fixed 200 µs ran 0.87x as fast
+//     beside a busy process).
+// PIPEWRIGHT_SPIN_US in the environment sets the spin on a core of its own (microseconds;
+// 0: sleep at once, everywhere: the pipeline workers' waits too).
 // Results do not depend on which thread runs a part: every kernel computes each output from
 // its own part alone, in a fixed order.
 #pragma once

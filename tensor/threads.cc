@@ -53,7 +53,7 @@ const std::vector<int>& process_cpus() {
   return cpus;
 }
 
-int64_t thread_run_queue_ns() {
+ThreadSchedTimes thread_sched_times() {
   // The file stays open for the thread's life: a read is then one pread (2 us here, against
   // 10-12 us to open, read and close it each time).
   struct Schedstat {
@@ -63,14 +63,34 @@ int64_t thread_run_queue_ns() {
     }
   };
   thread_local const Schedstat file;
-  if (file.fd < 0) return -1;
+  if (file.fd < 0) return {};
   char text[128];
   const ssize_t size = pread(file.fd, text, sizeof text - 1, 0);
-  if (size <= 0) return -1;
+  if (size <= 0) return {};
   text[size] = '\0';
   unsigned long long on_cpu = 0, waiting = 0;
-  return std::sscanf(text, "%llu %llu", &on_cpu, &waiting) == 2 ? static_cast<int64_t>(waiting)
-                                                                  : -1;
+  if (std::sscanf(text, "%llu %llu", &on_cpu, &waiting) != 2) return {};
+  return {static_cast<int64_t>(on_cpu), static_cast<int64_t>(waiting)};
+}
+
+int64_t thread_run_queue_ns() { return thread_sched_times().run_queue_ns; }
+
+bool SharedCoreWatch::update() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - window_start_ < kWindow) return shared_;
+  const ThreadSchedTimes times = thread_sched_times();
+  if (times.run_queue_ns < 0 || at_start_.run_queue_ns < 0) {  // the first window, or no data
+    window_start_ = now;
+    at_start_ = times;
+    return shared_;
+  }
+  const int64_t waited = times.run_queue_ns - at_start_.run_queue_ns;
+  const int64_t runnable = times.on_cpu_ns - at_start_.on_cpu_ns + waited;
+  if (std::chrono::nanoseconds(runnable) < kWindow / 10) return shared_;  // keep it open
+  shared_ = static_cast<double>(waited) > kShare * static_cast<double>(runnable);
+  window_start_ = now;
+  at_start_ = times;
+  return shared_;
 }
 
 std::vector<int> current_thread_cpus() {

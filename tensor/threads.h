@@ -13,6 +13,7 @@
 // pipeline/worker.cc).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -38,6 +39,44 @@ bool pin_current_thread(const std::vector<int>& cpus);
 /// nanoseconds (Linux's /proc/thread-self/schedstat, its second field); -1 where the kernel
 /// does not report it. Grows while another thread or process holds the thread's core.
 int64_t thread_run_queue_ns();
+
+/// The calling thread's time on a CPU and its time runnable but waiting for one, since it
+/// started, in nanoseconds (/proc/thread-self/schedstat's first two fields); both -1 where
+/// the kernel does not report them.
+struct ThreadSchedTimes {
+  int64_t on_cpu_ns = -1;
+  int64_t run_queue_ns = -1;
+};
+ThreadSchedTimes thread_sched_times();
+
+/// Note [A core shared with other work]
+/// Whether the calling thread shares its core with other runnable work (another process, or
+/// more runnable threads than cores), judged over windows: shared() is true while, in the
+/// last window that closed, the thread waited for a CPU more than kShare of the time it was
+/// runnable (on a CPU or waiting for one; time asleep counts for nothing). A window closes
+/// at the first update() at least kWindow after it began in which the thread was runnable
+/// for at least kWindow / 10 (a thread that mostly sleeps keeps its window open longer, so
+/// one slow wake-up does not decide). The waits that spin (run_parts' helpers,
+/// tensor/parallel.h; the pipeline workers' receive, pipeline/runtime.cc) spin less or not
+/// at all while it is true: a spin then spends time the core's other work needs, and the
+/// thread it waits for may be the one kept off the core.
+class SharedCoreWatch {
+ public:
+  static constexpr double kShare = 0.1;
+  static constexpr std::chrono::milliseconds kWindow{50};
+
+  /// Call from the watched thread, as often as convenient: reads the clock, and when the
+  /// window can close, the thread's times (one pread of schedstat, ~2 µs). Returns shared().
+  bool update();
+  /// The decision of the last window that closed: false until one has, and always where the
+  /// kernel does not report the times.
+  bool shared() const { return shared_; }
+
+ private:
+  std::chrono::steady_clock::time_point window_start_{};
+  ThreadSchedTimes at_start_;
+  bool shared_ = false;
+};
 
 /// Where a logical CPU sits: its package (socket) and its physical core within it.
 struct CpuPlace {

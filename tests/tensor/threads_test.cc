@@ -117,6 +117,62 @@ TEST_CASE("thread_run_queue_ns counts the time a thread waits for its core") {
   CHECK(alone < 20'000'000);
 }
 
+TEST_CASE("thread_sched_times: time on a CPU grows while a thread runs, not while it sleeps") {
+  const ThreadSchedTimes start = thread_sched_times();
+  if (start.on_cpu_ns < 0) {
+    WARN("SKIPPED (did not run, not a pass): the kernel reports no per-thread schedstat");
+    return;
+  }
+  CHECK(start.run_queue_ns >= 0);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(30);
+  while (std::chrono::steady_clock::now() < end) {
+  }
+  const ThreadSchedTimes ran = thread_sched_times();
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const ThreadSchedTimes slept = thread_sched_times();
+  // 30 ms of spinning is on a CPU or waiting for one (most of it: a VM's host may take some);
+  // 30 ms asleep is neither.
+  CHECK(ran.on_cpu_ns - start.on_cpu_ns + ran.run_queue_ns - start.run_queue_ns >= 20'000'000);
+  CHECK(slept.on_cpu_ns - ran.on_cpu_ns < 5'000'000);
+}
+
+TEST_CASE("SharedCoreWatch: shared while another thread holds the core, undecided before") {
+  if (thread_run_queue_ns() < 0) {
+    WARN("SKIPPED (did not run, not a pass): the kernel reports no per-thread schedstat");
+    return;
+  }
+  // As above: the watched thread spins on one CPU beside another spinning thread, so it waits
+  // for the core about half the time it is runnable (Note [A core shared with other work]).
+  const int cpu = process_cpus().front();
+  std::atomic<bool> stop{false}, other_pinned{false}, watched_pinned{false};
+  std::atomic<bool> before_window{true}, after_windows{false}, asleep_kept{false};
+  std::thread other([&] {
+    other_pinned = pin_current_thread({cpu});
+    while (!stop.load()) {
+    }
+  });
+  std::thread watched([&] {
+    watched_pinned = pin_current_thread({cpu});
+    SharedCoreWatch watch;
+    watch.update();
+    before_window = !watch.shared() && !watch.update();  // no window has closed yet
+    const auto end = std::chrono::steady_clock::now() + 4 * SharedCoreWatch::kWindow;
+    while (std::chrono::steady_clock::now() < end) watch.update();
+    after_windows = watch.shared();
+    stop = true;
+    // Asleep for a window: too little runnable time to decide, so the decision stays.
+    std::this_thread::sleep_for(SharedCoreWatch::kWindow + std::chrono::milliseconds(10));
+    asleep_kept = watch.update();
+  });
+  watched.join();
+  other.join();
+  REQUIRE(other_pinned.load());
+  REQUIRE(watched_pinned.load());
+  CHECK(before_window.load());
+  CHECK(after_windows.load());
+  CHECK(asleep_kept.load());
+}
+
 TEST_CASE("cpus_by_topology puts a core's SMT siblings together, one package before the next") {
   // 2 packages x 2 cores x 2 threads, numbered as Linux often does on x86: cpu c is thread
   // c / 4 of physical core c % 4; cores 0-1 on package 0, 2-3 on package 1 (core_id counts
