@@ -15,6 +15,10 @@ cd "$(dirname "$0")/.."
 
 rounds=${1:-3}
 shift || true
+if [[ ! $rounds =~ ^[1-9][0-9]*$ ]]; then
+  echo "contention.sh: rounds must be a positive integer, got '$rounds'" >&2
+  exit 2
+fi
 binaries=("$@")
 ((${#binaries[@]})) || binaries=(bazel-bin/examples/fashion_mnist)
 flags=(--epochs 2 --train-limit 20000 --test-limit 1000 --no-progress)
@@ -45,8 +49,12 @@ configs=()
 for b in "${binaries[@]}"; do
   configs+=("$b|2 stages" "$b|1 stage")
 done
-command -v /usr/bin/python3 >/dev/null && /usr/bin/python3 -c 'import torch' 2>/dev/null &&
+if command -v /usr/bin/python3 >/dev/null && /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   configs+=("torch|eager")
+else
+  echo "PyTorch is not importable by /usr/bin/python3 (apt install python3-torch):" \
+    "measuring without the eager peer" >&2
+fi
 
 for ((r = 1; r <= rounds; ++r)); do
   for load in 0 1 2; do
