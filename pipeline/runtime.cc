@@ -218,14 +218,16 @@ StageFn Runtime::stage_fn(Step& step, int s, int j) {
 // off here too.
 nn::Tensors Runtime::receive(Step& step, int worker, const MessageKey& key) {
   Waiting& waiting = waiting_[static_cast<size_t>(worker)];
+  // Unknown (negative) until a message under `key` has come.
+  RecvTiming::Duration& last =
+      waiting.last.try_emplace(key, RecvTiming::Duration(-1)).first->second;
   RecvTiming timing;
   if (!waiting.core.shared() && spin_microseconds() > 0) {
-    const auto last = waiting.last.find(key);
-    if (last != waiting.last.end()) timing.expected = last->second;
+    timing.expected = last;
     timing.lead = kDueLead;
   }
   nn::Tensors tensors = step.transport().recv(key, timing);
-  waiting.last[key] = std::max(timing.arrived, RecvTiming::Duration::zero());
+  last = std::max(timing.arrived, RecvTiming::Duration::zero());
   return tensors;
 }
 

@@ -187,7 +187,7 @@ class Runtime {
   // One per worker, touched only on its thread.
   struct Waiting {
     // How long after the worker's recv() each message came, the last time it received one
-    // under that key.
+    // under that key (negative: none has come yet).
     std::map<MessageKey, RecvTiming::Duration> last;
     SharedCoreWatch core;  // shared(): do not spin (tensor/threads.h), updated after each step
   };

@@ -73,8 +73,6 @@ ThreadSchedTimes thread_sched_times() {
   return {static_cast<int64_t>(on_cpu), static_cast<int64_t>(waiting)};
 }
 
-int64_t thread_run_queue_ns() { return thread_sched_times().run_queue_ns; }
-
 bool SharedCoreWatch::update() {
   const auto now = std::chrono::steady_clock::now();
   if (now - window_start_ < kWindow) return shared_;

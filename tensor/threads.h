@@ -35,14 +35,10 @@ std::vector<int> current_thread_cpus();
 /// mask as it was, when `cpus` is empty or the system refuses it (no CPU of it allowed).
 bool pin_current_thread(const std::vector<int>& cpus);
 
-/// How long the calling thread has been runnable but waiting for a CPU since it started, in
-/// nanoseconds (Linux's /proc/thread-self/schedstat, its second field); -1 where the kernel
-/// does not report it. Grows while another thread or process holds the thread's core.
-int64_t thread_run_queue_ns();
-
 /// The calling thread's time on a CPU and its time runnable but waiting for one, since it
-/// started, in nanoseconds (/proc/thread-self/schedstat's first two fields); both -1 where
-/// the kernel does not report them.
+/// started, in nanoseconds (Linux's /proc/thread-self/schedstat, its first two fields); both
+/// -1 where the kernel does not report them. The wait grows while another thread or process
+/// holds the thread's core.
 struct ThreadSchedTimes {
   int64_t on_cpu_ns = -1;
   int64_t run_queue_ns = -1;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -74,45 +75,57 @@ TEST_CASE("process_cpus is the process's mask; a thread can be pinned and unpinn
   t.join();
 }
 
-TEST_CASE("thread_run_queue_ns counts the time a thread waits for its core") {
-  if (thread_run_queue_ns() < 0) {
-    WARN("SKIPPED (did not run, not a pass): the kernel reports no per-thread schedstat");
-    return;
-  }
-  // Two threads spinning on one CPU for 300 ms: each waits for the other about half of it
-  // (the busy-process case the pipeline's workers detect, Note [Waiting for a message due
-  // soon]). Alone afterwards, a thread waits for nothing.
+namespace {
+
+/// Runs `measured` on a thread pinned to one CPU beside another thread spinning there until
+/// `measured` returns or sets its argument, so the measured thread waits for the core about
+/// half the time it is runnable (the busy-process case, Note [A core shared with other work]).
+/// Returns whether both threads were pinned. Catch's assertions are not thread-safe:
+/// `measured` records, the test thread checks.
+bool beside_a_spinning_thread(const std::function<void(std::atomic<bool>& stop)>& measured) {
   const int cpu = process_cpus().front();
-  std::atomic<bool> stop{false};
-  auto spin_until = [](std::chrono::steady_clock::time_point end) {
-    while (std::chrono::steady_clock::now() < end) {
-    }
-  };
-  // Catch's assertions are not thread-safe: the threads record, the test thread checks.
-  std::atomic<bool> other_pinned{false}, measured_pinned{false};
+  std::atomic<bool> stop{false}, other_pinned{false}, measured_pinned{false};
   std::thread other([&] {
     other_pinned = pin_current_thread({cpu});
     while (!stop.load()) {
     }
   });
-  int64_t shared = 0, alone = 0;
-  std::thread measured([&] {
+  std::thread thread([&] {
     measured_pinned = pin_current_thread({cpu});
-    const int64_t before = thread_run_queue_ns();
-    spin_until(std::chrono::steady_clock::now() + std::chrono::milliseconds(300));
-    shared = thread_run_queue_ns() - before;
+    measured(stop);
     stop = true;
   });
-  measured.join();
+  thread.join();
   other.join();
+  return other_pinned.load() && measured_pinned.load();
+}
+
+int64_t run_queue_ns() { return thread_sched_times().run_queue_ns; }
+
+}  // namespace
+
+TEST_CASE("thread_sched_times counts the time a thread waits for its core") {
+  if (run_queue_ns() < 0) {
+    WARN("SKIPPED (did not run, not a pass): the kernel reports no per-thread schedstat");
+    return;
+  }
+  // Spinning 300 ms beside another spinning thread, a thread waits for it about half of the
+  // time. Alone afterwards, a thread waits for nothing.
+  int64_t shared = 0, alone = 0;
+  const bool pinned = beside_a_spinning_thread([&](std::atomic<bool>&) {
+    const int64_t before = run_queue_ns();
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    while (std::chrono::steady_clock::now() < end) {
+    }
+    shared = run_queue_ns() - before;
+  });
   std::thread quiet([&] {
-    const int64_t before = thread_run_queue_ns();
+    const int64_t before = run_queue_ns();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // asleep: not runnable
-    alone = thread_run_queue_ns() - before;
+    alone = run_queue_ns() - before;
   });
   quiet.join();
-  REQUIRE(other_pinned.load());
-  REQUIRE(measured_pinned.load());
+  REQUIRE(pinned);
   CHECK(shared > 50'000'000);  // > 50 ms of the 300
   CHECK(alone < 20'000'000);
 }
@@ -137,22 +150,12 @@ TEST_CASE("thread_sched_times: time on a CPU grows while a thread runs, not whil
 }
 
 TEST_CASE("SharedCoreWatch: shared while another thread holds the core, undecided before") {
-  if (thread_run_queue_ns() < 0) {
+  if (run_queue_ns() < 0) {
     WARN("SKIPPED (did not run, not a pass): the kernel reports no per-thread schedstat");
     return;
   }
-  // As above: the watched thread spins on one CPU beside another spinning thread, so it waits
-  // for the core about half the time it is runnable (Note [A core shared with other work]).
-  const int cpu = process_cpus().front();
-  std::atomic<bool> stop{false}, other_pinned{false}, watched_pinned{false};
-  std::atomic<bool> before_window{true}, after_windows{false}, asleep_kept{false};
-  std::thread other([&] {
-    other_pinned = pin_current_thread({cpu});
-    while (!stop.load()) {
-    }
-  });
-  std::thread watched([&] {
-    watched_pinned = pin_current_thread({cpu});
+  bool before_window = true, after_windows = false, asleep_kept = false;
+  const bool pinned = beside_a_spinning_thread([&](std::atomic<bool>& stop) {
     SharedCoreWatch watch;
     watch.update();
     before_window = !watch.shared() && !watch.update();  // no window has closed yet
@@ -164,13 +167,10 @@ TEST_CASE("SharedCoreWatch: shared while another thread holds the core, undecide
     std::this_thread::sleep_for(SharedCoreWatch::kWindow + std::chrono::milliseconds(10));
     asleep_kept = watch.update();
   });
-  watched.join();
-  other.join();
-  REQUIRE(other_pinned.load());
-  REQUIRE(watched_pinned.load());
-  CHECK(before_window.load());
-  CHECK(after_windows.load());
-  CHECK(asleep_kept.load());
+  REQUIRE(pinned);
+  CHECK(before_window);
+  CHECK(after_windows);
+  CHECK(asleep_kept);
 }
 
 TEST_CASE("cpus_by_topology puts a core's SMT siblings together, one package before the next") {
