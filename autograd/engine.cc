@@ -86,8 +86,9 @@ class GraphTask {
         throw std::logic_error(
             "backward: output " + std::to_string(i) +
             (out.defined() ? " (" + describe(out) + ")" : std::string(" (undefined)")) +
-            " does not require grad: it was not computed from a tensor with requires_grad, "
-            "or it was computed under NoGradGuard");
+            " does not require grad: nothing it was computed from requires grad, it was "
+            "computed under NoGradGuard, or an operation on the way dropped the history (" +
+            kTensorMethodsRecordNoHistory + ")");
       }
       Tensor g = initial_grad(out, grad_outputs.empty() ? Tensor() : grad_outputs[i], i);
       if (out.grad_fn() != nullptr) {
@@ -234,6 +235,11 @@ class GraphTask {
 }  // namespace
 
 bool retains_graph() { return t_retain_graph; }
+
+const char* const kTensorMethodsRecordNoHistory =
+    "Tensor's own methods (reshape, flatten_from, slice, chunk, contiguous, clone, to, detach) "
+    "record no autograd history: in a model or a loss use autograd::reshape, autograd::flatten, "
+    "autograd::slice, autograd::contiguous, autograd::to and the other functions of autograd/";
 
 std::vector<Tensor> backward(const std::vector<Tensor>& outputs,
                              const std::vector<Tensor>& grad_outputs,

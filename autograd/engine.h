@@ -69,4 +69,9 @@ std::vector<Tensor> backward(const std::vector<Tensor>& outputs,
 /// (pipeline::PipeBackward): they pass it on. torch's get_current_graph_task_keep_graph().
 bool retains_graph();
 
+/// The usual reason a tensor computed from one with autograd history has none, for error
+/// messages (the engine's, the pipeline's loss check): Tensor's own methods record no history,
+/// the functions of autograd/ do. One sentence, no trailing period.
+extern const char* const kTensorMethodsRecordNoHistory;
+
 }  // namespace pipewright::autograd

@@ -54,7 +54,12 @@ void check_cross_entropy_args(const Tensor& logits, const Tensor& target, double
         dtype_name(logits.dtype()) + ", " + logits.device().str() + ") and target shape " +
         target.shape().str() + " (" + dtype_name(target.dtype()) + ", " +
         target.device().str() + "); expected floating logits [N, C] and int64 target [N] on "
-        "the same device");
+        "the same device" +
+        (logits.dim() > 2 ? std::string("; flatten the leading dimensions with "
+                                        "autograd::reshape(logits, {-1, C}) and target.reshape("
+                                        "{-1}) (Tensor::reshape on the logits would drop their "
+                                        "autograd history)")
+                          : std::string()));
   }
   if (!(eps >= 0.0 && eps <= 1.0)) {
     throw std::invalid_argument("cross_entropy: label_smoothing must be in [0, 1], got " +

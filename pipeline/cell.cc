@@ -97,15 +97,15 @@ nn::Tensors Cell::backward_impl(const nn::Tensors& grad_outputs,
                                 " outputs but received " + std::to_string(grad_outputs.size()) +
                                 " gradients");
   }
-  // Only outputs on the graph take part; a missing gradient is zero (the tensor was not used).
+  // Only outputs on the graph that got a gradient take part (one that got none was not used
+  // after this stage: plain autograd never reaches it either).
   nn::Tensors outs, grads, ins;
   for (size_t k = 0; k < outputs_.size(); ++k) {
     const Tensor& out = outputs_[k];
-    if (!out.defined() || !out.requires_grad()) continue;
-    outs.push_back(out);
     const Tensor& g = grad_outputs[k];
-    grads.push_back(g.defined() ? g.to(out.device())
-                                : Tensor::zeros(out.shape(), {out.dtype(), out.device()}));
+    if (!out.defined() || !out.requires_grad() || !g.defined()) continue;
+    outs.push_back(out);
+    grads.push_back(g.to(out.device()));
   }
   std::vector<size_t> input_pos;
   for (size_t i = 0; i < inputs_.size(); ++i) {
@@ -130,6 +130,18 @@ nn::Tensors Cell::backward_impl(const nn::Tensors& grad_outputs,
   inputs_.clear();
   if (defer == nullptr) reset();
   return grad_inputs;
+}
+
+bool Cell::gets_no_gradient(const nn::Tensors& grad_outputs) const {
+  if (!has_graph_) return false;
+  bool on_graph = false;
+  for (size_t k = 0; k < outputs_.size(); ++k) {
+    const Tensor& out = outputs_[k];
+    if (!out.defined() || !out.requires_grad()) continue;
+    if (k < grad_outputs.size() && grad_outputs[k].defined()) return false;
+    on_graph = true;
+  }
+  return on_graph;
 }
 
 void Cell::reset() {

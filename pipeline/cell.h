@@ -78,12 +78,20 @@ class Cell {
   void recompute(const StageFn& fn, Generator& rng);
 
   /// B (defer == nullptr) or I (defer == this cell's weight queue, see backward_input()):
-  /// gradients of the inputs, one per input (undefined for inputs that need none). An
-  /// undefined entry of `grad_outputs` counts as zeros. Frees the graph (unless retained).
-  /// Throws std::logic_error when the cell has no graph (not forwarded, not recomputed, or
-  /// already backpropagated).
+  /// gradients of the inputs, one per input (undefined for inputs that need none, or that no
+  /// gradient reached). An undefined entry of `grad_outputs` means that output got none: it
+  /// takes no part, as in plain autograd (a parameter reached only through it keeps an
+  /// undefined .grad, never zeros). Frees the graph (unless retained). Throws
+  /// std::logic_error when the cell has no graph (not forwarded, not recomputed, or already
+  /// backpropagated).
   nn::Tensors backward(const nn::Tensors& grad_outputs);
   nn::Tensors backward_input(const nn::Tensors& grad_outputs);
+  /// Whether `grad_outputs` (as for backward()) holds no gradient for any output that has
+  /// autograd history, while some output has: a backward from them would compute nothing,
+  /// which the runtime refuses (Note [A loss without history], stage_fn.cc). False when the
+  /// cell holds no graph.
+  bool gets_no_gradient(const nn::Tensors& grad_outputs) const;
+
   /// W: runs the weight-gradient halves deferred by backward_input().
   void backward_weight();
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "autograd/engine.h"
 #include "nn/random_key.h"
 #include "pipeline/stage_fn.h"
 #include "pipeline/step_readback.h"
@@ -29,6 +30,21 @@ nn::Tensors to_stage(const nn::Tensors& tensors, Device device) {
     record_stream(out.back(), compute);
   }
   return out;
+}
+
+// A stage whose outputs have autograd history but got no gradient back (Cell::gets_no_gradient):
+// whatever came after it dropped the history, and it and every stage before it would train
+// nothing from this micro-batch (Note [A loss without history], stage_fn.cc).
+[[noreturn]] void throw_no_gradient(int s, int j, bool last) {
+  throw std::invalid_argument(
+      "backward: stage " + std::to_string(s) + ", micro-batch " + std::to_string(j) +
+      ": none of the stage's outputs that have autograd history got a gradient from " +
+      (last ? std::string("the caller") : "the stages after it") +
+      " (they used them only through operations that record no history), so this stage and "
+      "those before it would train nothing. " +
+      autograd::kTensorMethodsRecordNoHistory +
+      ". To train only the later stages, set requires_grad(false) on the earlier stages' "
+      "parameters");
 }
 
 }  // namespace
@@ -358,6 +374,7 @@ void Runtime::backward(Step& step, int worker, const Action& action, TraceEvent&
   }
   event.start_us = micros_since(step.epoch);
   Cell& cell = step.cell(action);
+  if (cell.gets_no_gradient(grads)) throw_no_gradient(s, j, step.is_last(s));
   nn::Tensors grad_inputs = action.kind == ActionKind::kBackward ? cell.backward(grads)
                                                                 : cell.backward_input(grads);
   send_portals(step, skips_.portals_in(s), j, Direction::kGradient, grad_inputs);

@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
 #include "autograd/shape_ops.h"
 #include "nn/skip.h"
 #include "pipeline/stage_skips.h"
@@ -28,6 +30,33 @@ nn::Tensors on_stage_device(nn::Tensors tensors, Device device) {
     if (t.defined() && t.device() != device) t = autograd::to(t, device);
   }
   return tensors;
+}
+
+// Note [A loss without history]
+// A cell that records (train_step's F, or R of a checkpointed cell) must end in a loss with
+// autograd history, or its backward would have nothing to run: the last stage's parameters
+// would get no gradient and the stages before it none from this micro-batch, while the step
+// returned a plausible loss. The plain model's loss.backward() refuses such a loss; so does
+// the pipeline, here, where the stage's outputs and the loss are both in view and the message
+// can say which of the two lost the history. A checkpointed cell's F runs under NoGradGuard,
+// where no loss has history, so it is checked at its R. (Cell::backward refuses the other
+// half of the same mistake: a stage whose outputs get no gradient from the next one.)
+[[noreturn]] void throw_loss_without_history(const nn::Tensors& outputs, int s, int j) {
+  bool outputs_have_history = false;
+  for (const Tensor& t : outputs) outputs_have_history |= t.defined() && t.requires_grad();
+  const std::string where = "train_step: the loss of micro-batch " + std::to_string(j) +
+                            " (last stage, " + std::to_string(s) + ") has no autograd history, ";
+  if (outputs_have_history) {
+    throw std::invalid_argument(
+        where + "though the stage's outputs have one: loss_fn dropped it, so no backward could "
+                "reach the model and the step would train nothing. " +
+        autograd::kTensorMethodsRecordNoHistory + " (e.g. autograd::reshape(logits, {-1, V}))");
+  }
+  throw std::invalid_argument(
+      where + "and neither have the stage's outputs: no parameter of the stage reached them with "
+              "history and its inputs carried none, so the step would train nothing. Check that "
+              "the model's parameters require grad; " +
+      autograd::kTensorMethodsRecordNoHistory);
 }
 
 }  // namespace
@@ -72,6 +101,9 @@ std::function<nn::Tensors(const nn::Tensors&)> stage_function(nn::Sequential& mo
         throw std::invalid_argument(
             "train_step: loss_fn must return a one-element tensor, got " +
             (value.defined() ? value.shape().str() : "undefined"));
+      }
+      if (autograd::grad_mode_enabled() && !value.requires_grad()) {
+        throw_loss_without_history(out, s, j);
       }
       out = {value};
     }

@@ -5,6 +5,9 @@
 //   failure_main kill    rank 1 SIGKILLs itself (mpirun ends the job)
 //   failure_main stall   rank 1 stops answering (sleeps); the others' waits time out
 //                        (run with PIPEWRIGHT_MPI_TIMEOUT=3)
+//   failure_main no-history  the loss uses Tensor::reshape (no autograd history): the last
+//                        stage (rank 1) refuses it in the first step's micro-batch 0
+//                        (Note [A loss without history], pipeline/stage_fn.cc)
 //   [--replicas D]       D data-parallel replicas of the 2-stage pipeline
 //
 // Every rank that catches an error prints "rank R caught: <what>" and, after 3 s (so that
@@ -78,8 +81,9 @@ int main(int argc, char** argv) {
                                            .schedule = "1f1b",
                                            .threads_per_worker = 1,
                                            .processes = processes});
-    const pipeline::LossFn loss_fn = [](const Tensor& out, const Tensor& y) {
-      return nn::cross_entropy(out, y);
+    const bool no_history = mode == "no-history";
+    const pipeline::LossFn loss_fn = [no_history](const Tensor& out, const Tensor& y) {
+      return nn::cross_entropy(no_history ? out.reshape({-1, 3}) : out, y);
     };
     for (int step = 0; step < 4; ++step) {
       Tensor x = Tensor::empty({8L * replicas, 4});

@@ -35,5 +35,10 @@ PIPEWRIGHT_MPI_TIMEOUT=3 expect "a rank stalls" "$run_mpi" 2 60 "$program" stall
 if ! grep -q "rank 0 caught: rank 0 (replica 0, worker 0): stage 0, micro-batch .* waited 3" "$out"; then
   echo "FAILED: rank 0 should report its timeout"; cat "$out"; failed=1
 fi
+# A loss without autograd history (Tensor::reshape inside loss_fn) is refused on the last
+# stage's rank and reported by every rank, never trained on as zeros.
+expect "a loss without history (2 workers x 2 replicas)" "$run_mpi" 4 60 "$program" no-history --replicas 2
+n=$(grep -cE "caught: rank [13] \(replica [01], worker 1\): stage 1, micro-batch 0 \(F\): train_step: the loss of micro-batch 0 \(last stage, 1\) has no autograd history, though the stage's outputs have one: loss_fn dropped it" "$out")
+if ((n != 4)); then echo "FAILED: 4 ranks should report the loss without history, $n did"; cat "$out"; failed=1; fi
 rm -f "$out"
 exit $failed

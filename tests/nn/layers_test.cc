@@ -141,6 +141,15 @@ TEST_CASE("cross_entropy matches a naive log-softmax, with label smoothing and r
   CHECK(std::isfinite(nn::cross_entropy(huge, Tensor::from_vector<int64_t>({1, 0})).item()));
 
   CHECK_THROWS_AS(nn::cross_entropy(x, Tensor::from_vector<int64_t>({0, 1, 2})), std::invalid_argument);
+  // [B, T, C] logits, as a GPT ported from PyTorch hands them over: the fix is named, with the
+  // differentiable reshape (Note [A loss without history], pipeline/stage_fn.cc).
+  const Tensor sequence_target = Tensor::zeros({2, 4}, {.dtype = pw::DType::kInt64});
+  CHECK_THROWS_WITH(nn::cross_entropy(Tensor::zeros({2, 4, 3}), sequence_target),
+                    Catch::Matchers::StartsWith("cross_entropy: logits have shape [2, 4, 3]") &&
+                        Catch::Matchers::EndsWith("; flatten the leading dimensions with "
+                                                  "autograd::reshape(logits, {-1, C}) and "
+                                                  "target.reshape({-1}) (Tensor::reshape on the "
+                                                  "logits would drop their autograd history)"));
   CHECK_THROWS_AS(nn::cross_entropy(x, Tensor::from_vector<int64_t>({0, 3})), std::out_of_range);
   CHECK_THROWS_AS(nn::CrossEntropyLoss(nn::Reduction::kMean, 1.5), std::invalid_argument);
   CHECK(nn::CrossEntropyLoss(nn::Reduction::kMean, 0.1).str() ==
