@@ -1,6 +1,7 @@
 #include "nn/optimizer.h"
 
 #include <algorithm>
+#include <iostream>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -60,7 +61,8 @@ std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params,
   return groups;
 }
 
-Optimizer::Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {
+Optimizer::Optimizer(std::vector<Tensor> params)
+    : params_(std::move(params)), steps_without_grad_(params_.size(), 0) {
   if (params_.empty()) throw std::invalid_argument("optimizer got an empty parameter list");
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
@@ -91,7 +93,12 @@ void Optimizer::zero_grad() {
 void Optimizer::step() {
   const std::vector<Tensor> grads = checked_grads();  // all checked before any change
   for (size_t i = 0; i < grads.size(); ++i) {
-    if (grads[i].defined()) update(i, grads[i]);  // PyTorch skips parameters without a grad
+    if (grads[i].defined()) {
+      update(i, grads[i]);
+      steps_without_grad_[i] = 0;
+    } else {
+      count_step_without_grad(i);  // PyTorch skips parameters without a grad
+    }
   }
 }
 
@@ -106,8 +113,32 @@ void Optimizer::step(const std::vector<size_t>& indices) {
     grads.push_back(checked_grad(i));  // all checked before any change
   }
   for (size_t k = 0; k < indices.size(); ++k) {
-    if (grads[k].defined()) update(indices[k], grads[k]);
+    if (grads[k].defined()) {
+      update(indices[k], grads[k]);
+      steps_without_grad_[indices[k]] = 0;
+    } else {
+      count_step_without_grad(indices[k]);
+    }
   }
+}
+
+void Optimizer::count_step_without_grad(size_t i) {
+  const Tensor& p = params_[i];
+  if (!p.requires_grad()) {
+    steps_without_grad_[i] = 0;  // frozen on purpose
+    return;
+  }
+  if (++steps_without_grad_[i] != kStepsWithoutGradWarning) return;
+  if (reported_without_grad_.exchange(true)) return;
+  std::ostringstream msg;
+  msg << "pipewright: warning: " << name() << ": parameter " << i << " (shape " << p.shape()
+      << ", " << p.device() << ") requires grad but got no gradient in the last "
+      << kStepsWithoutGradWarning
+      << " steps, so it is not being trained. Either the model does not use it, or an operation "
+         "between it and the loss recorded no history (Tensor's own methods such as reshape, to "
+         "and detach record none; the functions of autograd/ do). To freeze it on purpose, "
+         "set requires_grad(false). (Said once.)\n";
+  std::cerr << msg.str() << std::flush;
 }
 
 std::vector<Tensor> Optimizer::checked_grads() const {

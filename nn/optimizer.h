@@ -28,6 +28,7 @@
 //                           groups in order, as in PyTorch.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -71,6 +72,8 @@ class Optimizer {
   /// One update of every parameter whose .grad is defined (the others are skipped and keep
   /// their state, as in PyTorch). Throws std::invalid_argument when a grad's shape, dtype or
   /// device differs from its parameter's (naming the parameter index and both values).
+  /// A parameter that requires grad yet has been stepped over kStepsWithoutGradWarning times
+  /// in a row without one is reported once on stderr (Note [A parameter never trained]).
   void step();
   /// The same update for the parameters at `indices` (positions in params(), each at most
   /// once) and no others: one part of a step, e.g. a pipeline stage's (Pipe::step runs each
@@ -87,6 +90,22 @@ class Optimizer {
   void zero_grad();
 
   const std::vector<Tensor>& params() const { return params_; }
+
+  // Note [A parameter never trained]
+  // PyTorch's optimizers skip a parameter whose .grad is None, silently: a layer that an
+  // operation without history cut off from the loss (Tensor::reshape where autograd::reshape
+  // was meant), or one the model never uses, then stays as initialised while the loss still
+  // falls through the other layers. The step cannot tell that from a parameter unused on
+  // purpose in a few steps, but a parameter that requires grad and got no gradient in
+  // kStepsWithoutGradWarning steps in a row (more than an epoch of the examples' smallest
+  // runs) is most likely a mistake: the first one to get there is named on stderr, once per
+  // optimizer, with how to freeze a parameter on purpose (requires_grad false: not counted).
+
+  /// Steps in a row without a gradient after which a parameter is reported (see the Note).
+  static constexpr int64_t kStepsWithoutGradWarning = 100;
+  /// Per parameter (params() order): the steps in a row, up to now, in which step() went
+  /// over it (step(indices): only the listed ones) while it required grad and had none.
+  const std::vector<int64_t>& steps_without_grad() const { return steps_without_grad_; }
 
   /// The learning rate (what a schedule changes between steps). set_lr throws
   /// std::invalid_argument for lr < 0 or NaN.
@@ -154,7 +173,13 @@ class Optimizer {
   /// The value of a loaded step count: a one-element int64 tensor holding a value >= 1.
   static int64_t step_value(const std::string& key, const Tensor& t);
 
+  /// Counts a step over parameter i without a grad, and reports it once when it reaches
+  /// kStepsWithoutGradWarning (the Note). Safe from threads stepping disjoint parameters.
+  void count_step_without_grad(size_t i);
+
   std::vector<Tensor> params_;
+  std::vector<int64_t> steps_without_grad_;
+  std::atomic<bool> reported_without_grad_{false};
 };
 
 }  // namespace pipewright::nn

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <unistd.h>
@@ -210,6 +212,65 @@ TEST_CASE("parameters without a grad are skipped and get no state") {
   REQUIRE(sd[0].second.dtype() == DType::kInt64);
   REQUIRE(sd[0].second.dim() == 0);
   REQUIRE(sd[0].second.item() == 1.0);
+}
+
+namespace {
+
+/// Everything written to std::cerr while it lives.
+class CerrCapture {
+ public:
+  CerrCapture() : old_(std::cerr.rdbuf(text_.rdbuf())) {}
+  ~CerrCapture() { std::cerr.rdbuf(old_); }
+  std::string str() const { return text_.str(); }
+
+ private:
+  std::ostringstream text_;
+  std::streambuf* old_;
+};
+
+}  // namespace
+
+TEST_CASE("a parameter that never gets a gradient is reported once, after 100 steps") {
+  // Note [A parameter never trained] (nn/optimizer.h).
+  Tensor trained = param({1.0}), forgotten = param({2.0, 3.0}), frozen = param({4.0});
+  frozen.set_requires_grad(false);
+  nn::SGD opt({trained, forgotten, frozen}, {.lr = 0.1});
+  CerrCapture cerr;
+  for (int64_t step = 1; step <= 3 * nn::Optimizer::kStepsWithoutGradWarning; ++step) {
+    set_grad(trained, {1.0});
+    if (step % 2 == 0) {
+      opt.step();
+    } else {
+      opt.step({0, 1, 2});  // a step in parts counts as well
+    }
+    if (step == nn::Optimizer::kStepsWithoutGradWarning - 1) REQUIRE(cerr.str().empty());
+    if (step == nn::Optimizer::kStepsWithoutGradWarning) {
+      REQUIRE(cerr.str() ==
+              "pipewright: warning: SGD: parameter 1 (shape [2], cpu:0) requires grad but got "
+              "no gradient in the last 100 steps, so it is not being trained. Either the model "
+              "does not use it, or an operation between it and the loss recorded no history "
+              "(Tensor's own methods such as reshape, to and detach record none; the functions "
+              "of autograd/ do). To freeze it on purpose, set requires_grad(false). (Said "
+              "once.)\n");
+    }
+  }
+  REQUIRE(opt.steps_without_grad() ==
+          std::vector<int64_t>{0, 3 * nn::Optimizer::kStepsWithoutGradWarning, 0});
+  REQUIRE(cerr.str().find("(Said once.)") == cerr.str().rfind("(Said once.)"));  // once
+  REQUIRE(values(forgotten) == Vec{2.0, 3.0});
+}
+
+TEST_CASE("a parameter that gets a gradient now and then is never reported") {
+  Tensor sometimes = param({1.0});
+  nn::SGD opt({sometimes}, {.lr = 0.1});
+  CerrCapture cerr;
+  for (int64_t step = 1; step <= 3 * nn::Optimizer::kStepsWithoutGradWarning; ++step) {
+    if (step % (nn::Optimizer::kStepsWithoutGradWarning - 1) == 0) set_grad(sometimes, {1.0});
+    opt.step();
+    opt.zero_grad();
+  }
+  REQUIRE(cerr.str().empty());
+  REQUIRE(opt.steps_without_grad()[0] < nn::Optimizer::kStepsWithoutGradWarning);
 }
 
 TEST_CASE("zero_grad sets grads to undefined") {
