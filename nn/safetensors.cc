@@ -188,8 +188,8 @@ const Tensor& SafetensorsFile::at(const std::string& name) const {
   throw std::out_of_range("safetensors file has no tensor named '" + name + "'");
 }
 
-void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+uint32_t save_safetensors(const std::string& path, const NamedTensors& tensors,
+                          const std::map<std::string, std::string>& metadata) {
   // Everything that can be checked is checked before the disk is touched.
   std::vector<TensorEntry> entries;
   uint64_t offset = 0;
@@ -227,6 +227,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
                                      system_error_text(err));
   }
   sync_parent_directory(path);
+  return crc;
 }
 
 namespace {
@@ -288,6 +289,7 @@ SafetensorsFile load_from(const std::string& path, ByteSource& source) {
                                      " (the file is corrupted: altered bytes or a partial write)");
   }
   out.verified = expected_crc.has_value();
+  out.checksum = expected_crc.value_or(0);
   return out;
 }
 

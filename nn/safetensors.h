@@ -20,6 +20,7 @@
 // (nn/serialize.h) requires it.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -59,6 +60,8 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;
   /// True when the file carried a checksum (Note [Checksum]) and the contents matched it.
   bool verified = false;
+  /// That checksum (what save_safetensors returned), when `verified`; 0 otherwise.
+  uint32_t checksum = 0;
 
   /// The tensor named `name`. Throws std::out_of_range naming it.
   const Tensor& at(const std::string& name) const;
@@ -76,7 +79,9 @@ struct SafetensorsFile {
 /// name, the reserved name "__metadata__", the reserved metadata key kChecksumKey or non-UTF-8
 /// text; SafetensorsError naming the path
 /// and the system's reason when a file cannot be created, written, synced or renamed.
-void save_safetensors(const std::string& path, const NamedTensors& tensors,
+/// Durable on return: the file and its folder's entry are fsync'ed. Returns the file's
+/// CRC-32 (the value kChecksumKey holds; SafetensorsFile::checksum when it is read back).
+uint32_t save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 /// Reads a safetensors file, validating everything first: the file's size, the header size

@@ -232,8 +232,11 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
                               config.min_lr_ratio * run.lr);
 
   int64_t first_step = 0;
+  std::string ignored;  // uncommitted checkpoints the resume left alone
   if (!run.resume.empty()) {
-    auto meta = load_run_checkpoint(run.resume, pipe, optimizer, processes.get());
+    LoadedRunCheckpoint loaded = load_run_checkpoint(run.resume, pipe, optimizer, processes.get());
+    ignored = loaded.ignored;
+    std::map<std::string, std::string>& meta = loaded.metadata;
     if (meta["config"] != fingerprint(config)) {
       throw std::runtime_error(run.resume + ": saved with different settings (" + meta["config"] +
                                ") than now (" + fingerprint(config) + ")");
@@ -251,6 +254,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
       << " train / " << format_count(static_cast<double>(corpus.size(data::TextSplit::kValidation)))
       << " validation characters from " << dir << " (vocabulary " << corpus.vocab_size()
       << ") | batch " << run.batch_size << " x " << config.context << " characters\n";
+  log << ignored;
   if (first_step > 0) log << "resumed from " << run.resume << " after step " << first_step << "\n";
   log << std::flush;
 
@@ -314,7 +318,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
     if (!run.save.empty()) {
       save_run_checkpoint(run.save, pipe, optimizer,
                           {{"step", std::to_string(step + 1)}, {"config", fingerprint(config)}},
-                          processes.get());
+                          step + 1, processes.get());
     }
     meter = std::make_unique<PipelineMeter>(stage_devs, processes.get());
     loss_sum = train_seconds = 0;

@@ -110,10 +110,14 @@ uint64_t meta_u64(const std::map<std::string, std::string>& meta, const std::str
   return value;
 }
 
-// Restores a checkpoint, written under any cut; returns the number of epochs it had completed.
+// Restores a checkpoint, written under any cut; returns the number of epochs it had completed
+// and sets `ignored` to what load_run_checkpoint left alone.
 int resume(const TrainConfig& config, pipeline::Pipe& pipe, nn::Optimizer& optimizer,
-           data::DataLoader& loader, const distributed::MpiProcesses* processes) {
-  auto meta = load_run_checkpoint(config.resume, pipe, optimizer, processes);
+           data::DataLoader& loader, const distributed::MpiProcesses* processes,
+           std::string& ignored) {
+  LoadedRunCheckpoint loaded = load_run_checkpoint(config.resume, pipe, optimizer, processes);
+  ignored = loaded.ignored;
+  std::map<std::string, std::string>& meta = loaded.metadata;
   if (meta["config"] != fingerprint(config)) {
     throw std::runtime_error(config.resume + ": saved with different settings (" +
                              meta["config"] + ") than now (" + fingerprint(config) + ")");
@@ -261,8 +265,9 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       make_schedule(config, *optimizer, int64_t{config.epochs} * loader.num_batches());
 
   int first_epoch = 0;
+  std::string ignored;  // uncommitted checkpoints the resume left alone
   if (!config.resume.empty()) {
-    first_epoch = resume(config, pipe, *optimizer, loader, processes.get());
+    first_epoch = resume(config, pipe, *optimizer, loader, processes.get(), ignored);
   }
 
   print_pipeline_header(log, config, pipe, balance, devices, num_params,
@@ -271,6 +276,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   log << "data: " << train_set.size() << " train / " << test_set.size() << " test images from "
       << dir << "\n";
   if (task.describe) task.describe(pipe, log);
+  log << ignored;
   if (first_epoch > 0)
     log << "resumed from " << config.resume << " after epoch " << first_epoch << "\n";
   log << std::flush;
@@ -358,7 +364,8 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
     result.epochs.push_back(stats);
     if (!config.save.empty()) {
       save_run_checkpoint(config.save, pipe, *optimizer,
-                          checkpoint_metadata(config, epoch + 1, loader, pipe), processes.get());
+                          checkpoint_metadata(config, epoch + 1, loader, pipe), epoch + 1,
+                          processes.get());
     }
   }
   for (auto& [name, tensor] : pipe.module().state_dict()) {

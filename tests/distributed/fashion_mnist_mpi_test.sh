@@ -28,9 +28,9 @@ done
 echo "$four" | grep -q '4 MPI ranks = 2 workers x 2 data-parallel replicas' || fail "no rank layout: $four"
 (($(echo "$four" | grep -c '^epoch') == 2)) || fail "4 ranks: expected 2 epoch lines (rank 0 only): $four"
 
-# --save / --resume across processes: one shard per rank; stopping after epoch 1 and resuming
-# gives shards byte-identical to an uninterrupted run's (weights, BatchNorm statistics per
-# replica, optimizer state, generators).
+# --save / --resume across processes: one shard per rank and a commit record naming them;
+# stopping after epoch 1 and resuming gives shards byte-identical to an uninterrupted run's
+# (weights, BatchNorm statistics per replica, optimizer state, generators), and the same commit.
 dir="${TEST_TMPDIR:-/tmp}"
 dp=("${flags[@]}" --data-parallel 2)
 "$run_mpi" 4 180 "$program" "${dp[@]}" --save "$dir/full.st" >/dev/null 2>&1 || fail "full run"
@@ -40,8 +40,9 @@ resumed=$("$run_mpi" 4 180 "$program" "${dp[@]}" --resume "$dir/part.st" --save 
   fail "resumed run: $resumed"
 echo "$resumed" | grep -q "resumed from $dir/part.st after epoch 1" || fail "no resume line: $resumed"
 for rank in 0 1 2 3; do
-  cmp -s "$dir/full.st.rank$rank" "$dir/resumed.st.rank$rank" || fail "shard of rank $rank differs"
+  cmp -s "$dir/full.st.2.rank$rank" "$dir/resumed.st.2.rank$rank" || fail "shard of rank $rank differs"
 done
+cmp -s "$dir/full.st" "$dir/resumed.st" || fail "the commit records differ"
 
 out=$("$run_mpi" 3 60 "$program" "${flags[@]}" 2>&1) && fail "3 ranks for 2 stages should fail"
 echo "$out" | grep -q 'mpirun started 3 processes, but --workers 2 x --data-parallel 1 needs 2' ||
