@@ -37,6 +37,7 @@
 #include "pipeline/pipe_test_access.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
+#include "tests/compare.h"
 #include "tests/cuda/gpu_test.h"
 #include "tests/pipeline/pipe_test_util.h"
 
@@ -51,9 +52,9 @@ using pipeline::Pipe;
 using pipeline::PipeTestAccess;
 using pipeline::StepResult;
 using pipeline::testing::arm_fault;
-using pipeline::testing::buffer_bytes;
+using pipeline::testing::buffers_of;
 using pipeline::testing::fault_message;
-using pipeline::testing::grad_bytes;
+using pipeline::testing::grads_of;
 using pipeline::testing::InjectedFault;
 using pipeline::testing::MoveTo;
 using pipeline::testing::randn;
@@ -106,7 +107,7 @@ bool is_backward(ActionKind k) {
 
 struct Reference {
   std::vector<double> losses;
-  std::vector<std::string> grads;
+  nn::NamedTensors grads;
   pipeline::Schedule schedule;
 };
 
@@ -114,20 +115,20 @@ Reference reference(int p, Checkpoint ckpt, int m, const Tensor& x, const Tensor
                     const std::string& schedule) {
   Pipe fresh = make_pipe(p, ckpt, m);
   const StepResult r = fresh.train_step(x, y, mse, {.schedule = schedule});
-  return {r.microbatch_losses, grad_bytes(fresh.module()), r.schedule};
+  return {r.microbatch_losses, grads_of(fresh.module()), r.schedule};
 }
 
 // After a failed step: the allocators are back, nothing was committed, and the next step
 // equals `ref` bit for bit.
 void check_recovered(Pipe& pipe, const std::vector<int64_t>& before,
-                     const std::vector<std::string>& stats, const Reference& ref,
+                     const nn::NamedTensors& stats, const Reference& ref,
                      const Tensor& x, const Tensor& y, const std::string& schedule) {
-  REQUIRE(buffer_bytes(pipe.module()) == stats);
+  REQUIRE(bitwise_equal(buffers_of(pipe.module()), stats));
   pipe.zero_grad();
   REQUIRE(gpu_allocated() == before);
   const StepResult r = pipe.train_step(x, y, mse, {.schedule = schedule});
   REQUIRE(r.microbatch_losses == ref.losses);
-  REQUIRE(grad_bytes(pipe.module()) == ref.grads);
+  REQUIRE(bitwise_equal(grads_of(pipe.module()), ref.grads));
   REQUIRE_FALSE(pipe.last_failure().has_value());
 }
 
@@ -147,7 +148,7 @@ TEST_CASE("an allocation failure in the GPU caching allocator during train_step"
         Watchdog watchdog("train_step with a GPU allocation failure", 300);
         pipe.zero_grad();
         const std::vector<int64_t> before = gpu_allocated();
-        const std::vector<std::string> stats = buffer_bytes(pipe.module());
+        const nn::NamedTensors stats = buffers_of(pipe.module());
         auto armed = std::make_shared<std::optional<Action>>();
         if (at_backward) {
           // Worker `gpu` computes on cuda:`gpu`; armed when it begins its first backward.
@@ -210,7 +211,7 @@ TEST_CASE("a fault before an action on GPUs with streams: schedules, modes, plac
             Watchdog watchdog("GPU train_step with a fault before an action", 300);
             pipe.zero_grad();
             const std::vector<int64_t> before = gpu_allocated();
-            const std::vector<std::string> stats = buffer_bytes(pipe.module());
+            const nn::NamedTensors stats = buffers_of(pipe.module());
             auto fired = arm_fault(pipe, w, i);
             REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, mse, {.schedule = schedule}),
                                    InjectedFault,
@@ -244,7 +245,7 @@ TEST_CASE("a layer that throws on its k-th call on a GPU, across schedules",
     auto countdown = std::make_shared<std::atomic<int>>(kDisarmed);
     Pipe fresh = make_pipe(2, Checkpoint::kAlways, m, countdown);
     const StepResult r0 = fresh.train_step(x, y, mse, {.schedule = schedule});
-    const Reference ref{r0.microbatch_losses, grad_bytes(fresh.module()), r0.schedule};
+    const Reference ref{r0.microbatch_losses, grads_of(fresh.module()), r0.schedule};
     const int calls = kDisarmed - countdown->load();
     REQUIRE(calls == 2 * m);  // m forwards, m recomputes
     Pipe pipe = make_pipe(2, Checkpoint::kAlways, m, countdown);
@@ -253,7 +254,7 @@ TEST_CASE("a layer that throws on its k-th call on a GPU, across schedules",
       Watchdog watchdog("GPU train_step with a throwing layer", 300);
       pipe.zero_grad();
       const std::vector<int64_t> before = gpu_allocated();
-      const std::vector<std::string> stats = buffer_bytes(pipe.module());
+      const nn::NamedTensors stats = buffers_of(pipe.module());
       countdown->store(k);
       REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, mse, {.schedule = schedule}), std::domain_error,
                              Catch::Message("layer exploded on the GPU"));
@@ -301,7 +302,7 @@ TEST_CASE("a bad target on a GPU: the kernel's own error at the step's end, nami
   labels[9] = 7;  // micro-batch 2 (rows 8-11), its row 1
   const Tensor bad = Tensor::from_vector(labels, Device::cpu(0));
   const pipeline::LossFn ce = [](const Tensor& o, const Tensor& t) { return nn::cross_entropy(o, t); };
-  const std::vector<std::string> stats = buffer_bytes(pipe.module());
+  const nn::NamedTensors stats = buffers_of(pipe.module());
   for (const std::string schedule : {"gpipe", "1f1b"}) {
     CAPTURE(schedule);
     REQUIRE_THROWS_MATCHES(pipe.train_step(x, bad, ce, {.schedule = schedule}), std::out_of_range,
@@ -311,13 +312,13 @@ TEST_CASE("a bad target on a GPU: the kernel's own error at the step's end, nami
     CHECK(f->action.kind == ActionKind::kForward);
     CHECK(f->action.stage == 1);
     CHECK(f->action.microbatch == 2);
-    CHECK(buffer_bytes(pipe.module()) == stats);  // deferred BatchNorm: nothing committed
+    CHECK(bitwise_equal(buffers_of(pipe.module()), stats));  // deferred BatchNorm: nothing committed
   }
   pipe.zero_grad();
   const StepResult r = pipe.train_step(x, good, ce, {.schedule = "1f1b"});
   const StepResult ref = fresh.train_step(x, good, ce, {.schedule = "1f1b"});
   CHECK(r.microbatch_losses == ref.microbatch_losses);
-  CHECK(grad_bytes(pipe.module()) == grad_bytes(fresh.module()));
+  CHECK(bitwise_equal(grads_of(pipe.module()), grads_of(fresh.module())));
 }
 
 TEST_CASE("a stage whose output lands on the other GPU: copied back to the stage's GPU",

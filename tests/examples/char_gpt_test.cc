@@ -10,11 +10,12 @@
 #include <catch2/catch.hpp>
 
 #include "examples/char_gpt/trainer.h"
-#include "tensor/ops.h"
+#include "tests/compare.h"
 
 using namespace pipewright;
 using examples::GptConfig;
 using examples::train_char_gpt;
+using pipewright::testing::bitwise_equal;
 
 namespace {
 
@@ -62,7 +63,7 @@ TEST_CASE("a tiny char GPT learns, its tied copies stay bitwise equal, it sample
   CHECK(r.reports[1].train_loss < r.reports[0].train_loss);
   CHECK(r.reports[1].val_loss < std::log(100.0));  // far below the uniform guess over ~114
   CHECK(r.reports[1].train_loss < r.step_losses.front() - 0.5);  // from ~ln(114) = 4.74
-  CHECK(ops::equal(state(r, "0.wte.weight"), state(r, "4.weight")));  // the LM head's copy
+  CHECK(bitwise_equal(state(r, "0.wte.weight"), state(r, "4.weight")));  // the LM head's copy
   CHECK(r.sample.size() == 20);
   CHECK(log.str().find("tokens/s") != std::string::npos);
   CHECK(log.str().find("bits/char") != std::string::npos);
@@ -80,7 +81,7 @@ TEST_CASE("char GPT with --plan auto trains the planner's cut, its tied copies s
   INFO(log.str());
   REQUIRE(r.reports.size() == 1);
   CHECK(r.reports[0].train_loss < r.step_losses.front());
-  CHECK(ops::equal(state(r, "0.wte.weight"), state(r, "4.weight")));
+  CHECK(bitwise_equal(state(r, "0.wte.weight"), state(r, "4.weight")));
   CHECK(log.str().find("| planned: ") != std::string::npos);
   CHECK(log.str().find("timeline, replayed") != std::string::npos);  // --explain
   CHECK(log.str().find("plan vs run: step predicted") != std::string::npos);

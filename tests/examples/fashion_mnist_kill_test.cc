@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "nn/safetensors.h"
+#include "tests/compare.h"
 
 extern char** environ;
 
@@ -182,15 +183,7 @@ TEST_CASE("SIGKILL during --save, 50+ times: the checkpoint is always whole, --r
   REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
   const nn::SafetensorsFile resumed = nn::load_safetensors(ckpt);
   REQUIRE(resumed.metadata == ref.metadata);
-  REQUIRE(resumed.tensors.size() == ref.tensors.size());
-  for (size_t i = 0; i < ref.tensors.size(); ++i) {
-    const auto& [name, t] = ref.tensors[i];
-    CAPTURE(name);
-    REQUIRE(resumed.tensors[i].first == name);
-    REQUIRE(std::string(static_cast<const char*>(resumed.tensors[i].second.raw_data()),
-                        resumed.tensors[i].second.nbytes()) ==
-            std::string(static_cast<const char*>(t.raw_data()), t.nbytes()));
-  }
+  REQUIRE(pipewright::testing::bitwise_equal(resumed.tensors, ref.tensors));
   std::printf(
       "uninterrupted run %d ms; %d kills (%d inside a checkpoint write), %d runs completed "
       "before their kill; every checkpoint whole; resume bitwise equal to the uninterrupted "

@@ -18,10 +18,12 @@
 #include "nn/activation.h"
 #include "nn/safetensors.h"
 #include "tensor/ops.h"
+#include "tests/compare.h"
 
 using pipewright::Tensor;
 using pipewright::examples::TrainConfig;
 using pipewright::examples::train;
+using pipewright::testing::bitwise_equal;
 
 namespace {
 
@@ -124,11 +126,7 @@ TEST_CASE("resuming from a checkpoint equals training straight through, bit for 
 
   REQUIRE(resumed.epochs.size() == 2);
   REQUIRE(full.final_state.size() == resumed.final_state.size());
-  for (size_t i = 0; i < full.final_state.size(); ++i) {
-    INFO(full.final_state[i].first);
-    CHECK(full.final_state[i].first == resumed.final_state[i].first);
-    CHECK(pipewright::ops::equal(full.final_state[i].second, resumed.final_state[i].second));
-  }
+  CHECK(bitwise_equal(full.final_state, resumed.final_state));
   CHECK(full.epochs[2].train_loss == resumed.epochs[1].train_loss);
 }
 

@@ -23,10 +23,12 @@
 #include "nn/sequential.h"
 #include "nn/serialize.h"
 #include "tensor/tensor.h"
+#include "tests/compare.h"
 
 extern char** environ;
 
 using namespace pipewright;
+using pipewright::testing::bitwise_equal;
 namespace fs = std::filesystem;
 
 namespace {
@@ -49,11 +51,6 @@ void set_epoch_state(nn::Sequential& m, nn::SGD& opt, int k) {
     t.set_grad(Tensor::full(p.shape(), static_cast<float>(k) * 0.25f));
   }
   opt.step();
-}
-
-std::string bytes_of(const Tensor& t) {
-  const Tensor c = t.contiguous();
-  return std::string(static_cast<const char*>(c.raw_data()), c.nbytes());
 }
 
 // Runs in the child: saves epochs first, first + 1, ... forever, announcing each on stdout.
@@ -151,12 +148,8 @@ TEST_CASE("SIGKILL at random moments, inside the write too: the checkpoint is al
     nn::Sequential expected = model();
     nn::SGD expected_opt(expected.parameters(), {.lr = 0.1, .momentum = 0.9});
     set_epoch_state(expected, expected_opt, epoch);
-    const auto a = loaded.state_dict(), b = expected.state_dict();
-    for (size_t i = 0; i < a.size(); ++i) REQUIRE(bytes_of(a[i].second) == bytes_of(b[i].second));
-    const auto oa = opt.state_dict(), ob = expected_opt.state_dict();
-    REQUIRE(oa.size() == ob.size());
-    for (size_t i = 0; i < oa.size(); ++i)
-      REQUIRE(bytes_of(oa[i].second) == bytes_of(ob[i].second));
+    REQUIRE(bitwise_equal(loaded.state_dict(), expected.state_dict()));
+    REQUIRE(bitwise_equal(opt.state_dict(), expected_opt.state_dict()));
     last_epoch = epoch;
   }
   std::printf(

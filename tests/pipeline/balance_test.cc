@@ -19,11 +19,13 @@
 #include "pipeline/balance.h"
 #include "pipeline/pipe.h"
 #include "tensor/generator.h"
+#include "tests/compare.h"
 #include "tests/pipeline/pipe_test_util.h"
 
 using namespace pipewright;
 using namespace pipewright::pipeline;
 using namespace pipewright::pipeline::testing;
+using pipewright::testing::equal_values;
 
 namespace {
 
@@ -94,14 +96,14 @@ void require_unchanged(const nn::Module& m, const ModuleSnapshot& s) {
     REQUIRE(now[i].first == s.values[i].first);
     REQUIRE(now[i].second.impl() == s.impls[i]);
     REQUIRE(now[i].second.raw_data() == s.data[i]);
-    REQUIRE(now[i].second.to_vector<double>() == s.values[i].second.to_vector<double>());
+    REQUIRE(equal_values(now[i].second, s.values[i].second));
   }
   const nn::NamedTensors params = m.named_parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     CAPTURE(params[i].first);
     REQUIRE(params[i].second.impl()->grad.get() == s.grads[i]);
     if (s.grads[i] != nullptr) {
-      REQUIRE(params[i].second.grad().to_vector<double>() == s.grad_values[i]);
+      REQUIRE(equal_values(params[i].second.grad().to_vector<double>(), s.grad_values[i]));
     }
   }
   std::vector<bool> modes;

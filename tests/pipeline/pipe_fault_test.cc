@@ -17,6 +17,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "autograd/elementwise.h"
 #include "nn/activation.h"
@@ -29,11 +30,13 @@
 #include "tensor/allocator.h"
 #include "tensor/cpu_allocator.h"
 #include "tensor/generator.h"
+#include "tests/compare.h"
 #include "tests/pipeline/pipe_test_util.h"
 
 using namespace pipewright;
 using namespace pipewright::pipeline;
 using namespace pipewright::pipeline::testing;
+using pipewright::testing::bitwise_equal;
 
 namespace {
 
@@ -62,8 +65,10 @@ Pipe make_pipe(int p, Checkpoint ckpt, int m = 8) {
 
 Tensor mse(const Tensor& out, const Tensor& t) { return nn::mse_loss(out, t.to(out.device())); }
 
-std::vector<std::string> buffers(const Pipe& pipe) { return buffer_bytes(pipe.module()); }
-std::vector<std::string> grads(const Pipe& pipe) { return grad_bytes(pipe.module()); }
+// Copies on cpu:0, which its allocator counts: a case takes the copies it keeps before it reads
+// allocated(), so that the count it checks after the step includes them too.
+nn::NamedTensors buffers(const Pipe& pipe) { return buffers_of(pipe.module()); }
+nn::NamedTensors grads(const Pipe& pipe) { return grads_of(pipe.module()); }
 
 std::vector<int64_t> allocated(int p) {
   std::vector<int64_t> out;
@@ -86,7 +91,7 @@ void require_failure(const Pipe& pipe, int w, int i, const std::vector<Action>& 
 
 struct Reference {
   StepResult result;
-  std::vector<std::string> grads, buffers;
+  nn::NamedTensors grads, buffers;
 };
 
 }  // namespace
@@ -139,8 +144,8 @@ TEST_CASE("a fault at any action of train_step: matrix of schedules, modes, p an
                                   " action " + std::to_string(i),
                               120);
             pipe.zero_grad();
+            const nn::NamedTensors stats = buffers(pipe);  // before allocated(): see buffers()
             const std::vector<int64_t> before = allocated(p);
-            const std::vector<std::string> stats = buffers(pipe);
             auto fired = arm_fault(pipe, w, i);
             try {
               pipe.train_step(xm, ym, mse, {.schedule = schedule});
@@ -152,15 +157,15 @@ TEST_CASE("a fault at any action of train_step: matrix of schedules, modes, p an
             PipeTestAccess::set_fault_hook(pipe, nullptr);
             ++faults;
             require_failure(pipe, w, i, s.actions[w], p);
-            REQUIRE(buffers(pipe) == stats);  // deferred BatchNorm: nothing committed
+            REQUIRE(bitwise_equal(buffers(pipe), stats));  // deferred BatchNorm: nothing committed
             pipe.zero_grad();
             REQUIRE(allocated(p) == before);
 
             // The next step is a fresh Pipe's step, bit for bit.
             const StepResult r = pipe.train_step(xm, ym, mse, {.schedule = schedule});
             REQUIRE(r.microbatch_losses == ref.result.microbatch_losses);
-            REQUIRE(grads(pipe) == ref.grads);
-            if (first) REQUIRE(buffers(pipe) == ref.buffers);  // its first committed step
+            REQUIRE(bitwise_equal(grads(pipe), ref.grads));
+            if (first) REQUIRE(bitwise_equal(buffers(pipe), ref.buffers));  // first committed step
             REQUIRE_FALSE(pipe.last_failure().has_value());
             first = false;
           }
@@ -186,7 +191,7 @@ TEST_CASE("a fault in forward() or in its backward: matrix of modes, p and m") {
         Pipe fresh = make_pipe(p, ckpt, m);
         const Tensor ref_out = fresh.forward(xm);
         mse(ref_out, ym).backward();
-        const std::vector<std::string> ref_grads = grads(fresh);
+        const nn::NamedTensors ref_grads = grads(fresh);
 
         Pipe pipe = make_pipe(p, ckpt, m);
         for (const bool in_backward : {false, true}) {
@@ -195,8 +200,8 @@ TEST_CASE("a fault in forward() or in its backward: matrix of modes, p and m") {
               CAPTURE(in_backward, w, i);
               Watchdog watchdog("forward/backward with a fault", 120);
               pipe.zero_grad();
+              nn::NamedTensors stats = buffers(pipe);
               const std::vector<int64_t> before = allocated(p);
-              std::vector<std::string> stats = buffers(pipe);
               std::shared_ptr<std::atomic<bool>> fired;
               try {
                 if (!in_backward) fired = arm_fault(pipe, w, i);
@@ -216,14 +221,14 @@ TEST_CASE("a fault in forward() or in its backward: matrix of modes, p and m") {
               REQUIRE(f.has_value());
               REQUIRE((f->worker == w && f->action_index == i));
               REQUIRE(f->actions_after <= p - 1);
-              REQUIRE(buffers(pipe) == stats);
+              REQUIRE(bitwise_equal(buffers(pipe), stats));
               pipe.zero_grad();
               REQUIRE(allocated(p) == before);
 
               const Tensor out = pipe.forward(xm);
-              REQUIRE(bytes_of(out) == bytes_of(ref_out));
+              REQUIRE(bitwise_equal(out, ref_out));
               mse(out, ym).backward();
-              REQUIRE(grads(pipe) == ref_grads);
+              REQUIRE(bitwise_equal(grads(pipe), ref_grads));
             }
           }
         }
@@ -239,7 +244,7 @@ TEST_CASE("an allocation failure in the CPU allocator during train_step") {
   for (const int p : {2, 3}) {
     Pipe fresh = make_pipe(p, Checkpoint::kExceptLast);
     const StepResult ref = fresh.train_step(x, y, mse, {.schedule = "1f1b"});
-    const std::vector<std::string> ref_grads = grads(fresh);
+    const nn::NamedTensors ref_grads = grads(fresh);
     Pipe pipe = make_pipe(p, Checkpoint::kExceptLast);
     int failures = 0;
     for (int device = 0; device < p; ++device) {
@@ -249,8 +254,8 @@ TEST_CASE("an allocation failure in the CPU allocator during train_step") {
         CAPTURE(p, device, after);
         Watchdog watchdog("train_step with an allocation failure", 120);
         pipe.zero_grad();
+        const nn::NamedTensors stats = buffers(pipe);
         const std::vector<int64_t> before = allocated(p);
-        const std::vector<std::string> stats = buffers(pipe);
         cpu->fail_allocation_after(after);
         bool failed = false;
         try {
@@ -263,10 +268,10 @@ TEST_CASE("an allocation failure in the CPU allocator during train_step") {
         REQUIRE(allocated(p) == before);
         if (!failed) continue;  // the step made fewer allocations on this device
         ++failures;
-        REQUIRE(buffers(pipe) == stats);
+        REQUIRE(bitwise_equal(buffers(pipe), stats));
         const StepResult r = pipe.train_step(x, y, mse, {.schedule = "1f1b"});
         REQUIRE(r.microbatch_losses == ref.microbatch_losses);
-        REQUIRE(grads(pipe) == ref_grads);
+        REQUIRE(bitwise_equal(grads(pipe), ref_grads));
       }
     }
     std::printf("allocation failures, p = %d: %d injected and survived\n", p, failures);
@@ -279,7 +284,7 @@ TEST_CASE("a NaN or infinite loss fails the step with an error naming the micro-
        {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
     Pipe pipe = make_pipe(2, Checkpoint::kNever);
     const Tensor x = randn({16, 4}, 9), y = randn({16, 3}, 10);
-    const std::vector<std::string> stats = buffers(pipe);
+    const nn::NamedTensors stats = buffers(pipe);
     const LossFn loss = [bad](const Tensor& out, const Tensor& t) {
       return autograd::mul(mse(out, t), bad);
     };
@@ -289,7 +294,7 @@ TEST_CASE("a NaN or infinite loss fails the step with an error naming the micro-
                                           " (not finite); the step's backwards ran, so .grad "
                                           "holds non-finite values: zero it before the next "
                                           "step"));
-    REQUIRE(buffers(pipe) == stats);
+    REQUIRE(bitwise_equal(buffers(pipe), stats));
     const std::optional<Failure> f = pipe.last_failure();
     REQUIRE(f.has_value());
     REQUIRE(f->action.kind == ActionKind::kForward);
@@ -334,24 +339,25 @@ namespace {
 // What a failed step must leave as it was: taken before the step, checked after it.
 struct PreStep {
   std::vector<int64_t> allocated;
-  std::vector<std::string> buffers;
+  nn::NamedTensors buffers;
 };
 
 PreStep pre_step(Pipe& pipe) {
   pipe.zero_grad();
-  return {allocated(3), buffers(pipe)};
+  nn::NamedTensors copies = buffers(pipe);  // before allocated(): see buffers()
+  return {allocated(3), std::move(copies)};
 }
 
 // After a failed step of a 3-worker Pipe: statistics untouched, allocators back, and the next
 // step equals `ref` (a fresh Pipe's) bit for bit.
 void check_recovered(Pipe& pipe, const PreStep& pre, const Reference& ref, const Tensor& x,
                      const Tensor& y, const std::string& schedule) {
-  REQUIRE(buffers(pipe) == pre.buffers);
+  REQUIRE(bitwise_equal(buffers(pipe), pre.buffers));
   pipe.zero_grad();
   REQUIRE(allocated(3) == pre.allocated);
   const StepResult r = pipe.train_step(x, y, mse, {.schedule = schedule});
   REQUIRE(r.microbatch_losses == ref.result.microbatch_losses);
-  REQUIRE(grads(pipe) == ref.grads);
+  REQUIRE(bitwise_equal(grads(pipe), ref.grads));
 }
 
 // Every k from 1 to the thrower's calls in one step, for gpipe/1f1b/zb-h1/zb-h2 x the three

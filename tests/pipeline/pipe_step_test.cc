@@ -14,6 +14,7 @@
 #include "nn/loss.h"
 #include "nn/optim.h"
 #include "pipeline/pipe.h"
+#include "tests/compare.h"
 #include "tests/pipeline/pipe_test_util.h"
 
 namespace {
@@ -21,13 +22,9 @@ namespace {
 using namespace pipewright;
 using pipeline::Pipe;
 using pipeline::testing::cpus;
+using pipeline::testing::params_of;
 using pipeline::testing::randn;
-
-std::vector<std::string> param_bytes(const nn::Module& m) {
-  std::vector<std::string> out;
-  for (const Tensor& p : m.parameters()) out.push_back(pipeline::testing::bytes_of(p));
-  return out;
-}
+using pipewright::testing::bitwise_equal;
 
 std::unique_ptr<nn::Optimizer> make(const std::string& which, const std::vector<Tensor>& params) {
   if (which == "sgd") return std::make_unique<nn::SGD>(params, nn::SGDOptions{.lr = 0.1, .momentum = 0.9});
@@ -67,7 +64,7 @@ TEST_CASE("Pipe::step equals optimizer.step bit for bit, stage by stage on the w
     whole.train_step(x, y, mse);
     staged.step(*a);
     b->step();
-    REQUIRE(param_bytes(staged.module()) == param_bytes(whole.module()));
+    REQUIRE(bitwise_equal(params_of(staged.module()), params_of(whole.module())));
   }
   REQUIRE(a->state_dict().size() == b->state_dict().size());
 }
@@ -86,8 +83,8 @@ TEST_CASE("Pipe::step: a parameter of no stage on the caller's thread; a bad gra
   const std::vector<double> after = extra.to_vector<double>();
   for (size_t i = 0; i < before.size(); ++i) CHECK(after[i] == Approx(before[i] - 0.5));
 
-  const std::vector<std::string> weights = param_bytes(pipe.module());
+  const nn::NamedTensors weights = params_of(pipe.module());
   pipe.module().parameters().back().set_grad(Tensor::ones({7}));  // the last bias is [3]
   REQUIRE_THROWS_WITH(pipe.step(sgd), Catch::Contains("does not match the parameter"));
-  CHECK(param_bytes(pipe.module()) == weights);  // stage 0's update did not happen either
+  CHECK(bitwise_equal(params_of(pipe.module()), weights));  // nor did stage 0's update
 }

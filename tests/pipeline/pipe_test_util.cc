@@ -67,17 +67,30 @@ std::string bytes_of(const Tensor& t) {
   return std::string(static_cast<const char*>(c.raw_data()), c.nbytes());
 }
 
-std::vector<std::string> grad_bytes(const nn::Module& module) {
-  std::vector<std::string> out;
-  for (const Tensor& p : module.parameters()) {
-    out.push_back(p.grad().defined() ? bytes_of(p.grad()) : "");
+namespace {
+
+// `t` copied to cpu:0 (a clone even when already there); undefined stays undefined.
+Tensor host_copy(const Tensor& t) { return t.defined() ? t.to(Device::cpu(0)).clone() : Tensor(); }
+
+}  // namespace
+
+nn::NamedTensors grads_of(const nn::Module& module) {
+  nn::NamedTensors out;
+  for (const auto& [name, p] : module.named_parameters()) {
+    out.emplace_back(name, host_copy(p.grad()));
   }
   return out;
 }
 
-std::vector<std::string> buffer_bytes(const nn::Module& module) {
-  std::vector<std::string> out;
-  for (const auto& [name, t] : module.named_buffers()) out.push_back(bytes_of(t));
+nn::NamedTensors buffers_of(const nn::Module& module) {
+  nn::NamedTensors out;
+  for (const auto& [name, t] : module.named_buffers()) out.emplace_back(name, host_copy(t));
+  return out;
+}
+
+nn::NamedTensors params_of(const nn::Module& module) {
+  nn::NamedTensors out;
+  for (const auto& [name, p] : module.named_parameters()) out.emplace_back(name, host_copy(p));
   return out;
 }
 

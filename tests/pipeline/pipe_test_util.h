@@ -48,12 +48,16 @@ PlainRun plain_model_run(nn::Sequential& model, const Tensor& x0, const Tensor& 
 /// The largest |value| of `t`.
 double max_abs(const Tensor& t);
 
-/// The bytes of `t` (any device, any strides), for bitwise comparisons.
+/// The bytes of `t` (any device, any strides), to send as they are. To compare tensors, use
+/// testing::bitwise_equal (tests/compare.h): its failure says where they differ.
 std::string bytes_of(const Tensor& t);
-/// bytes_of each parameter's .grad ("" where undefined), in parameter order.
-std::vector<std::string> grad_bytes(const nn::Module& module);
-/// bytes_of each buffer (BatchNorm running statistics), in buffer order.
-std::vector<std::string> buffer_bytes(const nn::Module& module);
+/// A copy of each parameter's .grad on cpu:0 (undefined where undefined), named as in
+/// named_parameters(): a snapshot to compare with testing::bitwise_equal later.
+nn::NamedTensors grads_of(const nn::Module& module);
+/// A copy of each buffer (BatchNorm running statistics) on cpu:0, named.
+nn::NamedTensors buffers_of(const nn::Module& module);
+/// A copy of each parameter on cpu:0, named.
+nn::NamedTensors params_of(const nn::Module& module);
 
 /// Aborts the whole test binary when it lives longer than `seconds`: a hang is a failure,
 /// never a pass (the fault tests' limit is far above any case's run time; not a performance

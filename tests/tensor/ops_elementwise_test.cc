@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "tensor/ops.h"
+#include "tests/compare.h"
 #include "tests/tensor/test_util.h"
 
 using namespace pipewright;
@@ -155,7 +156,7 @@ TEMPLATE_TEST_CASE("in-place fill_, add_, mul_", "[elementwise]", float, double)
   for (int64_t i = 0; i < n; ++i) expected.push_back((dr[i] + 0.5 * sr[i]) * -2.0);
   REQUIRE(max_rel_err(dst.template to_vector<double>(), expected) < tolerance<TestType>());
   ops::fill_(dst, 3.0);
-  REQUIRE(dst.template to_vector<double>() == std::vector<double>(n, 3.0));
+  REQUIRE(equal_values(dst.template to_vector<double>(), std::vector<double>(n, 3.0)));
 }
 
 TEST_CASE("elementwise ops accept non-contiguous inputs") {

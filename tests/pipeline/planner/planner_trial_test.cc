@@ -13,15 +13,16 @@
 #include "pipeline/planner/trial.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
+#include "tests/compare.h"
 #include "tests/pipeline/pipe_test_util.h"
 #include "tests/pipeline/planner/planner_test_model.h"
 
 using namespace pipewright;
 using namespace pipewright::pipeline;
 using namespace pipewright::pipeline::planner_testing;
-using pipewright::pipeline::testing::buffer_bytes;
-using pipewright::pipeline::testing::bytes_of;
-using pipewright::pipeline::testing::grad_bytes;
+using pipewright::pipeline::testing::buffers_of;
+using pipewright::pipeline::testing::grads_of;
+using pipewright::testing::bitwise_equal;
 
 namespace {
 
@@ -82,9 +83,9 @@ TEST_CASE("trials: the model is left as it was, on its device") {
   std::vector<Tensor> params = model.parameters();
   params[0].set_grad(Tensor::full(params[0].shape(), 0.5, {.device = devices.front()}));
   model.ptr(1)->train(false);
-  std::vector<std::string> values;
-  for (const Tensor& t : params) values.push_back(bytes_of(t));
-  const std::vector<std::string> grads = grad_bytes(model), buffers = buffer_bytes(model);
+  std::vector<Tensor> values;
+  for (const Tensor& t : params) values.push_back(t.clone());
+  const nn::NamedTensors grads = grads_of(model), buffers = buffers_of(model);
   const TensorImpl* grad_handle = params[0].grad().impl();
   const uint64_t offset = caller.offset();
   const int64_t worker_bytes = allocator_for(devices[1]).allocated();
@@ -95,12 +96,12 @@ TEST_CASE("trials: the model is left as it was, on its device") {
   for (size_t i = 0; i < params.size(); ++i) {
     CAPTURE(i);
     CHECK(params[i].device() == devices.front());
-    CHECK(bytes_of(params[i]) == values[i]);
   }
-  CHECK(grad_bytes(model) == grads);
+  CHECK(bitwise_equal(params, values));
+  CHECK(bitwise_equal(grads_of(model), grads));
   CHECK(params[0].grad().impl() == grad_handle);
   CHECK_FALSE(params[1].grad().defined());
-  CHECK(buffer_bytes(model) == buffers);
+  CHECK(bitwise_equal(buffers_of(model), buffers));
   for (const auto& [name, t] : model.named_buffers()) CHECK(t.device() == devices.front());
   CHECK(model.is_training());
   CHECK_FALSE(model.ptr(1)->is_training());
