@@ -2,9 +2,10 @@
 //
 // Shape legend: src has `rank` dims of sizes[d] and strides[d] (in elements, any value, the
 // offset already applied to the data pointer); dst is contiguous with the same shape; n =
-// numel. copy_strided moves elements as raw 4- or 8-byte words, so one kernel serves every
-// dtype of that size; cast converts between float32, float64 and int64 (float -> int64
-// truncates toward zero, like static_cast).
+// numel. copy_strided moves elements as raw 2-, 4- or 8-byte words, so one kernel serves every
+// dtype of that size; cast converts between float32, float64, int64, bfloat16 and float16
+// (float -> int64 truncates toward zero, like static_cast; a 16-bit side rounds to nearest
+// even through float32, tensor/half.h).
 #include "cuda_kernels/kernel_table.h"
 #include "cuda_kernels/launch.cuh"
 
@@ -34,9 +35,16 @@ __global__ void copy_strided_kernel(const Word* src, Word* dst, int64_t n, Strid
   }
 }
 
+/// A 16-bit side converts through float32 (tensor/half.h), as on the CPU.
 template <class S, class D>
 __global__ void cast_kernel(const S* src, D* dst, int64_t n) {
-  PW_GRID_STRIDE_LOOP(i, n) { dst[i] = static_cast<D>(src[i]); }
+  PW_GRID_STRIDE_LOOP(i, n) {
+    if constexpr (is_half_type<S> || is_half_type<D>) {
+      dst[i] = D(static_cast<float>(src[i]));
+    } else {
+      dst[i] = static_cast<D>(src[i]);
+    }
+  }
 }
 
 }  // namespace
@@ -61,15 +69,11 @@ void copy_strided(const Tensor& src, Tensor& dst) {
     layout.sizes[d] = src.shape()[d];
     layout.strides[d] = src.strides()[d];
   }
-  if (element_size(src.dtype()) == 4) {
-    PW_LAUNCH(copy_strided_kernel<uint32_t>, grid_for(n), kBlock, 0, ctx.stream)(
-        static_cast<const uint32_t*>(src.raw_data()), static_cast<uint32_t*>(dst.raw_data()), n,
-        layout);
-  } else {
-    PW_LAUNCH(copy_strided_kernel<uint64_t>, grid_for(n), kBlock, 0, ctx.stream)(
-        static_cast<const uint64_t*>(src.raw_data()), static_cast<uint64_t*>(dst.raw_data()), n,
-        layout);
-  }
+  dispatch_word(src.dtype(), [&](auto zero) {
+    using Word = decltype(zero);
+    PW_LAUNCH(copy_strided_kernel<Word>, grid_for(n), kBlock, 0, ctx.stream)(
+        static_cast<const Word*>(src.raw_data()), static_cast<Word*>(dst.raw_data()), n, layout);
+  });
   PW_CUDA_CHECK_LAUNCH("copy_strided_kernel");
 }
 
@@ -77,8 +81,8 @@ void cast(const Tensor& src, Tensor& dst) {
   const int64_t n = src.numel();
   if (n == 0) return;
   LaunchContext ctx(dst);
-  dispatch_all(src.dtype(), "cast", [&](auto src_zero) {
-    dispatch_all(dst.dtype(), "cast", [&](auto dst_zero) {
+  dispatch_any(src.dtype(), "cast", [&](auto src_zero) {
+    dispatch_any(dst.dtype(), "cast", [&](auto dst_zero) {
       using S = decltype(src_zero);
       using D = decltype(dst_zero);
       PW_LAUNCH((cast_kernel<S, D>), grid_for(n), kBlock, 0, ctx.stream)(

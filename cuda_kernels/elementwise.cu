@@ -3,7 +3,8 @@
 //
 // Shape legend: n = numel of the output; period = b.numel() for binary (b repeats every
 // `period` elements of a: equal to n, 1, or a's trailing dims). All tensors contiguous.
-// Dtypes: fill also int64; everything else float32 / float64 (like the CPU kernels).
+// Dtypes: fill every dtype (bfloat16 and float16 too); everything else float32 / float64
+// (like the CPU kernels).
 // Math: the CUDA math library (expf, tanh, ...), accurate to a few ulp, so results match the
 // CPU to a relative 1e-6 (float32) / 1e-14 (float64), not bit for bit.
 #include "cuda_kernels/kernel_table.h"
@@ -113,7 +114,7 @@ void fill(Tensor& out, double value) {
   const int64_t n = out.numel();
   if (n == 0) return;
   LaunchContext ctx(out);
-  dispatch_all(out.dtype(), "fill", [&](auto zero) {
+  dispatch_any(out.dtype(), "fill", [&](auto zero) {
     using T = decltype(zero);
     PW_LAUNCH(fill_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
         out.data<T>(), n, static_cast<T>(value));

@@ -1,7 +1,7 @@
 // index_select along dim 0: out[i, ...] = src[index[i], ...].
 //
 // Shape legend: src [rows, R...] (R = elements per row), index [K] int64, out [K, R...];
-// one thread per output element (K * R). Elements move as raw 4- or 8-byte words, so any
+// one thread per output element (K * R). Elements move as raw 2-, 4- or 8-byte words, so any
 // dtype works. An index outside [0, rows) is recorded through IndexCheck and thrown as
 // std::out_of_range at the thread's next read from the device (Note [Deferred checks]; this
 // function does not wait); the rows it would have written are left untouched.
@@ -37,17 +37,13 @@ void index_select(const Tensor& src, const Tensor& index, Tensor& out) {
   // With empty rows (row == 0) nothing is copied, but the indices are still checked.
   const int64_t elements = row == 0 ? k : k * row;
   const int64_t row_for_kernel = row == 0 ? 1 : row;
-  if (element_size(src.dtype()) == 4) {
-    PW_LAUNCH(index_select_kernel<uint32_t>, grid_for(elements), kBlock, 0, ctx.stream)(
-        static_cast<const uint32_t*>(src.raw_data()), index.data<int64_t>(),
-        row == 0 ? nullptr : static_cast<uint32_t*>(out.raw_data()), k, row_for_kernel, rows,
+  dispatch_word(src.dtype(), [&](auto zero) {
+    using Word = decltype(zero);
+    PW_LAUNCH(index_select_kernel<Word>, grid_for(elements), kBlock, 0, ctx.stream)(
+        static_cast<const Word*>(src.raw_data()), index.data<int64_t>(),
+        row == 0 ? nullptr : static_cast<Word*>(out.raw_data()), k, row_for_kernel, rows,
         check.slot());
-  } else {
-    PW_LAUNCH(index_select_kernel<uint64_t>, grid_for(elements), kBlock, 0, ctx.stream)(
-        static_cast<const uint64_t*>(src.raw_data()), index.data<int64_t>(),
-        row == 0 ? nullptr : static_cast<uint64_t*>(out.raw_data()), k, row_for_kernel, rows,
-        check.slot());
-  }
+  });
   PW_CUDA_CHECK_LAUNCH("index_select_kernel");
   check.defer([index, rows, shape = src.shape()](int64_t i) {
     const int64_t bad = IndexCheck::read(index, i);

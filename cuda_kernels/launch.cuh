@@ -89,6 +89,28 @@ void dispatch_all(DType dtype, const char* op, F&& f) {
   dispatch_floating(dtype, op, static_cast<F&&>(f));
 }
 
+/// For kernels that only move or convert values (fill, cast): every dtype, the 16-bit ones as
+/// BFloat16 / Half (tensor/half.h: the same rounding as the CPU's, bit for bit).
+template <class F>
+void dispatch_any(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::kBFloat16: f(BFloat16{}); return;
+    case DType::kFloat16: f(Half{}); return;
+    default: dispatch_all(dtype, op, static_cast<F&&>(f));
+  }
+}
+
+/// For kernels that move elements as raw words: f(W{}) with W the unsigned integer of the
+/// dtype's size (2, 4 or 8 bytes), so one kernel serves every dtype of that size.
+template <class F>
+void dispatch_word(DType dtype, F&& f) {
+  switch (element_size(dtype)) {
+    case 2: f(uint16_t{}); return;
+    case 4: f(uint32_t{}); return;
+    default: f(uint64_t{}); return;
+  }
+}
+
 /// The smallest value of T: -inf for floating types, the minimum for integers.
 template <class T>
 __host__ __device__ constexpr T lowest() {

@@ -8,7 +8,8 @@
 
 namespace pipewright::distributed {
 
-/// MPI_FLOAT, MPI_DOUBLE or MPI_INT64_T for kFloat32, kFloat64, kInt64.
+/// MPI_FLOAT, MPI_DOUBLE or MPI_INT64_T for kFloat32, kFloat64, kInt64, what reductions run
+/// on. Throws std::invalid_argument naming a 16-bit dtype (no MPI type reduces it).
 MPI_Datatype mpi_type(DType dtype);
 
 /// `t` itself when it is contiguous host memory, else a contiguous copy on cpu:0 (copied on

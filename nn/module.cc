@@ -129,14 +129,17 @@ void Module::load_state_dict(const NamedTensors& state) {
       throw std::invalid_argument("load_state_dict: size mismatch for " + name + ": expected " +
                                   t.shape().str() + ", got " + src.shape().str());
     }
-    if (src.dtype() != t.dtype()) {
+    // Floating values convert (as PyTorch's copy_ does: a bfloat16 checkpoint loads into a
+    // float32 model); int64 and floating never mix.
+    if (src.dtype() != t.dtype() && !(is_floating(src.dtype()) && is_floating(t.dtype()))) {
       throw std::invalid_argument("load_state_dict: dtype mismatch for " + name + ": expected " +
                                   dtype_name(t.dtype()) + ", got " + dtype_name(src.dtype()));
     }
   }
   for (const auto& [name, t] : own) {
     Tensor dst = t;
-    dst.copy_from(*given[name]);
+    const Tensor& src = *given[name];
+    dst.copy_from(src.dtype() == t.dtype() ? src : src.to(t.dtype()));
   }
 }
 

@@ -62,8 +62,10 @@ class Module {
   /// "1.running_mean", "1.running_var", "1.num_batches_tracked").
   NamedTensors state_dict() const;
   /// Copies every tensor of `state` into the matching parameter/buffer (in place, converting
-  /// device). Throws std::invalid_argument listing missing and unexpected keys, or naming a
-  /// key whose shape or dtype differs (expected vs got).
+  /// device, and floating dtype: a bfloat16 or float64 entry loads into a float32 tensor as
+  /// PyTorch's copy_ converts it). Throws std::invalid_argument listing missing and unexpected
+  /// keys, or naming a key whose shape differs or whose dtype is int64 on one side only
+  /// (expected vs got).
   void load_state_dict(const NamedTensors& state);
 
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const {

@@ -104,7 +104,7 @@ TensorEntry parse_entry(const std::string& path, const std::string& name, const 
   try {
     entry.dtype = dtype_from_safetensors_name(dtype.get<std::string>());
   } catch (const std::invalid_argument&) {
-    fail("unsupported dtype " + dtype.dump() + " (supported: F32, F64, I64)");
+    fail("unsupported dtype " + dtype.dump() + " (supported: F32, F64, I64, BF16, F16)");
   }
 
   const Json& shape = value.at("shape");

@@ -15,6 +15,8 @@ std::string dtype_code(DType dtype) {
     case DType::kFloat32: return "DType::kFloat32";
     case DType::kFloat64: return "DType::kFloat64";
     case DType::kInt64: return "DType::kInt64";
+    case DType::kBFloat16: return "DType::kBFloat16";
+    case DType::kFloat16: return "DType::kFloat16";
   }
   return dtype_name(dtype);
 }

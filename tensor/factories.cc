@@ -148,5 +148,7 @@ Tensor Tensor::from_blob(void* data, const Shape& shape, TensorOptions options) 
 template Tensor Tensor::from_vector<float>(const std::vector<float>&, const Shape&, Device);
 template Tensor Tensor::from_vector<double>(const std::vector<double>&, const Shape&, Device);
 template Tensor Tensor::from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, Device);
+template Tensor Tensor::from_vector<BFloat16>(const std::vector<BFloat16>&, const Shape&, Device);
+template Tensor Tensor::from_vector<Half>(const std::vector<Half>&, const Shape&, Device);
 
 }  // namespace pipewright

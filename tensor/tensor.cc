@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 
 #include "tensor/deferred_check.h"
 #include "tensor/kernels.h"
@@ -247,12 +248,21 @@ std::vector<T> Tensor::to_vector() const {
   const Tensor host = to(Device::cpu(0)).contiguous();
   std::vector<T> out(static_cast<size_t>(numel()));
   auto convert = [&](const auto* p) {
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(p[i]);
+    using S = std::remove_cv_t<std::remove_pointer_t<decltype(p)>>;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if constexpr (is_half_type<S> || is_half_type<T>) {
+        out[i] = T(static_cast<float>(p[i]));  // a 16-bit side: through float32 (half.h)
+      } else {
+        out[i] = static_cast<T>(p[i]);
+      }
+    }
   };
   switch (dtype()) {
     case DType::kFloat32: convert(host.data<float>()); break;
     case DType::kFloat64: convert(host.data<double>()); break;
     case DType::kInt64: convert(host.data<int64_t>()); break;
+    case DType::kBFloat16: convert(host.data<BFloat16>()); break;
+    case DType::kFloat16: convert(host.data<Half>()); break;
   }
   return out;
 }
@@ -314,6 +324,8 @@ Tensor cat(const std::vector<Tensor>& tensors) {
 PW_INSTANTIATE(float)
 PW_INSTANTIATE(double)
 PW_INSTANTIATE(int64_t)
+PW_INSTANTIATE(BFloat16)
+PW_INSTANTIATE(Half)
 #undef PW_INSTANTIATE
 
 }  // namespace pipewright

@@ -86,7 +86,8 @@ class Tensor {
   static Tensor randn(const Shape& shape, Generator& generator, TensorOptions options = {});
   static Tensor randn(const Shape& shape, TensorOptions options = {});
   /// Copies `values` (row-major) into a new tensor of `shape` on `device`; the dtype follows
-  /// T (float, double, int64_t). Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2}).
+  /// T (float, double, int64_t, BFloat16, Half: tensor/half.h).
+  /// Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2}).
   template <class T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape,
                             Device device = Device::cpu(0));
@@ -146,7 +147,9 @@ class Tensor {
   Tensor clone() const;
   /// A copy on `device` (this tensor itself when already there).
   Tensor to(Device device) const;
-  /// A copy converted to `dtype` (this tensor itself when already of that dtype).
+  /// A copy converted to `dtype` (this tensor itself when already of that dtype), with
+  /// static_cast's semantics (float -> int64 truncates toward zero); to and from bfloat16 /
+  /// float16 through float32, rounding to nearest even (tensor/half.h), as PyTorch's .to().
   Tensor to(DType dtype) const;
   /// Copies `src` (same shape; any device and strides, dtype must match) into this tensor's
   /// memory, which must be contiguous (every view made here is). Throws std::invalid_argument.
@@ -155,7 +158,8 @@ class Tensor {
   /// The single element of a one-element tensor, as double. Throws std::invalid_argument
   /// naming the shape otherwise.
   double item() const;
-  /// All elements (row-major) copied to the host, converted to T.
+  /// All elements (row-major) copied to the host, converted to T (float, double, int64_t,
+  /// BFloat16, Half; a 16-bit side through float32).
   template <class T>
   std::vector<T> to_vector() const;
 

@@ -15,6 +15,14 @@ namespace pipewright::cpu {
 
 // ---- dtype dispatch: calls f(T{}) with T the C++ type of the dtype ----
 
+/// What a kernel that computes says of a 16-bit tensor (tensor/half.h: storage only here).
+inline std::string half_hint(DType dtype) {
+  return is_16_bit(dtype) ? std::string(" (") + dtype_name(dtype) +
+                                " tensors are converted, copied and stored; convert with "
+                                "to(DType::kFloat32) to compute)"
+                          : std::string();
+}
+
 /// For kernels defined on float32 and float64 only.
 template <class F>
 decltype(auto) dispatch_floating(DType dtype, const char* kernel, F&& f) {
@@ -23,19 +31,32 @@ decltype(auto) dispatch_floating(DType dtype, const char* kernel, F&& f) {
     case DType::kFloat64: return f(double{});
     default:
       throw std::invalid_argument(std::string(kernel) + ": expected float32 or float64, got " +
-                                  dtype_name(dtype));
+                                  dtype_name(dtype) + half_hint(dtype));
   }
 }
 
-/// For kernels defined on every dtype.
+/// For kernels defined on float32, float64 and int64.
 template <class F>
-decltype(auto) dispatch_all(DType dtype, F&& f) {
+decltype(auto) dispatch_all(DType dtype, const char* kernel, F&& f) {
   switch (dtype) {
     case DType::kFloat32: return f(float{});
     case DType::kFloat64: return f(double{});
     case DType::kInt64: return f(int64_t{});
+    default:
+      throw std::invalid_argument(std::string(kernel) + ": expected float32, float64 or int64, "
+                                  "got " + dtype_name(dtype) + half_hint(dtype));
   }
-  throw std::logic_error("dispatch_all: unknown dtype");
+}
+
+/// For kernels that only move or convert values (fill, copies, cast): every dtype, the
+/// 16-bit ones as BFloat16 / Half (tensor/half.h).
+template <class F>
+decltype(auto) dispatch_any(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kBFloat16: return f(BFloat16{});
+    case DType::kFloat16: return f(Half{});
+    default: return dispatch_all(dtype, "dispatch_any", static_cast<F&&>(f));
+  }
 }
 
 // ---- Eigen views (no copies) ----

@@ -86,11 +86,16 @@ void copy_strided_typed(const Tensor& src, Tensor& dst) {
 }  // namespace
 
 void fill(Tensor& t, double value) {
-  dispatch_all(t.dtype(), [&](auto zero) {
+  dispatch_any(t.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    parallel_for(t.numel(), 1, [&](int64_t b, int64_t e) {
-      out<T>(t).segment(b, e - b).setConstant(static_cast<T>(value));
-    });
+    if constexpr (is_half_type<T>) {
+      const T v(static_cast<float>(value));
+      std::fill(t.data<T>(), t.data<T>() + t.numel(), v);
+    } else {
+      parallel_for(t.numel(), 1, [&](int64_t b, int64_t e) {
+        out<T>(t).segment(b, e - b).setConstant(static_cast<T>(value));
+      });
+    }
   });
 }
 
@@ -100,16 +105,23 @@ void copy_strided(const Tensor& src, Tensor& dst) {
     if (src.nbytes() > 0) std::memmove(dst.raw_data(), src.raw_data(), src.nbytes());
     return;
   }
-  dispatch_all(src.dtype(), [&](auto zero) { copy_strided_typed<decltype(zero)>(src, dst); });
+  dispatch_any(src.dtype(), [&](auto zero) { copy_strided_typed<decltype(zero)>(src, dst); });
 }
 
+// A 16-bit side converts through float32 (tensor/half.h: the rounding every device shares).
 void cast(const Tensor& src, Tensor& dst) {
-  dispatch_all(src.dtype(), [&](auto src_zero) {
-    dispatch_all(dst.dtype(), [&](auto dst_zero) {
+  dispatch_any(src.dtype(), [&](auto src_zero) {
+    dispatch_any(dst.dtype(), [&](auto dst_zero) {
       using S = decltype(src_zero);
       using D = decltype(dst_zero);
+      const S* s = src.data<S>();
+      D* d = dst.data<D>();
       parallel_for(src.numel(), 1, [&](int64_t b, int64_t e) {
-        out<D>(dst).segment(b, e - b) = in<S>(src).segment(b, e - b).template cast<D>();
+        if constexpr (is_half_type<S> || is_half_type<D>) {
+          for (int64_t i = b; i < e; ++i) d[i] = D(static_cast<float>(s[i]));
+        } else {
+          out<D>(dst).segment(b, e - b) = in<S>(src).segment(b, e - b).template cast<D>();
+        }
       });
     });
   });

@@ -51,8 +51,8 @@ void causal_softmax_backward_typed(const Tensor& grad, const Tensor& y, T scale,
 
 void masked_fill(const Tensor& x, const Tensor& mask, double value, Tensor& o) {
   const int64_t n = x.numel(), period = mask.numel();
-  dispatch_all(x.dtype(), [&](auto x_zero) {
-    dispatch_all(mask.dtype(), [&](auto mask_zero) {
+  dispatch_all(x.dtype(), "masked_fill", [&](auto x_zero) {
+    dispatch_all(mask.dtype(), "masked_fill", [&](auto mask_zero) {
       using T = decltype(x_zero);
       using M = decltype(mask_zero);
       const T* xp = x.data<T>();
@@ -73,7 +73,7 @@ void masked_fill(const Tensor& x, const Tensor& mask, double value, Tensor& o) {
 
 void triangular(const Tensor& x, int64_t diagonal, bool upper, Tensor& o) {
   const int64_t rows = x.size(1), cols = x.size(2), total = x.size(0) * rows;
-  dispatch_all(x.dtype(), [&](auto zero) {
+  dispatch_all(x.dtype(), "triangular", [&](auto zero) {
     using T = decltype(zero);
     parallel_for(total, cols, [&](int64_t r, int64_t e) {
       for (; r < e; ++r) {

@@ -7,6 +7,7 @@
 // Copies and casts move or convert values exactly: bitwise comparisons throughout.
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <memory>
 #include <optional>
 
@@ -39,7 +40,8 @@ struct Layout {
 /// copy_strided of views of a random base of `base_numel` elements, every dtype, compared.
 template <size_t N>
 void check_copy_strided(const Layout (&layouts)[N], int64_t base_numel) {
-  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt64}) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kBFloat16,
+                      DType::kFloat16}) {
     const Tensor base_cpu = random_tensor({base_numel}, DType::kFloat64, 11, -100, 100).to(dtype);
     const Tensor base_gpu = base_cpu.to(gpu());
     for (const Layout& l : layouts) {
@@ -85,7 +87,8 @@ TEST_CASE("cuda copy_strided matches cpu past the grid (small launch caps)",
 
 /// cast of n random values between every pair of dtypes, compared.
 void check_cast(int64_t n) {
-  const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt64};
+  const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kBFloat16,
+                         DType::kFloat16};
   for (DType from : dtypes) {
     const Tensor src = random_tensor({n}, DType::kFloat64, 12, -1000, 1000).to(from);
     for (DType to : dtypes) {
@@ -111,6 +114,27 @@ TEST_CASE("cuda cast matches cpu past the grid (small launch caps)", "[cuda][cop
     cuda::ScopedLaunchLimits scoped(limits);
     INFO(describe(limits));
     check_cast(1237);
+  }
+}
+
+TEST_CASE("cuda converts every 16-bit pattern, and float32 to 16 bits, as the cpu does",
+          "[cuda][copy]") {
+  // tensor/half.h runs in the kernels as on the CPU: the same bits, NaNs and ties included.
+  if (!gpu_available_or_skip()) return;
+  std::vector<uint16_t> bits(65536);
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<uint16_t>(i);
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    INFO(dtype_name(dtype));
+    const Tensor patterns = Tensor::empty({65536}, {dtype, Device::cpu(0)});
+    std::memcpy(patterns.raw_data(), bits.data(), patterns.nbytes());
+    const Tensor widened_cpu = patterns.to(DType::kFloat32);
+    const Tensor widened_gpu = patterns.to(gpu()).to(DType::kFloat32);
+    check_bitwise_equal(widened_gpu, widened_cpu);
+    // Back to 16 bits; and random float32 values across float16's range and past it.
+    check_bitwise_equal(widened_gpu.to(dtype), widened_cpu.to(dtype));
+    const Tensor between = random_tensor({4099}, DType::kFloat64, 13, -70000, 70000)
+                               .to(DType::kFloat32);
+    check_bitwise_equal(between.to(gpu()).to(dtype), between.to(dtype));
   }
 }
 

@@ -52,10 +52,22 @@ TEST_CASE("DType names and sizes") {
   REQUIRE(element_size(DType::kFloat32) == 4);
   REQUIRE(element_size(DType::kFloat64) == 8);
   REQUIRE(element_size(DType::kInt64) == 8);
-  for (DType t : {DType::kFloat32, DType::kFloat64, DType::kInt64}) {
+  REQUIRE(std::string(dtype_name(DType::kBFloat16)) == "bfloat16");
+  REQUIRE(std::string(dtype_name(DType::kFloat16)) == "float16");
+  REQUIRE(element_size(DType::kBFloat16) == 2);
+  REQUIRE(element_size(DType::kFloat16) == 2);
+  for (DType t : {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kBFloat16,
+                  DType::kFloat16}) {
     REQUIRE(dtype_from_safetensors_name(dtype_safetensors_name(t)) == t);
   }
-  REQUIRE_THROWS_WITH(dtype_from_safetensors_name("BF16"), Catch::Contains("BF16"));
+  REQUIRE(std::string(dtype_safetensors_name(DType::kBFloat16)) == "BF16");
+  REQUIRE(std::string(dtype_safetensors_name(DType::kFloat16)) == "F16");
+  REQUIRE_THROWS_WITH(dtype_from_safetensors_name("F8_E4M3"),
+                      "unsupported safetensors dtype \"F8_E4M3\" (supported: F32, F64, I64, "
+                      "BF16, F16)");
   REQUIRE(is_floating(DType::kFloat64));
+  REQUIRE(is_floating(DType::kBFloat16));
+  REQUIRE(is_16_bit(DType::kFloat16));
+  REQUIRE_FALSE(is_16_bit(DType::kFloat32));
   REQUIRE_FALSE(is_floating(DType::kInt64));
 }
