@@ -13,39 +13,13 @@ imports torch.
 """
 
 import argparse
-import json
 import os
-import struct
 
 import torch
 
+from safetensors_io import save_safetensors
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NAMES = {torch.float32: "F32", torch.float64: "F64", torch.bfloat16: "BF16", torch.float16: "F16"}
-
-
-def raw(t):
-    """The tensor's little-endian bytes (numpy has no bfloat16: go through an integer view)."""
-    t = t.contiguous()
-    if t.dtype in (torch.bfloat16, torch.float16):
-        t = t.view(torch.int16)
-    return t.numpy().tobytes()
-
-
-def save_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        data = raw(t)
-        header[name] = {"dtype": NAMES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":"))
-    text += " " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text.encode())
-        for b in blobs:
-            f.write(b)
 
 
 def probes():

@@ -19,35 +19,16 @@ read the file and never import torch.
 """
 
 import argparse
-import json
 import math
 import os
-import struct
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from safetensors_io import save_safetensors
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DTYPES = {torch.float64: "F64", torch.int64: "I64", torch.float32: "F32"}
-
-
-def save_safetensors(path, tensors):
-    """The safetensors layout (8-byte header size, JSON header, raw little-endian data)."""
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        data = t.detach().contiguous().cpu().numpy().tobytes()
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":"))
-    text += " " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text.encode())
-        for b in blobs:
-            f.write(b)
 
 
 class CausalSelfAttention(nn.Module):
