@@ -7,12 +7,22 @@
 #                     another folder)
 #
 # Each step runs under `timeout`, the whole in at most --budget seconds (default 480), and
-# writes one file to OUTDIR (9 in all, summary.txt last):
-#   gpu.txt        nvidia-smi, the toolkit, where each CUDA library was found
+# writes one file to OUTDIR (10 in all, summary.txt last):
+#   gpu.txt        nvidia-smi, the toolkit, where each CUDA library and compute-sanitizer were
+#                  found
 #   tests.txt      every bundled test with PIPEWRIGHT_REQUIRE_GPU=1, its output and a line
 #                  "N passed, M failed, K skipped" (test cases; a crash or timeout is a failure)
-#   sanitizer.txt  compute-sanitizer memcheck, racecheck and synccheck on the kernel tests, and
-#                  memcheck on a short main-job run
+#   sanitizer.txt  compute-sanitizer, all with PIPEWRIGHT_CUDA_ALLOCATOR=direct (each tensor its
+#                  own allocation): memcheck on every bundled test and a short main-job run;
+#                  racecheck and synccheck on the tests that run a kernel using shared memory,
+#                  warp shuffles or block reductions (tools/gpu/racecheck.txt); initcheck on the
+#                  kernel tests (tests_cuda_* but the pipe, stream-order, planner, allocator and
+#                  backend ones). A table of every run (errors, test result, exit status), then
+#                  the first lines of each run that found errors, failed or did not finish
+#   apicount.txt   the CUDA calls of a warm main-job step on this card (libpw_apicount.so,
+#                  preloaded: a 12-step run minus a 4-step run, 1 stage and 2 stages on cuda:0)
+#                  beside cudasim's count of the same runs (packed with the bundle; in a cudasim
+#                  bundle, the run's own)
 #   mainjob.txt    the main job for 2 epochs on cuda:0 and on cuda:0,cuda:0 (two stages, one
 #                  GPU) against the same run on the CPU, and the large MLP (hidden 4096 4096,
 #                  batch 4096) on cuda:0; samples/s of the last epoch (no start-up in it); and
@@ -22,25 +32,32 @@
 #   plan.txt       the main job with --plan auto on cuda:0, without and with memory caps: the
 #                  plan's predicted step, bubble and peak beside the measured ones
 #   bench.txt      //tests/cuda:cuda_bench's tables (GEMM, copy bandwidth, ReLU, BatchNorm, Adam)
-#   logs.tar.gz    the whole output of every test and compute-sanitizer run
+#   logs.tar.gz    the whole output of every test, compute-sanitizer run and counted run
 #   summary.txt    one line per check, and the ratios
 # Tests and compute-sanitizer only judge correctness, so they run side by side (as many at once
-# as half the machine's cores, at most 8) within the first half of the budget; everything that
-# is timed runs after them, one at a time.
-# --steps: a comma-separated subset of tests,sanitizer,main,peer,plan,bench (default all), for a
-# second call that re-checks only what a fix touched; --tests: only the test binaries whose
-# name matches REGEX (e.g. 'gemm|pipe').
-# --quick: two tests, one short main-job run, no sanitizer, peer or benchmark (CI's dry run
-# against a --cudasim bundle, which needs no GPU).
+# as half the machine's cores, at most 8) within the first half of the budget, the longest
+# first; a run the phase has no time left for is reported as not started. Everything after
+# them runs one at a time.
+# --steps: a comma-separated subset of tests, memcheck, racecheck, synccheck, initcheck,
+# apicount, main, peer, plan, bench (default all; `sanitizer` is the four tools), for a second
+# call that re-checks only what a fix touched; --tests: only the test binaries whose name
+# matches REGEX (e.g. 'gemm|pipe'), for the tests and the sanitizer runs alike.
+# --quick: two tests, one short main-job run, the API counts, no sanitizer, peer or benchmark
+# (CI's dry run against a --cudasim bundle, which needs no GPU).
+# compute-sanitizer is looked for in PIPEWRIGHT_COMPUTE_SANITIZER, on PATH, in the toolkit
+# ($CUDA_PATH, /usr/local/cuda*, /opt/nvidia) and in python3's nvidia/* wheels; where it is
+# absent, or the machine's runtime refuses it ("Device not supported" on gVisor), the summary
+# says so instead of counting 0 errors.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 out=${1:?usage: tools/gpu/check.sh OUTDIR [--quick] [--budget SECONDS] [--steps LIST] [--tests REGEX]}
 shift
-quick=0 budget=480 steps=tests,sanitizer,main,peer,plan,bench test_filter=.
+all_steps=tests,memcheck,racecheck,synccheck,initcheck,apicount,main,peer,plan,bench
+quick=0 budget=480 steps=$all_steps test_filter=.
 while (($#)); do
   case $1 in
-    --quick) quick=1 steps=tests,main ;;
+    --quick) quick=1 steps=tests,apicount,main ;;
     --budget) budget=${2:?--budget needs seconds}; shift ;;
     --steps) steps=${2:?--steps needs a list}; shift ;;
     --tests) test_filter=${2:?--tests needs a regular expression}; shift ;;
@@ -48,12 +65,23 @@ while (($#)); do
   esac
   shift
 done
+steps=${steps//sanitizer/memcheck,racecheck,synccheck,initcheck}
+for s in ${steps//,/ }; do
+  if [[ ",$all_steps," != *",$s,"* ]]; then
+    echo "check.sh: unknown step '$s' (steps: $all_steps, sanitizer)" >&2
+    exit 2
+  fi
+done
 want() { [[ ",$steps," == *",$1,"* ]]; }
+here=$(pwd)
+# shellcheck source=report.sh
+source tools/gpu/report.sh
 bundle=${PIPEWRIGHT_GPU_BUNDLE:-.gpu}
 bundle=$(cd "$bundle" 2>/dev/null && pwd || echo "$bundle")
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 start=$SECONDS
+started=$(date -u +%Y-%m-%dT%H:%MZ)
 summary=()
 note() { summary+=("$*"); echo "check.sh: $*" >&2; }
 
@@ -77,14 +105,15 @@ bin=$work/bin
 
 # The CUDA libraries where this machine keeps them: the toolkit's lib64, and the nvidia/*/lib
 # folders of python3's site-packages (PyTorch's pip wheels).
-cuda_dirs=()
+cuda_dirs=() sites=()
 for d in "${CUDA_PATH:-/usr/local/cuda}/lib64" /usr/local/cuda/targets/x86_64-linux/lib; do
   [[ -d "$d" ]] && cuda_dirs+=("$d")
 done
 if command -v python3 >/dev/null; then
-  while read -r site; do
+  mapfile -t sites < <(python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null)
+  for site in "${sites[@]}"; do
     for d in "$site"/nvidia/*/lib; do [[ -d "$d" ]] && cuda_dirs+=("$d"); done
-  done < <(python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null)
+  done
 fi
 cuda_path=$(IFS=:; echo "${cuda_dirs[*]}")
 # The bundle's own libraries only where the machine lacks one: nothing is shadowed.
@@ -107,6 +136,28 @@ if [[ ! -e "$data/train-images-idx3-ubyte.gz" ]]; then
   fi
 fi
 
+# compute-sanitizer: the first of PIPEWRIGHT_COMPUTE_SANITIZER, PATH, the toolkit's folders,
+# and python3's nvidia/* wheels (site-packages/nvidia/**/compute-sanitizer).
+sanitizer_places="PIPEWRIGHT_COMPUTE_SANITIZER, PATH, \$CUDA_PATH, /usr/local/cuda*/{bin,compute-sanitizer},"
+sanitizer_places+=" /opt/nvidia/*/compute-sanitizer, python3's site-packages/nvidia"
+find_sanitizer() {
+  local c site
+  for c in "${PIPEWRIGHT_COMPUTE_SANITIZER:-}" "$(command -v compute-sanitizer 2>/dev/null)" \
+      "${CUDA_PATH:-/usr/local/cuda}/bin/compute-sanitizer" \
+      "${CUDA_PATH:-/usr/local/cuda}/compute-sanitizer/compute-sanitizer" \
+      /usr/local/cuda*/bin/compute-sanitizer /usr/local/cuda*/compute-sanitizer/compute-sanitizer \
+      /opt/nvidia/*/compute-sanitizer/compute-sanitizer /opt/nvidia/*/compute-sanitizer; do
+    [[ -n "$c" && -f "$c" && -x "$c" ]] && { echo "$c"; return 0; }
+  done
+  for site in "${sites[@]}"; do
+    [[ -d "$site/nvidia" ]] || continue
+    c=$(find "$site/nvidia" -maxdepth 4 -name compute-sanitizer -type f -perm -u+x 2>/dev/null | head -n 1)
+    [[ -n "$c" ]] && { echo "$c"; return 0; }
+  done
+  return 1
+}
+sanitizer=$(find_sanitizer)
+
 {
   echo "== nvidia-smi"
   if command -v nvidia-smi >/dev/null; then
@@ -117,13 +168,16 @@ fi
   fi
   echo "== host"; nproc; uptime; lscpu 2>/dev/null | grep -E "^(Model name|Socket|Core|Thread|CPU\(s\))"
   echo "== nvcc"; command -v nvcc >/dev/null && nvcc --version || echo "(no nvcc)"
+  echo "== compute-sanitizer"
+  if [[ -n "$sanitizer" ]]; then echo "$sanitizer"; "$sanitizer" --version 2>&1 | tail -n 2
+  else echo "(none found; looked in $sanitizer_places)"; fi
   echo "== bundle"; cat "$work/MANIFEST"
   echo "== CUDA library folders"; printf '%s\n' "${cuda_dirs[@]}"
   echo "== taken from the bundle"; ls "$work/missing"
   echo "== libraries of the main job"; ldd "$bin/examples_fashion_mnist"
 } >"$out/gpu.txt" 2>&1
 gpu_name=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
-note "GPU: ${gpu_name:-none found by nvidia-smi} | bundle $(head -1 "$work/MANIFEST")"
+note "GPU: ${gpu_name:-none found by nvidia-smi} | bundle $(head -1 "$work/MANIFEST") | started $started"
 unresolved=$(ldd "$bin"/* 2>/dev/null | grep -c "not found")
 ((unresolved > 0)) && note "FAILED: $unresolved library references not found (gpu.txt)"
 
@@ -160,27 +214,62 @@ if want tests; then
   done
   ((quick)) && tests=("$bin/tests_cuda_elementwise_test" "$bin/tests_cuda_reduce_test")
 fi
+
+# compute-sanitizer's runs, TOOL.BINARY each: memcheck on every bundled test (and the main job,
+# below); racecheck and synccheck on the tests racecheck.txt maps the shared-memory and
+# shuffle kernels to; initcheck on the kernel tests. check.sh finds the kernels that need
+# racecheck itself and fails when racecheck.txt lacks one (any machine: it reads the sources).
+race_map=tools/gpu/racecheck.txt
+not_initchecked='pipe|cross_stream|planner|allocator|backend'  # not kernel tests
+mapfile -t unmapped < <(unmapped_sources "$race_map" cuda_kernels "$here")
+((${#unmapped[@]} > 0)) && note "FAILED: $race_map has no line for ${unmapped[*]} (shared memory," \
+  "shuffles or block reductions: racecheck and synccheck would miss it)"
 sanitized=()
-if want sanitizer && command -v compute-sanitizer >/dev/null; then
-  for tool in memcheck racecheck synccheck; do
-    for k in elementwise reduce softmax batch_norm optim index_select random copy; do
-      [[ "$tool" != memcheck && ! "$k" =~ ^(reduce|softmax|batch_norm)$ ]] && continue
-      sanitized+=("$tool.tests_cuda_${k}_test")
-    done
+sanitizer_wanted=0
+for tool in memcheck racecheck synccheck initcheck; do want "$tool" && sanitizer_wanted=1; done
+if ((sanitizer_wanted)) && [[ -n "$sanitizer" ]]; then
+  for t in "$bin"/*_test; do
+    name=$(basename "$t")
+    [[ "$name" =~ $test_filter ]] || continue
+    want memcheck && sanitized+=("memcheck.$name")
   done
+  for tool in racecheck synccheck; do
+    want "$tool" || continue
+    while read -r name; do
+      [[ -x "$bin/$name" && "$name" =~ $test_filter ]] && sanitized+=("$tool.$name")
+    done < <(mapped_binaries "$race_map")
+  done
+  if want initcheck; then
+    for t in "$bin"/tests_cuda_*_test; do
+      name=$(basename "$t")
+      [[ -x "$t" && "$name" =~ $test_filter && ! "$name" =~ $not_initchecked ]] &&
+        sanitized+=("initcheck.$name")
+    done
+  fi
 fi
-# The longest first: the sanitized main job, then the tests, then the sanitized kernel tests.
-if want sanitizer && command -v compute-sanitizer >/dev/null; then
-  PIPEWRIGHT_CUDA_ALLOCATOR=direct job sanitizer.main 180 compute-sanitizer --tool memcheck \
-    --print-limit 20 "$main" --no-progress --epochs 1 --train-limit 2048 --test-limit 512 \
-    --workers 2 --devices cuda:0,cuda:0
+sanitize() {  # TOOL.BINARY, seconds, arguments...
+  local run=$1 seconds=$2
+  shift 2
+  PIPEWRIGHT_REQUIRE_GPU=1 PIPEWRIGHT_CUDA_ALLOCATOR=direct job "sanitizer.$run" "$seconds" \
+    "$sanitizer" --tool "${run%%.*}" --print-limit 20 "$bin/${run#*.}" "$@"
+}
+# The longest first, but the tests before the sanitizer's long runs: the sanitized main job,
+# the tests (seconds each on a card), the pipeline and example tests under memcheck, then the
+# kernel tests under each tool (the shortest, so the last fit the phase's end).
+heavy='pipe|examples|planner|cross_stream'
+if want memcheck && [[ -n "$sanitizer" && examples_fashion_mnist =~ $test_filter ]]; then
+  sanitized=("memcheck.examples_fashion_mnist" "${sanitized[@]}")
+  sanitize memcheck.examples_fashion_mnist 180 --no-progress --epochs 1 --train-limit 2048 \
+    --test-limit 512 --workers 2 --devices cuda:0,cuda:0
 fi
 for t in "${tests[@]}"; do
   PIPEWRIGHT_REQUIRE_GPU=1 job "test.$(basename "$t")" 150 "$t"
 done
 for s in "${sanitized[@]}"; do
-  PIPEWRIGHT_REQUIRE_GPU=1 PIPEWRIGHT_CUDA_ALLOCATOR=direct job "sanitizer.$s" 120 \
-    compute-sanitizer --tool "${s%%.*}" --print-limit 20 "$bin/${s#*.}"
+  [[ "$s" == memcheck.* && "$s" =~ $heavy && "$s" != *fashion_mnist ]] && sanitize "$s" 240
+done
+for s in "${sanitized[@]}"; do
+  [[ "$s" == memcheck.* && "$s" =~ $heavy ]] || sanitize "$s" 150
 done
 wait
 
@@ -214,27 +303,52 @@ if want tests; then
   note "tests: $(tail -n 1 "$out/tests.txt") (${#tests[@]} binaries, PIPEWRIGHT_REQUIRE_GPU=1; tests.txt)"
 fi
 
-if want sanitizer; then
-  if command -v compute-sanitizer >/dev/null; then
-    {
-      for s in "${sanitized[@]}"; do
-        echo "== ${s%%.*} ${s#*.}"
-        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Race|Barrier|error|passed|failed|exit status|not started" \
-          "$work/jobs/sanitizer.$s" | tail -n 25
-      done
-      echo "== memcheck fashion_mnist (1 epoch of 2,048 images, two workers on cuda:0)"
-      tail -n 25 "$work/jobs/sanitizer.main"
-    } >"$out/sanitizer.txt" 2>&1
-    # memcheck and synccheck end with "ERROR SUMMARY: N errors", racecheck with
-    # "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)".
-    errors=$(sed -n -e 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' \
-      -e 's/.*RACECHECK SUMMARY: .*(\([0-9]*\) error.*/\1/p' "$out/sanitizer.txt" |
-      awk '{s += $1} END {print s + 0}')
-    runs=$(grep -c -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer.txt")
-    note "compute-sanitizer: $errors errors in $runs of $((${#sanitized[@]} + 1)) runs (sanitizer.txt)"
+if ((sanitizer_wanted)); then
+  if [[ -z "$sanitizer" ]]; then
+    echo "(no compute-sanitizer on this machine; looked in $sanitizer_places)" >"$out/sanitizer.txt"
+    note "compute-sanitizer: NOT RUN, none found on this machine (looked in $sanitizer_places)"
   else
-    echo "(no compute-sanitizer on this machine)" >"$out/sanitizer.txt"
-    note "compute-sanitizer: not on this machine"
+    note "$(sanitizer_report "$work/jobs" "$out/sanitizer.txt" "${sanitized[@]}")"
+  fi
+fi
+
+# ---- the CUDA calls of a warm step, on this card and under cudasim ----
+# libpw_apicount.so (tools/gpu/apicount) preloaded into the main job: a long and a short run
+# each for one stage and for two on cuda:0, their difference per step (count.sh), beside
+# cudasim's count of the same runs: packed with a --config=cuda bundle (pack.sh ran them on
+# simulated GPUs), or this run's own where the bundle is a cudasim build (whose runtime is
+# linked into the binary, so the preloaded library sees no call and the card column is empty).
+if want apicount; then
+  preload=$work/preload/libpw_apicount.so
+  counted=$work/jobs/apicount/steps.txt
+  : >"$out/apicount.txt"
+  if [[ ! -f "$preload" ]]; then
+    echo "(no preload/libpw_apicount.so in the bundle: packed before it existed)" >"$out/apicount.txt"
+    note "API counts: NOT RUN, the bundle has no libpw_apicount.so (pack it again)"
+  else
+    if ! APICOUNT_TIMEOUT=$(cap 60) tools/gpu/apicount/count.sh "$counted" "$main" "$preload"; then
+      failures=$(grep -c '^# failed: ' "$counted")
+      first=$(sed -n 's/^# failed: //p' "$counted" | head -n 1)
+      note "FAILED: $failures of the counted main-job runs, the first: $first (apicount.txt; jobs/apicount in logs.tar.gz)"
+    fi
+    sim_counts=$work/apicount-cudasim.txt no_card="the counted runs failed"
+    if grep -q "^config --config=cudasim" "$work/MANIFEST"; then
+      sim_counts=$counted
+      no_card="not applicable under cudasim, whose runtime is inside the binary: nothing to interpose"
+    elif [[ ! -f "$sim_counts" ]]; then
+      sim_counts=/dev/null  # packed with --no-sim-counts
+    fi
+    {
+      echo "# card column: this machine, bundle $(head -n 1 "$work/MANIFEST"); $(grep -m 1 '^# per warm step' "$counted" | sed 's/^# //')"
+      echo "# cudasim column: $(if [[ "$sim_counts" == "$counted" ]]; then echo "the same runs (a cudasim bundle)"
+        elif [[ "$sim_counts" == /dev/null ]]; then echo "none (packed with --no-sim-counts)"
+        else grep -m 1 '^# cudasim counts' "$sim_counts" | sed 's/^# //'; fi)"
+      grep -E '^# ([12]stages?|failed):' "$counted"
+      echo
+    } >>"$out/apicount.txt"
+    for label in $(awk '!/^#/ {print $1}' "$counted" "$sim_counts" | sort -u); do
+      note "$(apicount_compare "$label" "$counted" "$sim_counts" "$out/apicount.txt" "$no_card")"
+    done
   fi
 fi
 

@@ -2,7 +2,7 @@
 # Builds the GPU bundle: everything tools/gpu/check.sh runs on a machine that has a GPU but no
 # Bazel, no apt and no network (docs/cuda.md, "Running on a GPU machine without Bazel").
 #
-#   tools/gpu/pack.sh [--cudasim] [OUTDIR]      (OUTDIR default: .gpu, git-ignored)
+#   tools/gpu/pack.sh [--cudasim] [--no-sim-counts] [OUTDIR]   (OUTDIR default: .gpu, git-ignored)
 #
 # What goes in OUTDIR:
 #   bundle.tar.xz   bin/   every one-process gpu-tagged test, //examples:fashion_mnist and
@@ -13,6 +13,12 @@
 #                          libraries (libcudart, libcublas, libcublasLt, libcudnn, libnccl,
 #                          libcuda: the machine has its own) nor the C and C++ runtimes;
 #                   MANIFEST the labels, the commit and the build configuration;
+#                   preload/libpw_apicount.so  the LD_PRELOAD library that counts CUDA calls
+#                          (tools/gpu/apicount), for check.sh's apicount step;
+#                   apicount-cudasim.txt  (--config=cuda only) the calls of a warm main-job
+#                          step counted under cudasim: the same runs check.sh counts on the
+#                          card (tools/gpu/apicount/count.sh), here on simulated GPUs, so the
+#                          card's counts have cudasim's beside them (--no-sim-counts: skip);
 #   fashion-mnist/  the four IDX files of Debian's dataset-fashion-mnist;
 #   peers/          bench/peers' PyTorch scripts, which check.sh runs on the same card.
 # At most 60 MiB in all (checked). check.sh unpacks it, finds the CUDA libraries where the
@@ -28,11 +34,15 @@ cd "$(dirname "$0")/../.."
 
 config=cuda
 link=(--dynamic_mode=off)
-if [[ "${1:-}" == "--cudasim" ]]; then
-  config=cudasim
-  link=()
+sim_counts=1
+while [[ "${1:-}" == --* ]]; do
+  case $1 in
+    --cudasim) config=cudasim link=() ;;
+    --no-sim-counts) sim_counts=0 ;;
+    *) echo "pack.sh: unknown option '$1'" >&2; exit 2 ;;
+  esac
   shift
-fi
+done
 out=${1:-.gpu}
 limit_mib=60
 
@@ -42,13 +52,16 @@ query='kind(cc_test, attr(tags, "gpu", tests(//tests/...))) except attr(tags, "m
 mapfile -t tests < <(tools/bazel query "$query" 2>/dev/null | sort)
 targets=("${tests[@]}" //examples:fashion_mnist)
 [[ "$config" == cuda ]] && targets+=(//tests/cuda:cuda_bench)  # cuDNN: a real build only
-echo "pack.sh: building ${#targets[@]} targets with --config=$config ${link[*]}" >&2
-tools/bazel build --config="$config" "${link[@]}" "${targets[@]}" >&2
+preload_label=//tools/gpu/apicount:libpw_apicount.so
+echo "pack.sh: building ${#targets[@]} targets and the API-count library with --config=$config ${link[*]}" >&2
+tools/bazel build --config="$config" "${link[@]}" "${targets[@]}" "$preload_label" >&2
 bin_dir=$(tools/bazel info --config="$config" "${link[@]}" bazel-bin 2>/dev/null)
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/bin" "$stage/lib"
+mkdir -p "$stage/bin" "$stage/lib" "$stage/preload"
+cp "$bin_dir/tools/gpu/apicount/libpw_apicount.so" "$stage/preload/"
+chmod u+w "$stage/preload/libpw_apicount.so"
 built=()
 for label in "${targets[@]}"; do
   path=${label#//}
@@ -59,6 +72,20 @@ for label in "${targets[@]}"; do
   chmod u+w "$stage/bin/$name"
   strip --strip-unneeded "$stage/bin/$name"
 done
+# //examples:fashion_mnist builds in every configuration, into one output tree: a Bazel command
+# of another configuration run meanwhile (another shell in this workspace) relinks it there.
+# The copy must be this configuration's: cudasim's exports its runtime, cuda's loads libcudart.
+main_copy=$stage/bin/examples_fashion_mnist
+if [[ "$config" == cudasim ]]; then
+  grep -q 'cudasim.*api_counts' <(nm -D "$main_copy") && main_ok=1 || main_ok=0
+else
+  grep -q '__cudaLaunchKernel' <(nm -D "$main_copy") && main_ok=1 || main_ok=0
+fi
+if ((!main_ok)); then
+  echo "pack.sh: bazel-bin's fashion_mnist is not the --config=$config build (another Bazel command" \
+    "relinked it meanwhile): pack again" >&2
+  exit 1
+fi
 
 # Libraries the GPU machine brings itself: the CUDA ones, and the C/C++ runtime. ldd runs on
 # the binaries where Bazel put them, so that their runpaths resolve.
@@ -84,9 +111,39 @@ strip --strip-unneeded "$stage"/lib/* 2>/dev/null || true
   printf 'target %s\n' "${targets[@]}"
 } >"$stage/MANIFEST"
 
+# What cudasim counts for the runs check.sh's apicount step makes on the card: the same main
+# job built with --config=cudasim, the same script; about 15 s of runs.
+packed=(bin lib preload MANIFEST)
+if [[ "$config" == cuda ]] && ((sim_counts)); then
+  echo "pack.sh: counting a warm step's CUDA calls under cudasim (tools/gpu/apicount/count.sh)" >&2
+  sim_dir=$stage/cudasim
+  mkdir -p "$sim_dir"
+  # Copied out of bazel-bin at once: the cudasim build shares the default build's output tree,
+  # which another Bazel command may relink meanwhile.
+  if tools/bazel build --config=cudasim //examples:fashion_mnist "$preload_label" >&2 &&
+      sim_bin=$(tools/bazel info --config=cudasim bazel-bin 2>/dev/null) &&
+      cp "$sim_bin/examples/fashion_mnist" "$sim_bin/tools/gpu/apicount/libpw_apicount.so" "$sim_dir/" &&
+      grep -q 'cudasim.*api_counts' <(nm -D "$sim_dir/fashion_mnist"); then
+    if tools/gpu/apicount/count.sh "$sim_dir/steps.txt" "$sim_dir/fashion_mnist" \
+        "$sim_dir/libpw_apicount.so"; then
+      { echo "# cudasim counts: --config=cudasim, $(head -n 1 "$stage/MANIFEST"), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        cat "$sim_dir/steps.txt"; } >"$stage/apicount-cudasim.txt"
+      packed+=(apicount-cudasim.txt)
+    else
+      echo "pack.sh: the cudasim count failed:" >&2
+      grep '^# .*exit status' "$sim_dir/steps.txt" >&2
+      tail -n 5 "$sim_dir"/apicount.*.log >&2
+      echo "pack.sh: the bundle has no cudasim counts" >&2
+    fi
+  else
+    echo "pack.sh: the cudasim build failed (or another Bazel command relinked it meanwhile);" \
+      "the bundle has no cudasim counts" >&2
+  fi
+fi
+
 rm -rf "$out"
 mkdir -p "$out/fashion-mnist" "$out/peers"
-tar -C "$stage" -cJf "$out/bundle.tar.xz" bin lib MANIFEST
+tar -C "$stage" -cJf "$out/bundle.tar.xz" "${packed[@]}"
 cp /usr/share/datasets/fashion-mnist/*-ubyte.gz "$out/fashion-mnist/"
 cp bench/peers/*.py "$out/peers/"
 
