@@ -40,7 +40,7 @@ while IFS= read -r ref; do
     echo "$shown:$line: the link says #L$anchor"
     broken=$((broken + 1))
   fi
-  if sed -n "${line}p" "$file" | grep -qF -- "$symbol"; then continue; fi
+  if grep -qF -- "$symbol" <<<"$(sed -n "${line}p" "$file")"; then continue; fi
   # The nearest line that does contain the symbol, for the message and --fix.
   best=$(grep -nF -- "$symbol" "$file" | cut -d: -f1 |
          awk -v old="$line" '{d = $1 - old; if (d < 0) d = -d;

@@ -32,7 +32,7 @@ echo "2 ranks:"; echo "$two" | results
 
 four=$("$run_mpi" 4 60 "$program" "${flags[@]}" --data-parallel 2 2>&1) || fail "4 ranks: $four"
 echo "2 x 2 ranks:"; echo "$four" | results
-echo "$four" | grep -q '4 MPI ranks = 2 workers x 2 data-parallel replicas' ||
+grep -q '4 MPI ranks = 2 workers x 2 data-parallel replicas' <<<"$four" ||
   fail "no rank layout: $four"
 (($(echo "$four" | losses | wc -l) == 2)) ||
   fail "4 ranks: expected 2 reports (rank 0 only): $four"

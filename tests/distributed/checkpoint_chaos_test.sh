@@ -83,7 +83,7 @@ for ((round = 0; kills < 20 && round < 40; ++round)); do
     out=$("$run_mpi" 4 60 "$program" "${flags[@]}" --resume "$dir/ckpt" 2>&1) &&
       fail "round $round ($fault): --resume without a commit record should fail"
     if [[ -n "$partial" ]]; then
-      echo "$out" | grep -q "no checkpoint at $dir/ckpt: there are shards of generation(s) .* but no commit record" ||
+      grep -q "no checkpoint at $dir/ckpt: there are shards of generation(s) .* but no commit record" <<<"$out" ||
         fail "round $round ($fault): no clear message for uncommitted shards: $out"
     fi
   fi
@@ -115,9 +115,9 @@ PIPEWRIGHT_CHECKPOINT_FAULT=commit:0:3 "$run_mpi" 4 120 "$program" "${flags[@]}"
 out=$("$run_mpi" 4 120 "$program" --workers 4 --data-parallel 1 --epochs "$epochs" --train-limit 400 \
   --test-limit 100 --batch-size 100 --hidden 16 --chunks 2 --threads 1 --optimizer sgd --seed 3 \
   --no-progress --resume "$dir/ckpt" 2>&1) || fail "resume under 4 stages x 1 replica: $out"
-echo "$out" | grep -q "^ignored generation 3 at $dir/ckpt: 4 of 4 shards and no commit" ||
+grep -q "^ignored generation 3 at $dir/ckpt: 4 of 4 shards and no commit" <<<"$out" ||
   fail "no line for the uncommitted generation 3: $out"
-echo "$out" | grep -q "resumed from $dir/ckpt after epoch 2" || fail "no resume line: $out"
+grep -q "resumed from $dir/ckpt after epoch 2" <<<"$out" || fail "no resume line: $out"
 (($(echo "$out" | grep -c '^epoch') == epochs - 2)) || fail "expected $((epochs - 2)) epochs: $out"
 
 echo "$kills kills ($timed at random moments, $((kills - timed)) at save phases), $completed runs ended before their kill"

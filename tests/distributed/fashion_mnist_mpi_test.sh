@@ -25,7 +25,7 @@ four=$("$run_mpi" 4 180 "$program" "${flags[@]}" --data-parallel 2 --trace "$tra
 for rank in 0 1 2 3; do  # one process per rank in the trace, each with its F actions
   grep -q "\"cat\":\"forward\"[^}]*\"pid\":$rank" "$trace" || fail "trace: no F of rank $rank"
 done
-echo "$four" | grep -q '4 MPI ranks = 2 workers x 2 data-parallel replicas' || fail "no rank layout: $four"
+grep -q '4 MPI ranks = 2 workers x 2 data-parallel replicas' <<<"$four" || fail "no rank layout: $four"
 (($(echo "$four" | grep -c '^epoch') == 2)) || fail "4 ranks: expected 2 epoch lines (rank 0 only): $four"
 
 # --save / --resume across processes: one shard per rank and a commit record naming them;
@@ -38,16 +38,16 @@ dp=("${flags[@]}" --data-parallel 2)
   fail "first half"
 resumed=$("$run_mpi" 4 180 "$program" "${dp[@]}" --resume "$dir/part.st" --save "$dir/resumed.st" 2>&1) ||
   fail "resumed run: $resumed"
-echo "$resumed" | grep -q "resumed from $dir/part.st after epoch 1" || fail "no resume line: $resumed"
+grep -q "resumed from $dir/part.st after epoch 1" <<<"$resumed" || fail "no resume line: $resumed"
 for rank in 0 1 2 3; do
   cmp -s "$dir/full.st.2.rank$rank" "$dir/resumed.st.2.rank$rank" || fail "shard of rank $rank differs"
 done
 cmp -s "$dir/full.st" "$dir/resumed.st" || fail "the commit records differ"
 
 out=$("$run_mpi" 3 60 "$program" "${flags[@]}" 2>&1) && fail "3 ranks for 2 stages should fail"
-echo "$out" | grep -q 'mpirun started 3 processes, but --workers 2 x --data-parallel 1 needs 2' ||
+grep -q 'mpirun started 3 processes, but --workers 2 x --data-parallel 1 needs 2' <<<"$out" ||
   fail "3 ranks: no clear message: $out"
 
 out=$("$run_mpi" 2 60 "$program" "${flags[@]}" --data-dir /nonexistent 2>&1) && fail "missing data should fail"
-echo "$out" | grep -q 'rank [01]: error: .*/nonexistent' || fail "missing data: no message naming it: $out"
+grep -q 'rank [01]: error: .*/nonexistent' <<<"$out" || fail "missing data: no message naming it: $out"
 exit $failed

@@ -9,7 +9,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAILED: $*" >&2; exit 1; }
 
 "$svg" 1f1b 3 6 --csv > "$tmp/ours.csv"
-head -2 "$tmp/ours.csv" | grep -q '^worker,index,stage,kind,microbatch$' || fail "no CSV header"
+grep -q '^worker,index,stage,kind,microbatch$' <<<"$(head -2 "$tmp/ours.csv")" || fail "no CSV header"
 [[ "$("$svg" --from "$tmp/ours.csv" --ascii)" == "$("$svg" 1f1b 3 6 --ascii)" ]] ||
   fail "our CSV read back gives another timeline"
 
