@@ -18,7 +18,8 @@
 #                                             # marked in FILEs; fails when there is none
 #   tools/doc_snippets.sh block NAME FILE     # the block marked NAME in FILE, verbatim
 #
-# Used by //tests/docs:snippets_test (cpp) and tests/embed/run.sh (block).
+# Used by //tests/docs:snippets_test (cpp), tests/embed/run.sh and
+# //tests/consumers:consumers_test (block).
 set -uo pipefail
 usage() { echo "usage: $0 cpp FILE... | $0 block NAME FILE" >&2; exit 2; }
 (($# >= 2)) || usage

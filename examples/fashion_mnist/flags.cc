@@ -11,6 +11,7 @@
 #include "pipeline/planner/planner.h"
 #include "pipeline/schedule/checkpoint_mode.h"
 #include "pipeline/schedule/registry.h"
+#include "pipewright/version.h"
 #include "tensor/device.h"
 
 namespace pipewright::examples {
@@ -63,6 +64,7 @@ TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config, unsigned groups)
   for (int b : config.balance) parts.push_back(std::to_string(b));
   balance_ = config.auto_balance.empty() ? join_commas(parts) : "auto-" + config.auto_balance;
   TrainConfig& c = config;
+  app.set_version_flag("--version", std::string("pipewright ") + PIPEWRIGHT_VERSION);
   app.option_defaults()->always_capture_default();
   if (groups & kEpochFlags) {
     app.add_option("--epochs", c.epochs, "Passes over the 60,000 training images");

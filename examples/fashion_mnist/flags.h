@@ -31,7 +31,8 @@ enum FlagGroups : unsigned {
 
 class TrainFlags {
  public:
-  /// Adds the shared flags of `groups` to `app`, each defaulting to `config`'s value.
+  /// Adds the shared flags of `groups` to `app`, each defaulting to `config`'s value, and
+  /// --version ("pipewright " and pipewright/version.h's PIPEWRIGHT_VERSION).
   TrainFlags(CLI::App& app, TrainConfig& config, unsigned groups = kAllFlags);
   TrainFlags(const TrainFlags&) = delete;
   TrainFlags& operator=(const TrainFlags&) = delete;
