@@ -73,9 +73,8 @@ pipeline::PipeOptions step_options(int stages, std::shared_ptr<pipeline::Process
   return {.balance = stages == 2 ? std::vector<int>{1, 8} : std::vector<int>{9},
           .devices = devices,
           .chunks = 4,
-          .checkpoint = pipeline::Checkpoint::kNever,
+          .schedule = {.name = "gpipe", .recompute = pipeline::Checkpoint::kNever},
           .deferred_batch_norm = true,
-          .schedule = "gpipe",
           .seed = 0,
           .processes = std::move(processes)};
 }

@@ -122,9 +122,8 @@ void pipe_step(benchmark::State& state, const std::string& api, const std::strin
                       {.balance = balanced ? std::vector<int>{4, 4} : std::vector<int>{3, 4},
                                      .devices = {Device::cpu(0), Device::cpu(1)},
                                      .chunks = chunks,
-                                     .checkpoint = checkpoint,
+                                     .schedule = {.name = schedule, .recompute = checkpoint},
                                      .deferred_batch_norm = true,
-                                     .schedule = schedule,
                                      .threads_per_worker = 1});
   Tensor x = make_input(balanced ? kHidden : kIn);
   if (balanced) x.set_requires_grad(true);

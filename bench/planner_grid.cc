@@ -130,8 +130,7 @@ Case gpt_case() {
 
 struct Config {
   std::string label;
-  pipeline::PipeOptions options;
-  std::optional<pipeline::Schedule> schedule;  // the planner's (its recomputes as R actions)
+  pipeline::PipeOptions options;  // a plan's: its recomputes as RecomputeCells
 };
 
 struct Measurement {
@@ -156,11 +155,7 @@ Measurement measure(const Case& c, const Config& config) {
     adam.zero_grad();
     for (const Device& d : options.devices) allocator_for(d).reset_peak();
     const auto start = std::chrono::steady_clock::now();
-    if (config.schedule) {
-      pipe.train_step(c.input, c.target, c.loss, {.custom_schedule = *config.schedule});
-    } else {
-      pipe.train_step(c.input, c.target, c.loss);
-    }
+    pipe.train_step(c.input, c.target, c.loss);
     int64_t peak = 0;
     for (const Device& d : options.devices) peak = std::max(peak, allocator_for(d).peak());
     pipe.step(adam);
@@ -202,8 +197,7 @@ std::vector<Config> grid(const Case& c) {
           config.options.balance = balance;
           config.options.devices = devices;
           config.options.chunks = chunks;
-          config.options.checkpoint = mode;
-          config.options.schedule = schedule;
+          config.options.schedule = {.name = schedule, .recompute = mode};
           config.options.deferred_batch_norm = c.deferred_batch_norm;
           out.push_back(config);
         }
@@ -232,7 +226,7 @@ void run_case(const Case& c) {
   for (const Point& p : points) {
     peaks.push_back(p.measured.peak);
     least = std::min(least, p.measured.peak);
-    if (p.config.options.checkpoint == Checkpoint::kNever) {
+    if (p.config.options.schedule.recompute == pipeline::Recompute(Checkpoint::kNever)) {
       least_never = std::min(least_never, p.measured.peak);
     }
   }
@@ -267,8 +261,7 @@ void run_case(const Case& c) {
       continue;
     }
     Config picked{.label = plan->str(),
-                  .options = plan->pipe_options(worker_devices(c.workers)),
-                  .schedule = plan->schedule_for(plan->num_microbatches)};
+                  .options = plan->pipe_options(worker_devices(c.workers))};
     // Side by side: the pick and the grid's best, alternating.
     std::vector<double> pick_ms, best_ms;
     int64_t pick_peak = 0;

@@ -118,9 +118,8 @@ void schedule_step(benchmark::State& state, const std::string& schedule, int p, 
                                                                2 * kLayers / stages),
                                    .devices = devices,
                                    .chunks = m,
-                                   .checkpoint = pipeline::Checkpoint::kNever,
-                                   .virtual_stages = v,
-                                   .schedule = schedule,
+                                   .schedule = {.name = schedule, .virtual_stages = v,
+                                                .recompute = pipeline::Checkpoint::kNever},
                                    .threads_per_worker = 1});
   Tensor x = Tensor::empty({kBatch, kWidth});
   Generator g(1);

@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
     if (alloc_fail) cpu.fail_allocation_after(std::uniform_int_distribution<int>(0, 40)(rng));
     opt.zero_grad();
     try {
-      pipe.train_step(x, y, loss, {.schedule = schedule});
+      pipe.train_step(x, y, loss, {.schedule = pipe.schedule_for(4,
+                                                                 schedule)});  // 32 rows, 4 chunks
       opt.step();
       ++ok;
     } catch (const InjectedFault&) {

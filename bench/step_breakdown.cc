@@ -164,8 +164,8 @@ Run make_run(int workers, const std::string& schedule, const Tensor& x, const Te
       std::move(model),
       pipeline::PipeOptions{.balance = run.balance, .devices = devices,
                             .chunks = static_cast<int>(kChunks),
-                            .checkpoint = pipeline::Checkpoint::kNever,
-                            .schedule = schedule});
+                            .schedule = {.name = schedule,
+                                         .recompute = pipeline::Checkpoint::kNever}});
   run.adam = std::make_unique<nn::Adam>(run.pipe->parameters(), nn::AdamOptions{.lr = 1e-3});
   run.busy_us.resize(static_cast<size_t>(workers));
   return run;

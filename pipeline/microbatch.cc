@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "pipeline/schedule/spec.h"
 #include "tensor/ops.h"
 
 namespace pipewright::pipeline {
@@ -19,14 +20,6 @@ int64_t normalised_dim(const Tensor& t, int dim, const std::string& name) {
                                 (rank == 0 ? " (a scalar: replicate it)" : ""));
   }
   return d;
-}
-
-// torch.chunk's piece sizes: ceil(n / chunks) each, the last smaller, none empty.
-std::vector<int64_t> chunk_sizes(int64_t n, int chunks) {
-  const int64_t per = (n + chunks - 1) / chunks;
-  std::vector<int64_t> sizes;
-  for (int64_t start = 0; start < n; start += per) sizes.push_back(std::min(per, n - start));
-  return sizes;
 }
 
 // The product of the sizes of dims [begin, end).
@@ -140,7 +133,7 @@ MicroBatches scatter(const nn::Tensors& inputs, const std::vector<ChunkSpec>& gi
     throw std::invalid_argument("every pipeline " + what + " is replicated "
                                 "(ChunkSpec::replicate): nothing to split");
   }
-  out.sizes = chunk_sizes(out.batch_size, chunks);
+  out.sizes = microbatch_sizes(out.batch_size, chunks);
   out.batches = split_to(inputs, specs, out.sizes, what);
   return out;
 }

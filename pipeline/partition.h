@@ -1,7 +1,7 @@
 // Partitioning: cut an nn::Sequential into pipeline stages and place them on devices.
 //
 // balance[s] consecutive children form stage s (torchgpipe's `balance`). With interleaving
-// (v virtual stages per worker, PipeOptions::virtual_stages) there are p·v stages on p
+// (v virtual stages per worker, PipeOptions::schedule.virtual_stages) there are p·v stages on p
 // workers and stage s runs on worker s % p, on devices[s % p]:
 //
 //   children  0 1 | 2 | 3 4 5 | 6        balance {2, 1, 3, 1}, v = 2, p = 2

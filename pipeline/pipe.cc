@@ -23,24 +23,54 @@
 #include "tensor/threads.h"
 
 namespace pipewright::pipeline {
+namespace {
+
+void check_recompute_cells(const Recompute& recompute, int num_stages) {
+  const auto* cells = std::get_if<RecomputeCells>(&recompute);
+  if (cells != nullptr && static_cast<int>(cells->cells.size()) != num_stages) {
+    throw std::invalid_argument("PipeOptions::schedule.recompute names cells of " +
+                                std::to_string(cells->cells.size()) + " stages, the pipe has " +
+                                std::to_string(num_stages) + " (balance has one entry per stage)");
+  }
+}
+
+// Pipe::forward runs GPipe and leaves the loss to its caller: a field it cannot honour is an
+// error, never silently dropped.
+void refuse_step_only_options(const StepOptions& options) {
+  std::string refused;
+  auto add = [&refused](const std::string& field) {
+    refused += (refused.empty() ? "" : ", ") + field;
+  };
+  if (options.schedule.has_value()) add("schedule (forward runs GPipe; use train_step)");
+  if (!options.target_chunks.empty()) add("target_chunks (forward takes no targets)");
+  if (options.reduction != LossReduction::kMean) add("reduction (the loss is the caller's)");
+  if (!refused.empty()) {
+    throw std::invalid_argument("Pipe::forward: StepOptions fields it cannot honour are set: " +
+                                refused);
+  }
+}
+
+}  // namespace
 
 Pipe::Pipe(nn::Sequential module, PipeOptions options)
     : module_(std::move(module)), options_(std::move(options)), random_seed_(options_.seed) {
   verify_module(module_);
-  verify_balance(module_, options_.balance, options_.virtual_stages);
+  const ScheduleSpec& spec = options_.schedule;
+  verify_balance(module_, options_.balance, spec.virtual_stages);
   if (options_.chunks <= 0) {
     throw std::invalid_argument("number of chunks must be positive integer (chunks: " +
                                 std::to_string(options_.chunks) + ")");
   }
   const int num_stages = static_cast<int>(options_.balance.size());
-  const int num_workers = num_stages / options_.virtual_stages;
+  const int num_workers = num_stages / spec.virtual_stages;
   verify_devices(options_.devices, num_workers);
-  check_virtual_stages(options_.schedule, options_.virtual_stages);
+  check_virtual_stages(spec.name, spec.virtual_stages);
+  check_recompute_cells(spec.recompute, num_stages);
 
   std::vector<int> stage_worker =
-      options_.stage_worker.empty()
-          ? schedule_placement(options_.schedule, num_workers, options_.virtual_stages)
-          : options_.stage_worker;
+      spec.stage_worker.empty()
+          ? schedule_placement(spec.name, num_workers, spec.virtual_stages)
+          : spec.stage_worker;
   verify_placement(stage_worker, num_stages, num_workers);
   std::vector<Device> stage_devices(num_stages);
   for (int s = 0; s < num_stages; ++s) stage_devices[s] = options_.devices[stage_worker[s]];
@@ -91,13 +121,15 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const StepOptions& options)
         "Pipe::forward runs every stage in this process, but this Pipe's workers are spread "
         "over processes (PipeOptions::processes); use train_step");
   }
+  refuse_step_only_options(options);
   const std::vector<ChunkSpec> specs = chunk_specs(options.input_chunks, inputs.size(), "input");
   MicroBatches batches = scatter(inputs, specs, options_.chunks);
   const int m = batches.count();
   const bool record = module_.is_training() && autograd::grad_mode_enabled();
 
   Schedule schedule = fill_drain_schedule(m);
-  if (record) schedule = with_recompute(schedule, checkpoint_predicate(options_.checkpoint, m));
+  if (record) schedule = with_recompute(schedule, recompute_predicate(options_.schedule.recompute,
+                                                                      m));
   schedule.skips = runtime().skips().edges();
   validate(schedule);
   Phases phases = split_fill_drain(schedule);
@@ -151,8 +183,30 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const StepOptions& options)
 // placement (looped BFS: every forward of a worker's stages in stage order, then the
 // backwards in reverse), which splits into the same two phases.
 Schedule Pipe::fill_drain_schedule(int m) const {
-  return options_.virtual_stages == 1 ? gpipe(num_workers(), m)
-                                      : looped_bfs(runtime().stage_worker(), m);
+  return options_.schedule.virtual_stages == 1 ? gpipe(num_workers(), m)
+                                               : looped_bfs(runtime().stage_worker(), m);
+}
+
+int Pipe::num_microbatches(int64_t rows) const {
+  check_not_moved_from();
+  if (rows < 1) {
+    throw std::invalid_argument("Pipe::num_microbatches: rows must be >= 1, got " +
+                                std::to_string(rows));
+  }
+  return static_cast<int>(microbatch_sizes(rows, options_.chunks).size());
+}
+
+Schedule Pipe::schedule_for(int num_microbatches) const {
+  check_not_moved_from();
+  return build_schedule(options_.schedule, num_workers(), num_microbatches);
+}
+
+Schedule Pipe::schedule_for(int num_microbatches, const std::string& name) const {
+  check_not_moved_from();
+  ScheduleSpec spec = options_.schedule;
+  spec.name = name;
+  check_virtual_stages(name, spec.virtual_stages);
+  return build_schedule(spec, num_workers(), num_microbatches);
 }
 
 // Runs `actions` of `step` on the workers; the deferred BatchNorm statistics it gathered are

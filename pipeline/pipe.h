@@ -8,7 +8,7 @@
 //   nn::cross_entropy(out, y.to(out.device())).backward();  // runs the pipeline's backward
 //   opt.step();
 //
-//   StepResult r = pipe.train_step(x, y, loss_fn, {.schedule = "1f1b"});  // loss per micro-batch
+//   StepResult r = pipe.train_step(x, y, loss_fn);   // the whole step under options().schedule
 //
 // How a step runs (Note [Anatomy of a step], runtime.h):
 //   1. scatter: the mini-batch is cut into micro-batches (microbatch.h);
@@ -55,6 +55,7 @@
 #include "pipeline/microbatch.h"
 #include "pipeline/pipe_options.h"
 #include "pipeline/schedule/schedule.h"
+#include "pipeline/schedule/spec.h"
 #include "pipeline/step_result.h"
 #include "pipeline/trace.h"
 #include "tensor/generator.h"
@@ -74,8 +75,9 @@ class TiedParameters;
 /// What forward, train_step and eval_step take besides the tensors and the loss
 /// (torch.distributed.pipelining's args_chunk_spec / kwargs / output_merge_spec / return
 /// outputs, torchgpipe's NoChunk). Every field has a default: `{}` is one input and one target
-/// split on dim 0, a mean loss, options().schedule. Pipe::forward reads input_chunks,
-/// arguments and output_dims only (it has no loss, and runs GPipe).
+/// split on dim 0, a mean loss, the Pipe's schedule. Pipe::forward reads input_chunks,
+/// arguments and output_dims, and refuses what it cannot honour (a schedule, target specs, a
+/// summed loss): it has no loss and runs GPipe.
 struct StepOptions {
   /// How each input is cut into micro-batches: one ChunkSpec per input, split on a dim or
   /// replicated whole into every micro-batch; empty: every input split on dim 0. Every split
@@ -98,12 +100,12 @@ struct StepOptions {
   /// empty; negative counts from the end); in Pipe::forward its gradient is cut the same way
   /// in backward.
   std::vector<int> output_dims = {};
-  /// The step's schedule, when not the Pipe's (PipeOptions::schedule): a registered name
-  /// (schedule/registry.h), with options().checkpoint applied ...
-  std::string schedule = {};
-  /// ... or this schedule exactly as given (its R actions are its checkpointing; the
-  /// planner's Plan::schedule_for makes one). Setting both is refused.
-  std::optional<Schedule> custom_schedule = std::nullopt;
+  /// This step's schedule exactly as given, instead of the one the Pipe builds from
+  /// PipeOptions::schedule: its R actions are its checkpointing (a hand-written schedule, one
+  /// read from torch's CSV, or pipe.schedule_for(m, "zb-h1") to run another registered
+  /// schedule once). It must fit the pipe (workers, stages, placement, the batch's micro-batch
+  /// count). train_step only: forward and eval_step refuse it.
+  std::optional<Schedule> schedule = std::nullopt;
   /// The index of this mini-batch's first row in the global batch, which random layers key
   /// their draws by (Note [Keyed randomness], nn/random_key.h): distributed::train_step sets
   /// it to the replica's first row, so every data-parallel degree draws the same masks.
@@ -149,11 +151,13 @@ class Pipe {
   /// backward. Of StepOptions it reads input_chunks (default: every input split on dim 0,
   /// all with the same N; ChunkSpec::replicate() hands every micro-batch the whole tensor,
   /// torchgpipe's NoChunk), arguments and output_dims (output k concatenated over the
-  /// micro-batches on output_dims[k], dim 0 by default); the loss and schedule fields are
-  /// ignored (it runs GPipe, the loss is the caller's). Backward: an input split on dim d gets
+  /// micro-batches on output_dims[k], dim 0 by default); it refuses the fields it cannot honour
+  /// (schedule, target_chunks, reduction kSum: it runs GPipe, the loss is the caller's); the
+  /// others do not apply. Backward: an input split on dim d gets
   /// its gradient concatenated on d, a replicated one the sum over the micro-batches.
-  /// Throws std::invalid_argument for a Pipe spread over processes (use train_step) and as
-  /// scatter() and gather() do (microbatch.h: a wrong number of specs or dims, an undefined,
+  /// Throws std::invalid_argument for a Pipe spread over processes (use train_step), for the
+  /// refused fields (naming them), and as scatter() and gather() do (microbatch.h: a wrong
+  /// number of specs or dims, an undefined,
   /// rank-0 or too-small split input, split inputs of different sizes, every input
   /// replicated, an output without its dim, naming the shapes); and whatever a stage throws.
   nn::Tensors forward(const nn::Tensors& inputs, const StepOptions& options = {});
@@ -175,9 +179,8 @@ class Pipe {
   /// its dim or replicate it; reduction kMean (loss_fn averages over its micro-batch, the
   /// backward of micro-batch j starts from n_j / N, Note [Loss scaling]) or kSum (weight 1);
   /// arguments, seen by every stage and loss_fn; return_outputs and output_dims; first_sample
-  /// for keyed random layers. The schedule: StepOptions::schedule (a registered name,
-  /// options().checkpoint applied) or custom_schedule (run exactly as given: its R actions
-  /// are its checkpointing), else options().schedule.
+  /// for keyed random layers. The schedule: schedule_for(m), built from
+  /// options().schedule for the batch's m micro-batches, or StepOptions::schedule exactly.
   ///
   /// Effects: parameter gradients equal those of the whole batch's loss and accumulate into
   /// .grad (zero them yourself); an input that requires grad gets its gradient as
@@ -189,8 +192,7 @@ class Pipe {
   /// target is undefined, a spec list has another size than its tensors, a split tensor has
   /// no such dim, split inputs or targets differ in size N on their dims, every input is
   /// replicated, output_dims does not fit the outputs, the single-tensor form's last stage
-  /// returns other than one tensor, both schedule and custom_schedule are set, the schedule
-  /// name is not registered or needs other virtual stages, or the schedule does not fit this
+  /// returns other than one tensor, or StepOptions::schedule does not fit this
   /// pipe (workers, stages, stage placement, micro-batch count — naming both) or fails
   /// validate(); std::domain_error when a micro-batch's loss is NaN or infinite (Note
   /// [Non-finite loss], pipeline/step_readback.cc: found when the step's losses are read at
@@ -211,7 +213,8 @@ class Pipe {
   /// running statistics and no Dropout (in training mode, deferred BatchNorm commits as in a
   /// training step). Returns loss and micro-batch losses as train_step (a NaN/inf loss is
   /// returned, not thrown: there is no backward to protect) and, with return_outputs, the
-  /// outputs. StepOptions::schedule / custom_schedule are ignored. Errors as train_step.
+  /// outputs. Errors as train_step, and std::invalid_argument for a StepOptions::schedule
+  /// (an evaluation runs forwards only).
   StepResult eval_step(const nn::Tensors& inputs, const nn::Tensors& targets,
                        const TupleLossFn& loss_fn, const StepOptions& options = {});
   StepResult eval_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
@@ -241,6 +244,19 @@ class Pipe {
   /// undefined here anyway). Every grad is checked before any is applied; throws what
   /// nn::Optimizer::step throws. Call between steps.
   void step(nn::Optimizer& optimizer);
+
+  // ---- the schedule ----
+  /// How many micro-batches a batch of `rows` rows makes (torch.chunk's rule with
+  /// options().chunks: microbatch_sizes, microbatch.h). Throws std::invalid_argument when
+  /// rows < 1.
+  int num_microbatches(int64_t rows) const;
+  /// The schedule train_step runs for a batch of `num_microbatches` micro-batches:
+  /// build_schedule(options().schedule, workers, m) (schedule/spec.h). With `name`, the
+  /// same spec (virtual stages, recompute) with that registered schedule instead: what to pass
+  /// as StepOptions::schedule to run another schedule for one step. Throws what
+  /// build_schedule throws.
+  Schedule schedule_for(int num_microbatches) const;
+  Schedule schedule_for(int num_microbatches, const std::string& name) const;
 
   // ---- structure ----
   nn::Sequential& module();

@@ -4,11 +4,13 @@
 //   pipeline::Pipe pipe(std::move(model), {.balance = {3, 1},
 //                                          .devices = {Device::cpu(0), Device::cpu(1)},
 //                                          .chunks = 8,
-//                                          .checkpoint = Checkpoint::kExceptLast});
+//                                          .schedule = {.recompute = Checkpoint::kExceptLast}});
 //
-// Interleaved and V-shaped schedules (virtual_stages = v > 1): balance has p·v entries (one
-// per virtual stage), devices p entries (one per worker). Stage s runs on worker
-// stage_worker[s], on devices[stage_worker[s]]; by default the placement of `schedule`:
+// The schedule is one value, ScheduleSpec (schedule/spec.h): a registered name, virtual
+// stages, placement and what recomputes; a plan is a PipeOptions (Plan::pipe_options).
+// Interleaved and V-shaped schedules (schedule.virtual_stages = v > 1): balance has p·v
+// entries (one per virtual stage), devices p entries (one per worker). Stage s runs on worker
+// stage_worker[s], on devices[stage_worker[s]]; by default the placement of the schedule:
 // round robin (stage s on worker s % p), or the V shape (worker w holds stages w and 2p-1-w;
 // v = 2) for the schedules whose registry row says so (schedule/registry.h).
 #pragma once
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "pipeline/schedule/checkpoint_mode.h"
+#include "pipeline/schedule/spec.h"
 #include "pipeline/worker_cpus.h"
 #include "tensor/device.h"
 
@@ -35,19 +38,13 @@ struct PipeOptions {
   /// Micro-batches per mini-batch, at most: a batch of N rows is cut as torch.chunk cuts it,
   /// ceil(N / chunks) rows per micro-batch, which can make fewer (N 10, chunks 8: 5 of 2).
   int chunks = 1;
-  /// Which micro-batches recompute their forward before the backward (checkpoint_mode.h).
-  Checkpoint checkpoint = Checkpoint::kExceptLast;
+  /// How every training step is scheduled: the registered schedule, its virtual stages and
+  /// placement, which cells recompute (schedule/spec.h). The Pipe builds it for each batch's
+  /// micro-batch count; StepOptions::schedule replaces it for one step.
+  ScheduleSpec schedule = {};
   /// Put every nn::BatchNorm1d in deferred mode: running statistics over the whole
   /// mini-batch, committed once per mini-batch (torchgpipe's deferred_batch_norm).
   bool deferred_batch_norm = false;
-  /// v: virtual stages per worker, as `schedule`'s registry row allows (ScheduleInfo::
-  /// virtual_stages: any v >= 2 for the interleaved schedules and looped-bfs, 2 for the V-shaped).
-  int virtual_stages = 1;
-  /// The worker of each stage (balance.size() entries, each in [0, p) with p = balance.size()
-  /// / virtual_stages, every worker holding a stage). Empty: the placement of `schedule`
-  /// (schedule_placement in schedule/registry.h). A schedule given to train_step must
-  /// place its stages the same way.
-  std::vector<int> stage_worker = {};
   /// Parameters that are one parameter of the model, held as a copy on each of several
   /// stages (a GPT's token embedding on the first stage and its LM head on the last: DeepSpeed's
   /// TiedLayerSpec, Megatron's embedding group). Each group names its copies by state-dict key
@@ -58,10 +55,6 @@ struct PipeOptions {
   /// gradient (over processes too), so an optimizer over pipe.parameters() keeps the copies
   /// bitwise equal. Note [Tied parameters] in tied_parameters.h.
   std::vector<std::vector<std::string>> tied_parameters = {};
-  /// The schedule train_step runs when its StepOptions names none (a registered name:
-  /// schedule_names() lists them, schedule/registry.h); the one other place a schedule is
-  /// chosen is StepOptions::schedule / custom_schedule, for one step.
-  std::string schedule = "gpipe";
   /// Seeds the workers' generators (worker w gets mix_seed(seed, w)); see Pipe::manual_seed.
   uint64_t seed = 0;
   /// Intra-op threads of each worker (tensor/threads.h, tensor/parallel.h); 0 = max(1,

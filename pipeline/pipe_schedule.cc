@@ -50,7 +50,7 @@ void check_virtual_stages(const std::string& schedule, int virtual_stages) {
   }
   throw std::invalid_argument(
       "schedule '" + schedule + "' interleaves several virtual stages per worker, but the " +
-      "pipe has virtual_stages = 1: set PipeOptions::virtual_stages to 2 or more (balance " +
+      "pipe has virtual_stages = 1: set PipeOptions::schedule.virtual_stages to 2 or more (balance " +
       "then has virtual_stages entries per worker), or use a schedule with one stage per " +
       "worker (" + single + ")");
 }

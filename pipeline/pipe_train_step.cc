@@ -71,19 +71,15 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
 
   Schedule schedule;
   if (!with_backward) {
+    if (options.schedule.has_value()) {
+      throw std::invalid_argument(
+          "eval_step: StepOptions::schedule is set, but an evaluation runs the forwards only "
+          "(of GPipe, or looped BFS for several stages per worker); leave it unset");
+    }
     schedule = fill_drain_schedule(m);  // its forward phase: F actions only
     schedule.actions = split_fill_drain(schedule).forward;
-  } else if (options.custom_schedule.has_value()) {
-    if (!options.schedule.empty()) {
-      throw std::invalid_argument("train_step: StepOptions names two schedules, '" +
-                                  options.schedule + "' and a custom_schedule; set one");
-    }
-    schedule = *options.custom_schedule;
   } else {
-    const std::string& name = options.schedule.empty() ? options_.schedule : options.schedule;
-    check_virtual_stages(name, options_.virtual_stages);
-    schedule = make_schedule(name, p, m, options_.virtual_stages);
-    schedule = with_recompute(schedule, checkpoint_predicate(options_.checkpoint, m));
+    schedule = options.schedule.has_value() ? *options.schedule : schedule_for(m);
   }
   check_schedule_fits(schedule, p, runtime().stage_worker(), m);
   schedule.skips = runtime().skips().edges();  // the model's portals, whoever made the schedule

@@ -133,9 +133,8 @@ PipeOptions placement_pipe_options(const nn::Sequential& module, const Placement
   return {.balance = std::move(placement.balance),
           .devices = std::move(placement.devices),
           .chunks = options.chunks,
-          .checkpoint = options.checkpoint,
-          .deferred_batch_norm = options.deferred_batch_norm,
           .schedule = options.schedule,
+          .deferred_batch_norm = options.deferred_batch_norm,
           .seed = options.seed,
           .threads_per_worker = options.threads_per_worker,
           .worker_cpus = options.worker_cpus};

@@ -75,12 +75,11 @@ Placement derive_placement(const nn::Sequential& module);
 struct PlacementOptions {
   /// Micro-batches per mini-batch (PipeOptions::chunks).
   int chunks = 1;
-  /// Which micro-batches recompute their forward (PipeOptions::checkpoint).
-  Checkpoint checkpoint = Checkpoint::kExceptLast;
+  /// The schedule: name, virtual stages, recompute (PipeOptions::schedule). A placement
+  /// from the devices' order holds one stage per worker: virtual_stages 1.
+  ScheduleSpec schedule = {};
   /// torchgpipe's deferred_batch_norm (PipeOptions::deferred_batch_norm).
   bool deferred_batch_norm = false;
-  /// The schedule train_step runs when not given one (PipeOptions::schedule).
-  std::string schedule = "gpipe";
   /// Seeds the workers' generators (PipeOptions::seed).
   uint64_t seed = 0;
   /// Intra-op threads of each worker; 0 = max(1, hardware_threads() / workers).

@@ -217,13 +217,8 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
   const bool leader = processes == nullptr || processes->rank() == 0;
   std::ostream silent(nullptr);
   std::ostream& log = leader ? out : silent;
-  pipeline::PipeOptions options = pipe_options(run, balance, devices, processes);
-  if (plan) {
-    pipeline::PipeOptions planned = plan->pipe_options(stage_devs);
-    planned.seed = options.seed;
-    planned.threads_per_worker = options.threads_per_worker;
-    options = std::move(planned);
-  }
+  pipeline::PipeOptions options =
+      pipe_options(run, balance, devices, processes, plan ? &*plan : nullptr);
   options.tied_parameters = tied_parameters(config.layers);
   pipeline::Pipe pipe(std::move(model), std::move(options));
   nn::AdamW optimizer(nn::weight_decay_groups(pipe.parameters(), run.weight_decay),
@@ -260,8 +255,6 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
 
   const int64_t last_step = config.stop_after > 0 ? std::min(config.stop_after, config.steps)
                                                   : config.steps;
-  const std::optional<pipeline::Schedule> planned_schedule =
-      plan ? std::optional(plan->schedule_for(plan->num_microbatches)) : std::nullopt;
   double planned_step_seconds = 0;  // --plan auto: train_step's wall time after the first step
   int64_t planned_steps = 0;
   StepPeaks step_peaks(stage_devs);  // and its peaks
@@ -281,8 +274,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
     const bool trace_now = tracer.before(step - first_step + 1);
     if (plan) step_peaks.before_step();
     const auto step_start = Clock::now();
-    const pipeline::StepResult r = train_one_step(pipe, processes.get(), x, y, loss_fn, log,
-                                                  planned_schedule ? &*planned_schedule : nullptr);
+    const pipeline::StepResult r = train_one_step(pipe, processes.get(), x, y, loss_fn, log);
     if (plan && step > first_step) {
       planned_step_seconds += seconds_since(step_start);
       ++planned_steps;

@@ -31,16 +31,22 @@ std::shared_ptr<distributed::MpiProcesses> make_processes(const TrainConfig& con
 
 pipeline::PipeOptions pipe_options(const TrainConfig& config, const std::vector<int>& balance,
                                    const std::vector<Device>& devices,
-                                   std::shared_ptr<distributed::MpiProcesses> processes) {
-  return {.balance = balance,
-          .devices = {devices.begin(), devices.begin() + config.workers},
-          .chunks = config.chunks,
-          .checkpoint = config.checkpoint,
-          .virtual_stages = virtual_stages_per_worker(config),
-          .schedule = config.schedule,
-          .seed = config.seed,
-          .threads_per_worker = config.threads,
-          .processes = std::move(processes)};
+                                   std::shared_ptr<distributed::MpiProcesses> processes,
+                                   const pipeline::Plan* plan) {
+  const std::vector<Device> workers(devices.begin(), devices.begin() + config.workers);
+  pipeline::PipeOptions options =
+      plan != nullptr ? plan->pipe_options(workers)
+                      : pipeline::PipeOptions{
+                            .balance = balance,
+                            .devices = workers,
+                            .chunks = config.chunks,
+                            .schedule = {.name = config.schedule,
+                                         .virtual_stages = virtual_stages_per_worker(config),
+                                         .recompute = config.checkpoint}};
+  options.seed = config.seed;
+  options.threads_per_worker = config.threads;
+  options.processes = std::move(processes);
+  return options;
 }
 
 pipeline::PlanOptions plan_options(const TrainConfig& config) {
@@ -96,13 +102,10 @@ Tensor whole_model_forward(pipeline::Pipe& pipe, const Tensor& x,
 
 pipeline::StepResult train_one_step(pipeline::Pipe& pipe, distributed::MpiProcesses* processes,
                                     const Tensor& input, const Tensor& target,
-                                    const pipeline::LossFn& loss_fn, std::ostream& log,
-                                    const pipeline::Schedule* schedule) {
+                                    const pipeline::LossFn& loss_fn, std::ostream& log) {
   try {
-    pipeline::StepOptions options;
-    if (schedule) options.custom_schedule = *schedule;
-    if (processes) return distributed::train_step(pipe, input, target, loss_fn, options);
-    return pipe.train_step(input, target, loss_fn, options);
+    if (processes) return distributed::train_step(pipe, input, target, loss_fn);
+    return pipe.train_step(input, target, loss_fn);
   } catch (...) {  // the exception is unchanged; say where in the pipeline it began
     if (auto failure = pipe.last_failure()) log << "\nstep failed at " << failure->str() << "\n";
     throw;

@@ -25,12 +25,15 @@ Device data_device(const std::vector<Device>& stage_devices);
 /// This rank's MpiProcesses when config.distributed (workers x data_parallel ranks), else null.
 std::shared_ptr<distributed::MpiProcesses> make_processes(const TrainConfig& config);
 
-/// The Pipe's options: balance, the first config.workers devices, chunks, checkpoint, virtual
-/// stages, schedule, seed (the same on every replica: random layers key their draws by each
-/// sample's index in the global batch), threads, processes.
+/// The Pipe's options on the first config.workers devices: `plan`'s (--plan auto: cut, chunks,
+/// schedule and its recomputes, Plan::pipe_options) or else the flags' (balance, chunks,
+/// schedule, virtual stages, checkpoint); then the flags' seed (the same on every replica:
+/// random layers key their draws by each sample's index in the global batch), threads and
+/// `processes`.
 pipeline::PipeOptions pipe_options(const TrainConfig& config, const std::vector<int>& balance,
                                    const std::vector<Device>& devices,
-                                   std::shared_ptr<distributed::MpiProcesses> processes);
+                                   std::shared_ptr<distributed::MpiProcesses> processes,
+                                   const pipeline::Plan* plan = nullptr);
 
 /// The planner's options from the flags (--plan auto): memory cap, threads per worker, the
 /// cache file, the trials; the caller adds what its model needs (the optimizer's state,
@@ -54,13 +57,11 @@ Tensor whole_model_forward(pipeline::Pipe& pipe, const Tensor& x,
                            const distributed::MpiProcesses* processes);
 
 /// One training step: distributed::train_step across processes (`processes` set), else
-/// pipe.train_step (distributed::train_step across processes), with `schedule` when given
-/// (--plan auto's, whose recomputes are R actions). A failure is reported on `log` ("step failed at <where>") and
-/// rethrown unchanged.
+/// pipe.train_step. A failure is reported on `log` ("step failed at <where>") and rethrown
+/// unchanged.
 pipeline::StepResult train_one_step(pipeline::Pipe& pipe, distributed::MpiProcesses* processes,
                                     const Tensor& input, const Tensor& target,
-                                    const pipeline::LossFn& loss_fn, std::ostream& log,
-                                    const pipeline::Schedule* schedule = nullptr);
+                                    const pipeline::LossFn& loss_fn, std::ostream& log);
 
 /// --trace / --trace-step: the Chrome trace of the run's trace_step-th step (across
 /// processes one trace, a process per rank, written by rank 0).

@@ -17,9 +17,4 @@ pipeline::Plan plan_training(const TrainConfig& config, nn::Sequential& model,
   return pipeline::plan(model, {first.inputs, first.targets, loss}, devices, options);
 }
 
-int microbatches(int64_t rows, int chunks) {
-  const int64_t per = (rows + chunks - 1) / chunks;
-  return static_cast<int>((rows + per - 1) / per);
-}
-
 }  // namespace pipewright::examples

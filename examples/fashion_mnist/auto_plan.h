@@ -23,8 +23,4 @@ pipeline::Plan plan_training(const TrainConfig& config, nn::Sequential& model,
                              const data::Dataset& train_set, const pipeline::LossFn& loss,
                              const std::vector<Device>& devices);
 
-/// Micro-batches a Pipe cuts `rows` rows into with `chunks` (torch.chunk's rule: chunks of
-/// ceil(rows / chunks) rows, the last one shorter).
-int microbatches(int64_t rows, int chunks);
-
 }  // namespace pipewright::examples

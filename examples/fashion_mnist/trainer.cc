@@ -251,14 +251,9 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   const bool leader = processes == nullptr || processes->rank() == 0;
   std::ostream silent(nullptr);
   std::ostream& log = leader ? out : silent;
-  pipeline::PipeOptions options = pipe_options(config, balance, devices, processes);
+  pipeline::PipeOptions options =
+      pipe_options(config, balance, devices, processes, plan ? &*plan : nullptr);
   options.deferred_batch_norm = true;
-  if (plan) {  // the plan's cut, chunks, stages and schedule (its recomputes are R actions)
-    pipeline::PipeOptions planned = plan->pipe_options(workers);
-    planned.seed = options.seed;
-    planned.threads_per_worker = options.threads_per_worker;
-    options = std::move(planned);
-  }
   pipeline::Pipe pipe(std::move(model), std::move(options));
   std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(config, pipe.parameters());
   const std::unique_ptr<nn::LRScheduler> schedule =
@@ -289,7 +284,6 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   double planned_step_seconds = 0;  // --plan auto: train_step's wall time, and how many steps
   int64_t planned_steps = 0;
   StepPeaks step_peaks({devices.begin(), devices.begin() + config.workers});  // and its peaks
-  std::map<int, pipeline::Schedule> planned_schedules;  // --plan auto: by micro-batch count
   const int last_epoch = config.stop_after > 0 ? std::min(config.stop_after, config.epochs) : config.epochs;
   for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
     EpochStats stats;
@@ -310,20 +304,9 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       // --plan auto: the peaks of train_step alone, apart from the optimizer's step (the
       // plan predicts the former).
       if (plan) step_peaks.before_step();
-      // The plan's schedule for this batch's micro-batch count, made once per count (only a
-      // short last batch has another), outside the timed step.
-      const pipeline::Schedule* planned_schedule = nullptr;
-      if (plan) {
-        const int m = microbatches(input.size(0), plan->chunks);
-        auto it = planned_schedules.find(m);
-        if (it == planned_schedules.end()) {
-          it = planned_schedules.emplace(m, plan->schedule_for(m)).first;
-        }
-        planned_schedule = &it->second;
-      }
       const auto step_start = Clock::now();
       const pipeline::StepResult step = train_one_step(pipe, processes.get(), input, target,
-                                                       loss_fn, log, planned_schedule);
+                                                       loss_fn, log);
       // The steady state's full mini-batches (not the run's first step) time the plan.
       if (plan && (epoch > first_epoch || steps > 0) && input.size(0) == config.batch_size) {
         planned_step_seconds += seconds_since(step_start);

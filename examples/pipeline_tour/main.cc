@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   pipeline::Pipe pipe(std::move(model), {.balance = {2, 2},
                                          .devices = {Device::cpu(0), Device::cpu(1)},
                                          .chunks = 4,  // micro-batches per mini-batch
-                                         .checkpoint = pipeline::Checkpoint::kExceptLast});
+                                         .schedule = {.name = schedule}});
 
   // 2. A mini-batch of 16 rows and a loss per micro-batch.
   const Tensor x = Tensor::ones(Shape{16, 8});
@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   auto mse = [](const Tensor& out, const Tensor& target) { return nn::mse_loss(out, target); };
 
   // 3. One step. The result carries the schedule that ran (R actions included) and the trace.
-  const pipeline::StepResult r = pipe.train_step(x, y, mse, {.schedule = schedule});
+  const pipeline::StepResult r = pipe.train_step(x, y, mse);
 
   std::printf("schedule %s, %d workers, %d micro-batches (replayed, tF = 1, tB = 2):\n%s\n",
               schedule.c_str(), r.schedule.num_workers, r.schedule.num_microbatches,

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "pipeline/balance.h"
+#include "pipeline/pipe_schedule.h"
 #include "pipeline/planner/cache.h"
 #include "pipeline/planner/cuts.h"
 #include "pipeline/planner/search.h"
@@ -98,11 +99,11 @@ Plan fastest_in_trials(std::vector<Plan> candidates, nn::Sequential& model,
   }
   const bool from_cache = trials.size() == candidates.size();
   if (!from_cache) {
-    std::vector<TrialRun> runs;
+    std::vector<PipeOptions> runs;
     for (const Plan& p : candidates) {
       PipeOptions pipe = p.pipe_options(devices);
       pipe.threads_per_worker = options.threads_per_worker;
-      runs.push_back({std::move(pipe), p.schedule});
+      runs.push_back(std::move(pipe));
     }
     trials = run_trials(model, sample.input, sample.target, sample.loss, runs,
                         {.seconds = options.trial_seconds});
@@ -258,21 +259,13 @@ PipeOptions Plan::pipe_options(const std::vector<Device>& devices) const {
   o.balance = balance;
   o.devices = devices;
   o.chunks = chunks;
-  o.checkpoint = Checkpoint::kNever;
-  o.virtual_stages = virtual_stages;
-  o.stage_worker = stage_worker;
-  o.schedule = schedule_name;
+  o.schedule = {.name = schedule_name,
+                .virtual_stages = virtual_stages,
+                .stage_worker = stage_worker,
+                .recompute = RecomputeCells{recomputed_cells(schedule)}};
   o.deferred_batch_norm = deferred_batch_norm;
   o.tied_parameters = tied_parameters;
   return o;
-}
-
-Schedule Plan::schedule_for(int m) const {
-  if (m == num_microbatches) return schedule;
-  const int workers = static_cast<int>(schedule.actions.size());
-  const std::set<std::pair<int, int>> cells = recomputes(schedule);
-  return with_recompute(make_schedule(schedule_name, workers, m, virtual_stages),
-                        [&cells](int s, int j) { return cells.count({s, j}) > 0; });
 }
 
 std::string Plan::str() const {

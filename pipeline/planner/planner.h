@@ -4,8 +4,8 @@
 //   pipeline::Plan plan = pipeline::plan(model, {.input = x, .target = y, .loss = loss_fn},
 //                                        devices, {.memory_cap_bytes = 64 << 20});
 //   std::cout << plan.explain();                       // the choice and the runners-up
-//   pipeline::Pipe pipe(std::move(model), plan.pipe_options(devices));
-//   pipe.train_step(x, y, loss_fn, {.custom_schedule = plan.schedule_for(pipe_microbatches)});
+//   pipeline::Pipe pipe(std::move(model), plan.pipe_options(devices));  // the plan, whole
+//   pipe.train_step(x, y, loss_fn);
 //
 // Note [How the planner searches]
 // 1. Profile every layer (profile.h; cached in options.cache): times of F, B, I, W at two
@@ -157,14 +157,12 @@ struct Plan {
   std::vector<std::vector<std::string>> tied_parameters;  // PlanOptions'
   double planning_seconds = 0;            // wall time of plan(), profile included
 
-  /// PipeOptions for `devices` (one per worker): balance, chunks, virtual stages, placement,
-  /// schedule name, deferred BatchNorm, tied parameters, checkpoint never (the recomputes are
-  /// the schedule's R actions).
+  /// PipeOptions for `devices` (one per worker) that run this plan, alone: balance, chunks,
+  /// the schedule (name, virtual stages, placement, and its recomputes as RecomputeCells:
+  /// a batch with fewer micro-batches, the short last one, recomputes the same cells of the
+  /// micro-batches it has), deferred BatchNorm and tied parameters. Seed, threads per
+  /// worker, worker CPUs and processes are the caller's to add (the defaults: as planned).
   PipeOptions pipe_options(const std::vector<Device>& devices) const;
-  /// The schedule for a batch cut into `num_microbatches` (a short last batch has fewer):
-  /// this plan's schedule and recomputes, the recompute placement kept for the micro-batches
-  /// both have. Throws what make_schedule throws.
-  Schedule schedule_for(int num_microbatches) const;
   /// "1f1b, v 1, chunks 8, balance 4|9, 6 of 16 cells recomputed".
   std::string str() const;
   /// The replayed step drawn as text (schedule/ascii.h: to_ascii_scaled, or draw_replay of

@@ -50,7 +50,7 @@ StepTimes step_times(Pipe& pipe, Generator& g) {
   for (int k = 0; k < kWarmup + kTimed; ++k) {
     for (int i = 0; i < 2; ++i) {
       const auto start = std::chrono::steady_clock::now();
-      pipe.train_step(x[i], y[i], mse, {.custom_schedule = schedule[i]});
+      pipe.train_step(x[i], y[i], mse, {.schedule = schedule[i]});
       const double us = std::chrono::duration<double, std::micro>(
                             std::chrono::steady_clock::now() - start)
                             .count();
@@ -153,8 +153,7 @@ RuntimeOverhead measure_runtime_overhead(const std::vector<Device>& devices,
   options.balance.assign(static_cast<size_t>(p), 1);
   options.devices = devices;
   options.chunks = kMany;  // a batch of m rows: m micro-batches of one row
-  options.checkpoint = Checkpoint::kNever;
-  options.schedule = "1f1b";
+  options.schedule = {.name = "1f1b", .recompute = Checkpoint::kNever};
   options.threads_per_worker = threads_per_worker;
   Pipe pipe(std::move(model), options);
 

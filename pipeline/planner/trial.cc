@@ -28,7 +28,7 @@ nn::Sequential same_layers(const nn::Sequential& model) {
 
 std::vector<PlanTrial> run_trials(nn::Sequential& model, const Tensor& input,
                                   const Tensor& target, const LossFn& loss_fn,
-                                  const std::vector<TrialRun>& runs,
+                                  const std::vector<PipeOptions>& runs,
                                   const TrialOptions& options) {
   if (options.rounds < 1) {
     throw std::invalid_argument("run_trials: rounds must be >= 1 (got " +
@@ -51,11 +51,11 @@ std::vector<PlanTrial> run_trials(nn::Sequential& model, const Tensor& input,
         for (size_t k = 0; k < runs.size(); ++k) {
           if (!trials[k].error.empty()) continue;
           try {
-            Pipe pipe(same_layers(model), runs[k].options);
+            Pipe pipe(same_layers(model), runs[k]);
             const auto step_us = [&] {
               model.zero_grad();
               const auto start = std::chrono::steady_clock::now();
-              pipe.train_step(input, target, loss_fn, {.custom_schedule = runs[k].schedule});
+              pipe.train_step(input, target, loss_fn);
               return std::chrono::duration<double, std::micro>(
                          std::chrono::steady_clock::now() - start)
                   .count();

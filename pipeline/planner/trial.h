@@ -44,19 +44,14 @@ struct PlanTrial {
   std::string error;         // what the trial threw, if it did
 };
 
-/// A plan to run: the Pipe's options and the step's schedule (R actions included).
-struct TrialRun {
-  PipeOptions options;
-  Schedule schedule;
-};
-
 struct TrialOptions {
   int rounds = 3;
   /// About how long all the trials take, warm-up steps apart, in seconds.
   double seconds = 3.0;
 };
 
-/// Note [Trying the best plans]: runs each of `runs` on `model` (its parameters on one
+/// Note [Trying the best plans]: runs a Pipe of each of `runs` (a plan's PipeOptions,
+/// Plan::pipe_options: schedule and recomputes included) on `model` (its parameters on one
 /// device) with the sample `input` [N, ...] and `target` [N, ...] and `loss_fn`, and returns
 /// one PlanTrial per run, in order, with measured_us, steps and error set (config and
 /// predicted_us left for the caller); a run that throws gets what it threw as its error and
@@ -65,7 +60,7 @@ struct TrialOptions {
 /// profile_device throws for a model on several devices.
 std::vector<PlanTrial> run_trials(nn::Sequential& model, const Tensor& input,
                                   const Tensor& target, const LossFn& loss_fn,
-                                  const std::vector<TrialRun>& runs,
+                                  const std::vector<PipeOptions>& runs,
                                   const TrialOptions& options = {});
 
 }  // namespace pipewright::pipeline

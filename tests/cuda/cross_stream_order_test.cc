@@ -122,7 +122,7 @@ TEST_CASE("a caller on created streams uses the pipe's results safely", "[cuda][
   Pipe pipe(pipeline::testing::small_mlp(3), {.balance = {3, 2},
                                               .devices = {gpu0, gpu1},
                                               .chunks = 4,
-                                              .checkpoint = Checkpoint::kExceptLast});
+                                              .schedule = {.recompute = Checkpoint::kExceptLast}});
   const Tensor x0 = pipeline::testing::randn({8, 4}, 4), target = pipeline::testing::randn({8, 3}, 5);
   auto mse = [](const Tensor& o, const Tensor& t) { return nn::mse_loss(o, t); };
 
@@ -135,7 +135,8 @@ TEST_CASE("a caller on created streams uses the pipe's results safely", "[cuda][
   // The caller's input: copied and then written on p0 (x * 1), so worker 0 must wait for p0.
   Tensor x = ops::mul(x0.to(gpu0), 1.0);
   if (schedule == "1f1b") {
-    const pipeline::StepResult r = pipe.train_step(x, target, mse, {.schedule = "1f1b"});
+    const pipeline::StepResult r = pipe.train_step(x, target, mse,
+                                                   {.schedule = named_schedule(pipe, x, "1f1b")});
     CHECK(std::abs(r.loss - nn::mse_loss(plain.forward(x0), target).item()) <= 2e-5);
   } else {
     x.set_requires_grad(true);

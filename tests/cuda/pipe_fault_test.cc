@@ -85,7 +85,7 @@ Pipe make_pipe(int p, Checkpoint ckpt, int m, std::shared_ptr<std::atomic<int>> 
   return Pipe(model(std::move(countdown)), {.balance = std::move(balance),
                                             .devices = std::move(devices),
                                             .chunks = m,
-                                            .checkpoint = ckpt,
+                                            .schedule = {.recompute = ckpt},
                                             .deferred_batch_norm = true});
 }
 
@@ -114,7 +114,8 @@ struct Reference {
 Reference reference(int p, Checkpoint ckpt, int m, const Tensor& x, const Tensor& y,
                     const std::string& schedule) {
   Pipe fresh = make_pipe(p, ckpt, m);
-  const StepResult r = fresh.train_step(x, y, mse, {.schedule = schedule});
+  const StepResult r = fresh.train_step(x, y, mse,
+                                        {.schedule = named_schedule(fresh, x, schedule)});
   return {r.microbatch_losses, grads_of(fresh.module()), r.schedule};
 }
 
@@ -126,7 +127,7 @@ void check_recovered(Pipe& pipe, const std::vector<int64_t>& before,
   REQUIRE(bitwise_equal(buffers_of(pipe.module()), stats));
   pipe.zero_grad();
   REQUIRE(gpu_allocated() == before);
-  const StepResult r = pipe.train_step(x, y, mse, {.schedule = schedule});
+  const StepResult r = pipe.train_step(x, y, mse, {.schedule = named_schedule(pipe, x, schedule)});
   REQUIRE(r.microbatch_losses == ref.losses);
   REQUIRE(bitwise_equal(grads_of(pipe.module()), ref.grads));
   REQUIRE_FALSE(pipe.last_failure().has_value());
@@ -163,7 +164,7 @@ TEST_CASE("an allocation failure in the GPU caching allocator during train_step"
         }
         bool failed = false;
         try {
-          pipe.train_step(x, y, mse, {.schedule = "1f1b"});
+          pipe.train_step(x, y, mse, {.schedule = named_schedule(pipe, x, "1f1b")});
         } catch (const cuda::CudaError& e) {
           failed = true;
           REQUIRE(e.code() == static_cast<int>(cudaErrorMemoryAllocation));
@@ -213,7 +214,8 @@ TEST_CASE("a fault before an action on GPUs with streams: schedules, modes, plac
             const std::vector<int64_t> before = gpu_allocated();
             const nn::NamedTensors stats = buffers_of(pipe.module());
             auto fired = arm_fault(pipe, w, i);
-            REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, mse, {.schedule = schedule}),
+            REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, mse,
+                                                   {.schedule = named_schedule(pipe, x, schedule)}),
                                    InjectedFault,
                                    Catch::Message(fault_message(w, i)));
             PipeTestAccess::set_fault_hook(pipe, nullptr);
@@ -244,7 +246,8 @@ TEST_CASE("a layer that throws on its k-th call on a GPU, across schedules",
     CAPTURE(schedule);
     auto countdown = std::make_shared<std::atomic<int>>(kDisarmed);
     Pipe fresh = make_pipe(2, Checkpoint::kAlways, m, countdown);
-    const StepResult r0 = fresh.train_step(x, y, mse, {.schedule = schedule});
+    const StepResult r0 = fresh.train_step(x, y, mse,
+                                           {.schedule = named_schedule(fresh, x, schedule)});
     const Reference ref{r0.microbatch_losses, grads_of(fresh.module()), r0.schedule};
     const int calls = kDisarmed - countdown->load();
     REQUIRE(calls == 2 * m);  // m forwards, m recomputes
@@ -256,8 +259,10 @@ TEST_CASE("a layer that throws on its k-th call on a GPU, across schedules",
       const std::vector<int64_t> before = gpu_allocated();
       const nn::NamedTensors stats = buffers_of(pipe.module());
       countdown->store(k);
-      REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, mse, {.schedule = schedule}), std::domain_error,
-                             Catch::Message("layer exploded on the GPU"));
+      REQUIRE_THROWS_MATCHES(
+          pipe.train_step(x, y, mse, {.schedule = named_schedule(pipe, x, schedule)}),
+          std::domain_error,
+          Catch::Message("layer exploded on the GPU"));
       countdown->store(kDisarmed);
       ++faults;
       const std::optional<Failure> f = pipe.last_failure();
@@ -305,8 +310,10 @@ TEST_CASE("a bad target on a GPU: the kernel's own error at the step's end, nami
   const nn::NamedTensors stats = buffers_of(pipe.module());
   for (const std::string schedule : {"gpipe", "1f1b"}) {
     CAPTURE(schedule);
-    REQUIRE_THROWS_MATCHES(pipe.train_step(x, bad, ce, {.schedule = schedule}), std::out_of_range,
-                           Catch::Message("cross_entropy: target 7 at index 1 is outside [0, 5)"));
+    REQUIRE_THROWS_MATCHES(
+        pipe.train_step(x, bad, ce, {.schedule = named_schedule(pipe, x, schedule)}),
+        std::out_of_range,
+        Catch::Message("cross_entropy: target 7 at index 1 is outside [0, 5)"));
     const std::optional<Failure> f = pipe.last_failure();
     REQUIRE(f.has_value());
     CHECK(f->action.kind == ActionKind::kForward);
@@ -315,8 +322,9 @@ TEST_CASE("a bad target on a GPU: the kernel's own error at the step's end, nami
     CHECK(bitwise_equal(buffers_of(pipe.module()), stats));  // deferred BatchNorm: nothing committed
   }
   pipe.zero_grad();
-  const StepResult r = pipe.train_step(x, good, ce, {.schedule = "1f1b"});
-  const StepResult ref = fresh.train_step(x, good, ce, {.schedule = "1f1b"});
+  const StepResult r = pipe.train_step(x, good, ce, {.schedule = named_schedule(pipe, x, "1f1b")});
+  const StepResult ref = fresh.train_step(x, good, ce,
+                                          {.schedule = named_schedule(fresh, x, "1f1b")});
   CHECK(r.microbatch_losses == ref.microbatch_losses);
   CHECK(bitwise_equal(grads_of(pipe.module()), grads_of(fresh.module())));
 }
@@ -339,7 +347,7 @@ TEST_CASE("a stage whose output lands on the other GPU: copied back to the stage
   Pipe pipe(net(true), {.balance = {3, 2},
                         .devices = {Device::cuda(0), Device::cuda(1)},
                         .chunks = 4,
-                        .checkpoint = mode});
+                        .schedule = {.recompute = mode}});
   const Tensor x = randn({16, 16}, 10), y = randn({16, 8}, 11);
   Tensor ref_loss = nn::mse_loss(plain.forward(x), y);
   ref_loss.backward();
@@ -352,7 +360,7 @@ TEST_CASE("a stage whose output lands on the other GPU: copied back to the stage
   REQUIRE(pipeline::testing::max_grad_diff(pipe.module(), plain) <= 2e-5);
 
   pipe.zero_grad();
-  const StepResult r = pipe.train_step(x, y, mse, {.schedule = "1f1b"});
+  const StepResult r = pipe.train_step(x, y, mse, {.schedule = named_schedule(pipe, x, "1f1b")});
   REQUIRE(std::abs(r.loss - ref_loss.item()) <= 2e-5);
   REQUIRE(pipeline::testing::max_grad_diff(pipe.module(), plain) <= 2e-5);
 }

@@ -79,7 +79,7 @@ void check_transparent(const std::vector<Device>& devices, int chunks, Checkpoin
   Pipe pipe(mlp(3), {.balance = std::move(balance),
                      .devices = devices,
                      .chunks = chunks,
-                     .checkpoint = mode});
+                     .schedule = {.recompute = mode}});
   const Tensor x0 = randn({32, 16}, 4), target = randn({32, 8}, 5);
 
   Tensor x = x0.clone().set_requires_grad(true);
@@ -101,7 +101,8 @@ void check_transparent(const std::vector<Device>& devices, int chunks, Checkpoin
   pipe.zero_grad();
   nn::mse_loss(plain.forward(x0), target).backward();
   auto mse = [](const Tensor& o, const Tensor& t) { return nn::mse_loss(o, t); };
-  const pipeline::StepResult r = pipe.train_step(x0, target, mse, {.schedule = "1f1b"});
+  const pipeline::StepResult r = pipe.train_step(x0, target, mse,
+                                                 {.schedule = named_schedule(pipe, x0, "1f1b")});
   CHECK(std::abs(r.loss - ref_loss.item()) <= kTol);
   CHECK(max_grad_diff(pipe.module(), plain) <= kTol);
 }
@@ -147,7 +148,7 @@ TEST_CASE("many steps: copy-stream memory is not reused early; losses and gradie
   Pipe pipe(mlp(11), {.balance = {3, 2},
                       .devices = {Device::cuda(0), Device::cuda(two ? 1 : 0)},
                       .chunks = 8,
-                      .checkpoint = Checkpoint::kAlways});
+                      .schedule = {.recompute = Checkpoint::kAlways}});
   auto mse = [](const Tensor& o, const Tensor& t) { return nn::mse_loss(o, t); };
   for (int step = 0; step < 20; ++step) {
     CAPTURE(step);
@@ -157,7 +158,8 @@ TEST_CASE("many steps: copy-stream memory is not reused early; losses and gradie
     Tensor ref_loss = nn::mse_loss(plain.forward(x), target);
     ref_loss.backward();
     const std::string schedule = step % 2 == 0 ? "gpipe" : "1f1b";
-    const double got = pipe.train_step(x, target, mse, {.schedule = schedule}).loss;
+    const double got = pipe.train_step(x, target, mse,
+                                       {.schedule = named_schedule(pipe, x, schedule)}).loss;
     REQUIRE(std::abs(got - ref_loss.item()) <= kTol);
     REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);
   }
@@ -183,7 +185,7 @@ TEST_CASE("skip connections between GPUs and from the host: portals equal the pl
                         .devices = {host_first ? Device::cpu(0) : gpu_or_shared(0),
                                     gpu_or_shared(1), gpu_or_shared(0)},
                         .chunks = 4,
-                        .checkpoint = Checkpoint::kExceptLast});
+                        .schedule = {.recompute = Checkpoint::kExceptLast}});
   auto mse = [](const Tensor& o, const Tensor& t) { return nn::mse_loss(o, t); };
   for (int step = 0; step < 6; ++step) {
     CAPTURE(step);
@@ -199,7 +201,8 @@ TEST_CASE("skip connections between GPUs and from the host: portals equal the pl
       REQUIRE(std::abs(loss.item() - ref_loss.item()) <= kTol);
     } else {
       const std::string schedule = step % 3 == 0 ? "1f1b" : "zb-h1";
-      const double got = pipe.train_step(x, target, mse, {.schedule = schedule}).loss;
+      const double got = pipe.train_step(x, target, mse,
+                                         {.schedule = named_schedule(pipe, x, schedule)}).loss;
       REQUIRE(std::abs(got - ref_loss.item()) <= kTol);
     }
     REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);

@@ -71,8 +71,7 @@ void run(const std::string& schedule, int virtual_stages, int workers, int repli
   pipeline::Pipe pipe(model(), {.balance = balance,
                                 .devices = devices,
                                 .chunks = 2,
-                                .virtual_stages = virtual_stages,
-                                .schedule = schedule,
+                                .schedule = {.name = schedule, .virtual_stages = virtual_stages},
                                 .threads_per_worker = 1,
                                 .processes = processes});
   nn::Sequential plain = model();

@@ -77,8 +77,8 @@ int main(int argc, char** argv) {
     pipeline::Pipe pipe(std::move(model), {.balance = {1, 2},
                                            .devices = {Device::cpu(0), Device::cpu(1)},
                                            .chunks = kChunks,
-                                           .checkpoint = pipeline::Checkpoint::kNever,
-                                           .schedule = "1f1b",
+                                           .schedule = {.name = "1f1b",
+                                                        .recompute = pipeline::Checkpoint::kNever},
                                            .threads_per_worker = 1,
                                            .processes = processes});
     const bool no_history = mode == "no-history";

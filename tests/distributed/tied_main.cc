@@ -155,9 +155,9 @@ void run(const Config& c, int workers, int replicas) {
   pipeline::Pipe pipe(gpt(false), {.balance = c.balance,
                                    .devices = pipeline::testing::cpus(0, workers),
                                    .chunks = 2,
-                                   .virtual_stages = c.virtual_stages,
+                                   .schedule = {.name = c.schedule,
+                                                .virtual_stages = c.virtual_stages},
                                    .tied_parameters = {{kEmbedding, kHead}},
-                                   .schedule = c.schedule,
                                    .threads_per_worker = 1,
                                    .processes = processes});
   nn::Sequential plain = gpt(true);

@@ -176,9 +176,9 @@ Side make_side(const std::vector<Device>& devices, const std::string& schedule,
       std::move(model), pipeline::PipeOptions{.balance = balance,
                                               .devices = devices,
                                               .chunks = 4,
-                                              .checkpoint = checkpoint,
+                                              .schedule = {.name = schedule,
+                                                           .recompute = checkpoint},
                                               .deferred_batch_norm = true,
-                                              .schedule = schedule,
                                               .seed = 3});
   side.optimizer = make_optimizer(optimizer, side.pipe->parameters());
   return side;

@@ -44,7 +44,7 @@ TEST_CASE("backward with retain_graph, twice, accumulates as through the plain m
   Pipe pipe(small_mlp(3), {.balance = balance,
                            .devices = cpus(0, static_cast<int>(balance.size())),
                            .chunks = chunks,
-                           .checkpoint = mode});
+                           .schedule = {.recompute = mode}});
   const Tensor x0 = randn({7, 4}, 4), target = randn({7, 3}, 5);
   Plain ref = plain_loss(plain, x0, target);
   Tensor x = x0.clone().set_requires_grad(true);

@@ -38,7 +38,7 @@ void run_step(Pipe& pipe, const std::string& how, const Tensor& x, const Tensor&
   if (how == "forward") {
     mse(pipe.forward(x), t).backward();
   } else {
-    pipe.train_step(x, t, mse, {.schedule = how});
+    pipe.train_step(x, t, mse, {.schedule = named_schedule(pipe, x, how)});
   }
 }
 

@@ -52,7 +52,7 @@ TEST_CASE("without deferral: one update per micro-batch, none from recomputes") 
   const Checkpoint mode = GENERATE(Checkpoint::kAlways, Checkpoint::kNever);
   CAPTURE(to_string(mode));
   Pipe pipe(bn_model(1), {.balance = {3, 3}, .devices = cpus(0, 2), .chunks = 4,
-                          .checkpoint = mode});
+                          .schedule = {.recompute = mode}});
   mse(pipe.forward(randn({16, 4}, 2)), randn({16, 3}, 3)).backward();
   REQUIRE(pipe.last_counters().recomputes[0] == (mode == Checkpoint::kAlways ? 4 : 0));
   REQUIRE(tracked(bn(pipe.module(), 1)) == 4);
@@ -67,7 +67,7 @@ TEST_CASE("deferred: running stats equal BatchNorm on the whole mini-batch") {
 
   nn::Sequential plain = bn_model(5);
   Pipe pipe(bn_model(5), {.balance = {3, 3}, .devices = cpus(0, 2), .chunks = 4,
-                          .checkpoint = mode, .deferred_batch_norm = true});
+                          .schedule = {.recompute = mode}, .deferred_batch_norm = true});
   REQUIRE(bn(pipe.module(), 1).is_deferred());
 
   for (int step = 0; step < 2; ++step) {
@@ -76,7 +76,7 @@ TEST_CASE("deferred: running stats equal BatchNorm on the whole mini-batch") {
     if (how == "forward") {
       mse(pipe.forward(x), t).backward();
     } else {
-      pipe.train_step(x, t, mse, {.schedule = "1f1b"});
+      pipe.train_step(x, t, mse, {.schedule = named_schedule(pipe, x, "1f1b")});
     }
     for (size_t i : {size_t{1}, size_t{4}}) {
       REQUIRE(tracked(bn(pipe.module(), i)) == step + 1);  // one commit per mini-batch
@@ -113,7 +113,7 @@ TEST_CASE("without deferral: outputs, gradients and every statistic equal the pl
   CAPTURE(to_string(mode), how);
   nn::Sequential plain = bn_model(8);
   Pipe pipe(bn_model(8), {.balance = {3, 3}, .devices = cpus(0, 2), .chunks = 4,
-                          .checkpoint = mode});
+                          .schedule = {.recompute = mode}});
   const Tensor x = randn({16, 4}, 30), t = randn({16, 3}, 31);
 
   Tensor xr = x.clone().set_requires_grad(true);
@@ -132,7 +132,7 @@ TEST_CASE("without deferral: outputs, gradients and every statistic equal the pl
     loss.backward();
     REQUIRE(max_diff(xp.grad(), xr.grad()) <= 1e-6);
   } else {
-    const StepResult r = pipe.train_step(x, t, mse, {.schedule = "1f1b"});
+    const StepResult r = pipe.train_step(x, t, mse, {.schedule = named_schedule(pipe, x, "1f1b")});
     REQUIRE(std::abs(r.loss - ref_loss.item()) <= 1e-6);
   }
   REQUIRE(max_grad_diff(pipe.module(), plain) <= 1e-5);

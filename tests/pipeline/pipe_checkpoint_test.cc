@@ -39,7 +39,7 @@ TEST_CASE("recomputes per stage: always m, except_last m-1, never 0") {
   CAPTURE(to_string(mode), batch);
   const int m = static_cast<int>(std::min<int64_t>(batch, 4));
   Pipe pipe(small_mlp(1), {.balance = {2, 2, 1}, .devices = cpus(0, 3), .chunks = 4,
-                           .checkpoint = mode});
+                           .schedule = {.recompute = mode}});
   const Tensor x = randn({batch, 4}, 2), t = randn({batch, 3}, 3);
 
   mse(pipe.forward(x), t).backward();
@@ -48,17 +48,17 @@ TEST_CASE("recomputes per stage: always m, except_last m-1, never 0") {
   REQUIRE(c.recomputes == std::vector<int>(3, expected_recomputes(mode, m)));
   REQUIRE(c.backwards == std::vector<int>(3, m));
 
-  StepResult r = pipe.train_step(x, t, mse, {.schedule = "1f1b"});
+  StepResult r = pipe.train_step(x, t, mse, {.schedule = named_schedule(pipe, x, "1f1b")});
   REQUIRE(r.counters.recomputes == std::vector<int>(3, expected_recomputes(mode, m)));
   REQUIRE(r.counters.backwards == std::vector<int>(3, m));
-  StepResult z = pipe.train_step(x, t, mse, {.schedule = "zb-h1"});
+  StepResult z = pipe.train_step(x, t, mse, {.schedule = named_schedule(pipe, x, "zb-h1")});
   REQUIRE(z.counters.recomputes == std::vector<int>(3, expected_recomputes(mode, m)));
   REQUIRE(z.counters.weight_grads == std::vector<int>(3, m));
 }
 
 TEST_CASE("eval and no_grad forwards never checkpoint and keep no graph") {
   Pipe pipe(small_mlp(1), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 4,
-                           .checkpoint = Checkpoint::kAlways});
+                           .schedule = {.recompute = Checkpoint::kAlways}});
   {
     autograd::NoGradGuard no_grad;
     Tensor out = pipe.forward(randn({8, 4}, 2));
@@ -82,7 +82,7 @@ TEST_CASE("dropout: a checkpointed pipe equals a plain-tape pipe with the same R
   CAPTURE(schedule);
   auto make = [](Checkpoint mode, uint64_t seed) {
     return Pipe(dropout_mlp(7), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 4,
-                                 .checkpoint = mode, .seed = seed});
+                                 .schedule = {.recompute = mode}, .seed = seed});
   };
   Pipe always = make(Checkpoint::kAlways, 42), never = make(Checkpoint::kNever, 42);
   Pipe other = make(Checkpoint::kNever, 43);
@@ -93,7 +93,7 @@ TEST_CASE("dropout: a checkpointed pipe equals a plain-tape pipe with the same R
     if (schedule == "forward") {
       mse(p.forward(x), t).backward();
     } else {
-      p.train_step(x, t, mse, {.schedule = schedule});
+      p.train_step(x, t, mse, {.schedule = named_schedule(p, x, schedule)});
     }
     return x.grad();
   };

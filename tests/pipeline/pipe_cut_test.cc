@@ -76,9 +76,8 @@ TEST_CASE("every cut, schedule and micro-batching trains the plain model's steps
   Pipe pipe(model(), {.balance = even_balance(workers * v),
                       .devices = cpus(0, workers),
                       .chunks = chunks,
-                      .checkpoint = Checkpoint::kNever,
-                      .virtual_stages = v,
-                      .schedule = schedule,
+                      .schedule = {.name = schedule, .virtual_stages = v,
+                                   .recompute = Checkpoint::kNever},
                       .seed = kSeed});
   nn::SGD plain_opt(plain.parameters(), {.lr = 0.5});
   nn::SGD pipe_opt(pipe.parameters(), {.lr = 0.5});
@@ -106,7 +105,7 @@ TEST_CASE("checkpointed cells replay their keyed masks exactly", "[pipe][random]
   const int v = schedule == "zb-v" ? 2 : 1;
   auto make = [&](Checkpoint mode) {
     return Pipe(model(), {.balance = even_balance(2 * v), .devices = cpus(0, 2), .chunks = 4,
-                          .checkpoint = mode, .virtual_stages = v, .schedule = schedule,
+                          .schedule = {.name = schedule, .virtual_stages = v, .recompute = mode},
                           .seed = kSeed});
   };
   Pipe always = make(Checkpoint::kAlways), never = make(Checkpoint::kNever);

@@ -52,7 +52,8 @@ TEST_CASE("a float64 Pipe equals the float64 plain model over several SGD steps"
 
   nn::Sequential plain = build();
   nn::SGD plain_opt(plain.parameters(), {.lr = 0.1, .momentum = 0.9});
-  Pipe pipe(build(), {.balance = {2, 1}, .devices = cpus(0, 2), .chunks = 3});
+  Pipe pipe(build(), {.balance = {2, 1}, .devices = cpus(0, 2), .chunks = 3,
+                      .schedule = {.name = "1f1b"}});
   nn::SGD pipe_opt(pipe.parameters(), {.lr = 0.1, .momentum = 0.9});
   for (int step = 0; step < 5; ++step) {
     CAPTURE(step);
@@ -62,7 +63,7 @@ TEST_CASE("a float64 Pipe equals the float64 plain model over several SGD steps"
     pipe_opt.zero_grad();
     const StepResult r = pipe.train_step(x, y, [](const Tensor& out, const Tensor& t) {
       return nn::mse_loss(out, t.to(out.device()));
-    }, {.schedule = "1f1b"});
+    });
     REQUIRE(std::isfinite(r.loss));
     pipe_opt.step();
     const auto a = plain.parameters(), b = pipe.parameters();
@@ -108,7 +109,7 @@ TEST_CASE("Dropout in a Pipe equals the plain model under the step's random key"
   };
   nn::Sequential plain = build();
   Pipe pipe(build(), {.balance = {3, 4}, .devices = cpus(0, 2), .chunks = 4,
-                      .checkpoint = mode});
+                      .schedule = {.name = schedule, .recompute = mode}});
   const Tensor x = randn({16, 4}, 22), t = randn({16, 3}, 23);
 
   Tensor ref_loss;
@@ -120,7 +121,7 @@ TEST_CASE("Dropout in a Pipe equals the plain model under the step's random key"
 
   const StepResult r = pipe.train_step(x, t, [](const Tensor& out, const Tensor& y) {
     return nn::mse_loss(out, y.to(out.device()));
-  }, {.schedule = schedule});
+  });
   REQUIRE(std::abs(r.loss - ref_loss.item()) <= 1e-6);
   REQUIRE(max_grad_diff(pipe.module(), plain) <= 1e-5);
   // Keyed draws take nothing from the workers' generators.

@@ -57,7 +57,8 @@ TEST_CASE("an exception in a stage's backward reaches loss.backward() unchanged"
   auto armed = std::make_shared<std::atomic<int>>(1);  // the first backward call throws
   auto thrower = std::make_shared<ThrowInBackward>(armed, "stage exploded in backward");
   Pipe pipe(with_module(thrower, 4),
-            {.balance = {2, 2, 2}, .devices = cpus(0, 3), .chunks = 4, .checkpoint = mode});
+            {.balance = {2, 2, 2}, .devices = cpus(0, 3), .chunks = 4,
+             .schedule = {.recompute = mode}});
   const Tensor x = randn({8, 4}, 5), target = randn({8, 3}, 6);
 
   Tensor loss = mse(pipe.forward(x), target);
@@ -80,7 +81,8 @@ TEST_CASE("an exception in train_step (stage or loss_fn) reaches the caller") {
     return std::make_shared<ThrowInBackward>(armed, "stage exploded in backward");
   };
   Pipe pipe(with_module(thrower(), 7),
-            {.balance = {3, 3}, .devices = cpus(0, 2), .chunks = 4, .schedule = schedule});
+            {.balance = {3, 3}, .devices = cpus(0, 2), .chunks = 4,
+             .schedule = {.name = schedule}});
   const Tensor x = randn({8, 4}, 8), target = randn({8, 3}, 9);
   REQUIRE_THROWS_MATCHES(pipe.train_step(x, target, mse), std::overflow_error,
                          Catch::Message("stage exploded in backward"));
@@ -111,7 +113,8 @@ TEST_CASE("an exception in train_step (stage or loss_fn) reaches the caller") {
   REQUIRE(r.microbatch_losses.size() == 4);
   // ...and equals a fresh Pipe's step.
   Pipe fresh(with_module(thrower(), 7),
-             {.balance = {3, 3}, .devices = cpus(0, 2), .chunks = 4, .schedule = schedule});
+             {.balance = {3, 3}, .devices = cpus(0, 2), .chunks = 4,
+              .schedule = {.name = schedule}});
   REQUIRE(fresh.train_step(x, target, mse).microbatch_losses == r.microbatch_losses);
   REQUIRE(max_grad_diff(fresh.module(), pipe.module()) == 0);
 }

@@ -59,7 +59,7 @@ Pipe make_pipe(int p, Checkpoint ckpt, int m = 8) {
   return Pipe(model(1), {.balance = balance_for(p),
                          .devices = cpus(0, p),
                          .chunks = m,
-                         .checkpoint = ckpt,
+                         .schedule = {.recompute = ckpt},
                          .deferred_batch_norm = true});
 }
 
@@ -109,7 +109,8 @@ TEST_CASE("a fault at any action of train_step: matrix of schedules, modes, p an
           const Tensor xm = x.slice(0, 2 * m), ym = y.slice(0, 2 * m);  // m micro-batches
           Reference ref;
           try {
-            ref.result = fresh.train_step(xm, ym, mse, {.schedule = schedule});
+            ref.result = fresh.train_step(xm, ym, mse,
+                                          {.schedule = named_schedule(fresh, xm, schedule)});
           } catch (const std::invalid_argument&) {
             ++not_applicable;  // e.g. a schedule that needs m >= p; counted, never a pass
             continue;
@@ -148,7 +149,7 @@ TEST_CASE("a fault at any action of train_step: matrix of schedules, modes, p an
             const std::vector<int64_t> before = allocated(p);
             auto fired = arm_fault(pipe, w, i);
             try {
-              pipe.train_step(xm, ym, mse, {.schedule = schedule});
+              pipe.train_step(xm, ym, mse, {.schedule = named_schedule(pipe, xm, schedule)});
               FAIL("the injected fault did not reach the caller");
             } catch (const InjectedFault& e) {
               REQUIRE(std::string(e.what()) == fault_message(w, i));
@@ -162,7 +163,8 @@ TEST_CASE("a fault at any action of train_step: matrix of schedules, modes, p an
             REQUIRE(allocated(p) == before);
 
             // The next step is a fresh Pipe's step, bit for bit.
-            const StepResult r = pipe.train_step(xm, ym, mse, {.schedule = schedule});
+            const StepResult r = pipe.train_step(xm, ym, mse,
+                                                 {.schedule = named_schedule(pipe, xm, schedule)});
             REQUIRE(r.microbatch_losses == ref.result.microbatch_losses);
             REQUIRE(bitwise_equal(grads(pipe), ref.grads));
             if (first) REQUIRE(bitwise_equal(buffers(pipe), ref.buffers));  // first committed step
@@ -243,7 +245,8 @@ TEST_CASE("an allocation failure in the CPU allocator during train_step") {
   const Tensor x = randn({16, 4}, 7), y = randn({16, 3}, 8);
   for (const int p : {2, 3}) {
     Pipe fresh = make_pipe(p, Checkpoint::kExceptLast);
-    const StepResult ref = fresh.train_step(x, y, mse, {.schedule = "1f1b"});
+    const StepResult ref = fresh.train_step(x, y, mse,
+                                            {.schedule = named_schedule(fresh, x, "1f1b")});
     const nn::NamedTensors ref_grads = grads(fresh);
     Pipe pipe = make_pipe(p, Checkpoint::kExceptLast);
     int failures = 0;
@@ -259,7 +262,7 @@ TEST_CASE("an allocation failure in the CPU allocator during train_step") {
         cpu->fail_allocation_after(after);
         bool failed = false;
         try {
-          pipe.train_step(x, y, mse, {.schedule = "1f1b"});
+          pipe.train_step(x, y, mse, {.schedule = named_schedule(pipe, x, "1f1b")});
         } catch (const std::bad_alloc&) {
           failed = true;
         }
@@ -269,7 +272,8 @@ TEST_CASE("an allocation failure in the CPU allocator during train_step") {
         if (!failed) continue;  // the step made fewer allocations on this device
         ++failures;
         REQUIRE(bitwise_equal(buffers(pipe), stats));
-        const StepResult r = pipe.train_step(x, y, mse, {.schedule = "1f1b"});
+        const StepResult r = pipe.train_step(x, y, mse,
+                                             {.schedule = named_schedule(pipe, x, "1f1b")});
         REQUIRE(r.microbatch_losses == ref.microbatch_losses);
         REQUIRE(bitwise_equal(grads(pipe), ref_grads));
       }
@@ -288,12 +292,14 @@ TEST_CASE("a NaN or infinite loss fails the step with an error naming the micro-
     const LossFn loss = [bad](const Tensor& out, const Tensor& t) {
       return autograd::mul(mse(out, t), bad);
     };
-    REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, loss, {.schedule = "1f1b"}), std::domain_error,
-                           Catch::Message(std::string("train_step: the loss of micro-batch 0 is ") +
-                                          (std::isnan(bad) ? "nan" : "inf") +
-                                          " (not finite); the step's backwards ran, so .grad "
-                                          "holds non-finite values: zero it before the next "
-                                          "step"));
+    REQUIRE_THROWS_MATCHES(
+        pipe.train_step(x, y, loss, {.schedule = named_schedule(pipe, x, "1f1b")}),
+        std::domain_error,
+        Catch::Message(std::string("train_step: the loss of micro-batch 0 is ") +
+                       (std::isnan(bad) ? "nan" : "inf") +
+                       " (not finite); the step's backwards ran, so .grad "
+                       "holds non-finite values: zero it before the next "
+                       "step"));
     REQUIRE(bitwise_equal(buffers(pipe), stats));
     const std::optional<Failure> f = pipe.last_failure();
     REQUIRE(f.has_value());
@@ -321,7 +327,7 @@ Pipe make_throwing_pipe(std::shared_ptr<std::atomic<int>> countdown, Checkpoint 
   return Pipe(std::move(net), {.balance = {2, 3, 2},
                                .devices = cpus(0, 3),
                                .chunks = m,
-                               .checkpoint = ckpt,
+                               .schedule = {.recompute = ckpt},
                                .deferred_batch_norm = true});
 }
 
@@ -355,7 +361,7 @@ void check_recovered(Pipe& pipe, const PreStep& pre, const Reference& ref, const
   REQUIRE(bitwise_equal(buffers(pipe), pre.buffers));
   pipe.zero_grad();
   REQUIRE(allocated(3) == pre.allocated);
-  const StepResult r = pipe.train_step(x, y, mse, {.schedule = schedule});
+  const StepResult r = pipe.train_step(x, y, mse, {.schedule = named_schedule(pipe, x, schedule)});
   REQUIRE(r.microbatch_losses == ref.result.microbatch_losses);
   REQUIRE(bitwise_equal(grads(pipe), ref.grads));
 }
@@ -375,7 +381,7 @@ int thrower_sweep(int m, uint64_t seed, int disarmed,
       auto countdown = std::make_shared<std::atomic<int>>(disarmed);
       Pipe fresh = make_throwing_pipe<Thrower>(countdown, ckpt, m);
       Reference ref;
-      ref.result = fresh.train_step(x, y, mse, {.schedule = schedule});
+      ref.result = fresh.train_step(x, y, mse, {.schedule = named_schedule(fresh, x, schedule)});
       ref.grads = grads(fresh);
       const int calls = disarmed - countdown->load();  // the thrower's calls in one step
 
@@ -385,8 +391,10 @@ int thrower_sweep(int m, uint64_t seed, int disarmed,
         Watchdog watchdog("train_step with a layer throwing on call " + std::to_string(k), 120);
         const PreStep pre = pre_step(pipe);
         countdown->store(k);
-        REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, mse, {.schedule = schedule}), Error,
-                               Catch::Message("layer exploded mid-action"));
+        REQUIRE_THROWS_MATCHES(
+            pipe.train_step(x, y, mse, {.schedule = named_schedule(pipe, x, schedule)}),
+            Error,
+            Catch::Message("layer exploded mid-action"));
         countdown->store(disarmed);
         ++faults;
         const std::optional<Failure> f = pipe.last_failure();
@@ -443,7 +451,7 @@ TEST_CASE("an allocation failure armed as a backward action begins, across sched
     CAPTURE(schedule);
     Pipe fresh = make_pipe(3, Checkpoint::kExceptLast, m);
     Reference ref;
-    ref.result = fresh.train_step(x, y, mse, {.schedule = schedule});
+    ref.result = fresh.train_step(x, y, mse, {.schedule = named_schedule(fresh, x, schedule)});
     ref.grads = grads(fresh);
     Pipe pipe = make_pipe(3, Checkpoint::kExceptLast, m);
     for (int w = 0; w < 3; ++w) {
@@ -465,7 +473,9 @@ TEST_CASE("an allocation failure armed as a backward action begins, across sched
           }
         };
         PipeTestAccess::set_fault_hook(pipe, hook);
-        REQUIRE_THROWS_AS(pipe.train_step(x, y, mse, {.schedule = schedule}), std::bad_alloc);
+        REQUIRE_THROWS_AS(
+            pipe.train_step(x, y, mse, {.schedule = named_schedule(pipe, x, schedule)}),
+            std::bad_alloc);
         PipeTestAccess::set_fault_hook(pipe, nullptr);
         cpu->fail_allocation_after(-1);
         ++faults;

@@ -60,7 +60,7 @@ TEST_CASE("a middle stage holds m micro-batches (never) or m inputs + one cell (
   Pipe pipe(model(true), {.balance = {1, 3, 1},
                           .devices = {Device::cpu(40), Device::cpu(41), Device::cpu(42)},
                           .chunks = m,
-                          .checkpoint = mode});
+                          .schedule = {.recompute = mode}});
   const Tensor x = randn({N, I}, 1, Device::cpu(40));
   Counter stage1(Device::cpu(41));
   Tensor out = pipe.forward(x);
@@ -97,7 +97,7 @@ TEST_CASE("last stage: exact peaks of forward and backward per checkpoint mode")
   Pipe pipe(model(false), {.balance = {1, 3},
                            .devices = {Device::cpu(43), Device::cpu(44)},
                            .chunks = m,
-                           .checkpoint = mode});
+                           .schedule = {.recompute = mode}});
   const Tensor x = randn({N, I}, 2, Device::cpu(43));
   const Tensor grad = Tensor::ones({N, O}, {.device = Device::cpu(44)});
   Counter last(Device::cpu(44));

@@ -101,9 +101,7 @@ TEST_CASE("a loss without history is refused under every schedule, before any ba
         PipeOptions options{.balance = spread(workers * v),
                             .devices = cpus(0, workers),
                             .chunks = 4,
-                            .checkpoint = mode,
-                            .virtual_stages = v,
-                            .schedule = row.name};
+                            .schedule = {.name = row.name, .virtual_stages = v, .recompute = mode}};
         CAPTURE(row.name, workers, v, to_string(mode));
         Pipe pipe(small_mlp(2), options);
         REQUIRE_THROWS_WITH(pipe.train_step(x, y, ported_loss),
@@ -129,7 +127,7 @@ TEST_CASE("detach and to(dtype) inside a loss are refused too") {
   Pipe pipe(small_mlp(5), {.balance = {2, 3},
                            .devices = cpus(0, 2),
                            .chunks = 2,
-                           .checkpoint = Checkpoint::kNever});
+                           .schedule = {.recompute = Checkpoint::kNever}});
   const auto detached = [](const Tensor& out, const Tensor& t) {
     return nn::mse_loss(out.detach(), t);
   };
@@ -168,8 +166,7 @@ TEST_CASE("a stage whose outputs get no gradient back is refused, naming it") {
   Pipe pipe(std::move(model), {.balance = {1, 2},
                                .devices = cpus(0, 2),
                                .chunks = 2,
-                               .checkpoint = mode,
-                               .schedule = schedule});
+                               .schedule = {.name = schedule, .recompute = mode}});
   const Tensor x = randn({4, 4}, 9), y = randn({4, 3}, 10);
   REQUIRE_THROWS_WITH(
       pipe.train_step(x, y, nn::mse_loss),
@@ -192,7 +189,8 @@ TEST_CASE("an output the next stage does not use leaves its parameters without a
   nn::Sequential plain = two_heads_model(13);
   nn::mse_loss(plain.forward(x), y).backward();
   Pipe pipe(two_heads_model(13),
-            {.balance = {1, 2}, .devices = cpus(0, 2), .chunks = 4, .checkpoint = mode});
+            {.balance = {1, 2}, .devices = cpus(0, 2), .chunks = 4,
+             .schedule = {.recompute = mode}});
   pipe.train_step(x, y, nn::mse_loss);
   const nn::NamedTensors a = plain.named_parameters(), b = pipe.module().named_parameters();
   REQUIRE(a.size() == b.size());

@@ -32,7 +32,7 @@ TEST_CASE("balance errors name the values") {
                      "model) computes one, and pipeline::make_pipe derives it from where the "
                      "children are"));
   REQUIRE_THROWS_WITH(Pipe(small_mlp(1), {.balance = {2, 2, 1}, .devices = cpus(0, 3),
-                                          .virtual_stages = 2}),
+                                          .schedule = {.virtual_stages = 2}}),
                       Catch::Contains("multiple of virtual_stages"));
 }
 
@@ -77,7 +77,7 @@ TEST_CASE("structure: partitions, devices, balance; parameters moved to their de
 
 TEST_CASE("train/eval reaches every stage; eval keeps nothing for backward") {
   Pipe pipe(small_mlp(1), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 4,
-                           .checkpoint = Checkpoint::kAlways});
+                           .schedule = {.recompute = Checkpoint::kAlways}});
   pipe.eval();
   REQUIRE_FALSE(pipe.is_training());
   for (const auto& part : pipe.partitions()) REQUIRE_FALSE(part.is_training());
@@ -98,13 +98,14 @@ TEST_CASE("schedules that do not fit the pipe are refused before running") {
   const Tensor x = randn({8, 4}, 2), t = randn({8, 3}, 3);
   Schedule s = make_schedule("1f1b", 2, 3);  // 3 micro-batches, the batch splits into 4
   auto mse = [](const Tensor& o, const Tensor& y) { return nn::mse_loss(o, y); };
-  REQUIRE_THROWS_WITH(pipe.train_step(x, t, mse, {.custom_schedule = s}),
+  REQUIRE_THROWS_WITH(pipe.train_step(x, t, mse, {.schedule = s}),
                       Catch::Contains("3 micro-batches"));
   Schedule broken = make_schedule("gpipe", 2, 4);
   broken.actions[1].pop_back();  // drop B0@1
-  REQUIRE_THROWS_AS(pipe.train_step(x, t, mse, {.custom_schedule = broken}),
+  REQUIRE_THROWS_AS(pipe.train_step(x, t, mse, {.schedule = broken}),
                     std::invalid_argument);
-  REQUIRE_THROWS_AS(pipe.train_step(x, t, mse, {.schedule = "no-such-schedule"}),
+  REQUIRE_THROWS_AS(pipe.train_step(x, t, mse,
+                                    {.schedule = named_schedule(pipe, x, "no-such-schedule")}),
                     std::invalid_argument);
   REQUIRE_THROWS_WITH(pipe.train_step(x, randn({7, 3}, 4), mse),
                       "target 0 of shape [7, 3] has 7 entries on dim 0, the batch has 8");
@@ -113,23 +114,26 @@ TEST_CASE("schedules that do not fit the pipe are refused before running") {
 TEST_CASE("a schedule that interleaves virtual stages on a pipe without them says what to set") {
   const std::string message =
       "schedule 'interleaved-1f1b' interleaves several virtual stages per worker, but the pipe "
-      "has virtual_stages = 1: set PipeOptions::virtual_stages to 2 or more (balance then has "
-      "virtual_stages entries per worker), or use a schedule with one stage per worker "
+      "has virtual_stages = 1: set PipeOptions::schedule.virtual_stages to 2 or more (balance "
+      "then has virtual_stages entries per worker), or use a schedule with one stage per worker "
       "('gpipe', '1f1b', 'zb-h1', 'zb-h2')";
   REQUIRE_THROWS_MATCHES(Pipe(small_mlp(1), {.balance = {2, 2, 1}, .devices = cpus(0, 3),
-                                             .chunks = 8, .schedule = "interleaved-1f1b"}),
+                                             .chunks = 8,
+                                             .schedule = {.name = "interleaved-1f1b"}}),
                          std::invalid_argument, Catch::Message(message));
   Pipe pipe(small_mlp(1), {.balance = {2, 2, 1}, .devices = cpus(0, 3), .chunks = 8});
   const Tensor x = randn({10, 4}, 1), y = randn({10, 3}, 2);
-  REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, nn::mse_loss, {.schedule = "interleaved-1f1b"}),
+  REQUIRE_THROWS_MATCHES(pipe.train_step(x, y, nn::mse_loss,
+                                         {.schedule = named_schedule(pipe, x, "interleaved-1f1b")}),
                          std::invalid_argument, Catch::Message(message));
   for (const std::string name : {"interleaved-zb", "looped-bfs"}) {
-    REQUIRE_THROWS_WITH(pipe.train_step(x, y, nn::mse_loss, {.schedule = name}),
+    REQUIRE_THROWS_WITH(pipe.train_step(x, y, nn::mse_loss,
+                                        {.schedule = named_schedule(pipe, x, name)}),
                         Catch::StartsWith("schedule '" + name + "' interleaves"));
   }
   // With virtual stages, the same schedule runs.
   Pipe interleaved(small_mlp(1), {.balance = {1, 1, 2, 1}, .devices = cpus(0, 2), .chunks = 4,
-                                  .virtual_stages = 2, .schedule = "interleaved-1f1b"});
+                                  .schedule = {.name = "interleaved-1f1b", .virtual_stages = 2}});
   REQUIRE(std::isfinite(interleaved.train_step(x.slice(0, 8), y.slice(0, 8), nn::mse_loss).loss));
 }
 

@@ -50,7 +50,8 @@ TEST_CASE("a stage's output on another device is copied back to the stage's devi
   CAPTURE(to_string(mode), chunks);
   nn::Sequential plain = model(7, false);
   Pipe pipe(model(7, true), {.balance = {3, 4}, .devices = {Device::cpu(1), Device::cpu(2)},
-                             .chunks = chunks, .checkpoint = mode});
+                             .chunks = chunks,
+                             .schedule = {.recompute = mode}});
   const Tensor x = randn({8, 4}, 1), y = randn({8, 3}, 2);
   const int64_t before = allocated_away();
 
@@ -78,7 +79,8 @@ TEST_CASE("a stage's output on another device is copied back to the stage's devi
     pipe.zero_grad();
     Tensor ref_loss = nn::mse_loss(plain.forward(x), y);
     ref_loss.backward();
-    const StepResult r = pipe.train_step(x, y, mse, {.schedule = schedule});
+    const StepResult r = pipe.train_step(x, y, mse,
+                                         {.schedule = named_schedule(pipe, x, schedule)});
     REQUIRE(std::abs(r.loss - ref_loss.item()) <= 1e-6);
     REQUIRE(max_grad_diff(pipe.module(), plain) <= 1e-6);
     REQUIRE(allocated_away() == before);

@@ -281,10 +281,10 @@ TEST_CASE("make_pipe: torch Pipe's defaults, the derived cut, children moved to 
     REQUIRE(pipe.devices() == std::vector<Device>{kCpu0, kCpu1, kCpu2});
     REQUIRE(pipe.num_workers() == 3);
     REQUIRE(pipe.options().chunks == 1);
-    REQUIRE(pipe.options().checkpoint == Checkpoint::kExceptLast);
+    REQUIRE(pipe.options().schedule == ScheduleSpec{.name = "gpipe",
+                                                    .virtual_stages = 1,
+                                                    .recompute = Checkpoint::kExceptLast});
     REQUIRE_FALSE(pipe.options().deferred_batch_norm);
-    REQUIRE(pipe.options().virtual_stages == 1);
-    REQUIRE(pipe.options().schedule == "gpipe");
     REQUIRE(pipe.options().seed == 0);
     REQUIRE(pipe.options().threads_per_worker == 0);
     // The WithDevice child moved to its declared device; the wrapper stays in the model.
@@ -298,15 +298,15 @@ TEST_CASE("make_pipe: torch Pipe's defaults, the derived cut, children moved to 
   }
   SECTION("the other options pass through") {
     Pipe pipe = make_pipe(std::move(model), {.chunks = 4,
-                                             .checkpoint = Checkpoint::kNever,
+                                             .schedule = {.name = "1f1b",
+                                                          .recompute = Checkpoint::kNever},
                                              .deferred_batch_norm = true,
-                                             .schedule = "1f1b",
                                              .seed = 7,
                                              .threads_per_worker = 1});
     REQUIRE(pipe.options().chunks == 4);
-    REQUIRE(pipe.options().checkpoint == Checkpoint::kNever);
+    REQUIRE(pipe.options().schedule ==
+            ScheduleSpec{.name = "1f1b", .recompute = Checkpoint::kNever});
     REQUIRE(pipe.options().deferred_batch_norm);
-    REQUIRE(pipe.options().schedule == "1f1b");
     REQUIRE(pipe.options().seed == 7);
     REQUIRE(pipe.options().threads_per_worker == 1);
     REQUIRE(pipe.balance() == std::vector<int>{2, 2, 1});
@@ -316,7 +316,7 @@ TEST_CASE("make_pipe: torch Pipe's defaults, the derived cut, children moved to 
     REQUIRE(options.balance == std::vector<int>{2, 2, 1});
     REQUIRE(options.devices == std::vector<Device>{kCpu0, kCpu1, kCpu2});
     REQUIRE(options.chunks == 3);
-    REQUIRE(options.checkpoint == Checkpoint::kExceptLast);
+    REQUIRE(options.schedule == ScheduleSpec{});  // gpipe, except_last
   }
 }
 
@@ -405,11 +405,13 @@ TEST_CASE("a placement-built Pipe equals the balance-built Pipe and the plain mo
   CAPTURE(c.name, chunks, to_string(mode));
 
   Pipe placed_pipe = make_pipe(build(which, 1, true),
-                               {.chunks = chunks, .checkpoint = mode, .allow_revisit = true});
+                               {.chunks = chunks,
+                                .schedule = {.recompute = mode}, .allow_revisit = true});
   REQUIRE(placed_pipe.balance() == c.balance);
   REQUIRE(placed_pipe.devices() == c.devices);
   Pipe cut_pipe(build(which, 1, true),
-                {.balance = c.balance, .devices = c.devices, .chunks = chunks, .checkpoint = mode});
+                {.balance = c.balance, .devices = c.devices, .chunks = chunks,
+                 .schedule = {.recompute = mode}});
   nn::Sequential plain = build(which, 1, false);
 
   const Tensor x0 = randn({7, 4}, 2);
@@ -439,11 +441,13 @@ TEST_CASE("train_step of a placement-built Pipe equals the balance-built Pipe's"
   CAPTURE(schedule, c.name, chunks);
 
   Pipe placed_pipe =
-      make_pipe(build(which, 5, true), {.chunks = chunks, .schedule = schedule,
+      make_pipe(build(which, 5, true), {.chunks = chunks,
+                                        .schedule = {.name = schedule},
                                         .allow_revisit = true});
   Pipe cut_pipe(
       build(which, 5, true),
-      {.balance = c.balance, .devices = c.devices, .chunks = chunks, .schedule = schedule});
+      {.balance = c.balance, .devices = c.devices, .chunks = chunks,
+       .schedule = {.name = schedule}});
   nn::Sequential plain = build(which, 5, false);
 
   const Tensor x = randn({8, 4}, 6);

@@ -113,7 +113,7 @@ TEST_CASE("Pipe::forward with skips equals the plain model") {
   Pipe pipe(skip_model(3), {.balance = balance,
                             .devices = cpus(0, static_cast<int>(balance.size())),
                             .chunks = chunks,
-                            .checkpoint = mode});
+                            .schedule = {.recompute = mode}});
   const Tensor x0 = randn({7, 4}, 4);
   const Tensor target = randn({7, 3}, 5);
   PlainRun ref = plain_model_run(plain, x0, target);
@@ -145,8 +145,7 @@ TEST_CASE("train_step with skips equals the plain model under every schedule") {
   Pipe pipe(skip_model(6), {.balance = balance,
                             .devices = cpus(4, static_cast<int>(balance.size())),
                             .chunks = chunks,
-                            .checkpoint = mode,
-                            .schedule = schedule});
+                            .schedule = {.name = schedule, .recompute = mode}});
   const Tensor x0 = randn({8, 4}, 7);
   const Tensor target = randn({8, 3}, 8);
   check_train_step_equals_plain(pipe, plain, x0, target);
@@ -161,8 +160,7 @@ TEST_CASE("interleaved 1F1B with skips between virtual stages equals the plain m
   Pipe pipe(skip_model(9), {.balance = {2, 3, 2, 2},
                             .devices = cpus(10, 2),
                             .chunks = chunks,
-                            .virtual_stages = 2,
-                            .schedule = "interleaved-1f1b"});
+                            .schedule = {.name = "interleaved-1f1b", .virtual_stages = 2}});
   const Tensor x0 = randn({8, 4}, 10), target = randn({8, 3}, 11);
   check_train_step_equals_plain(pipe, plain, x0, target);
 }
@@ -173,7 +171,8 @@ TEST_CASE("skips and several steps: gradients accumulate, eval and no-grad forwa
   for (int step = 0; step < 3; ++step) {
     const Tensor x = randn({6, 4}, 20 + step), t = randn({6, 3}, 30 + step);
     mse(plain.forward(x), t).backward();
-    pipe.train_step(x, t, mse, {.schedule = step % 2 == 0 ? "1f1b" : "gpipe"});
+    pipe.train_step(x, t, mse, {.schedule = named_schedule(pipe, x,
+                                                           step % 2 == 0 ? "1f1b" : "gpipe")});
   }
   REQUIRE(max_grad_diff(pipe.module(), plain) <= 1e-5);
   const Tensor x = randn({5, 4}, 40);
@@ -351,11 +350,11 @@ TEST_CASE("deferred BatchNorm after a pop sees the whole batch") {
   Pipe pipe(model(5, bn), {.balance = {2, 3, 2},
                            .devices = cpus(0, 3),
                            .chunks = 4,
-                           .checkpoint = Checkpoint::kAlways,
+                           .schedule = {.recompute = Checkpoint::kAlways},
                            .deferred_batch_norm = true});
   const Tensor x = randn({8, 4}, 6), t = randn({8, 3}, 7);
   plain.forward(x);
-  pipe.train_step(x, t, mse, {.schedule = "1f1b"});
+  pipe.train_step(x, t, mse, {.schedule = named_schedule(pipe, x, "1f1b")});
   REQUIRE(max_diff(bn->running_mean(), plain_bn->running_mean()) < 1e-6);
   REQUIRE(max_diff(bn->running_var(), plain_bn->running_var()) < 1e-5);
 }
@@ -398,7 +397,7 @@ TEST_CASE("a portal's tensor lives on the popping stage only, and not past the b
   Pipe pipe(std::move(model), {.balance = {2, 2, 1},
                                .devices = {Device::cpu(60), Device::cpu(61), Device::cpu(62)},
                                .chunks = m,
-                               .checkpoint = mode});
+                               .schedule = {.recompute = mode}});
   const Tensor x = randn({N, I}, 1, Device::cpu(60));
   Allocator& a0 = allocator_for(Device::cpu(60));
   Allocator& a1 = allocator_for(Device::cpu(61));
@@ -434,7 +433,7 @@ TEST_CASE("a portal's tensor lives on the popping stage only, and not past the b
 TEST_CASE("the trace shows each portal's copies, straight from stage to stage") {
   Pipe pipe(skip_model(13), {.balance = {2, 3, 4}, .devices = cpus(0, 3), .chunks = 2});
   const Tensor x = randn({6, 4}, 1), t = randn({6, 3}, 2);
-  const StepResult r = pipe.train_step(x, t, mse, {.schedule = "1f1b"});
+  const StepResult r = pipe.train_step(x, t, mse, {.schedule = named_schedule(pipe, x, "1f1b")});
   REQUIRE(r.schedule.skips == std::vector<SkipEdge>{{0, 2}, {1, 2}});
   std::vector<std::string> portals;
   for (const TraceTransfer& tr : r.trace.transfers()) {
@@ -466,9 +465,8 @@ TEST_CASE("skips under the V-shaped and interleaved zero-bubble schedules") {
   Pipe pipe(skip_model(14), {.balance = {2, 3, 2, 2},
                              .devices = cpus(30, 2),
                              .chunks = 4,
-                             .checkpoint = mode,
-                             .virtual_stages = 2,
-                             .schedule = schedule});
+                             .schedule = {.name = schedule, .virtual_stages = 2,
+                                          .recompute = mode}});
   const Tensor x0 = randn({8, 4}, 15), target = randn({8, 3}, 16);
   check_train_step_equals_plain(pipe, plain, x0, target);
 }

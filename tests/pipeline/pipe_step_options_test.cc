@@ -1,8 +1,8 @@
 // StepOptions through the single-tensor train_step: every field reaches the step as it does
-// through the tuple form (schedule, custom_schedule, reduction, arguments, return_outputs,
+// through the tuple form (schedule, reduction, arguments, return_outputs,
 // output_dims, first_sample, the input and target chunk specs), checked against the plain
-// model; and a step's schedule is chosen in two places only: PipeOptions::schedule, or
-// StepOptions' name or Schedule value, never both.
+// model; and a step's schedule is chosen in two places only: PipeOptions::schedule (a
+// ScheduleSpec, built for each batch's micro-batch count), or StepOptions' Schedule value.
 #include <catch2/catch.hpp>
 
 #include <numeric>
@@ -46,7 +46,7 @@ TEST_CASE("the single-tensor train_step takes the schedule, reduction, arguments
                             .reduction = LossReduction::kSum,
                             .return_outputs = true,
                             .output_dims = {-2},
-                            .schedule = "1f1b"};
+                            .schedule = make_schedule("1f1b", 2, 3)};
   nn::Sequential plain = small_mlp(5);
   const Tensor ref_out = plain.forward(x);
   Tensor ref_loss = autograd::mul(nn::mse_loss(ref_out, y, autograd::Reduction::kSum), 0.25);
@@ -127,29 +127,72 @@ TEST_CASE("the single-tensor train_step keys its random layers by first_sample",
   REQUIRE(losses[0] != losses[1]);  // the rows' indices moved, and so did their masks
 }
 
-TEST_CASE("a step runs the pipe's schedule, or the one StepOptions names or gives, never both") {
+TEST_CASE("a step runs the pipe's schedule, built for the batch's micro-batch count, or the one "
+          "StepOptions gives") {
   Pipe pipe(small_mlp(1), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 4,
-                           .checkpoint = Checkpoint::kExceptLast, .schedule = "1f1b"});
+                           .schedule = {.name = "1f1b", .recompute = Checkpoint::kExceptLast}});
   const Tensor x = randn({8, 4}, 2), t = randn({8, 3}, 3);
   StepResult r = pipe.train_step(x, t, nn::mse_loss);
   REQUIRE(r.schedule.name == "1f1b");
   REQUIRE(r.counters.recomputes == std::vector<int>{3, 3});  // the pipe's checkpoint mode
-  r = pipe.train_step(x, t, nn::mse_loss, {.schedule = "zb-h1"});
+  // A short batch (3 rows: 3 micro-batches) gets the same spec for its own count.
+  r = pipe.train_step(randn({3, 4}, 4), randn({3, 3}, 5), nn::mse_loss);
+  REQUIRE(r.schedule.num_microbatches == 3);
+  REQUIRE(r.counters.recomputes == std::vector<int>{2, 2});
+  r = pipe.train_step(x, t, nn::mse_loss, {.schedule = pipe.schedule_for(4, "zb-h1")});
   REQUIRE(r.schedule.name == "zb-h1");
   REQUIRE(r.counters.recomputes == std::vector<int>{3, 3});
 
   // A Schedule value runs as given: without R actions nothing is recomputed.
   const Schedule custom = make_schedule("gpipe", 2, 4);
-  r = pipe.train_step(x, t, nn::mse_loss, {.custom_schedule = custom});
+  r = pipe.train_step(x, t, nn::mse_loss, {.schedule = custom});
   REQUIRE(r.schedule.actions == custom.actions);
   REQUIRE(r.counters.recomputes == std::vector<int>{0, 0});
 
-  const std::string both =
-      "train_step: StepOptions names two schedules, 'zb-h1' and a custom_schedule; set one";
+  // One made for another micro-batch count is refused, naming both.
   REQUIRE_THROWS_MATCHES(
-      pipe.train_step(x, t, nn::mse_loss, {.schedule = "zb-h1", .custom_schedule = custom}),
-      std::invalid_argument, Catch::Message(both));
-  REQUIRE_THROWS_WITH(pipe.train_step({x}, {t}, as_tuple_loss(nn::mse_loss),
-                                      {.schedule = "zb-h1", .custom_schedule = custom}),
-                      both);
+      pipe.train_step(x, t, nn::mse_loss, {.schedule = pipe.schedule_for(3)}),
+      std::invalid_argument,
+      Catch::Message("schedule '1f1b' has 3 micro-batches, the mini-batch splits into 4"));
+  // Evaluation and Pipe::forward run forwards only: a schedule given them is refused.
+  REQUIRE_THROWS_WITH(pipe.eval_step(x, t, nn::mse_loss, {.schedule = custom}),
+                      Catch::Contains("eval_step: StepOptions::schedule is set"));
+  REQUIRE_THROWS_WITH(
+      pipe.forward({x}, {.schedule = custom}),
+      "Pipe::forward: StepOptions fields it cannot honour are set: schedule (forward runs "
+      "GPipe; use train_step)");
+  REQUIRE_THROWS_WITH(
+      pipe.forward({x}, {.target_chunks = {ChunkSpec::split(0)},
+                         .reduction = LossReduction::kSum}),
+      "Pipe::forward: StepOptions fields it cannot honour are set: target_chunks (forward "
+      "takes no targets), reduction (the loss is the caller's)");
+}
+
+TEST_CASE("a plan's explicit recompute cells run in the Pipe, a short batch taking their "
+          "prefix") {
+  // Stage 0 recomputes micro-batches 0 and 2, stage 1 micro-batch 1.
+  const RecomputeCells cells{{{1, 0, 1, 0}, {0, 1, 0, 0}}};
+  Pipe pipe(small_mlp(1), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 4,
+                           .schedule = {.name = "1f1b", .recompute = cells}});
+  nn::Sequential plain = small_mlp(1);
+  const Tensor x = randn({8, 4}, 2), t = randn({8, 3}, 3);
+  StepResult r = pipe.train_step(x, t, nn::mse_loss);
+  REQUIRE(r.counters.recomputes == std::vector<int>{2, 1});
+  const Schedule expected = with_recompute(make_schedule("1f1b", 2, 4), [](int s, int j) {
+    return (s == 0 && (j == 0 || j == 2)) || (s == 1 && j == 1);
+  });
+  REQUIRE(r.schedule.actions == expected.actions);
+  nn::mse_loss(plain.forward(x), t).backward();
+  REQUIRE(max_grad_diff(pipe.module(), plain) <= kTol);  // recomputing is exact
+
+  pipe.zero_grad();
+  r = pipe.train_step(randn({2, 4}, 4), randn({2, 3}, 5), nn::mse_loss);  // 2 micro-batches
+  REQUIRE(r.counters.recomputes == std::vector<int>{1, 1});
+  REQUIRE(pipe.schedule_for(2).actions == r.schedule.actions);
+
+  REQUIRE_THROWS_WITH(
+      Pipe(small_mlp(1), {.balance = {2, 3}, .devices = cpus(0, 2),
+                          .schedule = {.recompute = RecomputeCells{{{1}}}}}),
+      "PipeOptions::schedule.recompute names cells of 1 stages, the pipe has 2 (balance has "
+      "one entry per stage)");
 }

@@ -46,11 +46,11 @@ TEST_CASE("Pipe::step equals optimizer.step bit for bit, stage by stage on the w
                                  Layout{{1, 1, 2, 1}, 2, 2, "interleaved-1f1b"});
   CAPTURE(which, layout.workers, layout.virtual_stages);
   auto pipe_of = [&] {
-    return Pipe(pipeline::testing::small_mlp(7), {.balance = layout.balance,
-                                                  .devices = cpus(0, layout.workers),
-                                                  .chunks = 4,
-                                                  .virtual_stages = layout.virtual_stages,
-                                                  .schedule = layout.schedule});
+    return Pipe(pipeline::testing::small_mlp(7),
+                {.balance = layout.balance,
+                 .devices = cpus(0, layout.workers),
+                 .chunks = 4,
+                 .schedule = {.name = layout.schedule, .virtual_stages = layout.virtual_stages}});
   };
   Pipe staged = pipe_of(), whole = pipe_of();
   const auto a = make(which, staged.parameters()), b = make(which, whole.parameters());

@@ -35,6 +35,10 @@ Tensor randn(const Shape& shape, uint64_t seed, Device device) {
   return t;
 }
 
+Schedule named_schedule(const Pipe& pipe, const Tensor& input, const std::string& name) {
+  return pipe.schedule_for(pipe.num_microbatches(input.size(0)), name);
+}
+
 std::vector<Device> cpus(int first, int count) {
   std::vector<Device> out;
   for (int i = 0; i < count; ++i) out.push_back(Device::cpu(first + i));

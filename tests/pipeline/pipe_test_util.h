@@ -29,6 +29,10 @@ Tensor randn(const Shape& shape, uint64_t seed, Device device = Device::cpu(0));
 /// Devices cpu(first), cpu(first + 1), ...
 std::vector<Device> cpus(int first, int count);
 
+/// The registered schedule `name` as `pipe` builds it (its virtual stages and recompute) for a
+/// batch of input's rows: pipe.schedule_for(m, name), to pass as StepOptions::schedule.
+Schedule named_schedule(const Pipe& pipe, const Tensor& input, const std::string& name);
+
 /// max |a - b| over elements (any devices); a and b must have the same shape.
 double max_diff(const Tensor& a, const Tensor& b);
 

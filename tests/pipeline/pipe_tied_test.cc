@@ -104,10 +104,10 @@ Pipe make_pipe(const Config& c, Checkpoint mode = Checkpoint::kNever) {
   return Pipe(gpt(false), {.balance = c.balance,
                            .devices = cpus(0, c.workers),
                            .chunks = 2,
-                           .checkpoint = mode,
-                           .virtual_stages = c.schedule == "zb-v" ? 2 : 1,
-                           .tied_parameters = kTied,
-                           .schedule = c.schedule});
+                           .schedule = {.name = c.schedule,
+                                        .virtual_stages = c.schedule == "zb-v" ? 2 : 1,
+                                        .recompute = mode},
+                           .tied_parameters = kTied});
 }
 
 /// Every parameter of `pipe` but the head's copy against the plain model's gradient.

@@ -166,18 +166,14 @@ TEST_CASE("train_step with split dims, a replicated input, arguments and tuple o
   for (const LossReduction reduction : {LossReduction::kMean, LossReduction::kSum}) {
     for (const Config& c : configs) {
       CAPTURE(c.schedule, reduction == LossReduction::kSum);
-      const StepOptions options = [&] {
-        StepOptions o = general(reduction);
-        o.schedule = c.schedule;
-        return o;
-      }();
+      const StepOptions options = general(reduction);  // the pipe runs c.schedule
       nn::Sequential plain = model(11);
       const Reference ref = plain_step(plain, n, 21, options);
 
       const int p = static_cast<int>(c.balance.size()) / c.v;
       Pipe pipe(model(11), {.balance = c.balance, .devices = cpus(0, p), .chunks = c.chunks,
-                            .checkpoint = c.checkpoint, .virtual_stages = c.v,
-                            .schedule = c.schedule});
+                            .schedule = {.name = c.schedule, .virtual_stages = c.v,
+                                         .recompute = c.checkpoint}});
       const Data d = data(n, 21, true);
       const StepResult r = pipe.train_step({d.x, d.z, d.w}, {d.t0, d.t1},
                                            loss_fn(reduction == LossReduction::kMean
@@ -215,7 +211,7 @@ TEST_CASE("the general forward (split dims, replicated, arguments, output dims) 
     nn::Sequential plain = model(13);
     const Reference ref = plain_step(plain, n, 17, o);
     Pipe pipe(model(13), {.balance = {1, 2, 2}, .devices = cpus(0, 3), .chunks = 3,
-                          .checkpoint = checkpoint});
+                          .schedule = {.recompute = checkpoint}});
     const Data d = data(n, 17, true);
     const nn::Tensors out = pipe.forward({d.x, d.z, d.w}, f);
     REQUIRE(out.size() == 2);
@@ -255,7 +251,7 @@ TEST_CASE("the arguments reach every stage and every recompute; a missing one na
   nn::Sequential plain = model(3);
   const Reference ref = plain_step(plain, n, 5, o);
   Pipe pipe(model(3), {.balance = {1, 2, 2}, .devices = cpus(0, 3), .chunks = 2,
-                       .checkpoint = Checkpoint::kAlways});
+                       .schedule = {.recompute = Checkpoint::kAlways}});
   const Data d = data(n, 5, false);
   const StepResult r = pipe.train_step({d.x, d.z, d.w}, {d.t0, d.t1},
                                        loss_fn(autograd::Reduction::kMean), o);
@@ -281,7 +277,8 @@ TEST_CASE("eval_step runs forward and loss only, touching no gradient") {
   for (int v : {1, 2}) {
     CAPTURE(v);
     Pipe pipe(model(4), {.balance = {1, 2, 1, 1}, .devices = cpus(0, 4 / v), .chunks = 3,
-                         .virtual_stages = v, .schedule = v == 1 ? "gpipe" : "interleaved-1f1b"});
+                         .schedule = {.name = v == 1 ? "gpipe" : "interleaved-1f1b",
+                                      .virtual_stages = v}});
     pipe.eval();
     const Data d = data(n, 8, true);
     const StepResult r = pipe.eval_step({d.x, d.z, d.w}, {d.t0, d.t1},
@@ -323,11 +320,12 @@ TEST_CASE("gradients accumulated over two steps equal one step on the union") {
     const auto plain_reduction = reduction == LossReduction::kSum ? autograd::Reduction::kSum
                                                                    : autograd::Reduction::kMean;
     StepOptions o = general(reduction);
-    o.schedule = "1f1b";
-    Pipe once(model(9), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 2});
+    Pipe once(model(9), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 2,
+                         .schedule = {.name = "1f1b"}});
     once.train_step({whole.x, whole.z, whole.w}, {whole.t0, whole.t1}, loss_fn(plain_reduction),
                     o);
-    Pipe twice(model(9), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 2});
+    Pipe twice(model(9), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 2,
+                          .schedule = {.name = "1f1b"}});
     for (int k = 0; k < 2; ++k) {
       twice.train_step({half(whole.x, 0, k), half(whole.z, 1, k), whole.w},
                        {half(whole.t0, 0, k), half(whole.t1, 1, k)}, loss_fn(plain_reduction),
@@ -412,9 +410,11 @@ TEST_CASE("train_step and eval_step take nn::mse_loss and nn::cross_entropy them
   Pipe pipe(small_mlp(21), {.balance = {2, 3}, .devices = cpus(0, 2), .chunks = 3});
   Pipe same(small_mlp(21), {.balance = {2, 3}, .devices = cpus(2, 2), .chunks = 3});
   const Tensor x = randn({9, 4}, 22), y = randn({9, 3}, 23);
-  const StepResult direct = pipe.train_step(x, y, nn::mse_loss, {.schedule = "1f1b"});
+  const StepResult direct = pipe.train_step(x, y, nn::mse_loss,
+                                            {.schedule = named_schedule(pipe, x, "1f1b")});
   auto lambda = [](const Tensor& out, const Tensor& t) { return nn::mse_loss(out, t); };
-  const StepResult through_lambda = same.train_step(x, y, lambda, {.schedule = "1f1b"});
+  const StepResult through_lambda = same.train_step(x, y, lambda,
+                                                    {.schedule = named_schedule(same, x, "1f1b")});
   REQUIRE(direct.loss == through_lambda.loss);
   REQUIRE(bitwise_equal(grads_of(pipe.module()), grads_of(same.module())));
   REQUIRE(pipe.eval_step(x, y, nn::mse_loss).loss == same.eval_step(x, y, lambda).loss);

@@ -49,9 +49,8 @@ TEST_CASE("TransformerBlocks through the pipe equal the plain model; so does cli
   Pipe pipe(blocks(7), {.balance = config.balance,
                         .devices = cpus(0, 2),
                         .chunks = 3,
-                        .checkpoint = mode,
-                        .virtual_stages = config.virtual_stages,
-                        .schedule = config.schedule});
+                        .schedule = {.name = config.schedule,
+                                     .virtual_stages = config.virtual_stages, .recompute = mode}});
   const Tensor x = randn({kBatch, kSeq, kDim}, 8);
   const Tensor target = randn({kBatch, kSeq, kDim}, 9);
 

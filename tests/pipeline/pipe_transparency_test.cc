@@ -49,7 +49,7 @@ TEST_CASE("Pipe::forward and loss.backward() equal the plain model") {
   Pipe pipe(small_mlp(1), {.balance = balance,
                            .devices = cpus(0, static_cast<int>(balance.size())),
                            .chunks = chunks,
-                           .checkpoint = mode});
+                           .schedule = {.recompute = mode}});
   const Tensor x0 = randn({batch, 4}, 2);
   const Tensor target = randn({batch, 3}, 3);
   PlainRun ref = plain_model_run(plain, x0, target);
@@ -81,8 +81,7 @@ TEST_CASE("train_step equals the plain model's mean loss and gradients") {
   Pipe pipe(small_mlp(5), {.balance = balance,
                            .devices = cpus(3, static_cast<int>(balance.size())),
                            .chunks = chunks,
-                           .checkpoint = mode,
-                           .schedule = schedule});
+                           .schedule = {.name = schedule, .recompute = mode}});
   const Tensor x0 = randn({batch, 4}, 6);
   const Tensor target = randn({batch, 3}, 7);
   PlainRun ref = plain_model_run(plain, x0, target);
@@ -106,9 +105,8 @@ TEST_CASE("interleaved 1F1B (virtual stages) equals the plain model") {
   Pipe pipe(small_mlp(8), {.balance = {1, 2, 1, 1},
                            .devices = cpus(7, 2),
                            .chunks = chunks,
-                           .checkpoint = mode,
-                           .virtual_stages = 2,
-                           .schedule = "interleaved-1f1b"});
+                           .schedule = {.name = "interleaved-1f1b", .virtual_stages = 2,
+                                        .recompute = mode}});
   REQUIRE(pipe.num_workers() == 2);
   REQUIRE(pipe.num_stages() == 4);
   REQUIRE(pipe.devices() == std::vector<Device>{Device::cpu(7), Device::cpu(8), Device::cpu(7),
@@ -139,9 +137,8 @@ TEST_CASE("the frontier schedules (V-shaped and interleaved zero bubble, looped 
   Pipe pipe(small_mlp(14), {.balance = {1, 2, 1, 1},
                             .devices = cpus(20, 2),
                             .chunks = chunks,
-                            .checkpoint = mode,
-                            .virtual_stages = 2,
-                            .schedule = schedule});
+                            .schedule = {.name = schedule, .virtual_stages = 2,
+                                         .recompute = mode}});
   const bool v_shape = schedule == "zb-v" || schedule == "dualpipev";
   REQUIRE(pipe.devices() == (v_shape ? std::vector<Device>{Device::cpu(20), Device::cpu(21),
                                                            Device::cpu(21), Device::cpu(20)}
@@ -181,9 +178,8 @@ TEST_CASE("a registered schedule trains by name, placed as its row says") {
   Pipe pipe(small_mlp(14), {.balance = {1, 2, 1, 1},
                             .devices = cpus(20, 2),
                             .chunks = 4,
-                            .checkpoint = Checkpoint::kNever,
-                            .virtual_stages = 2,
-                            .schedule = "toy-v"});
+                            .schedule = {.name = "toy-v", .virtual_stages = 2,
+                                         .recompute = Checkpoint::kNever}});
   REQUIRE(pipe.devices() == std::vector<Device>{Device::cpu(20), Device::cpu(21),
                                                 Device::cpu(21), Device::cpu(20)});
   const Tensor x0 = randn({12, 4}, 15), target = randn({12, 3}, 16);
@@ -200,23 +196,20 @@ TEST_CASE("a schedule placed differently from the pipe is refused, naming the st
   Pipe pipe(small_mlp(1), {.balance = {1, 2, 1, 1},
                            .devices = cpus(0, 2),
                            .chunks = 4,
-                           .virtual_stages = 2,
-                           .schedule = "interleaved-1f1b"});
+                           .schedule = {.name = "interleaved-1f1b", .virtual_stages = 2}});
   const Tensor x = randn({4, 4}, 1), t = randn({4, 3}, 2);
   auto mse = [](const Tensor& out, const Tensor& y) { return nn::mse_loss(out, y); };
-  REQUIRE_THROWS_WITH(pipe.train_step(x, t, mse, {.schedule = "zb-v"}),
+  REQUIRE_THROWS_WITH(pipe.train_step(x, t, mse, {.schedule = named_schedule(pipe, x, "zb-v")}),
                       "schedule 'zb-v' runs stage 2 on worker 1, the pipe on worker 0");
   REQUIRE_THROWS_WITH(
       Pipe(small_mlp(1), {.balance = {1, 2, 1, 1},
                           .devices = cpus(0, 2),
-                          .virtual_stages = 2,
-                          .stage_worker = {0, 1, 1, 2}}),
+                          .schedule = {.virtual_stages = 2, .stage_worker = {0, 1, 1, 2}}}),
       "stage_worker[3] = 2 is not a worker (0..1)");
   REQUIRE_THROWS_WITH(
       Pipe(small_mlp(1), {.balance = {1, 2, 1, 1},
                           .devices = cpus(0, 2),
-                          .virtual_stages = 2,
-                          .stage_worker = {1, 1, 1, 1}}),
+                          .schedule = {.virtual_stages = 2, .stage_worker = {1, 1, 1, 1}}}),
       "stage_worker gives worker 0 no stage");
 }
 
@@ -276,7 +269,7 @@ TEST_CASE("tuple inputs, chunked or replicated (torchgpipe's NoChunk), are trans
   Pipe pipe(tuple_model(21), {.balance = balance,
                               .devices = cpus(0, static_cast<int>(balance.size())),
                               .chunks = chunks,
-                              .checkpoint = Checkpoint::kExceptLast});
+                              .schedule = {.recompute = Checkpoint::kExceptLast}});
   const Tensor x0 = randn({batch, 4}, 22);
   const Tensor c0 = replicate ? randn({8}, 23) : randn({batch, 8}, 23);
   const Tensor target = randn({batch, 3}, 24);

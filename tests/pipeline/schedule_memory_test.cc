@@ -188,9 +188,8 @@ Measured run(const Case& c, int first_device) {
   Pipe pipe(std::move(model), {.balance = std::vector<int>(static_cast<size_t>(stages), 1),
                                .devices = devices,
                                .chunks = c.m,
-                               .checkpoint = c.mode,
-                               .virtual_stages = c.v,
-                               .schedule = c.schedule,
+                               .schedule = {.name = c.schedule, .virtual_stages = c.v,
+                                            .recompute = c.mode},
                                .threads_per_worker = 1});
   Tensor x = Tensor::ones({n * c.m, D}, {.device = devices.front()});
   x.set_requires_grad(true);  // so stage 0 computes dX like every other stage
@@ -312,7 +311,7 @@ TEST_CASE("a single stage under 1F1B: the stage device's peak grows with m by th
     Pipe pipe(std::move(model), {.balance = {1},
                                  .devices = {dev},
                                  .chunks = m,
-                                 .schedule = "1f1b",
+                                 .schedule = {.name = "1f1b"},
                                  .threads_per_worker = 1});
     const Tensor x = Tensor::ones({n * m, D}, {.device = dev});
     const Tensor y = Tensor::zeros({n * m, D}, {.device = dev});

@@ -251,7 +251,7 @@ TEST_CASE("two GPUs: the copy stream waits for the producer, the consumer for th
     Pipe pipe(two_stage_mlp(1), {.balance = {2, 1},
                                  .devices = {Device::cuda(0), Device::cuda(1)},
                                  .chunks = 1,
-                                 .checkpoint = Checkpoint::kNever});
+                                 .schedule = {.recompute = Checkpoint::kNever}});
     const Tensor x = randn({2, 4}, 2).to(Device::cuda(0));
     const Tensor out = pipe.forward(x);
     out.backward(Tensor::ones(out.shape(), {.device = Device::cuda(1)}));
@@ -338,7 +338,7 @@ TEST_CASE("one GPU: no copy; the consumer's stream waits for the producer's") {
     Pipe pipe(two_stage_mlp(1), {.balance = {2, 1},
                                  .devices = {Device::cuda(0), Device::cuda(0)},
                                  .chunks = 1,
-                                 .checkpoint = Checkpoint::kNever});
+                                 .schedule = {.recompute = Checkpoint::kNever}});
     const Tensor x = randn({2, 4}, 2).to(Device::cuda(0));
     const Tensor out = pipe.forward(x);
     out.backward(Tensor::ones(out.shape(), {.device = Device::cuda(0)}));
@@ -383,7 +383,7 @@ TEST_CASE("host and GPU stages: both copies run on the GPU's copy streams; the h
     Pipe pipe(two_stage_mlp(1), {.balance = {2, 1},
                                  .devices = {Device::cpu(0), Device::cuda(0)},
                                  .chunks = 1,
-                                 .checkpoint = Checkpoint::kNever});
+                                 .schedule = {.recompute = Checkpoint::kNever}});
     const Tensor out = pipe.forward(randn({2, 4}, 2));
     out.backward(Tensor::ones(out.shape(), {.device = Device::cuda(0)}));
     log = recorder().stop();
@@ -427,7 +427,7 @@ TEST_CASE("a Pipe over (fake) GPUs equals the plain model, under GPipe and 1F1B"
   Pipe pipe(small_mlp(7), {.balance = {3, 2},
                            .devices = {Device::cuda(0), Device::cuda(1)},
                            .chunks = chunks,
-                           .checkpoint = Checkpoint::kExceptLast});
+                           .schedule = {.recompute = Checkpoint::kExceptLast}});
   const Tensor x0 = randn({7, 4}, 8), target = randn({7, 3}, 9);
 
   Tensor x = x0.clone().set_requires_grad(true);
@@ -447,7 +447,7 @@ TEST_CASE("a Pipe over (fake) GPUs equals the plain model, under GPipe and 1F1B"
   pipe.zero_grad();
   auto mse = [](const Tensor& o, const Tensor& t) { return nn::mse_loss(o, t); };
   nn::mse_loss(plain.forward(x0), target).backward();
-  StepResult r = pipe.train_step(x0, target, mse, {.schedule = "1f1b"});
+  StepResult r = pipe.train_step(x0, target, mse, {.schedule = named_schedule(pipe, x0, "1f1b")});
   CHECK(std::abs(r.loss - ref_loss.item()) <= 2e-6);
   CHECK(max_grad_diff(pipe.module(), plain) <= 2e-6);
 }
@@ -527,7 +527,7 @@ TEST_CASE("the caller's own streams: execute() fences them at both ends, results
     Pipe pipe(two_stage_mlp(1), {.balance = {2, 1},
                                  .devices = {Device::cuda(0), Device::cuda(1)},
                                  .chunks = 1,
-                                 .checkpoint = Checkpoint::kNever});
+                                 .schedule = {.recompute = Checkpoint::kNever}});
     // The caller computes on created streams of its own (cuda:0.s2 and cuda:1.s2: the Pipe
     // made the workers' cuda:0.s1 and cuda:1.s1 first), as a training loop overlapping its
     // data loading would.

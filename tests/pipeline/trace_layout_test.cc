@@ -55,9 +55,8 @@ TEST_CASE("a measured and a simulated trace of the same schedule have the same l
                                              : std::vector<int>{2, 3},
                       .devices = cpus(0, 2),
                       .chunks = 4,
-                      .checkpoint = Checkpoint::kExceptLast,
-                      .virtual_stages = interleaved ? 2 : 1,
-                      .schedule = schedule};
+                      .schedule = {.name = schedule, .virtual_stages = interleaved ? 2 : 1,
+                                   .recompute = Checkpoint::kExceptLast}};
   Pipe pipe(small_mlp(3), options);
   StepResult r = pipe.train_step(randn({8, 4}, 1), randn({8, 3}, 2),
                                  [](const Tensor& out, const Tensor& t) {

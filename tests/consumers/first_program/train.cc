@@ -43,20 +43,21 @@ int main() {
   const Data train = make_data(1024, generator), test = make_data(256, generator);
 
   // Stage 0 = the first 3 children on cpu:0, stage 1 = the last 2 on cpu:1; each mini-batch
-  // is split into 4 micro-batches.
+  // is split into 4 micro-batches, run on the 1F1B schedule.
   pipeline::Pipe pipe(make_model(), {.balance = {3, 2},
                                      .devices = {Device::cpu(0), Device::cpu(1)},
-                                     .chunks = 4});
+                                     .chunks = 4,
+                                     .schedule = {.name = "1f1b"}});
   nn::Adam opt(pipe.parameters(), {.lr = 0.01});
 
-  // Mini-batches of 64 rows (slices are views: nothing is copied), the 1F1B schedule, the
-  // loss computed per micro-batch on the last stage.
+  // Mini-batches of 64 rows (slices are views: nothing is copied), the loss computed per
+  // micro-batch on the last stage.
   for (int epoch = 1; epoch <= 20; ++epoch) {
     double loss = 0;
     for (int64_t i = 0; i < 1024; i += 64) {
       opt.zero_grad();
       loss += pipe.train_step(train.x.slice(i, i + 64), train.y.slice(i, i + 64),
-                              nn::cross_entropy, {.schedule = "1f1b"})
+                              nn::cross_entropy)
                   .loss;
       opt.step();
     }

@@ -83,8 +83,7 @@ inline Measured train(nn::Sequential model, const Plan& plan, const std::vector<
       for (const Device& d : devices) m.before.push_back(allocator_for(d).allocated());
     }
     for (const Device& d : devices) allocator_for(d).reset_peak();
-    pipe.train_step(b.x, b.y, cross_entropy,
-                    {.custom_schedule = plan.schedule_for(plan.num_microbatches)});
+    pipe.train_step(b.x, b.y, cross_entropy);
     std::vector<int64_t> step_peaks;
     for (const Device& d : devices) step_peaks.push_back(allocator_for(d).peak());
     pipe.step(adam);

@@ -132,9 +132,9 @@ TEST_CASE("trials: a run that throws is dropped with what it threw, the others m
   nn::Sequential model = mlp(1, devices.front());
   const Plan p = plan(model, {b.x, b.y, cross_entropy}, devices,
                       {.schedules = {"1f1b"}, .chunks = {2}, .deferred_batch_norm = true});
-  TrialRun good{p.pipe_options(devices), p.schedule};
-  TrialRun bad = good;
-  bad.options.balance = {1, 1};  // covers 2 of the model's 9 layers
+  const PipeOptions good = p.pipe_options(devices);
+  PipeOptions bad = good;
+  bad.balance = {1, 1};  // covers 2 of the model's 9 layers
   const std::vector<PlanTrial> trials =
       run_trials(model, b.x, b.y, cross_entropy, {bad, good}, {.rounds = 2, .seconds = 0.05});
   REQUIRE(trials.size() == 2);
