@@ -37,6 +37,7 @@
 #include "pipeline/balance.h"
 #include "pipeline/pipe.h"
 #include "pipeline/planner/profile.h"
+#include "pipeline/worker_cpus.h"
 #include "tensor/generator.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
@@ -150,7 +151,7 @@ Run make_run(int workers, const std::string& schedule, const Tensor& x, const Te
   Run run;
   run.workers = workers;
   run.schedule = schedule;
-  run.threads = std::max(1, hardware_threads() / workers);
+  run.threads = pipeline::default_threads_per_worker(workers);
   nn::Sequential model = main_job_model();
   run.balance = workers == 1 ? std::vector<int>{static_cast<int>(model.size())}
                              : pipeline::balance_by_parameters(workers, model);

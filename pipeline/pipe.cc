@@ -83,7 +83,7 @@ Pipe::Pipe(nn::Sequential module, PipeOptions options)
   // Across processes each runs one worker, and the processes of a machine share its cores.
   int threads = options_.threads_per_worker;
   if (threads == 0 && options_.processes != nullptr) {
-    threads = std::max(1, hardware_threads() / options_.processes->processes_on_this_machine());
+    threads = default_threads_per_worker(options_.processes->processes_on_this_machine());
   }
   SkipLayout skips(module_, options_.balance);
   runtime_ = std::make_shared<Runtime>(std::move(partitions), std::move(stage_devices),
@@ -260,7 +260,9 @@ const PipeOptions& Pipe::options() const {
 }
 
 const std::vector<nn::Sequential>& Pipe::partitions() const { return runtime().partitions(); }
-const std::vector<Device>& Pipe::devices() const { return runtime().stage_devices(); }
+const std::vector<Device>& Pipe::stage_devices() const {
+  return runtime().stage_devices();
+}
 int Pipe::num_workers() const { return runtime().num_workers(); }
 int Pipe::num_stages() const { return runtime().num_stages(); }
 void Pipe::manual_seed(uint64_t seed) {

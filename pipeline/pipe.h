@@ -264,8 +264,9 @@ class Pipe {
   /// The stages, in order (slices sharing the module's children).
   const std::vector<nn::Sequential>& partitions() const;
   const std::vector<int>& balance() const { return options().balance; }
-  /// The device of each stage.
-  const std::vector<Device>& devices() const;
+  /// The device of each stage (p · v entries, stage s on options().devices[its worker]); the
+  /// workers' devices are options().devices.
+  const std::vector<Device>& stage_devices() const;
   const PipeOptions& options() const;
   int num_workers() const;
   int num_stages() const;

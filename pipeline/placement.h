@@ -8,7 +8,7 @@
 //                        pipeline::WithDevice(nn::ReLU(), Device::cpu(1)),  // else on cpu:0
 //                        std::move(last)};
 //   pipeline::Pipe pipe = pipeline::make_pipe(std::move(model), {.chunks = 8});
-//   // pipe.balance() == {1, 2}, pipe.devices() == {cpu:0, cpu:1}
+//   // pipe.balance() == {1, 2}, pipe.stage_devices() == {cpu:0, cpu:1}
 //
 // The rule (torch's _split_module), child by child:
 //   - a WithDevice child runs on its declared device (the Pipe moves it there);

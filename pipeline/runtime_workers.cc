@@ -8,6 +8,7 @@
 #include <mutex>
 #include <utility>
 
+#include "pipeline/worker_cpus.h"
 #include "tensor/stream.h"
 #include "tensor/threads.h"
 
@@ -20,9 +21,8 @@ Runtime::Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> sta
       stage_devices_(std::move(stage_devices)),
       stage_worker_(std::move(stage_worker)),
       skips_(std::move(skips)) {
-  const int budget = intra_op_threads > 0
-                         ? intra_op_threads
-                         : std::max(1, hardware_threads() / std::max(1, num_workers));
+  const int budget =
+      intra_op_threads > 0 ? intra_op_threads : default_threads_per_worker(num_workers);
   const std::vector<Device> devices = worker_devices(stage_devices_, stage_worker_, num_workers);
   std::vector<std::vector<int>> cpus = worker_cpus(num_workers, budget, cpu_policy);
   for (int w = 0; w < num_workers; ++w) {

@@ -137,6 +137,10 @@ void check_one_device_per_worker(const std::string& caller, const std::vector<De
 // speed and sets the whole pipeline's pace, while unpinned the scheduler spreads three
 // threads over two cores (main job, 2 stages on 2 cores: 0.58x its quiet samples/s pinned,
 // 0.73x shared). Measurements: docs/BENCHMARKS.md, "Worker CPUs" and "Contention".
+int default_threads_per_worker(int workers) {
+  return std::max(1, hardware_threads() / std::max(1, workers));
+}
+
 std::vector<std::vector<int>> worker_cpus(int num_workers, int budget, WorkerCpus policy) {
   const auto workers = static_cast<size_t>(num_workers);
   if (policy == WorkerCpus::kInherited) return std::vector<std::vector<int>>(workers);

@@ -22,6 +22,13 @@ enum class WorkerCpus {
   kInherited,
 };
 
+/// The intra-op threads each of `workers` threads computing at once gets by default, so that
+/// together they use the machine's cores once: max(1, hardware_threads() / workers) (tensor/
+/// threads.h). The one place the rule is written: the Pipe (workers in a process, or processes
+/// on a machine), the planner's profile and search, and the runtime-overhead probe use it.
+/// workers < 1 counts as 1.
+int default_threads_per_worker(int workers);
+
 /// The CPUs each of `num_workers` workers with `budget` intra-op threads pins itself to, by
 /// `policy` (above); an empty list leaves that worker's inherited mask. num_workers >= 0,
 /// budget >= 1.

@@ -13,7 +13,7 @@
 
 #include "examples/char_gpt/trainer.h"
 #include "examples/common/example_main.h"
-#include "examples/fashion_mnist/flags.h"
+#include "examples/common/flags.h"
 
 int main(int argc, char** argv) {
   using namespace pipewright::examples;
@@ -37,6 +37,10 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", config.warmup, "Steps of linear learning-rate warmup");
   app.add_option("--min-lr-ratio", config.min_lr_ratio,
                  "The cosine decays to this fraction of --lr");
+  app.add_option("--beta1", config.beta1, "AdamW's beta1, in [0, 1)");
+  app.add_option("--beta2", config.beta2,
+                 "AdamW's beta2, in [0, 1) (0.95 in GPT-2-style recipes)");
+  app.add_option("--eps", config.eps, "AdamW's epsilon, >= 0");
   app.add_option("--grad-clip", config.grad_clip, "Max global gradient norm (0: no clipping)");
   app.add_option("--eval-every", config.eval_every, "Steps between reports");
   app.add_option("--eval-windows", config.eval_windows,

@@ -18,7 +18,7 @@
 #include "examples/common/plan_vs_run.h"
 #include "examples/common/run_checkpoint.h"
 #include "examples/common/run_setup.h"
-#include "examples/fashion_mnist/progress.h"
+#include "examples/common/progress.h"
 #include "nn/loss.h"
 #include "nn/lr_scheduler.h"
 #include "nn/optim.h"
@@ -187,7 +187,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
   validate(config);
   const TrainConfig& run = config.run;
   const std::string dir = run.data_dir.empty() ? data::kDefaultFortunesDir : run.data_dir;
-  const std::vector<Device> devices = stage_devices(run);
+  const std::vector<Device> devices = worker_devices(run);
   const Device host = data_device(devices);
   // The tokens on a device no stage uses: the stages' memory counts are the pipeline's own.
   const data::CharCorpus corpus = data::load_char_corpus(dir, host);
@@ -196,17 +196,17 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
   nn::Sequential model = build_char_gpt(shape, run.seed);
   const int64_t num_params = count_parameters(model, config.layers);
   const pipeline::LossFn loss_fn = lm_loss(corpus.vocab_size());
-  const std::vector<Device> stage_devs(devices.begin(), devices.begin() + run.workers);
+  const std::vector<Device> workers(devices.begin(), devices.begin() + run.workers);
   // --plan auto: the cut, schedule, chunks and recomputes from pipeline::plan, for the first
   // training batch's shape (every batch has it).
   std::optional<pipeline::Plan> plan;
   if (run.plan == "auto") {
     auto [x, y] = corpus.window_batch(data::TextSplit::kTrain, 0, run.batch_size, config.context,
                                       run.seed, host);
-    model.to(stage_devs.front());  // profiled where it will run
+    model.to(workers.front());  // profiled where it will run
     pipeline::PlanOptions plan_opts = plan_options(run);
     plan_opts.tied_parameters = tied_parameters(config.layers);
-    plan = pipeline::plan(model, {x, y, loss_fn}, stage_devs, plan_opts);
+    plan = pipeline::plan(model, {x, y, loss_fn}, workers, plan_opts);
   }
   const std::vector<int> balance =
       plan ? plan->balance
@@ -222,7 +222,10 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
   options.tied_parameters = tied_parameters(config.layers);
   pipeline::Pipe pipe(std::move(model), std::move(options));
   nn::AdamW optimizer(nn::weight_decay_groups(pipe.parameters(), run.weight_decay),
-                      {.lr = run.lr, .betas = {0.9, config.beta2}, .weight_decay = run.weight_decay});
+                      {.lr = run.lr,
+                       .betas = {config.beta1, config.beta2},
+                       .eps = config.eps,
+                       .weight_decay = run.weight_decay});
   nn::WarmupCosineLR schedule(optimizer, config.warmup, config.steps,
                               config.min_lr_ratio * run.lr);
 
@@ -257,12 +260,12 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
                                                   : config.steps;
   double planned_step_seconds = 0;  // --plan auto: train_step's wall time after the first step
   int64_t planned_steps = 0;
-  StepPeaks step_peaks(stage_devs);  // and its peaks
+  StepPeaks step_peaks(workers);  // and its peaks
   GptResult result;
   std::vector<PipelineStats> stretches;
   std::vector<int64_t> report_numbers;
   StepTracer tracer(run, processes.get());
-  auto meter = std::make_unique<PipelineMeter>(stage_devs, processes.get());
+  auto meter = std::make_unique<PipelineMeter>(workers, processes.get());
   double loss_sum = 0, train_seconds = 0;
   int64_t steps_since = 0;
   for (int64_t step = first_step; step < last_step; ++step) {
@@ -312,7 +315,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
                           {{"step", std::to_string(step + 1)}, {"config", fingerprint(config)}},
                           step + 1, processes.get());
     }
-    meter = std::make_unique<PipelineMeter>(stage_devs, processes.get());
+    meter = std::make_unique<PipelineMeter>(workers, processes.get());
     loss_sum = train_seconds = 0;
     steps_since = 0;
   }

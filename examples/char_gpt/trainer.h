@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "examples/fashion_mnist/config.h"
+#include "examples/common/config.h"
 #include "nn/module.h"
 #include "pipeline/planner/memory_replay.h"
 
@@ -50,7 +50,9 @@ struct GptConfig {
   int64_t stop_after = 0;        // stop after this step, to --resume later (0: run all)
   int64_t warmup = 60;           // steps of linear warmup
   double min_lr_ratio = 0.1;     // the cosine ends at this fraction of lr
-  double beta2 = 0.99;           // AdamW's β2 (nanoGPT's for small character models)
+  double beta1 = 0.9;            // AdamW's β1 (--beta1)
+  double beta2 = 0.99;           // AdamW's β2 (--beta2; nanoGPT's for small character models)
+  double eps = 1e-8;             // AdamW's ε (--eps)
   double grad_clip = 1.0;        // max global gradient norm (0: no clipping)
   // ---- reports and the sample ----
   int64_t eval_every = 100;      // steps between reports

@@ -3,7 +3,7 @@
 
 #include <functional>
 
-#include "examples/fashion_mnist/config.h"
+#include "examples/common/config.h"
 
 namespace pipewright::examples {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "examples/fashion_mnist/progress.h"
+#include "examples/common/progress.h"
 
 namespace pipewright::examples {
 namespace {

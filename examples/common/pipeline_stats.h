@@ -1,8 +1,9 @@
 // What the examples report about the pipeline over a stretch of steps (an epoch, or the steps
-// between two reports): measured bubble, its replay, each stage's busy time and peak memory;
+// between two reports): measured bubble, its replay, each worker's busy time and its
+// device's peak memory;
 // and the run's closing "steady state" line.
 //
-//   PipelineMeter meter(devices, processes);       // resets the stages' peak counters
+//   PipelineMeter meter(devices, processes);       // resets the workers' devices' peaks
 //   for (...) meter.add(pipe.train_step(...));
 //   PipelineStats stats = meter.finish();          // across processes: combined over ranks
 #pragma once
@@ -24,14 +25,15 @@ struct PipelineStats {
   /// hand-offs (pipeline::Trace::replayed_bubble), mean over the steps: bubble minus this is
   /// the runtime's share. NaN across processes (a rank's trace holds only its own worker).
   double bubble_replayed = 0;
-  std::vector<double> busy_ms;        // per stage worker: mean milliseconds computing per step
-  std::vector<int64_t> peak_bytes;    // per stage: peak allocated bytes of its device
+  std::vector<double> busy_ms;        // per worker: mean milliseconds computing per step
+  std::vector<int64_t> peak_bytes;    // per worker: peak allocated bytes of its device (all
+                                      // its stages: several under interleaving)
 };
 
 class PipelineMeter {
  public:
-  /// Starts a stretch: resets the peak counters of the stages' devices. `processes`: this
-  /// rank's, or null in one process.
+  /// Starts a stretch: resets the peak counters of `devices`, one per worker. `processes`:
+  /// this rank's, or null in one process.
   PipelineMeter(const std::vector<Device>& devices, distributed::MpiProcesses* processes);
   /// Counts one step.
   void add(const pipeline::StepResult& step);

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "examples/fashion_mnist/progress.h"
+#include "examples/common/progress.h"
 #include "tensor/allocator.h"
 
 namespace pipewright::examples {

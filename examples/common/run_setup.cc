@@ -2,21 +2,21 @@
 
 #include <algorithm>
 
-#include "examples/fashion_mnist/progress.h"
+#include "examples/common/progress.h"
 #include "pipeline/schedule/registry.h"
 
 namespace pipewright::examples {
 
-std::vector<Device> stage_devices(const TrainConfig& config) {
+std::vector<Device> worker_devices(const TrainConfig& config) {
   if (!config.devices.empty()) return config.devices;
   std::vector<Device> devices;
   for (int s = 0; s < config.workers; ++s) devices.push_back(Device::cpu(s));
   return devices;
 }
 
-Device data_device(const std::vector<Device>& stage_devices) {
+Device data_device(const std::vector<Device>& worker_devices) {
   int index = 0;
-  for (const Device& d : stage_devices) {
+  for (const Device& d : worker_devices) {
     if (d.is_cpu()) index = std::max(index, d.index + 1);
   }
   return Device::cpu(index);
@@ -94,7 +94,7 @@ Tensor whole_model_forward(pipeline::Pipe& pipe, const Tensor& x,
   Tensor y = x;
   size_t layer = 0;
   for (size_t s = 0; s < pipe.balance().size(); ++s) {
-    y = y.to(pipe.devices()[s]);
+    y = y.to(pipe.stage_devices()[s]);
     for (int i = 0; i < pipe.balance()[s]; ++i) y = pipe.module()[layer++].forward(y);
   }
   return y;

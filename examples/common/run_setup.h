@@ -1,4 +1,4 @@
-// Setting up an example's pipeline from the shared flags (examples/fashion_mnist/config.h):
+// Setting up an example's pipeline from the shared flags (examples/common/config.h):
 // devices, processes under mpirun, the Pipe's options, and the header lines every run prints.
 #pragma once
 
@@ -9,18 +9,18 @@
 #include <vector>
 
 #include "distributed/mpi_processes.h"
-#include "examples/fashion_mnist/config.h"
+#include "examples/common/config.h"
 #include "pipeline/pipe.h"
 #include "pipeline/planner/planner.h"
 
 namespace pipewright::examples {
 
 /// The devices of the workers: config.devices, or cpu:0 .. cpu:(workers-1).
-std::vector<Device> stage_devices(const TrainConfig& config);
+std::vector<Device> worker_devices(const TrainConfig& config);
 
-/// A virtual CPU device after the stages' ones: data sets live there, so each stage's memory
-/// counters show only that stage's parameters and activations.
-Device data_device(const std::vector<Device>& stage_devices);
+/// A virtual CPU device after the workers' ones: data sets live there, so each worker's memory
+/// counters show only its stages' parameters and activations.
+Device data_device(const std::vector<Device>& worker_devices);
 
 /// This rank's MpiProcesses when config.distributed (workers x data_parallel ranks), else null.
 std::shared_ptr<distributed::MpiProcesses> make_processes(const TrainConfig& config);

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "examples/fashion_mnist/config.h"
+#include "examples/common/config.h"
 #include "nn/sequential.h"
 #include "pipeline/planner/planner.h"
 #include "pipeline/step.h"

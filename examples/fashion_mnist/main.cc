@@ -17,7 +17,7 @@
 #include <CLI/CLI.hpp>
 
 #include "examples/common/example_main.h"
-#include "examples/fashion_mnist/flags.h"
+#include "examples/common/flags.h"
 #include "examples/fashion_mnist/trainer.h"
 
 int main(int argc, char** argv) {

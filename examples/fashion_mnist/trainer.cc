@@ -19,7 +19,7 @@
 #include "examples/common/run_checkpoint.h"
 #include "examples/common/run_setup.h"
 #include "examples/fashion_mnist/auto_plan.h"
-#include "examples/fashion_mnist/progress.h"
+#include "examples/common/progress.h"
 #include "nn/activation.h"
 #include "nn/batch_norm.h"
 #include "nn/dropout.h"
@@ -52,7 +52,9 @@ double seconds_since(Clock::time_point start) {
 std::unique_ptr<nn::Optimizer> make_optimizer(const TrainConfig& config, const nn::Tensors& params) {
   if (config.optimizer == "sgd") {
     return std::make_unique<nn::SGD>(
-        params, nn::SGDOptions{.lr = config.lr, .momentum = 0.9, .weight_decay = config.weight_decay});
+        params, nn::SGDOptions{.lr = config.lr,
+                               .momentum = config.momentum,
+                               .weight_decay = config.weight_decay});
   }
   return std::make_unique<nn::Adam>(
       params, nn::AdamOptions{.lr = config.lr, .weight_decay = config.weight_decay});
@@ -221,7 +223,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   ThreadBudgetGuard caller_threads(1);
   nn::Sequential model = task.build_model(config);
   validate(config, model.size());
-  const std::vector<Device> devices = stage_devices(config);
+  const std::vector<Device> devices = worker_devices(config);
 
   const std::string dir = config.data_dir.empty() ? data::kDefaultFashionMnistDir : config.data_dir;
   data::FashionMnistOptions train_opts = task.images, test_opts = task.images;

@@ -35,7 +35,7 @@
 #include "data/dataset.h"
 #include "data/fashion_mnist.h"
 #include "examples/common/pipeline_stats.h"
-#include "examples/fashion_mnist/config.h"
+#include "examples/common/config.h"
 #include "nn/module.h"
 #include "nn/sequential.h"
 #include "pipeline/pipe.h"

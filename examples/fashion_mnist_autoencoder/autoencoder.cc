@@ -6,7 +6,7 @@
 
 #include "autograd/grad_mode.h"
 #include "data/fashion_mnist.h"
-#include "examples/fashion_mnist/progress.h"
+#include "examples/common/progress.h"
 #include "examples/fashion_mnist/skip_layers.h"
 #include "nn/activation.h"
 #include "nn/batch_norm.h"

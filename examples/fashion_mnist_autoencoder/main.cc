@@ -13,8 +13,8 @@
 #include <CLI/CLI.hpp>
 
 #include "data/fashion_mnist.h"
-#include "examples/fashion_mnist/flags.h"
-#include "examples/fashion_mnist/progress.h"
+#include "examples/common/flags.h"
+#include "examples/common/progress.h"
 #include "examples/fashion_mnist/trainer.h"
 #include "examples/fashion_mnist_autoencoder/autoencoder.h"
 #include "examples/fashion_mnist_autoencoder/png.h"

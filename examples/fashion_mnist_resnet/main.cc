@@ -9,7 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "examples/fashion_mnist/flags.h"
+#include "examples/common/flags.h"
 #include "examples/fashion_mnist/trainer.h"
 #include "examples/fashion_mnist_resnet/resnet.h"
 

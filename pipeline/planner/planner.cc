@@ -20,6 +20,7 @@
 #include "pipeline/schedule/generators/recompute.h"
 #include "pipeline/schedule/registry.h"
 #include "pipeline/worker.h"
+#include "pipeline/worker_cpus.h"
 #include "tensor/threads.h"
 
 namespace pipewright::pipeline {
@@ -153,9 +154,8 @@ Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Dev
     }
   }
   const int workers = static_cast<int>(devices.size());
-  const int threads = options.threads_per_worker > 0
-                          ? options.threads_per_worker
-                          : std::max(1, hardware_threads() / workers);
+  const int threads = options.threads_per_worker > 0 ? options.threads_per_worker
+                                                      : default_threads_per_worker(workers);
 
   PlanCache cache;
   bool have_profile = false;

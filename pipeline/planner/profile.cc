@@ -17,6 +17,7 @@
 #include "pipeline/deferred_batch_norm.h"
 #include "pipeline/planner/median.h"
 #include "pipeline/profile_state.h"
+#include "pipeline/worker_cpus.h"
 #include "tensor/allocator.h"
 #include "tensor/stream.h"
 #include "tensor/threads.h"
@@ -422,9 +423,8 @@ ModelProfile profile_model(nn::Sequential& model, const Tensor& input, const Ten
   const int64_t r1 = *std::min_element(rows.begin(), rows.end());
   const int64_t r2 = *std::max_element(rows.begin(), rows.end());
   const Device device = profile_device(model, input);
-  const int threads = options.threads > 0
-                          ? options.threads
-                          : std::max(1, hardware_threads() / std::max(1, options.workers));
+  const int threads =
+      options.threads > 0 ? options.threads : default_threads_per_worker(options.workers);
 
   ModelProfile profile;
   {

@@ -11,7 +11,7 @@
 //            its output (what a cut here sends), the bytes its forward keeps for the backward
 //            ("full" activations) and the bytes a checkpointed cell keeps instead (its input),
 //            each exact at the two sizes and affine in n
-// Costs of a range of layers (a stage) are sums: Note [Additive stage costs] in profile.cc
+// Costs of a range of layers (a stage) are sums: Note [Additive stage costs] in stage_estimate.cc
 // says which are exact and which are estimates; the planner measures the stages of the plans
 // it returns exactly (stage_probe.h).
 //

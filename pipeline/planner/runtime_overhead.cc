@@ -19,6 +19,7 @@
 #include "pipeline/schedule/generators.h"
 #include "pipeline/schedule/replay.h"
 #include "pipeline/worker.h"
+#include "pipeline/worker_cpus.h"
 #include "tensor/generator.h"
 #include "tensor/parallel.h"
 #include "tensor/threads.h"
@@ -162,8 +163,7 @@ RuntimeOverhead measure_runtime_overhead(const std::vector<Device>& devices,
   const double units_many = replay_schedule(one_f_one_b(p, kMany), Costs::unit(1, 1)).makespan;
   RuntimeOverhead o;
   // The layer timed with the threads each of the Pipe's p workers gets (PipeOptions).
-  const int threads = threads_per_worker > 0 ? threads_per_worker
-                                             : std::max(1, hardware_threads() / p);
+  const int threads = threads_per_worker > 0 ? threads_per_worker : default_threads_per_worker(p);
   const double layer = layer_time_per_action(devices.front(), p, threads);
   o.per_action_us = std::max(0.0, (t.many_us - t.few_us) / (units_many - units_few) - layer);
   o.per_step_us = std::max(0.0, t.few_us - (o.per_action_us + layer) * units_few);

@@ -15,6 +15,7 @@
 #include "pipeline/planner/stage_estimate.h"
 #include "pipeline/schedule/generators/recompute.h"
 #include "pipeline/schedule/registry.h"
+#include "pipeline/schedule/spec.h"
 
 namespace pipewright::pipeline {
 namespace {
@@ -142,9 +143,10 @@ class Search {
     c.schedule = name;
     c.v = v;
     c.chunks = chunks;
-    c.rows = (profile_.batch_rows + chunks - 1) / chunks;
-    c.m = static_cast<int>((profile_.batch_rows + c.rows - 1) / c.rows);
-    c.tail_rows = profile_.batch_rows - c.rows * (c.m - 1);
+    const std::vector<int64_t> sizes = microbatch_sizes(profile_.batch_rows, chunks);
+    c.rows = sizes.front();
+    c.m = static_cast<int>(sizes.size());
+    c.tail_rows = sizes.back();
     try {
       c.base = make_schedule(name, in_.workers, c.m, v);
     } catch (const std::invalid_argument&) {
@@ -594,8 +596,7 @@ std::vector<int> chunk_candidates(const PlanOptions& options, int64_t batch_rows
   std::vector<int64_t> seen_m;
   for (int c : chunks) {
     if (c < 1 || c > batch_rows) continue;
-    const int64_t rows = (batch_rows + c - 1) / c;
-    const int64_t m = (batch_rows + rows - 1) / rows;
+    const int64_t m = static_cast<int64_t>(microbatch_sizes(batch_rows, c).size());
     if (std::find(seen_m.begin(), seen_m.end(), m) != seen_m.end()) continue;
     seen_m.push_back(m);
     out.push_back(c);

@@ -12,7 +12,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "examples/fashion_mnist/flags.h"
+#include "examples/common/flags.h"
 #include "examples/fashion_mnist/trainer.h"
 #include "nn/linear.h"
 #include "nn/activation.h"
@@ -323,14 +323,17 @@ TEST_CASE("a list flag with a wrong entry says which entry and why") {
                         Catch::Contains("unknown device"));
 }
 
-TEST_CASE("--workers sets the pipeline's workers; --stages still does, with a note on stderr") {
+TEST_CASE("--workers sets the pipeline's workers; the retired --stages is refused, naming it") {
   int workers = 0;
   CHECK(stderr_of([&] { workers = parse_flags({"--workers", "3"}).workers; }).empty());
   CHECK(workers == 3);
-  CHECK(stderr_of([&] { workers = parse_flags({"--stages", "4"}).workers; }) ==
-        "note: --stages is deprecated, use --workers (the same number)\n");
-  CHECK(workers == 4);
-  CHECK_THROWS_AS(parse_flags({"--stages", "3", "--workers", "3"}), CLI::ExcludesError);
+  CHECK_THROWS_WITH(parse_flags({"--stages", "4"}),
+                    Catch::Contains("--stages: retired: it is --workers now (the same number)"));
+}
+
+TEST_CASE("--optimizer sgd takes --momentum") {
+  CHECK(parse_flags({}).momentum == 0.9);
+  CHECK(parse_flags({"--optimizer", "sgd", "--momentum", "0.5"}).momentum == 0.5);
 }
 
 TEST_CASE("SGD on a three-stage cut that is not even: the loss falls to near its known value") {

@@ -14,7 +14,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "examples/fashion_mnist/config.h"
+#include "examples/common/config.h"
 
 namespace pipewright::examples {
 

@@ -1,4 +1,4 @@
-#include "examples/fashion_mnist/config.h"
+#include "examples/common/config.h"
 
 #include <numeric>
 #include <stdexcept>
@@ -26,6 +26,7 @@ void validate(const TrainConfig& c, size_t num_layers) {
   }
   if (c.optimizer != "sgd" && c.optimizer != "adam") bad("optimizer", c.optimizer, "use sgd or adam");
   if (c.weight_decay < 0) bad("weight-decay", std::to_string(c.weight_decay), "must be >= 0");
+  if (!(c.momentum >= 0)) bad("momentum", std::to_string(c.momentum), "must be >= 0");
   if (c.hidden.empty()) bad("hidden", "(none)", "give at least one hidden width");
   for (int64_t h : c.hidden) {
     if (h < 1) bad("hidden", std::to_string(h), "widths must be at least 1");

@@ -1,4 +1,4 @@
-#include "examples/fashion_mnist/flags.h"
+#include "examples/common/flags.h"
 
 #include <charconv>
 #include <cstdint>
@@ -80,8 +80,9 @@ TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config, unsigned groups)
     app.add_option("--lr-schedule", c.lr_schedule,
                    "cosine (per step, from --lr down to 0) or constant")
         ->check(CLI::IsMember({"cosine", "constant"}));
-    app.add_option("--optimizer", c.optimizer, "sgd (momentum 0.9) or adam")
+    app.add_option("--optimizer", c.optimizer, "sgd (with --momentum) or adam")
         ->check(CLI::IsMember({"sgd", "adam"}));
+    app.add_option("--momentum", c.momentum, "SGD's momentum, >= 0 (--optimizer sgd)");
   }
   if (groups & kCommonFlags) app.add_option("--weight-decay", c.weight_decay, "Weight decay");
   if (groups & kPipelineFlags) add_pipeline_flags(app, c);
@@ -109,18 +110,17 @@ TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config, unsigned groups)
 }
 
 void TrainFlags::add_pipeline_flags(CLI::App& app, TrainConfig& c) {
-  CLI::Option* workers = app.add_option(
-      "--workers", c.workers,
-      "Pipeline workers, one thread and device each (the Pipe's stages: workers x "
-      "--virtual-stages)");
+  app.add_option("--workers", c.workers,
+                 "Pipeline workers, one thread and device each (the Pipe's stages: workers x "
+                 "--virtual-stages)");
+  // Retired after 0.1.0 (it meant workers, which are not stages under interleaving): refused
+  // with the new name, rather than CLI11's bare "not expected".
   app.add_option_function<int>(
-         "--stages",
-         [&c](const int& n) {
-           std::fprintf(stderr, "note: --stages is deprecated, use --workers (the same number)\n");
-           c.workers = n;
-         },
-         "Deprecated: the old name of --workers")
-      ->excludes(workers);
+      "--stages",
+      [](const int&) {
+        throw CLI::ValidationError("--stages", "retired: it is --workers now (the same number)");
+      },
+      "Retired: use --workers");
   app.add_option("--balance", balance_,
                  "Layers per stage, comma-separated, or auto-time / auto-size to profile the "
                  "layers (default: the cut whose largest stage by parameters is smallest)");

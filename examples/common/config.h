@@ -17,7 +17,8 @@ struct TrainConfig {
   int64_t batch_size = 256;
   double lr = 1e-3;
   std::string lr_schedule = "cosine";     // "cosine" (decays to 0 over the run) or "constant"
-  std::string optimizer = "adam";         // "sgd" (momentum 0.9) or "adam"
+  std::string optimizer = "adam";         // "sgd" (with `momentum`) or "adam"
+  double momentum = 0.9;                  // SGD's momentum (--momentum)
   double weight_decay = 0.0;
   std::vector<int64_t> hidden = {512, 512};  // widths of the hidden layers
   double dropout = 0.2;

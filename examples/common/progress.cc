@@ -1,4 +1,4 @@
-#include "examples/fashion_mnist/progress.h"
+#include "examples/common/progress.h"
 
 #include <unistd.h>
 
