@@ -12,6 +12,8 @@
 
 #include "autograd/engine.h"
 #include "nn/skip.h"
+#include "pipeline/median.h"
+#include "pipeline/min_max_cut.h"
 #include "pipeline/partition.h"
 #include "pipeline/profile_state.h"
 #include "tensor/allocator.h"
@@ -51,43 +53,18 @@ void check_partitions(int partitions, size_t layers) {
 // Every choice keeps an optimal completion, and the shortest at each position gives the
 // lexicographically smallest balance among all optimal ones. (Comparing with the suffix's own
 // optimum best[k][i] instead of T would be wrong: a suffix may be cut better than it needs.)
-// Cost: p·n²/2 max/min steps, p·(n+1) int64 of memory.
+// Cost: p·n²/2 max/min steps, p·(n+1) int64 of memory. The recurrence is min_max_cut
+// (min_max_cut.h), which the planner's cuts (planner/cuts.h) use too.
 std::vector<int> block_partition(const std::vector<int64_t>& costs, int partitions) {
   const size_t n = costs.size();
   check_partitions(partitions, n);
-  const size_t p = static_cast<size_t>(partitions);
   std::vector<int64_t> prefix(n + 1, 0);
   for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];
-  auto sum = [&](size_t i, size_t j) { return prefix[j] - prefix[i]; };
-
-  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
-  // best[k][i] for k = 1..p (row k-1), i = 0..n; kNone where n - i < k.
-  std::vector<std::vector<int64_t>> best(p, std::vector<int64_t>(n + 1, kNone));
-  for (size_t i = 0; i < n; ++i) best[0][i] = sum(i, n);
-  for (size_t k = 2; k <= p; ++k) {
-    for (size_t i = 0; i + k <= n; ++i) {
-      int64_t b = kNone;
-      for (size_t j = i + 1; j + (k - 1) <= n; ++j) {
-        b = std::min(b, std::max(sum(i, j), best[k - 2][j]));
-      }
-      best[k - 1][i] = b;
-    }
-  }
-
-  const int64_t optimum = best[p - 1][0];
-  std::vector<int> balance;
-  balance.reserve(p);
-  size_t i = 0;
-  for (size_t k = p; k > 1; --k) {
-    // The shortest first block that still allows an optimal completion (one exists: the
-    // previous step chose j with best[k-1][j] <= optimum).
-    size_t j = i + 1;
-    while (sum(i, j) > optimum || best[k - 2][j] > optimum) ++j;
-    balance.push_back(static_cast<int>(j - i));
-    i = j;
-  }
-  balance.push_back(static_cast<int>(n - i));
-  return balance;
+  return min_max_cut<int64_t>(static_cast<int>(n), partitions,
+                              [&prefix](int i, int j, int) -> std::optional<int64_t> {
+                                return prefix[static_cast<size_t>(j)] -
+                                       prefix[static_cast<size_t>(i)];
+                              });
 }
 
 int64_t max_block_cost(const std::vector<int64_t>& costs, const std::vector<int>& balance) {
@@ -182,12 +159,6 @@ void check_request(const char* who, int partitions, const nn::Sequential& module
                                 ": the module has no layers (empty Sequential)");
   }
   check_partitions(partitions, module.size());
-}
-
-int64_t median(std::vector<int64_t> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : v[m - 1] + (v[m] - v[m - 1]) / 2;
 }
 
 }  // namespace

@@ -183,7 +183,8 @@ class Runtime {
   std::vector<int> stage_worker_;
   SkipLayout skips_;
   std::vector<std::unique_ptr<Worker>> workers_;
-  // How a worker waits for its messages (Note [Waiting for a message due soon], runtime.cc).
+  // How a worker waits for its messages (Note [Waiting for a message due soon], channel.h;
+  // the runtime's half in runtime.cc).
   // One per worker, touched only on its thread.
   struct Waiting {
     // How long after the worker's recv() each message came, the last time it received one

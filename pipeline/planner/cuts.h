@@ -5,8 +5,6 @@
 #include <functional>
 #include <vector>
 
-#include "nn/sequential.h"
-
 namespace pipewright::pipeline {
 
 /// A skip connection of a Sequential: the top-level children that stash and pop it.
@@ -14,9 +12,6 @@ struct SkipSpan {
   int stash = 0;
   int pop = 0;
 };
-
-/// The skips of `model` in SkipLayout's route order. Throws what verify_skippables throws.
-std::vector<SkipSpan> skip_spans(const nn::Sequential& model);
 
 /// Note [Cuts inside a skip]
 /// A stage may end between the layer that stashes a skip and the one that pops it: the Pipe

@@ -28,7 +28,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "pipeline/planner/stage_probe.h"
+#include "pipeline/planner/stage_memory.h"
 #include "pipeline/schedule/schedule.h"
 #include "pipeline/schedule/replay.h"
 

@@ -15,25 +15,15 @@
 #include "autograd/engine.h"
 #include "nn/skip.h"
 #include "pipeline/deferred_batch_norm.h"
-#include "pipeline/planner/median.h"
+#include "pipeline/median.h"
 #include "pipeline/profile_state.h"
+#include "pipeline/skip_layout.h"
 #include "pipeline/worker_cpus.h"
 #include "tensor/allocator.h"
 #include "tensor/stream.h"
 #include "tensor/threads.h"
 
 namespace pipewright::pipeline {
-
-int64_t Affine::bytes(int64_t rows) const {
-  return std::max<int64_t>(0, std::llround(at(rows)));
-}
-
-Affine Affine::through(int64_t r1, double y1, int64_t r2, double y2) {
-  if (r1 == r2) return {y1, 0.0};
-  const double slope = (y2 - y1) / static_cast<double>(r2 - r1);
-  return {y1 - slope * static_cast<double>(r1), slope};
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -469,6 +459,16 @@ std::string profile_fingerprint(const nn::Sequential& model, const Tensor& input
          " | target " + target.shape().str() + " " + dtype_name(target.dtype()) +
          " | threads " + std::to_string(threads) +
          (deferred_batch_norm ? " | deferred batch norm" : "");
+}
+
+std::vector<SkipSpan> skip_spans(const nn::Sequential& model) {
+  std::vector<SkipSpan> spans;
+  if (model.size() == 0) return spans;
+  const SkipLayout layout(model, {static_cast<int>(model.size())});
+  for (const SkipRoute& route : layout.routes()) {
+    spans.push_back({static_cast<int>(route.stash_child), static_cast<int>(route.pop_child)});
+  }
+  return spans;
 }
 
 }  // namespace pipewright::pipeline

@@ -14,7 +14,7 @@
 #include "nn/loss.h"
 #include "pipeline/channel.h"
 #include "pipeline/pipe.h"
-#include "pipeline/planner/median.h"
+#include "pipeline/median.h"
 #include "pipeline/planner/profile.h"
 #include "pipeline/schedule/generators.h"
 #include "pipeline/schedule/replay.h"

@@ -48,16 +48,10 @@
 
 #include <vector>
 
+#include "pipeline/planner/plan.h"
 #include "tensor/device.h"
 
 namespace pipewright::pipeline {
-
-struct RuntimeOverhead {
-  double per_action_us = 0;  // added to each F, B, I, W and R
-  double per_step_us = 0;    // added once to the step
-  double wake_latency_us = 0;  // Note [Waking an idle worker]: added to an action's start ...
-  double wake_after_us = 0;    // ... when its worker waited longer than this for it
-};
 
 /// Note [Waking an idle worker]: how much longer a hand-off takes to a thread that waited
 /// long, and after how long a wait (microseconds; both 0 where a long wait wakes as fast as

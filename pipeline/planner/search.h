@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "pipeline/planner/cuts.h"
-#include "pipeline/planner/planner.h"
-#include "pipeline/planner/profile.h"
-#include "pipeline/planner/stage_probe.h"
+#include "pipeline/planner/model_profile.h"
+#include "pipeline/planner/plan.h"
+#include "pipeline/planner/stage_memory.h"
 
 namespace pipewright::pipeline {
 

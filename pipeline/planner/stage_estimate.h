@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "pipeline/planner/cuts.h"
-#include "pipeline/planner/profile.h"
-#include "pipeline/planner/stage_probe.h"
+#include "pipeline/planner/model_profile.h"
+#include "pipeline/planner/stage_memory.h"
 #include "pipeline/schedule/replay.h"
 
 namespace pipewright::pipeline {

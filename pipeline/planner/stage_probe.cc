@@ -27,12 +27,6 @@ int64_t bytes_of(const nn::Tensors& tensors) {
   return total;
 }
 
-std::string mib(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return text;
-}
-
 // The model cut into [0, first), [first, last) and [last, n) (the empty ones left out), with
 // the probed stage's index. Throws when a skip passes over the stage whole (Note [Cuts inside
 // a skip], cuts.h): its portal's timing is not the stage's messages'.
@@ -186,14 +180,6 @@ class Probe {
 };
 
 }  // namespace
-
-std::string StageMemory::str() const {
-  return "layers [" + std::to_string(first) + ", " + std::to_string(last) + ") rows " +
-         std::to_string(rows) + (exact ? "" : " (estimated)") + ": F keeps " +
-         mib(forward.delta) + " (peak +" + mib(forward.peak) + "), checkpointed F keeps " +
-         mib(checkpoint.delta) + ", B peak +" + mib(backward.peak) + ", parameters " +
-         mib(parameter_bytes);
-}
 
 StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows,
                         const Tensor& input, const Tensor& target, const LossFn& loss_fn,

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "pipeline/pipe.h"
-#include "pipeline/planner/median.h"
+#include "pipeline/median.h"
 #include "pipeline/planner/profile.h"
 #include "pipeline/profile_state.h"
 

@@ -29,20 +29,12 @@
 
 #include "nn/sequential.h"
 #include "pipeline/pipe_options.h"
+#include "pipeline/planner/plan.h"
 #include "pipeline/schedule/schedule.h"
 #include "pipeline/step.h"
 #include "tensor/tensor.h"
 
 namespace pipewright::pipeline {
-
-/// One plan's trial, as Plan::trials lists it.
-struct PlanTrial {
-  std::string config;        // Plan::str() of the plan run
-  double predicted_us = 0;   // its Plan::step_time_us
-  double measured_us = 0;    // the median wall time of its timed train_steps; 0 when it threw
-  int steps = 0;             // timed steps, over all rounds
-  std::string error;         // what the trial threw, if it did
-};
 
 struct TrialOptions {
   int rounds = 3;

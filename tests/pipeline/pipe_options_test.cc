@@ -63,7 +63,7 @@ TEST_CASE("structure: partitions, devices, balance; parameters moved to their de
   Pipe pipe(small_mlp(1), {.balance = {2, 2, 1}, .devices = cpus(4, 3), .chunks = 2});
   REQUIRE(pipe.balance() == std::vector<int>{2, 2, 1});
   REQUIRE(pipe.num_workers() == 3);
-  REQUIRE(pipe.devices() == cpus(4, 3));
+  REQUIRE(pipe.stage_devices() == cpus(4, 3));
   REQUIRE(pipe.partitions().size() == 3);
   for (size_t s = 0; s < 3; ++s) {
     REQUIRE(pipe.partitions()[s].size() == static_cast<size_t>(pipe.balance()[s]));
@@ -150,7 +150,7 @@ TEST_CASE("a moved-from Pipe throws std::logic_error on use; assigning to it rev
   REQUIRE_THROWS_MATCHES(pipe.parameters(), std::logic_error, moved);
   REQUIRE_THROWS_AS(pipe.module(), std::logic_error);
   REQUIRE_THROWS_AS(pipe.balance(), std::logic_error);
-  REQUIRE_THROWS_AS(pipe.devices(), std::logic_error);
+  REQUIRE_THROWS_AS(pipe.stage_devices(), std::logic_error);
   REQUIRE_THROWS_AS(pipe.partitions(), std::logic_error);
   REQUIRE_THROWS_AS(pipe.num_stages(), std::logic_error);
   REQUIRE_THROWS_AS(pipe.zero_grad(), std::logic_error);

@@ -257,7 +257,7 @@ TEST_CASE("derive_placement and make_pipe errors name the child, its str() and t
             "partitions, each with its own worker");
     REQUIRE_THROWS_AS(placement_pipe_options(model()), std::invalid_argument);
     Pipe pipe = make_pipe(model(), {.allow_revisit = true});
-    REQUIRE(pipe.devices() == std::vector<Device>{kCpu0, kCpu1, kCpu0, kCpu2});
+    REQUIRE(pipe.stage_devices() == std::vector<Device>{kCpu0, kCpu1, kCpu0, kCpu2});
     // A revisit that is not a forgotten WithDevice: the message names no child.
     nn::Sequential twice{nn::Linear(4, 4), placed(nn::Linear(4, 4), kCpu1), nn::Linear(4, 4)};
     REQUIRE(message_of([&] { make_pipe(std::move(twice)); }) ==
@@ -278,7 +278,7 @@ TEST_CASE("make_pipe: torch Pipe's defaults, the derived cut, children moved to 
   SECTION("defaults") {
     Pipe pipe = make_pipe(std::move(model));
     REQUIRE(pipe.balance() == std::vector<int>{2, 2, 1});
-    REQUIRE(pipe.devices() == std::vector<Device>{kCpu0, kCpu1, kCpu2});
+    REQUIRE(pipe.stage_devices() == std::vector<Device>{kCpu0, kCpu1, kCpu2});
     REQUIRE(pipe.num_workers() == 3);
     REQUIRE(pipe.options().chunks == 1);
     REQUIRE(pipe.options().schedule == ScheduleSpec{.name = "gpipe",
@@ -408,7 +408,7 @@ TEST_CASE("a placement-built Pipe equals the balance-built Pipe and the plain mo
                                {.chunks = chunks,
                                 .schedule = {.recompute = mode}, .allow_revisit = true});
   REQUIRE(placed_pipe.balance() == c.balance);
-  REQUIRE(placed_pipe.devices() == c.devices);
+  REQUIRE(placed_pipe.stage_devices() == c.devices);
   Pipe cut_pipe(build(which, 1, true),
                 {.balance = c.balance, .devices = c.devices, .chunks = chunks,
                  .schedule = {.recompute = mode}});
@@ -473,6 +473,6 @@ TEST_CASE("the example of placement.h and docs/pipeline.md") {
                        std::move(last)};
   pipeline::Pipe pipe = pipeline::make_pipe(std::move(model), {.chunks = 8});
   REQUIRE(pipe.balance() == std::vector<int>{1, 2});
-  REQUIRE(pipe.devices() == std::vector<Device>{kCpu0, kCpu1});
+  REQUIRE(pipe.stage_devices() == std::vector<Device>{kCpu0, kCpu1});
   REQUIRE(pipe.forward(randn({16, 784}, 9)).shape() == Shape{16, 10});
 }

@@ -193,7 +193,7 @@ TEST_CASE("train_step with split dims, a replicated input, arguments and tuple o
       REQUIRE(max_diff(r.outputs[0], ref.out[0]) < 1e-12);
       REQUIRE(max_diff(r.outputs[1], ref.out[1]) < 1e-12);
       REQUIRE_FALSE(r.outputs[0].requires_grad());
-      REQUIRE(r.outputs[0].device() == pipe.devices().back());
+      REQUIRE(r.outputs[0].device() == pipe.stage_devices().back());
     }
   }
 }
@@ -220,7 +220,7 @@ TEST_CASE("the general forward (split dims, replicated, arguments, output dims) 
     REQUIRE(max_diff(out[1], ref.out[1]) < 1e-12);
     // The loss over the gathered outputs, as a user of forward() computes it; its backward
     // cuts out[1]'s gradient on dim 1 and runs the recomputes with the arguments.
-    const Device last = pipe.devices().back();  // where forward() returns the outputs
+    const Device last = pipe.stage_devices().back();  // where forward() returns the outputs
     Tensor loss = loss_fn(autograd::Reduction::kMean)(out, {d.t0.to(last), d.t1.to(last)});
     REQUIRE(loss.item() == Approx(ref.loss).epsilon(1e-12));
     loss.backward();

@@ -56,7 +56,7 @@ TEST_CASE("Pipe::forward and loss.backward() equal the plain model") {
 
   Tensor x = x0.clone().set_requires_grad(true);
   Tensor out = pipe.forward(x);
-  REQUIRE(out.device() == pipe.devices().back());
+  REQUIRE(out.device() == pipe.stage_devices().back());
   REQUIRE(out.grad_fn() != nullptr);
   REQUIRE(std::string(out.grad_fn()->name()) == "PipeBackward");
   Tensor loss = nn::mse_loss(out, target.to(out.device()));
@@ -109,7 +109,7 @@ TEST_CASE("interleaved 1F1B (virtual stages) equals the plain model") {
                                         .recompute = mode}});
   REQUIRE(pipe.num_workers() == 2);
   REQUIRE(pipe.num_stages() == 4);
-  REQUIRE(pipe.devices() == std::vector<Device>{Device::cpu(7), Device::cpu(8), Device::cpu(7),
+  REQUIRE(pipe.stage_devices() == std::vector<Device>{Device::cpu(7), Device::cpu(8), Device::cpu(7),
                                                 Device::cpu(8)});
   const Tensor x0 = randn({8, 4}, 9);
   const Tensor target = randn({8, 3}, 10);
@@ -140,7 +140,7 @@ TEST_CASE("the frontier schedules (V-shaped and interleaved zero bubble, looped 
                             .schedule = {.name = schedule, .virtual_stages = 2,
                                          .recompute = mode}});
   const bool v_shape = schedule == "zb-v" || schedule == "dualpipev";
-  REQUIRE(pipe.devices() == (v_shape ? std::vector<Device>{Device::cpu(20), Device::cpu(21),
+  REQUIRE(pipe.stage_devices() == (v_shape ? std::vector<Device>{Device::cpu(20), Device::cpu(21),
                                                            Device::cpu(21), Device::cpu(20)}
                                      : std::vector<Device>{Device::cpu(20), Device::cpu(21),
                                                            Device::cpu(20), Device::cpu(21)}));
@@ -180,7 +180,7 @@ TEST_CASE("a registered schedule trains by name, placed as its row says") {
                             .chunks = 4,
                             .schedule = {.name = "toy-v", .virtual_stages = 2,
                                          .recompute = Checkpoint::kNever}});
-  REQUIRE(pipe.devices() == std::vector<Device>{Device::cpu(20), Device::cpu(21),
+  REQUIRE(pipe.stage_devices() == std::vector<Device>{Device::cpu(20), Device::cpu(21),
                                                 Device::cpu(21), Device::cpu(20)});
   const Tensor x0 = randn({12, 4}, 15), target = randn({12, 3}, 16);
   PlainRun ref = plain_model_run(plain, x0, target);

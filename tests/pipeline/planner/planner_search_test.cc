@@ -18,6 +18,7 @@
 #include "pipeline/planner/cuts.h"
 #include "pipeline/planner/memory_replay.h"
 #include "pipeline/planner/planner.h"
+#include "pipeline/planner/runtime_overhead.h"
 #include "pipeline/planner/recompute_placement.h"
 #include "pipeline/planner/search.h"
 #include "pipeline/schedule/replay.h"
