@@ -22,8 +22,8 @@
 //
 // Note [Data-parallel gradients]
 // When the last action of a stage in a step finishes on its worker (Note [A stage's last
-// action], runtime.cc), stage_finished() copies the stage's gradients into buckets of about
-// bucket_bytes (one dtype each, parameters in order), each multiplied by this replica's
+// action], pipeline/runtime.cc), stage_finished() copies the stage's gradients into buckets of
+// about bucket_bytes (one dtype each, parameters in order), each multiplied by this replica's
 // weight n_r / N, and starts one MPI_Iallreduce(MPI_SUM) per bucket (GradientBuckets,
 // gradient_buckets.h). The worker goes on with its other actions (the cool-down of its other
 // stages); worker_finished() waits for the buckets and writes the sums back into .grad. So

@@ -12,7 +12,7 @@
 //     index) at its next read, much as CUDA's device-side asserts surface at the next sync;
 //   - a pipeline step takes its workers' checks after each action and reads them together
 //     with the step's losses in one copy at the step's end (Note [One read per step],
-//     pipeline/runtime.cc), so the failure still names the action that ran the kernel.
+//     pipeline/step_readback.cc), so the failure still names the action that ran the kernel.
 // CPU kernels throw at once and register nothing. The list is per thread: checks registered by
 // one thread are raised by that thread (or handed on by the pipeline's runtime).
 #pragma once

@@ -4,7 +4,8 @@
 // on one GPU as one stage and as two stages (cuda:0,cuda:0). After five warm-up steps, one
 // step (zero_grad, train_step, the optimizer's step):
 //   - one host synchronisation and one device-to-host copy: the step's losses and its
-//     deferred index checks, read together (Note [One read per step], pipeline/runtime.cc);
+//     deferred index checks, read together (Note [One read per step],
+//     pipeline/step_readback.cc);
 //   - no cudaMalloc / cudaFree (the caching allocator), no event or stream creation (pooled,
 //     Note [Pooled events]), no cudaMallocHost (pinned staging blocks are reused);
 //   - host-to-device copies only through pinned staging (Note [Pinned staging]);

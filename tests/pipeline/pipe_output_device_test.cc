@@ -1,5 +1,5 @@
 // A stage whose output lands on a device other than its own (Note [A stage's output on another
-// device], pipeline/runtime.cc): the output is copied back to the stage's device inside the
+// device], pipeline/stage_fn.cc): the output is copied back to the stage's device inside the
 // cell, so forward() returns on the last stage's device (pipe.h), values and gradients equal
 // the plain model's, and the other device holds nothing after the step. CPU devices here; the
 // same on simulated GPUs in tests/cuda/pipe_fault_test.cc.

@@ -273,9 +273,9 @@ TEST_CASE("two GPUs: the copy stream waits for the producer, the consumer for th
   // Worker 0: F (input marked as used by C0; output copied to cuda:1 on K1 once C0 has
   // produced it), then B (waits for the gradient's copy on K0 before computing). Each
   // execute() (forward, then backward) starts by waiting for the caller's stream and ends by
-  // recording `done` (Note [The caller's streams], runtime.cc); the caller is on the default
-  // streams here, whose events are default.e1 (cuda:0) and default.e2 (cuda:1), the fences
-  // the Pipe's constructor put after placing the partitions, then e3, e4, e5, e6.
+  // recording `done` (Note [The caller's streams], pipeline/runtime.cc); the caller is on the
+  // default streams here, whose events are default.e1 (cuda:0) and default.e2 (cuda:1), the
+  // fences the Pipe's constructor put after placing the partitions, then e3, e4, e5, e6.
   CHECK(calls_of(log, w0) == std::vector<std::string>{
       "stream_wait_event " + C0 + " waits default.e3",          //    entry (forward)
       "record_stream block(default) on " + C0,                  // the caller's micro-batch
@@ -515,7 +515,7 @@ bool has_call(const std::vector<Entry>& log, std::thread::id thread, const std::
 
 }  // namespace
 
-// Note [The caller's streams] (runtime.cc).
+// Note [The caller's streams] (pipeline/runtime.cc).
 TEST_CASE("the caller's own streams: execute() fences them at both ends, results are recorded") {
   install_fake_cuda();
   recorder().start();
