@@ -10,7 +10,6 @@
 #include "nn/random_key.h"
 #include "pipeline/stage_fn.h"
 #include "pipeline/step_readback.h"
-#include "tensor/parallel.h"
 #include "tensor/stream.h"
 #include "tensor/threads.h"
 
@@ -200,7 +199,7 @@ void Runtime::run_actions(Step& step, int worker, const std::vector<Action>& act
   }
   // Note [Waiting for a message due soon]: spin only while no one else holds this worker's
   // core for long (Note [A core shared with other work], tensor/threads.h).
-  waiting_[static_cast<size_t>(worker)].core.update();
+  waiters_[static_cast<size_t>(worker)].watch_core();
 }
 
 // The function a cell runs (stage_fn.h): the stage, with its skip connections, plus the
@@ -220,30 +219,14 @@ StageFn Runtime::stage_fn(Step& step, int s, int j) {
   };
 }
 
-// Note [Waiting for a message due soon] (channel.h), the runtime's half: each worker
-// remembers how long after its recv() each message came in the last step, and waits for it
-// the next time as for a message due that long after the call. The first step sleeps in
-// every wait; a schedule that changes between steps finds some keys unknown or mistimed,
-// which costs a spin of at most 2 x kDueLead. A worker whose core is shared with other work
-// (Note [A core shared with other work], tensor/threads.h: its thread waited for a CPU over
-// 10 % of the time it was runnable in its last 50 ms window) sleeps in every wait until a
-// later window finds the core free: spinning beside a busy process spends the worker's share
-// of the core, and the main job ran 8 % slower beside one with it (docs/BENCHMARKS.md,
-// "Waiting for a message due soon").
-// PIPEWRIGHT_SPIN_US=0 (Note [Waiting without burning a core], parallel.h) turns the spin
-// off here too.
+// A worker waits for a message as for one due when it came in the last step (Note [Waiting
+// for a message due soon], channel.h; the worker's MessageWaiter, message_waiter.h).
 nn::Tensors Runtime::receive(Step& step, int worker, const MessageKey& key) {
-  Waiting& waiting = waiting_[static_cast<size_t>(worker)];
-  // Unknown (negative) until a message under `key` has come.
-  RecvTiming::Duration& last =
-      waiting.last.try_emplace(key, RecvTiming::Duration(-1)).first->second;
-  RecvTiming timing;
-  if (!waiting.core.shared() && spin_microseconds() > 0) {
-    timing.expected = last;
-    timing.lead = kDueLead;
-  }
+  MessageWaiter<MessageKey>& waiter = waiters_[static_cast<size_t>(worker)];
+  const MessageWaiter<MessageKey>::Wait wait = waiter.wait_for(key);
+  RecvTiming timing{.expected = wait.expected, .lead = wait.lead};
   nn::Tensors tensors = step.transport().recv(key, timing);
-  last = std::max(timing.arrived, RecvTiming::Duration::zero());
+  waiter.arrived(key, timing.arrived);
   return tensors;
 }
 

@@ -75,12 +75,12 @@
 
 #include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
 
+#include "pipeline/message_waiter.h"
 #include "pipeline/processes.h"
 #include "pipeline/schedule/schedule.h"
 #include "pipeline/skip_layout.h"
@@ -183,16 +183,8 @@ class Runtime {
   std::vector<int> stage_worker_;
   SkipLayout skips_;
   std::vector<std::unique_ptr<Worker>> workers_;
-  // How a worker waits for its messages (Note [Waiting for a message due soon], channel.h;
-  // the runtime's half in runtime.cc).
-  // One per worker, touched only on its thread.
-  struct Waiting {
-    // How long after the worker's recv() each message came, the last time it received one
-    // under that key (negative: none has come yet).
-    std::map<MessageKey, RecvTiming::Duration> last;
-    SharedCoreWatch core;  // shared(): do not spin (tensor/threads.h), updated after each step
-  };
-  std::vector<Waiting> waiting_;
+  // How each worker waits for its messages (message_waiter.h); touched only on its thread.
+  std::vector<MessageWaiter<MessageKey>> waiters_;
   std::shared_ptr<Processes> processes_;
   std::mutex execute_mutex_;
   mutable std::mutex last_mutex_;

@@ -30,7 +30,7 @@ Runtime::Runtime(std::vector<nn::Sequential> partitions, std::vector<Device> sta
                                                 devices[static_cast<size_t>(w)],
                                                 std::move(cpus[static_cast<size_t>(w)])));
   }
-  waiting_.resize(workers_.size());
+  waiters_.resize(workers_.size());
   // The partitions were placed on their devices on the constructing thread's current streams:
   // a first fence like execute()'s entry one (Note [The caller's streams]), since a step may
   // come from another stream or thread.

@@ -13,6 +13,7 @@
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "pipeline/channel.h"
+#include "pipeline/message_waiter.h"
 #include "pipeline/pipe.h"
 #include "pipeline/median.h"
 #include "pipeline/planner/profile.h"
@@ -101,18 +102,19 @@ WakeCosts measure_wake_costs() {
   Channel<Clock::time_point> to_receiver;
   Channel<int> back;  // the receiver is about to wait again
   std::vector<double> latency;
-  // The receiver waits as a pipeline worker does (Runtime::receive): for a message due when
-  // the last one came (Note [Waiting for a message due soon], channel.h).
+  // The receiver waits as a pipeline worker does (Runtime::receive), with a MessageWaiter:
+  // for a message due when the last one came, asleep while its core is shared.
   std::thread receiver([&] {
-    const Clock::duration lead = spin_microseconds() > 0 ? kDueLead : Clock::duration::zero();
-    Clock::duration expected(-1);  // unknown before the first message
+    MessageWaiter<int> waiter;
     for (;;) {
       const Clock::time_point called = Clock::now();
       back.push(0);
-      const std::optional<Clock::time_point> sent = to_receiver.pop(expected, lead);
+      const MessageWaiter<int>::Wait wait = waiter.wait_for(0);
+      const std::optional<Clock::time_point> sent = to_receiver.pop(wait.expected, wait.lead);
       if (!sent) return;
       latency.push_back(std::chrono::duration<double, std::micro>(Clock::now() - *sent).count());
-      expected = std::max(*sent - called, Clock::duration::zero());
+      waiter.arrived(0, *sent - called);
+      waiter.watch_core();
     }
   });
   for (double wait : kWaitsUs) {
