@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -12,16 +11,11 @@
 #include <string>
 #include <utility>
 
+#include "pipeline/planner/text.h"
 #include "pipeline/schedule/ascii.h"
 
 namespace pipewright::pipeline {
 namespace {
-
-std::string fixed(double value, int digits) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.*f", digits, value);
-  return text;
-}
 
 // The cells of `schedule` that recompute: [stage][micro-batch].
 std::set<std::pair<int, int>> recomputes(const Schedule& schedule) {
@@ -37,8 +31,7 @@ std::set<std::pair<int, int>> recomputes(const Schedule& schedule) {
 }  // namespace
 
 std::string Plan::str() const {
-  std::string b;
-  for (int x : balance) b += (b.empty() ? "" : "|") + std::to_string(x);
+  const std::string b = balance_text(balance);
   const int cells = static_cast<int>(balance.size()) * num_microbatches;
   return schedule_name + ", " + std::to_string(virtual_stages) + " virtual stage" +
          (virtual_stages > 1 ? "s" : "") + " per worker, chunks " + std::to_string(chunks) +

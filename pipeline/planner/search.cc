@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -13,6 +12,7 @@
 #include "pipeline/planner/cuts.h"
 #include "pipeline/planner/recompute_placement.h"
 #include "pipeline/planner/stage_estimate.h"
+#include "pipeline/planner/text.h"
 #include "pipeline/schedule/generators/recompute.h"
 #include "pipeline/schedule/registry.h"
 #include "pipeline/schedule/spec.h"
@@ -58,20 +58,6 @@ struct Result {
     return static_cast<int>(w);
   }
 };
-
-std::string balance_text(const std::vector<int>& balance) {
-  std::string out;
-  for (int b : balance) out += (out.empty() ? "" : "|") + std::to_string(b);
-  return out;
-}
-
-std::string fixed(double value, int digits) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.*f", digits, value);
-  return text;
-}
-
-std::string millis(double us) { return fixed(us / 1000.0, 2) + " ms"; }
 
 class Search {
  public:
