@@ -17,12 +17,16 @@
 #include "pipeline/planner/search.h"
 #include "pipeline/planner/trial.h"
 #include "pipeline/schedule/registry.h"
+#include "pipeline/schedule/spec.h"
 #include "pipeline/worker.h"
 #include "pipeline/worker_cpus.h"
 #include "tensor/threads.h"
 
 namespace pipewright::pipeline {
 namespace {
+
+// Exact stage measurements by (first layer, last layer, rows).
+using StageMeasurements = std::map<std::tuple<int, int, int64_t>, StageMemory>;
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -115,9 +119,14 @@ Plan fastest_in_trials(std::vector<Plan> candidates, nn::Sequential& model,
 
 }  // namespace
 
-Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Device>& devices,
-          const PlanOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
+namespace {
+
+// plan()'s steps, in order.
+
+// 1. The arguments: devices, the sample, and a model whose parameters are on a device of the
+// plan's kind.
+void check_plan_inputs(const nn::Sequential& model, const PlanSample& sample,
+                       const std::vector<Device>& devices, const PlanOptions& options) {
   check_options(options);
   check_one_device_per_worker("plan", devices);
   if (!sample.input.defined() || !sample.target.defined() || !sample.loss) {
@@ -136,12 +145,22 @@ Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Dev
                                   d.str() + "))");
     }
   }
-  const int workers = static_cast<int>(devices.size());
-  const int threads = options.threads_per_worker > 0 ? options.threads_per_worker
-                                                      : default_threads_per_worker(workers);
+}
 
-  PlanCache cache;
-  bool have_profile = false;
+// 2. The layer profile: the cache's when it was made for this model, sample and threads (its
+// measured stages and trials come with it; returns true), else measured now.
+bool read_or_profile(PlanCache& cache, nn::Sequential& model, const PlanSample& sample,
+                     const PlanOptions& options, int threads, int workers) {
+  if (!options.cache.empty()) {
+    if (std::optional<PlanCache> read = read_plan_cache(options.cache)) {
+      if (read->profile.fingerprint == profile_fingerprint(model, sample.input, sample.target,
+                                                           threads,
+                                                           options.deferred_batch_norm)) {
+        cache = std::move(*read);
+        return true;
+      }
+    }
+  }
   // The affine fits go through the smallest micro-batch the search tries and the whole
   // batch: interpolated, never extrapolated (a one-row micro-batch runs slower than a line
   // through 2 and 32 rows says: docs/BENCHMARKS.md, "Planner: cuts inside a skip, what
@@ -149,30 +168,24 @@ Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Dev
   const int64_t batch = sample.input.dim() > 0 ? sample.input.size(0) : 1;  // else profile throws
   const std::vector<int> chunks = chunk_candidates(options, batch);
   const int most = chunks.empty() ? 1 : *std::max_element(chunks.begin(), chunks.end());
-  ProfileOptions profile_options{.rows = {(batch + most - 1) / most, batch},
+  cache.profile = profile_model(model, sample.input, sample.target, sample.loss,
+                                {.rows = {batch > 0 ? microbatch_sizes(batch, most).front() : 0,
+                                          batch},
                                  .threads = threads,
                                  .workers = workers,
-                                 .deferred_batch_norm = options.deferred_batch_norm};
-  if (!options.cache.empty()) {
-    if (std::optional<PlanCache> read = read_plan_cache(options.cache)) {
-      if (read->profile.fingerprint == profile_fingerprint(model, sample.input, sample.target,
-                                                           threads,
-                                                           options.deferred_batch_norm)) {
-        cache = std::move(*read);
-        have_profile = true;
-      }
-    }
-  }
-  if (!have_profile) {
-    cache.profile = profile_model(model, sample.input, sample.target, sample.loss, profile_options);
-  }
-  std::map<std::tuple<int, int, int64_t>, StageMemory> measured;
-  for (const StageMemory& m : cache.stages) measured[{m.first, m.last, m.rows}] = m;
-  const size_t cached_stages = measured.size();
+                                 .deferred_batch_norm = options.deferred_batch_norm});
+  return false;
+}
 
+// 3. The search's inputs from the model and its devices: the runtime's measured overhead, the
+// cores the workers share, the skips, the parameter cut, and exact stage measurements (probed
+// once each, kept in `measured`).
+SearchInputs search_inputs(nn::Sequential& model, const PlanSample& sample,
+                           const std::vector<Device>& devices, const PlanOptions& options,
+                           const ModelProfile& profile, StageMeasurements& measured) {
   SearchInputs in;
-  in.profile = &cache.profile;
-  in.workers = workers;
+  in.profile = &profile;
+  in.workers = static_cast<int>(devices.size());
   in.options = options;
   if (!in.options.runtime_overhead) {  // Note [Runtime overhead]
     in.options.runtime_overhead = measure_runtime_overhead(devices, options.threads_per_worker);
@@ -186,7 +199,7 @@ Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Dev
     return parts <= static_cast<int>(model.size()) ? balance_by_parameters(parts, model)
                                                    : std::vector<int>{};
   };
-  in.measure = [&](int first, int last, int64_t rows) {
+  in.measure = [&model, &sample, &measured, &options](int first, int last, int64_t rows) {
     const auto key = std::make_tuple(first, last, rows);
     auto it = measured.find(key);
     if (it == measured.end()) {
@@ -197,13 +210,34 @@ Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Dev
     }
     return it->second;
   };
-  std::vector<Plan> candidates = search_plans(in, options.trials);
+  return in;
+}
+
+}  // namespace
+
+Plan plan(nn::Sequential& model, const PlanSample& sample, const std::vector<Device>& devices,
+          const PlanOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  check_plan_inputs(model, sample, devices, options);
+  const int workers = static_cast<int>(devices.size());
+  const int threads = options.threads_per_worker > 0 ? options.threads_per_worker
+                                                      : default_threads_per_worker(workers);
+  PlanCache cache;
+  const bool have_profile = read_or_profile(cache, model, sample, options, threads, workers);
+  StageMeasurements measured;
+  for (const StageMemory& m : cache.stages) measured[{m.first, m.last, m.rows}] = m;
+  const size_t cached_stages = measured.size();
+
+  // 4. The search, 5. the trials of the best few (Note [Trying the best plans]).
+  std::vector<Plan> candidates = search_plans(
+      search_inputs(model, sample, devices, options, cache.profile, measured), options.trials);
   bool new_trials = false;
   Plan result = candidates.size() > 1
                     ? fastest_in_trials(std::move(candidates), model, sample, devices, options,
                                         options.cache.empty() ? nullptr : &cache.trials,
                                         &new_trials)
                     : std::move(candidates.front());
+  // 6. What was measured, back into the cache.
   if (!options.cache.empty() &&
       (!have_profile || measured.size() != cached_stages || new_trials)) {
     cache.stages.clear();
