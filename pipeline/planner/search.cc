@@ -29,7 +29,7 @@ struct Config {
   double base_time = 0;
 };
 
-enum class Outcome { kFits, kSlower, kOutOfReach };
+using Outcome = Contender::Outcome;  // text.h
 
 struct Result {
   size_t config = 0;
@@ -426,56 +426,35 @@ class Search {
     }
     const int64_t smallest = leanest->placement.least_peak;
     const Config& c = configs_[leanest->config];
-    throw NoPlanFits(
-        "plan: nothing fits a memory cap of " + format_bytes(cap_) + " per device on " +
-            std::to_string(in_.workers) + " devices: the leanest configuration (" + c.schedule +
-            ", v " + std::to_string(c.v) + ", chunks " + std::to_string(c.chunks) +
-            ", balance " + balance_text(c.balance) + ", recomputing as needed) needs " +
-            format_bytes(smallest) + " (" + std::to_string(smallest) +
-            " bytes); raise the cap to at least that, or use more devices",
-        smallest);
+    throw NoPlanFits(nothing_fits(cap_, in_.workers,
+                                  c.schedule + ", v " + std::to_string(c.v) + ", chunks " +
+                                      std::to_string(c.chunks) + ", balance " +
+                                      balance_text(c.balance),
+                                  smallest),
+                     smallest);
   }
 
   // ---- the answer ----
 
   std::string config_text(const Result& r) const {
     const Config& c = configs_[r.config];
-    return c.schedule + " v" + std::to_string(c.v) + " chunks " + std::to_string(c.chunks) +
-           " balance " + balance_text(c.balance) +
-           (r.placement.recomputed > 0 ? " recompute " + std::to_string(r.placement.recomputed)
-                                       : "");
-  }
-
-  std::string config_text(const Config& c) const {
-    return c.schedule + " v" + std::to_string(c.v) + " chunks " + std::to_string(c.chunks) +
-           " balance " + balance_text(c.balance);
+    return pipeline::config_text(c.schedule, c.v, c.chunks, c.balance, r.placement.recomputed);
   }
 
   // A result's predicted step as Plan::step_time_us gives it: the runtime's per-step part in.
   double step(const Result& r) const { return r.time() + overhead_.per_step_us; }
 
+  Contender contender(const Result& r) const {
+    return {.outcome = r.outcome,
+            .step_us = step(r),
+            .bubble = r.bubble,
+            .peak_bytes = r.max_peak(),
+            .peak_device = in_.device_names[static_cast<size_t>(r.worst_device())],
+            .recomputed = r.placement.recomputed};
+  }
+
   std::string why(const Result& r, const Result& chosen) const {
-    const std::string device = in_.device_names[static_cast<size_t>(r.worst_device())];
-    switch (r.outcome) {
-      case Outcome::kFits:
-        if (options_.objective == Objective::kPeakMemory) {
-          return "peak " + format_bytes(r.max_peak()) + " against the plan's " +
-                 format_bytes(chosen.max_peak());
-        }
-        return fixed(step(r) / step(chosen), 2) + "x the plan's step (" + millis(step(r)) +
-               ", bubble " + fixed(100 * r.bubble, 1) + " %)";
-      case Outcome::kSlower:
-        return "over the cap on " + device + " without recomputes, and slower than the plan " +
-               "once recomputing (" + millis(step(r)) + " with " +
-               std::to_string(r.placement.recomputed) + " recomputes and still " +
-               format_bytes(r.max_peak()) + ")";
-      case Outcome::kOutOfReach:
-        break;
-    }
-    return "needs " + format_bytes(r.max_peak()) + " on " + device + " with " +
-           std::to_string(r.placement.recomputed) +
-           " recomputes, and no cell left to recompute at that peak (cap " +
-           format_bytes(cap_) + ")";
+    return why_not(contender(r), contender(chosen), options_.objective, cap_);
   }
 
   // The runners-up: the best result of each other (schedule, v, chunks), and the plan's own
@@ -515,7 +494,9 @@ class Search {
       r.placement.fits = cap_ <= 0 || r.max_peak() <= cap_;
       r.outcome = r.placement.fits ? Outcome::kFits : Outcome::kOutOfReach;
       if (mode == Checkpoint::kNever && chosen.placement.recomputed == 0) continue;
-      const std::string config = config_text(c) + " checkpoint " + to_string(mode);
+      const std::string config =
+          pipeline::config_text(c.schedule, c.v, c.chunks, c.balance) + " checkpoint " +
+          to_string(mode);
       std::string reason = r.placement.fits ? why(r, chosen)
                                             : "needs " + format_bytes(r.max_peak()) + " on " +
                                                   in_.device_names[static_cast<size_t>(r.worst_device())];
