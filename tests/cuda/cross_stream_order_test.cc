@@ -135,8 +135,8 @@ TEST_CASE("a caller on created streams uses the pipe's results safely", "[cuda][
   // The caller's input: copied and then written on p0 (x * 1), so worker 0 must wait for p0.
   Tensor x = ops::mul(x0.to(gpu0), 1.0);
   if (schedule == "1f1b") {
-    const pipeline::StepResult r = pipe.train_step(x, target, mse,
-                                                   {.schedule = named_schedule(pipe, x, "1f1b")});
+    const pipeline::StepResult r = pipe.train_step(
+        x, target, mse, {.schedule = pipeline::testing::named_schedule(pipe, x, "1f1b")});
     CHECK(std::abs(r.loss - nn::mse_loss(plain.forward(x0), target).item()) <= 2e-5);
   } else {
     x.set_requires_grad(true);

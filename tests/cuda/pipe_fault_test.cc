@@ -57,6 +57,7 @@ using pipeline::testing::fault_message;
 using pipeline::testing::grads_of;
 using pipeline::testing::InjectedFault;
 using pipeline::testing::MoveTo;
+using pipeline::testing::named_schedule;
 using pipeline::testing::randn;
 using pipeline::testing::ThrowInForward;
 using pipeline::testing::Watchdog;

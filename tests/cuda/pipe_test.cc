@@ -34,6 +34,7 @@ namespace {
 
 using pipeline::Checkpoint;
 using pipeline::Pipe;
+using pipeline::testing::named_schedule;
 using pipeline::testing::Pop;
 using pipeline::testing::Stash;
 using pipeline::testing::ThrowInForward;
