@@ -153,13 +153,13 @@ class Pipe {
   /// torchgpipe's NoChunk), arguments and output_dims (output k concatenated over the
   /// micro-batches on output_dims[k], dim 0 by default); it refuses the fields it cannot honour
   /// (schedule, target_chunks, reduction kSum: it runs GPipe, the loss is the caller's); the
-  /// others do not apply. Backward: an input split on dim d gets
-  /// its gradient concatenated on d, a replicated one the sum over the micro-batches.
+  /// others do not apply. Backward: an input split on dim d gets its gradient concatenated on
+  /// d, a replicated one the sum over the micro-batches.
   /// Throws std::invalid_argument for a Pipe spread over processes (use train_step), for the
   /// refused fields (naming them), and as scatter() and gather() do (microbatch.h: a wrong
-  /// number of specs or dims, an undefined,
-  /// rank-0 or too-small split input, split inputs of different sizes, every input
-  /// replicated, an output without its dim, naming the shapes); and whatever a stage throws.
+  /// number of specs or dims, an undefined, rank-0 or too-small split input, split inputs of
+  /// different sizes, every input replicated, an output without its dim, naming the shapes);
+  /// and whatever a stage throws.
   nn::Tensors forward(const nn::Tensors& inputs, const StepOptions& options = {});
 
   // ---- a whole training step under any schedule ----
@@ -247,14 +247,15 @@ class Pipe {
 
   // ---- the schedule ----
   /// How many micro-batches a batch of `rows` rows makes (torch.chunk's rule with
-  /// options().chunks: microbatch_sizes, microbatch.h). Throws std::invalid_argument when
+  /// options().chunks: microbatch_sizes, schedule/spec.h). Throws std::invalid_argument when
   /// rows < 1.
   int num_microbatches(int64_t rows) const;
   /// The schedule train_step runs for a batch of `num_microbatches` micro-batches:
   /// build_schedule(options().schedule, workers, m) (schedule/spec.h). With `name`, the
   /// same spec (virtual stages, recompute) with that registered schedule instead: what to pass
   /// as StepOptions::schedule to run another schedule for one step. Throws what
-  /// build_schedule throws.
+  /// build_schedule throws, and std::invalid_argument for a name that interleaves virtual
+  /// stages on a pipe without them (check_virtual_stages, pipe_schedule.h).
   Schedule schedule_for(int num_microbatches) const;
   Schedule schedule_for(int num_microbatches, const std::string& name) const;
 
