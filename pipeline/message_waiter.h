@@ -35,26 +35,27 @@ class MessageWaiter {
 
   /// How to wait for one message: due `expected` after the call (negative: unknown), spinning
   /// `lead` on each side of that (zero: sleep until it comes). Channel::pop(expected, lead)'s
-  /// arguments; RecvTiming's inputs.
+  /// arguments; RecvTiming's inputs. `last` is the key's slot, for arrived().
   struct Wait {
     Duration expected = Duration(-1);
     Duration lead = Duration::zero();
+    Duration* last = nullptr;
   };
 
-  /// How to wait for the next message under `key` (file comment).
-  Wait wait_for(const Key& key) const {
-    Wait wait;
+  /// How to wait for the next message under `key` (file comment): one map lookup per message.
+  Wait wait_for(const Key& key) {
+    Duration& last = last_.try_emplace(key, Duration(-1)).first->second;  // -1: none came yet
+    Wait wait{.last = &last};
     if (!core_.shared() && spin_microseconds() > 0) {
-      const auto it = last_.find(key);
-      wait.expected = it == last_.end() ? Duration(-1) : it->second;
+      wait.expected = last;
       wait.lead = kDueLead;
     }
     return wait;
   }
 
-  /// The message under `key` came `after_call` after the call (zero or less: it was there).
-  void arrived(const Key& key, Duration after_call) {
-    last_[key] = std::max(after_call, Duration::zero());
+  /// The message `wait` was for came `after_call` after the call (zero or less: it was there).
+  void arrived(const Wait& wait, Duration after_call) {
+    *wait.last = std::max(after_call, Duration::zero());
   }
 
   /// Whether the waiting thread's core is shared, from its scheduler times

@@ -226,7 +226,7 @@ nn::Tensors Runtime::receive(Step& step, int worker, const MessageKey& key) {
   const MessageWaiter<MessageKey>::Wait wait = waiter.wait_for(key);
   RecvTiming timing{.expected = wait.expected, .lead = wait.lead};
   nn::Tensors tensors = step.transport().recv(key, timing);
-  waiter.arrived(key, timing.arrived);
+  waiter.arrived(wait, timing.arrived);
   return tensors;
 }
 

@@ -113,7 +113,7 @@ WakeCosts measure_wake_costs() {
       const std::optional<Clock::time_point> sent = to_receiver.pop(wait.expected, wait.lead);
       if (!sent) return;
       latency.push_back(std::chrono::duration<double, std::micro>(Clock::now() - *sent).count());
-      waiter.arrived(0, *sent - called);
+      waiter.arrived(wait, *sent - called);
       waiter.watch_core();
     }
   });

@@ -94,20 +94,19 @@ cat >"$jobs/sanitizer.initcheck.tests_cuda_a_test" <<'EOF'
 EOF
 echo "(not started: the phase's time was used up)" >"$jobs/sanitizer.synccheck.tests_cuda_a_test"
 
-[[ "$(sanitizer_verdict "$jobs/sanitizer.memcheck.tests_cuda_a_test")" == "0 passed 0 ok" ]] ||
-  fail "clean memcheck: $(sanitizer_verdict "$jobs/sanitizer.memcheck.tests_cuda_a_test")"
-[[ "$(sanitizer_verdict "$jobs/sanitizer.memcheck.tests_cuda_b_test")" == "2 failed:1 1 ok" ]] ||
-  fail "memcheck with errors: $(sanitizer_verdict "$jobs/sanitizer.memcheck.tests_cuda_b_test")"
-[[ "$(sanitizer_verdict "$jobs/sanitizer.racecheck.tests_cuda_b_test")" == "1 passed 0 ok" ]] ||
-  fail "racecheck hazards: $(sanitizer_verdict "$jobs/sanitizer.racecheck.tests_cuda_b_test")"
-[[ "$(sanitizer_verdict "$jobs/sanitizer.memcheck.tests_cuda_pipe_test")" == "? - 124 timeout" ]] ||
-  fail "timeout: $(sanitizer_verdict "$jobs/sanitizer.memcheck.tests_cuda_pipe_test")"
-[[ "$(sanitizer_verdict "$jobs/sanitizer.initcheck.tests_cuda_a_test")" == "? - 1 unsupported" ]] ||
-  fail "refused: $(sanitizer_verdict "$jobs/sanitizer.initcheck.tests_cuda_a_test")"
-[[ "$(sanitizer_verdict "$jobs/sanitizer.synccheck.tests_cuda_a_test")" == "? - - not-started" ]] ||
-  fail "not started: $(sanitizer_verdict "$jobs/sanitizer.synccheck.tests_cuda_a_test")"
-[[ "$(sanitizer_verdict "$jobs/sanitizer.memcheck.absent")" == "? - - not-started" ]] ||
-  fail "no log: $(sanitizer_verdict "$jobs/sanitizer.memcheck.absent")"
+# expect_verdict RUN WANT WHAT: sanitizer_verdict of $jobs/sanitizer.RUN is WANT, else fail.
+expect_verdict() {
+  local got
+  got=$(sanitizer_verdict "$jobs/sanitizer.$1")
+  [[ "$got" == "$2" ]] || fail "$3: $got"
+}
+expect_verdict memcheck.tests_cuda_a_test "0 passed 0 ok" "clean memcheck"
+expect_verdict memcheck.tests_cuda_b_test "2 failed:1 1 ok" "memcheck with errors"
+expect_verdict racecheck.tests_cuda_b_test "1 passed 0 ok" "racecheck hazards"
+expect_verdict memcheck.tests_cuda_pipe_test "? - 124 timeout" "timeout"
+expect_verdict initcheck.tests_cuda_a_test "? - 1 unsupported" "refused"
+expect_verdict synccheck.tests_cuda_a_test "? - - not-started" "not started"
+expect_verdict memcheck.absent "? - - not-started" "no log"
 
 line=$(sanitizer_report "$jobs" "$tmp/sanitizer.txt" memcheck.tests_cuda_a_test \
   memcheck.tests_cuda_b_test memcheck.tests_cuda_pipe_test racecheck.tests_cuda_a_test \
