@@ -1,18 +1,28 @@
 // The cuBLAS subset pipewright calls: handles (bound to the device current at cublasCreate,
-// on the legacy default stream until cublasSetStream), math mode, workspace, S/D GEMM and
-// S/D strided-batched GEMM.
+// on the legacy default stream until cublasSetStream), math mode, workspace, S/D GEMM, S/D
+// strided-batched GEMM, and the mixed-precision cublasGemmEx / cublasGemmStridedBatchedEx.
 //
 // A GEMM is a stream operation like a kernel: its operands are checked (kernel pointer rules)
 // and recorded with the race detector — A and B read over exactly their column-major extents,
 // C written (and read when beta != 0), and the handle's workspace written. Each handle owns a
 // small default workspace (device memory made at cublasCreate), so one handle used on two
 // unordered streams shows as a race on its workspace, as it can corrupt results on a GPU.
-// The product runs on the stream's thread with Eigen in the operand type; with
-// CUBLAS_TF32_TENSOR_OP_MATH, Sgemm first rounds A and B to TF32 (10 mantissa bits, nearest
-// even), as tensor cores do.
+// The product runs on the stream's thread with Eigen in the operand type (float for the *Ex
+// GEMMs below); with CUBLAS_TF32_TENSOR_OP_MATH, Sgemm first rounds A and B to TF32 (10
+// mantissa bits, nearest even), as tensor cores do.
+//
+// Of the *Ex GEMMs' type combinations (cuBLAS documentation, "cublasGemmEx()": the table of
+// Atype/Btype/Ctype/computeType it supports) cudasim runs the one pipewright calls: A and B
+// both CUDA_R_16BF or both CUDA_R_16F, C CUDA_R_32F, CUBLAS_COMPUTE_32F with float alpha, beta
+// (the FAST_16BF / FAST_16F mode naming the operands' own type is the same math, and is
+// accepted), CUBLAS_GEMM_DEFAULT. A and B are widened exactly to float and multiplied in
+// float. Any other combination returns CUBLAS_STATUS_NOT_SUPPORTED (cuBLAS's status for a
+// combination it lacks) with the types in the detail text.
 #include <cublas_api.h>
 
 #include <Eigen/Core>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -97,11 +107,49 @@ const char* op_name(cublasOperation_t op) {
   return op == CUBLAS_OP_N ? "N" : op == CUBLAS_OP_T ? "T" : "C";
 }
 
+float float_from_bits(uint32_t bits) {
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+// Operand element types: how A's and B's elements are stored, and their exact widening to the
+// compute type. cudasim keeps its own conversions (it simulates the CUDA libraries and depends
+// on nothing of pipewright's).
 template <typename T>
+struct Plain {  // S/D GEMM: the operands are in the compute type already
+  using Storage = T;
+  static T widen(T x) { return x; }
+};
+
+// bfloat16 is float32's upper 16 bits: widening appends 16 zero bits.
+struct BFloat16Bits {
+  using Storage = uint16_t;
+  static float widen(uint16_t h) { return float_from_bits(static_cast<uint32_t>(h) << 16); }
+};
+
+// IEEE 754 binary16 (1 sign, 5 exponent bits of bias 15, 10 mantissa bits): every value, the
+// subnormals (mantissa · 2^-24) included, is a float32.
+struct Float16Bits {
+  using Storage = uint16_t;
+  static float widen(uint16_t h) {
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+    const uint32_t exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
+    if (exponent == 0x1F) return float_from_bits(sign | 0x7F800000u | (mantissa << 13));
+    if (exponent != 0) return float_from_bits(sign | ((exponent + 112) << 23) | (mantissa << 13));
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign != 0 ? -magnitude : magnitude;
+  }
+};
+
+template <typename In, typename T>
 void compute(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, T alpha,
-             const T* A, int lda, const T* B, int ldb, T beta, T* C, int ldc, bool tf32) {
+             const typename In::Storage* A, int lda, const typename In::Storage* B, int ldb,
+             T beta, T* C, int ldc, bool tf32) {
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
-  using CMap = Eigen::Map<const Mat, 0, Eigen::OuterStride<>>;
+  using Stored =
+      Eigen::Matrix<typename In::Storage, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+  using CMap = Eigen::Map<const Stored, 0, Eigen::OuterStride<>>;
   Eigen::Map<Mat, 0, Eigen::OuterStride<>> c(C, m, n, Eigen::OuterStride<>(ldc));
   if (k == 0) {
     if (beta == T(0)) c.setZero();
@@ -111,8 +159,9 @@ void compute(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, T 
   const bool na = ta == CUBLAS_OP_N, nb = tb == CUBLAS_OP_N;
   CMap a(A, na ? m : k, na ? k : m, Eigen::OuterStride<>(lda));
   CMap b(B, nb ? k : n, nb ? n : k, Eigen::OuterStride<>(ldb));
-  Mat op_a = na ? Mat(a) : Mat(a.transpose());
-  Mat op_b = nb ? Mat(b) : Mat(b.transpose());
+  const auto widen = [](typename In::Storage x) -> T { return In::widen(x); };
+  Mat op_a = na ? Mat(a.unaryExpr(widen)) : Mat(a.transpose().unaryExpr(widen));
+  Mat op_b = nb ? Mat(b.unaryExpr(widen)) : Mat(b.transpose().unaryExpr(widen));
   if constexpr (std::is_same_v<T, float>) {
     if (tf32) {
       op_a = op_a.unaryExpr([](float x) { return round_tf32(x); });
@@ -126,11 +175,12 @@ void compute(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, T 
 
 // One GEMM, or a strided batch of `batch` of them (cublas?gemmStridedBatched: product i reads
 // A + i·stride_a and B + i·stride_b and writes C + i·stride_c; a stride of 0 shares one
-// operand between every product).
-template <typename T>
+// operand between every product). A and B hold In::Storage elements, C and the scalars T.
+template <typename In, typename T>
 cublasStatus_t gemm(const char* api, cublasHandle_t handle, cublasOperation_t ta,
-                    cublasOperation_t tb, int m, int n, int k, const T* alpha, const T* A,
-                    int lda, const T* B, int ldb, const T* beta, T* C, int ldc,
+                    cublasOperation_t tb, int m, int n, int k, const T* alpha,
+                    const typename In::Storage* A, int lda, const typename In::Storage* B,
+                    int ldb, const T* beta, T* C, int ldc,
                     long long stride_a = 0, long long stride_b = 0, long long stride_c = 0,
                     int batch = 1) {
   if (in_host_callback()) {
@@ -165,30 +215,32 @@ cublasStatus_t gemm(const char* api, cublasHandle_t handle, cublasOperation_t ta
     return invalid(what.str() + ": stride_c smaller than one C (the products would overlap)");
   }
   const T a_scale = *alpha, b_scale = *beta;  // host pointer mode: read at the call
-  const bool tf32 = std::is_same_v<T, float> && (h.math & 0xF) == CUBLAS_TF32_TENSOR_OP_MATH;
+  const bool tf32 =
+      std::is_same_v<In, Plain<float>> && (h.math & 0xF) == CUBLAS_TF32_TENSOR_OP_MATH;
 
   Request req;
   req.stream = h.stream;
   req.site.what = what.str();
   req.rules = PointerRules::kKernel;
   // Each operand's extent over the whole batch: the last product's end.
-  auto batch_extent = [&](size_t one, long long stride) {
-    const size_t step = static_cast<size_t>(stride) * sizeof(T);
+  auto batch_extent = [&](size_t one, long long stride, size_t elem) {
+    const size_t step = static_cast<size_t>(stride) * elem;
     return one == 0 ? 0 : one + static_cast<size_t>(batch - 1) * step;
   };
-  const size_t a_bytes = batch_extent(extent(na ? m : k, na ? k : m, lda, sizeof(T)), stride_a);
-  const size_t b_bytes = batch_extent(extent(nb ? k : n, nb ? n : k, ldb, sizeof(T)), stride_b);
+  constexpr size_t kIn = sizeof(typename In::Storage);
+  const size_t a_bytes = batch_extent(extent(na ? m : k, na ? k : m, lda, kIn), stride_a, kIn);
+  const size_t b_bytes = batch_extent(extent(nb ? k : n, nb ? n : k, ldb, kIn), stride_b, kIn);
   if (a_bytes > 0) req.accesses.push_back({A, a_bytes, false, 0});
   if (b_bytes > 0) req.accesses.push_back({B, b_bytes, false, 1});
   // C: read (beta != 0) and written; the write alone already conflicts with any access.
-  req.accesses.push_back({C, batch_extent(c_bytes, stride_c), true, 2});
+  req.accesses.push_back({C, batch_extent(c_bytes, stride_c, sizeof(T)), true, 2});
   if (h.workspace != nullptr && h.workspace_bytes > 0) {
     req.accesses.push_back({h.workspace, h.workspace_bytes, true, 3});
   }
   req.work = [=] {
     for (int i = 0; i < batch; ++i) {
-      compute<T>(ta, tb, m, n, k, a_scale, A + i * stride_a, lda, B + i * stride_b, ldb, b_scale,
-                 C + i * stride_c, ldc, tf32);
+      compute<In, T>(ta, tb, m, n, k, a_scale, A + i * stride_a, lda, B + i * stride_b, ldb,
+                     b_scale, C + i * stride_c, ldc, tf32);
     }
   };
   if (h.stream == nullptr || h.stream == cudaStreamLegacy) {
@@ -204,6 +256,76 @@ cublasStatus_t gemm(const char* api, cublasHandle_t handle, cublasOperation_t ta
   const cudaError_t error = peek_last_error();
   return set_blas_detail(CUBLAS_STATUS_EXECUTION_FAILED,
                          std::string(error_name(error)) + ": " + error_string(error));
+}
+
+// The type arguments of cublasGemmEx / cublasGemmStridedBatchedEx.
+struct ExTypes {
+  cudaDataType a, b, c;
+  cublasComputeType_t compute;
+  cublasGemmAlgo_t algo;
+};
+
+std::string type_name(cudaDataType t) {
+  switch (t) {
+    case CUDA_R_16BF: return "CUDA_R_16BF";
+    case CUDA_R_16F: return "CUDA_R_16F";
+    case CUDA_R_32F: return "CUDA_R_32F";
+    case CUDA_R_64F: return "CUDA_R_64F";
+    default: return "cudaDataType " + std::to_string(static_cast<int>(t));
+  }
+}
+
+std::string compute_name(cublasComputeType_t t) {
+  switch (t) {
+    case CUBLAS_COMPUTE_32F: return "CUBLAS_COMPUTE_32F";
+    case CUBLAS_COMPUTE_32F_FAST_16BF: return "CUBLAS_COMPUTE_32F_FAST_16BF";
+    case CUBLAS_COMPUTE_32F_FAST_16F: return "CUBLAS_COMPUTE_32F_FAST_16F";
+    default: return "cublasComputeType_t " + std::to_string(static_cast<int>(t));
+  }
+}
+
+// NOT_SUPPORTED, naming the types, unless `t` is a combination cudasim runs (the file's header
+// comment). A FAST mode allows down-converting the inputs to its type: for operands already of
+// that type it changes nothing.
+cublasStatus_t check_ex_types(const char* api, const ExTypes& t) {
+  const std::string what = std::string(api) + " A " + type_name(t.a) + " B " + type_name(t.b) +
+                           " C " + type_name(t.c) + " compute " + compute_name(t.compute) + ": ";
+  auto refuse = [&](const char* why) {
+    return set_blas_detail(CUBLAS_STATUS_NOT_SUPPORTED, what + why);
+  };
+  if ((t.a != CUDA_R_16BF && t.a != CUDA_R_16F) || t.b != t.a || t.c != CUDA_R_32F) {
+    return refuse("cudasim runs A and B both CUDA_R_16BF or both CUDA_R_16F with C CUDA_R_32F");
+  }
+  const cublasComputeType_t own_fast =
+      t.a == CUDA_R_16BF ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_FAST_16F;
+  if (t.compute != CUBLAS_COMPUTE_32F && t.compute != own_fast) {
+    return refuse("cudasim computes in CUBLAS_COMPUTE_32F only");
+  }
+  if (t.algo != CUBLAS_GEMM_DEFAULT && t.algo != CUBLAS_GEMM_DEFAULT_TENSOR_OP) {
+    return refuse("cudasim runs CUBLAS_GEMM_DEFAULT only");
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// A mixed-precision GEMM (or strided batch): the types checked, then gemm() with 16-bit A and
+// B and float C, alpha and beta (CUBLAS_COMPUTE_32F's scale type).
+cublasStatus_t gemm_ex(const char* api, const ExTypes& t, cublasHandle_t handle,
+                       cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                       const void* alpha, const void* A, int lda, const void* B, int ldb,
+                       const void* beta, void* C, int ldc, long long stride_a = 0,
+                       long long stride_b = 0, long long stride_c = 0, int batch = 1) {
+  if (cublasStatus_t s = check_ex_types(api, t); s != CUBLAS_STATUS_SUCCESS) return s;
+  const auto* a = static_cast<const uint16_t*>(A);
+  const auto* b = static_cast<const uint16_t*>(B);
+  const auto* alpha_f = static_cast<const float*>(alpha);
+  const auto* beta_f = static_cast<const float*>(beta);
+  auto* c = static_cast<float*>(C);
+  if (t.a == CUDA_R_16BF) {
+    return gemm<BFloat16Bits>(api, handle, ta, tb, m, n, k, alpha_f, a, lda, b, ldb, beta_f, c,
+                              ldc, stride_a, stride_b, stride_c, batch);
+  }
+  return gemm<Float16Bits>(api, handle, ta, tb, m, n, k, alpha_f, a, lda, b, ldb, beta_f, c, ldc,
+                           stride_a, stride_b, stride_c, batch);
 }
 
 }  // namespace
@@ -282,8 +404,8 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
                               const float* A, int lda, const float* B, int ldb,
                               const float* beta, float* C, int ldc) {
   cudasim::detail::count_api("cublasSgemm");
-  return gemm<float>("cublasSgemm", handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta,
-                     C, ldc);
+  return gemm<Plain<float>>("cublasSgemm", handle, transa, transb, m, n, k, alpha, A, lda, B,
+                            ldb, beta, C, ldc);
 }
 
 cublasStatus_t cublasDgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
@@ -291,8 +413,8 @@ cublasStatus_t cublasDgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
                               const double* A, int lda, const double* B, int ldb,
                               const double* beta, double* C, int ldc) {
   cudasim::detail::count_api("cublasDgemm");
-  return gemm<double>("cublasDgemm", handle, transa, transb, m, n, k, alpha, A, lda, B, ldb,
-                      beta, C, ldc);
+  return gemm<Plain<double>>("cublasDgemm", handle, transa, transb, m, n, k, alpha, A, lda, B,
+                             ldb, beta, C, ldc);
 }
 
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
@@ -301,8 +423,9 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long int strideA, const float* B, int ldb,
                                          long long int strideB, const float* beta, float* C,
                                          int ldc, long long int strideC, int batchCount) {
-  return gemm<float>("cublasSgemmStridedBatched", handle, transa, transb, m, n, k, alpha, A, lda,
-                     B, ldb, beta, C, ldc, strideA, strideB, strideC, batchCount);
+  cudasim::detail::count_api("cublasSgemmStridedBatched");
+  return gemm<Plain<float>>("cublasSgemmStridedBatched", handle, transa, transb, m, n, k, alpha,
+                            A, lda, B, ldb, beta, C, ldc, strideA, strideB, strideC, batchCount);
 }
 
 cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
@@ -311,8 +434,36 @@ cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long int strideA, const double* B, int ldb,
                                          long long int strideB, const double* beta, double* C,
                                          int ldc, long long int strideC, int batchCount) {
-  return gemm<double>("cublasDgemmStridedBatched", handle, transa, transb, m, n, k, alpha, A, lda,
-                      B, ldb, beta, C, ldc, strideA, strideB, strideC, batchCount);
+  cudasim::detail::count_api("cublasDgemmStridedBatched");
+  return gemm<Plain<double>>("cublasDgemmStridedBatched", handle, transa, transb, m, n, k, alpha,
+                             A, lda, B, ldb, beta, C, ldc, strideA, strideB, strideC, batchCount);
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k, const void* alpha,
+                            const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C,
+                            cudaDataType Ctype, int ldc, cublasComputeType_t computeType,
+                            cublasGemmAlgo_t algo) {
+  cudasim::detail::count_api("cublasGemmEx");
+  const ExTypes types{Atype, Btype, Ctype, computeType, algo};
+  return gemm_ex("cublasGemmEx", types, handle, transa, transb, m, n, k, alpha, A, lda, B, ldb,
+                 beta, C, ldc);
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                                          cublasOperation_t transb, int m, int n, int k,
+                                          const void* alpha, const void* A, cudaDataType Atype,
+                                          int lda, long long int strideA, const void* B,
+                                          cudaDataType Btype, int ldb, long long int strideB,
+                                          const void* beta, void* C, cudaDataType Ctype, int ldc,
+                                          long long int strideC, int batchCount,
+                                          cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t algo) {
+  cudasim::detail::count_api("cublasGemmStridedBatchedEx");
+  const ExTypes types{Atype, Btype, Ctype, computeType, algo};
+  return gemm_ex("cublasGemmStridedBatchedEx", types, handle, transa, transb, m, n, k, alpha, A,
+                 lda, B, ldb, beta, C, ldc, strideA, strideB, strideC, batchCount);
 }
 
 const char* cublasGetStatusString(cublasStatus_t status) { return blas_status_string(status); }

@@ -66,7 +66,8 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax };
   /* x viewed as [outer, n, inner]; out (int64) [outer, inner] = index of the first maximum. */    \
   X(argmax, (const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out))               \
   /* c = alpha * op(a) * op(b) + beta * c, 2-D, op(x) = x or xᵀ (no transposed copy made). */      \
-  /* beta == 0 ignores c's old contents (even NaN). */                                             \
+  /* beta == 0 ignores c's old contents (even NaN). a and b may both be bfloat16 or both */        \
+  /* float16 with c float32 (mixed precision: products and sums in float32). */                    \
   X(gemm, (bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,             \
            double beta, Tensor& c))                                                                \
   /* Row-wise over the last dim of a 2-D [rows, cols] x: softmax, or log-softmax when log. */      \
@@ -138,6 +139,7 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax };
   /* index_add.h) ---- */                                                                          \
   /* c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for i < B, op as in gemm: a [Ba, ., .], */   \
   /* b [Bb, ., .], c [B, M, N], Ba and Bb each B or 1 (1: one matrix shared by every i). */        \
+  /* Mixed precision as gemm's. */                                                                 \
   X(gemm_batched, (bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,     \
                    double beta, Tensor& c))                                                        \
   /* out[i] = mask[i % mask.numel()] != 0 ? value : x[i]; mask of any dtype, its numel divides */  \

@@ -7,43 +7,19 @@
 #include <stdexcept>
 #include <string>
 
+#include "tensor/op_checks.h"
+
 namespace pipewright::ops {
 namespace {
 
-std::string describe(const Tensor& t) {
-  return t.shape().str() + " " + dtype_name(t.dtype()) + " on " + t.device().str();
-}
-
-void check_defined(const char* op, const Tensor& t) {
-  if (!t.defined()) throw std::invalid_argument(std::string(op) + ": undefined tensor");
-}
-
-void check_floating(const char* op, const Tensor& t) {
-  check_defined(op, t);
-  if (!is_floating(t.dtype())) {
-    throw std::invalid_argument(std::string(op) + ": expected float32 or float64, got " +
-                                describe(t));
-  }
-}
-
+// The checks every op file shares (tensor/op_checks.h).
+using detail::check_defined;
+using detail::check_floating;
+using detail::check_same_shape;
+using detail::describe;
+using detail::empty_like;
 /// Same device and dtype, else std::invalid_argument naming both operands.
-void check_same_device_dtype(const char* op, const Tensor& a, const Tensor& b) {
-  check_defined(op, a);
-  check_defined(op, b);
-  if (a.device() != b.device() || a.dtype() != b.dtype()) {
-    throw std::invalid_argument(std::string(op) + ": operands differ: " + describe(a) +
-                                " vs " + describe(b));
-  }
-}
-
-void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape()) {
-    throw std::invalid_argument(std::string(op) + ": shapes differ: " + describe(a) + " vs " +
-                                describe(b));
-  }
-}
-
-Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), {t.dtype(), t.device()}); }
+constexpr auto check_same_device_dtype = detail::check_like;
 
 // ---- elementwise ----
 
@@ -264,7 +240,7 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   Tensor c = Tensor::empty(matmul_shape("matmul", a, b, trans_a, trans_b),
-                           {a.dtype(), a.device()});
+                           {detail::gemm_result_dtype(a.dtype()), a.device()});
   PW_KERNEL(a.device(), gemm)(trans_a, trans_b, 1.0, a.contiguous(), b.contiguous(), 0.0, c);
   return c;
 }
@@ -273,7 +249,11 @@ void gemm_(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans
            double alpha, double beta) {
   const Shape expected = matmul_shape("gemm_", a, b, trans_a, trans_b);
   check_contiguous_destination("gemm_", c);
-  check_same_device_dtype("gemm_", c, a);
+  if (c.device() != a.device() || c.dtype() != detail::gemm_result_dtype(a.dtype())) {
+    throw std::invalid_argument("gemm_: c is " + describe(c) + " but the operands are " +
+                                describe(a) + " (c takes their device, and float32 for " +
+                                "16-bit operands)");
+  }
   if (c.shape() != expected) {
     throw std::invalid_argument("gemm_: c is " + c.shape().str() + " but op(a)·op(b) of " +
                                 a.shape().str() + " and " + b.shape().str() + " is " +

@@ -22,6 +22,15 @@
 // indexes and shares nothing with the others. Helpers that wait sleep after a short spin, so
 // a busy machine does not turn the split into spinning (Note [Waiting without burning a
 // core]; docs/BENCHMARKS.md, "Contention").
+//
+// Note [Mixed-precision GEMM on the CPU]
+// bfloat16 or float16 operands with a float32 c (the matmuls of a Precision policy,
+// autograd/precision.h) are widened to float32 — exactly: every 16-bit value is a float32 —
+// and multiplied by the float32 GEMM. That is the product cuBLAS's GemmEx computes with
+// CUBLAS_COMPUTE_32F (each product of two 16-bit values is exact in float32, the sums are
+// float32), up to the order of the sums; widening costs O(MK + KN) beside the O(MNK) product.
+// The CPU gets no speed from 16 bits this way, only the numerics (issue 41, part 6 measures
+// oneDNN's bf16 kernels against this).
 #include "tensor/cpu/gemm.h"
 
 #include <cblas.h>
@@ -263,6 +272,11 @@ void set_gemm_backend(GemmBackend backend) {
 void gemm_batched(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,
                   double beta, Tensor& c) {
   use_one_openblas_thread();
+  if (is_16_bit(a.dtype())) {  // Note [Mixed-precision GEMM on the CPU]
+    gemm_batched_typed<float>(trans_a, trans_b, static_cast<float>(alpha), a.to(DType::kFloat32),
+                              b.to(DType::kFloat32), static_cast<float>(beta), c);
+    return;
+  }
   dispatch_floating(a.dtype(), "gemm_batched", [&](auto zero) {
     using T = decltype(zero);
     gemm_batched_typed<T>(trans_a, trans_b, static_cast<T>(alpha), a, b, static_cast<T>(beta), c);
@@ -272,6 +286,11 @@ void gemm_batched(bool trans_a, bool trans_b, double alpha, const Tensor& a, con
 void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
           Tensor& c) {
   use_one_openblas_thread();
+  if (is_16_bit(a.dtype())) {  // Note [Mixed-precision GEMM on the CPU]
+    gemm_typed<float>(trans_a, trans_b, static_cast<float>(alpha), a.to(DType::kFloat32),
+                      b.to(DType::kFloat32), static_cast<float>(beta), c);
+    return;
+  }
   dispatch_floating(a.dtype(), "gemm", [&](auto zero) {
     using T = decltype(zero);
     gemm_typed<T>(trans_a, trans_b, static_cast<T>(alpha), a, b, static_cast<T>(beta), c);

@@ -1,11 +1,15 @@
 // The cuBLAS subset: GEMM and strided-batched GEMM against a naive double reference, argument
-// checks, beta == 0, TF32 rounding, and the race on a handle's workspace shared by two streams.
+// checks, beta == 0, TF32 rounding, and the race on a handle's workspace shared by two streams;
+// the mixed-precision GemmEx / GemmStridedBatchedEx (bfloat16 or float16 A and B, float C)
+// exactly, the type combinations they refuse, and the element sizes they record.
 #include <catch2/catch.hpp>
 
 #include <cublas_v2.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -275,5 +279,225 @@ TEST_CASE("gemm: one handle's workspace shared by two streams is a race") {
   REQUIRE_CUDA(cudaStreamDestroy(s2));
   for (float* p : {a, c1, c2}) REQUIRE_CUDA(cudaFree(p));
   REQUIRE_CUDA(cudaFree(ws));
+  REQUIRE(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+}
+
+// ---- Mixed precision: cublasGemmEx / cublasGemmStridedBatchedEx, 16-bit A and B, float C ----
+// Inputs are multiples of 1/8 up to 8 in magnitude: exact in bfloat16 and float16, and every
+// product and sum below is exact in float (at most 17 significant bits), so results compare
+// exactly with the double reference whatever the summation order.
+namespace {
+
+// Multiples of 1/8 in [-8, 8].
+std::vector<float> eighths(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> dist(-64, 64);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(dist(rng)) / 8;
+  return v;
+}
+
+// The bfloat16 / float16 bits of x, which must be exactly representable and, for float16,
+// zero or normal (REQUIREd).
+uint16_t half_bits(cudaDataType type, float x) {
+  if (type == CUDA_R_16BF) {
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    REQUIRE((u & 0xFFFFu) == 0);  // bfloat16 is float32's upper half
+    return static_cast<uint16_t>(u >> 16);
+  }
+  if (x == 0) return 0;
+  int e;
+  const float m = std::frexp(std::fabs(x), &e);  // |x| = m 2^e, m in [0.5, 1)
+  const float mantissa = (2 * m - 1) * 1024;       // 10 bits after the leading 1
+  REQUIRE(mantissa == std::floor(mantissa));
+  REQUIRE(e - 1 >= -14);
+  REQUIRE(e - 1 <= 15);
+  return static_cast<uint16_t>((x < 0 ? 0x8000u : 0u) | static_cast<unsigned>(e - 1 + 15) << 10 |
+                               static_cast<unsigned>(mantissa));
+}
+
+std::vector<uint16_t> half_bits(cudaDataType type, const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = half_bits(type, v[i]);
+  return out;
+}
+
+const char* type_name(cudaDataType type) { return type == CUDA_R_16BF ? "bf16" : "fp16"; }
+
+}  // namespace
+
+TEST_CASE("gemm ex: bf16 and fp16 operands into float C, every transpose, beta 0 and 1, exact") {
+  clean();
+  cublasHandle_t h;
+  REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  const int m = 5, n = 4, k = 7;
+  for (cudaDataType type : {CUDA_R_16BF, CUDA_R_16F}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (float beta : {0.0f, 1.0f}) {
+          const int pad = ta ? 2 : 0;  // a leading dimension past the rows, sometimes
+          INFO(type_name(type) << " ta " << ta << " tb " << tb << " beta " << beta);
+          const int lda = (ta ? k : m) + pad, ldb = tb ? n : k, ldc = m + 1;
+          const auto A = eighths(static_cast<size_t>(lda * (ta ? m : k)), 41);
+          const auto B = eighths(static_cast<size_t>(ldb * (tb ? k : n)), 42);
+          const auto C = eighths(static_cast<size_t>(ldc * n), 43);
+          uint16_t *a = to_device(half_bits(type, A)), *b = to_device(half_bits(type, B));
+          float* c = to_device(C);
+          const float alpha = 1.5f;
+          REQUIRE(cublasGemmEx(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                               m, n, k, &alpha, a, type, lda, b, type, ldb, &beta, c, CUDA_R_32F,
+                               ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) ==
+                  CUBLAS_STATUS_SUCCESS);
+          const auto got = to_host(c, C.size());
+          const auto want = reference(ta, tb, m, n, k, 1.5, A, lda, B, ldb, beta, C, ldc);
+          for (size_t i = 0; i < got.size(); ++i) {
+            INFO("element " << i);
+            CHECK(got[i] == want[i]);  // C's padding rows too: left as they were
+          }
+          (void)cudaFree(a);
+          (void)cudaFree(b);
+          (void)cudaFree(c);
+        }
+      }
+    }
+  }
+  REQUIRE(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+}
+
+TEST_CASE("gemm ex: fp16 subnormals widen exactly") {
+  cublasHandle_t h;
+  REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  // A [1, 3] = 2^-24, 1023·2^-24 (the largest subnormal), -512·2^-24; B [3, 1] = 2^14 each.
+  const std::vector<uint16_t> A{0x0001, 0x03FF, 0x8200}, B{0x7400, 0x7400, 0x7400};
+  uint16_t *a = to_device(A), *b = to_device(B);
+  float* c = to_device(std::vector<float>{0.0f});
+  const float one = 1, zero = 0;
+  REQUIRE(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 3, &one, a, CUDA_R_16F, 1, b,
+                       CUDA_R_16F, 3, &zero, c, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+  CHECK(to_host(c, 1)[0] == (1.0f + 1023.0f - 512.0f) / 1024.0f);
+  for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(c)}) {
+    (void)cudaFree(p);
+  }
+  REQUIRE(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+}
+
+TEST_CASE("gemm strided batched ex: each product at its strides, bf16 and fp16, beta 1") {
+  clean();
+  cublasHandle_t h;
+  REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  const int m = 3, n = 4, k = 5, batch = 3;
+  for (cudaDataType type : {CUDA_R_16BF, CUDA_R_16F}) {
+    INFO(type_name(type));
+    // A [k, m] per product read transposed; B [k, n] one matrix shared by every product.
+    const auto A = eighths(static_cast<size_t>(k * m * batch), 51), B = eighths(k * n, 52);
+    const auto C = eighths(static_cast<size_t>(m * n * batch), 53);
+    uint16_t *a = to_device(half_bits(type, A)), *b = to_device(half_bits(type, B));
+    float* c = to_device(C);
+    const float half = 0.5f, one = 1;
+    REQUIRE(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &half, a, type, k,
+                                       k * m, b, type, k, 0, &one, c, CUDA_R_32F, m, m * n,
+                                       batch, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+    const auto got = to_host(c, C.size());
+    for (int i = 0; i < batch; ++i) {
+      INFO("product " << i);
+      const std::vector<float> a_i(A.begin() + i * k * m, A.begin() + (i + 1) * k * m);
+      const std::vector<float> c_i(C.begin() + i * m * n, C.begin() + (i + 1) * m * n);
+      const auto want = reference(true, false, m, n, k, 0.5, a_i, k, B, k, 1.0, c_i, m);
+      for (int e = 0; e < m * n; ++e) CHECK(got[i * m * n + e] == want[e]);
+    }
+    (void)cudaFree(a);
+    (void)cudaFree(b);
+    (void)cudaFree(c);
+  }
+  REQUIRE(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+}
+
+TEST_CASE("gemm ex: type combinations other than 16-bit A, B and float C are refused") {
+  clean();
+  cublasHandle_t h;
+  REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  void* p = nullptr;
+  REQUIRE_CUDA(cudaMalloc(&p, 256));
+  const float one = 1, zero = 0;
+  auto gemm_ex = [&](cudaDataType a, cudaDataType b, cudaDataType c, cublasComputeType_t compute,
+                     cublasGemmAlgo_t algo = CUBLAS_GEMM_DEFAULT) {
+    return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, p, a, 4, p, b, 4, &zero, p, c,
+                        4, compute, algo);
+  };
+  CHECK(gemm_ex(CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F, CUBLAS_COMPUTE_32F) ==
+        CUBLAS_STATUS_NOT_SUPPORTED);
+  const std::string text = cublasGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED);
+  INFO(text);
+  CHECK(text.find("cublasGemmEx A CUDA_R_16BF B CUDA_R_16F C CUDA_R_32F") != std::string::npos);
+  CHECK(gemm_ex(CUDA_R_16F, CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F) ==
+        CUBLAS_STATUS_NOT_SUPPORTED);  // 16-bit C: a real cuBLAS combination, not simulated
+  CHECK(gemm_ex(CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F) ==
+        CUBLAS_STATUS_NOT_SUPPORTED);
+  CHECK(gemm_ex(CUDA_R_16F, CUDA_R_16F, CUDA_R_32F, CUBLAS_COMPUTE_16F) ==
+        CUBLAS_STATUS_NOT_SUPPORTED);
+  CHECK(gemm_ex(CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_16F) ==
+        CUBLAS_STATUS_NOT_SUPPORTED);  // would down-convert bfloat16 to float16
+  CHECK(gemm_ex(CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_ALGO0) ==
+        CUBLAS_STATUS_NOT_SUPPORTED);
+  CHECK(std::string(cublasGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED)).find("CUBLAS_GEMM_DEFAULT") !=
+        std::string::npos);
+  CHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, p, CUDA_R_16F, 4,
+                                   16, p, CUDA_R_16F, 4, 16, &zero, p, CUDA_R_64F, 4, 16, 1,
+                                   CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_NOT_SUPPORTED);
+  // The operands' own FAST mode is the same math, and accepted.
+  CHECK(gemm_ex(CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_16BF) ==
+        CUBLAS_STATUS_SUCCESS);
+  CHECK(gemm_ex(CUDA_R_16F, CUDA_R_16F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_16F) ==
+        CUBLAS_STATUS_SUCCESS);
+  // The operand checks of the S/D GEMMs apply.
+  CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, p, CUDA_R_16BF, 3, p,
+                     CUDA_R_16BF, 4, &zero, p, CUDA_R_32F, 4, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(std::string(cublasGetStatusString(CUBLAS_STATUS_INVALID_VALUE)).find("lda too small") !=
+        std::string::npos);
+  REQUIRE_CUDA(cudaDeviceSynchronize());
+  REQUIRE_CUDA(cudaFree(p));
+  REQUIRE(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+}
+
+TEST_CASE("gemm ex: A and B are recorded as 2-byte elements, C as 4-byte ones") {
+  clean();
+  cublasHandle_t h;
+  REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  const int m = 3, n = 2, k = 4;
+  // Allocations of exactly A's, B's and C's bytes: a larger element size would reach past them
+  // (refused as an illegal address), a smaller one miss the last elements below.
+  uint16_t *a = nullptr, *b = nullptr;
+  float* c = nullptr;
+  REQUIRE_CUDA(cudaMalloc(reinterpret_cast<void**>(&a), m * k * 2));
+  REQUIRE_CUDA(cudaMalloc(reinterpret_cast<void**>(&b), k * n * 2));
+  REQUIRE_CUDA(cudaMalloc(reinterpret_cast<void**>(&c), m * n * 4));
+  cudaStream_t s1, s2;
+  REQUIRE_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  REQUIRE_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  REQUIRE(cublasSetStream(h, s1) == CUBLAS_STATUS_SUCCESS);
+  const float one = 1, zero = 0;
+  REQUIRE(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, CUDA_R_16BF, m, b,
+                       CUDA_R_16BF, k, &zero, c, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+  // Another stream, unordered (the detector looks at issue order, not timing): writing A's
+  // last element or reading C's last one races with the GEMM.
+  CHECK(fake_kernel(s2, "write A's last element", {{a + m * k - 1, 2, true, 0}}) ==
+        cudaErrorIllegalState);
+  (void)cudaGetLastError();
+  CHECK(fake_kernel(s2, "read C's last element", {{c + m * n - 1, 4, false, 0}}) ==
+        cudaErrorIllegalState);
+  (void)cudaGetLastError();
+  CHECK(cudasim::take_race_reports().size() == 2);
+  REQUIRE_CUDA(cudaDeviceSynchronize());
+  REQUIRE_CUDA(cudaStreamDestroy(s1));
+  REQUIRE_CUDA(cudaStreamDestroy(s2));
+  for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(c)}) {
+    REQUIRE_CUDA(cudaFree(p));
+  }
   REQUIRE(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
 }

@@ -63,6 +63,14 @@ int main() {
                       &alpha, a, 4, b, 4, &beta, c, 2) == CUBLAS_STATUS_SUCCESS,
           "cublasSgemm");
   }
+  const float two = 2.0f, one = 1.0f;
+  uint16_t a16[12], b16[8];
+  for (int i = 0; i < 3; ++i) {
+    check(cublasGemmEx(reinterpret_cast<cublasHandle_t>(0x6b), CUBLAS_OP_N, CUBLAS_OP_T, 3, 2, 4,
+                       &two, a16, CUDA_R_16BF, 3, b16, CUDA_R_16BF, 2, &one, c, CUDA_R_32F, 3,
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS,
+          "cublasGemmEx");
+  }
   std::printf("apicount_driver: %d calls reached the fake library, %d failed\n", fake_cuda_calls(),
               failures);
   return failures == 0 ? 0 : 1;

@@ -79,4 +79,21 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta, cublasOper
   return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
 }
 
+// The mixed-precision GEMM: the type arguments too must arrive unchanged (the interposer
+// forwards them through a hand-written function type).
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const void* alpha, const void* a, cudaDataType a_type,
+                            int lda, const void* b, cudaDataType b_type, int ldb,
+                            const void* beta, void* c, cudaDataType c_type, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+  ++g_calls;
+  const bool ok = h != nullptr && ta == CUBLAS_OP_N && tb == CUBLAS_OP_T && m == 3 && n == 2 &&
+                  k == 4 && *static_cast<const float*>(alpha) == 2.0f && a != nullptr &&
+                  a_type == CUDA_R_16BF && lda == 3 && b != nullptr && b_type == CUDA_R_16BF &&
+                  ldb == 2 && *static_cast<const float*>(beta) == 1.0f && c != nullptr &&
+                  c_type == CUDA_R_32F && ldc == 3 && compute == CUBLAS_COMPUTE_32F &&
+                  algo == CUBLAS_GEMM_DEFAULT;
+  return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+
 }  // extern "C"

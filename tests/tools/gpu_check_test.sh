@@ -17,11 +17,11 @@ fail() { echo "FAILED: $*" >&2; exit 1; }
 source "$report"
 
 # ---- 1. the interposer ----
-[[ "$("$driver")" == "apicount_driver: 20 calls reached the fake library, 0 failed" ]] ||
+[[ "$("$driver")" == "apicount_driver: 23 calls reached the fake library, 0 failed" ]] ||
   fail "the driver alone: $("$driver" 2>&1)"
 got=$(LD_PRELOAD=$preload PIPEWRIGHT_APICOUNT_OUT=$tmp/counts.%p.txt "$driver") ||
   fail "the driver under the interposer: $got"
-[[ "$got" == "apicount_driver: 20 calls reached the fake library, 0 failed" ]] ||
+[[ "$got" == "apicount_driver: 23 calls reached the fake library, 0 failed" ]] ||
   fail "calls lost or changed on the way through the interposer: $got"
 counts=$(ls "$tmp"/counts.*.txt)
 [[ "$counts" =~ counts\.[0-9]+\.txt$ ]] || fail "%p not replaced by the process id: $counts"
@@ -31,6 +31,7 @@ card 1 cudaMemcpyAsync DeviceToHost
 card 1 cudaStreamSynchronize
 card 1 cudaStreamWaitEvent
 card 2 cudaMemcpyAsync HostToDevice
+card 3 cublasGemmEx
 card 4 cudaEventRecord
 card 4 kernel launch
 card 5 cublasSgemm

@@ -229,7 +229,7 @@ apicount_compare() {  # LABEL CARD SIM TABLE_OUT [WHY_NO_CARD]
     local f=$1 src=$2 l g w r e a
     l=$(apicount_sum "$f" "$label" "$src" "kernel launch")
     [[ -n "$l" ]] || { echo "n/a"; return; }
-    g=$(apicount_sum "$f" "$label" "$src" cublasSgemm cublasDgemm)
+    g=$(apicount_sum "$f" "$label" "$src" cublasSgemm cublasDgemm cublasGemmEx)
     w=$(apicount_sum "$f" "$label" "$src" cudaStreamSynchronize cudaDeviceSynchronize cudaEventSynchronize)
     r=$(apicount_sum "$f" "$label" "$src" "cudaMemcpyAsync DeviceToHost" "cudaMemcpy DeviceToHost")
     e=$(apicount_sum "$f" "$label" "$src" cudaEventRecord)

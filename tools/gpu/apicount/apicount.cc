@@ -17,7 +17,9 @@
 //   "kernel launch"   our kernels: nvcc's <<<>>> calls __cudaLaunchKernel in CUDA 13 (not
 //                     cudaLaunchKernel, which is counted too). cuBLAS's own kernels are not
 //                     seen: libcublas carries its own static cudart.
-//   "cublasSgemm"     one per cublasSgemm_v2 call (cublas_v2.h's cublasSgemm), and Dgemm;
+//   "cublasSgemm"     one per cublasSgemm_v2 call (cublas_v2.h's cublasSgemm); likewise, each
+//                     under its own name, Dgemm, the strided-batched S/D GEMMs and the
+//                     mixed-precision cublasGemmEx and cublasGemmStridedBatchedEx;
 //   "cudaMemcpyAsync HostToDevice" and the other kinds, named by the kind argument as cudasim
 //                     names them;
 //   syncs, event records and waits, allocations, event and stream creation; and a few calls
@@ -63,6 +65,8 @@ enum Counter : int {
   kDgemm,
   kSgemmStridedBatched,
   kDgemmStridedBatched,
+  kGemmEx,
+  kGemmStridedBatchedEx,
   kBlasSetStream,
   kBlasSetWorkspace,
   kBlasSetMathMode,
@@ -106,6 +110,8 @@ std::string counter_name(int c) {
       "cublasDgemm",
       "cublasSgemmStridedBatched",
       "cublasDgemmStridedBatched",
+      "cublasGemmEx",
+      "cublasGemmStridedBatchedEx",
       "cublasSetStream",
       "cublasSetWorkspace",
       "cublasSetMathMode",
@@ -173,6 +179,12 @@ F next(const char* name) {
 // Each wrapper: count, then forward. REAL(f) is the real f, or returns `fail` when absent.
 #define REAL(name, fail)                                            \
   static const auto real = next<decltype(&name)>(#name);           \
+  if (real == nullptr) return fail
+
+// REAL_AS(f, type): the same for a name C++ overloads, whose type decltype cannot pick
+// (cublas_api.h adds inline *Ex GEMMs taking the old cudaDataType compute type).
+#define REAL_AS(name, type, fail)                                   \
+  static const auto real = next<type>(#name);                      \
   if (real == nullptr) return fail
 
 #define CUDA_FAIL cudaErrorSymbolNotFound
@@ -253,6 +265,40 @@ cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
   REAL(cublasDgemmStridedBatched, BLAS_FAIL);
   return real(h, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
               stride_c, batch);
+}
+
+using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                  int, const void*, const void*, cudaDataType, int, const void*,
+                                  cudaDataType, int, const void*, void*, cudaDataType, int,
+                                  cublasComputeType_t, cublasGemmAlgo_t);
+using GemmStridedBatchedEx = cublasStatus_t (*)(
+    cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*, const void*,
+    cudaDataType, int, long long int, const void*, cudaDataType, int, long long int, const void*,
+    void*, cudaDataType, int, long long int, int, cublasComputeType_t, cublasGemmAlgo_t);
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const void* alpha, const void* a, cudaDataType a_type,
+                            int lda, const void* b, cudaDataType b_type, int ldb,
+                            const void* beta, void* c, cudaDataType c_type, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+  count(kGemmEx);
+  REAL_AS(cublasGemmEx, GemmEx, BLAS_FAIL);
+  return real(h, ta, tb, m, n, k, alpha, a, a_type, lda, b, b_type, ldb, beta, c, c_type, ldc,
+              compute, algo);
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta,
+                                          cublasOperation_t tb, int m, int n, int k,
+                                          const void* alpha, const void* a, cudaDataType a_type,
+                                          int lda, long long int stride_a, const void* b,
+                                          cudaDataType b_type, int ldb, long long int stride_b,
+                                          const void* beta, void* c, cudaDataType c_type,
+                                          int ldc, long long int stride_c, int batch,
+                                          cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+  count(kGemmStridedBatchedEx);
+  REAL_AS(cublasGemmStridedBatchedEx, GemmStridedBatchedEx, BLAS_FAIL);
+  return real(h, ta, tb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb, stride_b, beta,
+              c, c_type, ldc, stride_c, batch, compute, algo);
 }
 
 cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t stream) {
