@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "autograd/function_node.h"
+#include "autograd/precision.h"
 #include "tensor/batched_matmul.h"
 #include "tensor/ops.h"
 
@@ -20,7 +21,8 @@ class BatchedMatmulBackward final : public FunctionNode {
  protected:
   std::vector<Tensor> backward(const std::vector<Tensor>& grads,
                                const std::vector<bool>& wanted) override {
-    const Tensor &g = grads[0], &a = saved(0), &b = saved(1);
+    const Tensor &a = saved(0), &b = saved(1);
+    const Tensor g = grads[0].to(a.dtype());  // Note [The precision policy]
     Tensor ga, gb;
     // d op(a) = G·op(b)ᵀ; when op(a) = aᵀ, da = op(b)·Gᵀ.
     if (wanted[0]) {
@@ -63,9 +65,11 @@ Tensor sum_to_shape(const Tensor& g, const Shape& shape) {
 }
 
 Tensor batched_matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  Tensor y = ops::batched_matmul(a, b, trans_a, trans_b);
-  record_op({a, b}, {&y},
-            [&] { return std::make_shared<BatchedMatmulBackward>(a, b, trans_a, trans_b); });
+  const Tensor a_op = product_operand(a), b_op = product_operand(b);
+  Tensor y = ops::batched_matmul(a_op, b_op, trans_a, trans_b);
+  record_op({a, b}, {&y}, [&] {
+    return std::make_shared<BatchedMatmulBackward>(a_op, b_op, trans_a, trans_b);
+  });
   return y;
 }
 

@@ -31,6 +31,7 @@
 #include "autograd/linear.h"
 #include "autograd/loss.h"
 #include "autograd/masking.h"
+#include "autograd/precision.h"
 #include "autograd/reduction.h"
 #include "autograd/shape_ops.h"
 #include "autograd/softmax.h"

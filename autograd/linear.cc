@@ -5,6 +5,7 @@
 
 #include "autograd/function_node.h"
 #include "autograd/grad_buffer.h"
+#include "autograd/precision.h"
 #include "autograd/shape_ops.h"
 #include "tensor/ops.h"
 
@@ -13,6 +14,7 @@ namespace {
 
 class MatmulBackward final : public FunctionNode {
  public:
+  /// a, b: the operands as the product took them (16-bit under a precision policy).
   MatmulBackward(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b)
       : FunctionNode({a, b}), trans_a_(trans_a), trans_b_(trans_b) {}
   const char* name() const override { return "MatmulBackward"; }
@@ -20,7 +22,8 @@ class MatmulBackward final : public FunctionNode {
  protected:
   std::vector<Tensor> backward(const std::vector<Tensor>& grads,
                                const std::vector<bool>& wanted) override {
-    const Tensor &g = grads[0], &a = saved(0), &b = saved(1);
+    const Tensor &a = saved(0), &b = saved(1);
+    const Tensor g = grads[0].to(a.dtype());  // Note [The precision policy]
     Tensor ga, gb;
     // d op(a) = G·op(b)ᵀ; when op(a) = aᵀ, da = (G·op(b)ᵀ)ᵀ = op(b)·Gᵀ.
     if (wanted[0]) ga = trans_a_ ? ops::matmul(b, g, trans_b_, true) : ops::matmul(g, b, false, !trans_b_);
@@ -35,6 +38,7 @@ class MatmulBackward final : public FunctionNode {
 
 class LinearBackward final : public FunctionNode {
  public:
+  /// x, weight: the operands as the product took them (16-bit under a precision policy).
   LinearBackward(const Tensor& x, const Tensor& weight, bool has_bias)
       : FunctionNode({x, weight}), has_bias_(has_bias) {}
   const char* name() const override { return "LinearBackward"; }
@@ -48,19 +52,22 @@ class LinearBackward final : public FunctionNode {
   /// B: dX = dY·W [N, in]. W: dW = dYᵀ·X [out, in] and db = Σ_rows dY [out], each either
   /// returned or, when the engine allows it and .grad is there to take it, added straight
   /// into .grad by the GEMM itself (beta = 1; db as the product 1ᵀ·dY) — Note [Weight
-  /// gradients accumulated in place] in node.h.
+  /// gradients accumulated in place] in node.h. Under a precision policy dY enters the two
+  /// products rounded to X's 16-bit dtype, their results and db float32 (Note [The precision
+  /// policy], precision.h).
   std::vector<Tensor> backward_into_grad(const std::vector<Tensor>& grads,
                                          const std::vector<bool>& wanted,
                                          const std::vector<bool>& into_grad) override {
     const Tensor &g = grads[0], &x = saved(0), &w = saved(1);
+    const Tensor g_op = g.to(x.dtype());
     std::vector<Tensor> out(has_bias_ ? 3 : 2);
-    if (wanted[0]) out[0] = ops::matmul(g, w);
+    if (wanted[0]) out[0] = ops::matmul(g_op, w);
     if (wanted[1]) {
       Tensor dw = destination(into_grad, 1, w.shape(), g);
       if (dw.defined()) {
-        ops::gemm_(dw, g, x, /*trans_a=*/true, /*trans_b=*/false, 1.0, /*beta=*/1.0);
+        ops::gemm_(dw, g_op, x, /*trans_a=*/true, /*trans_b=*/false, 1.0, /*beta=*/1.0);
       } else {
-        out[1] = ops::matmul(g, x, true, false);
+        out[1] = ops::matmul(g_op, x, true, false);
       }
     }
     if (has_bias_ && wanted[2]) {
@@ -103,9 +110,10 @@ void check_linear_args(const Tensor& x, const Tensor& weight, const Tensor& bias
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  Tensor y = ops::matmul(a, b, trans_a, trans_b);
+  const Tensor a_op = product_operand(a), b_op = product_operand(b);
+  Tensor y = ops::matmul(a_op, b_op, trans_a, trans_b);
   record_op({a, b}, {&y},
-            [&] { return std::make_shared<MatmulBackward>(a, b, trans_a, trans_b); });
+            [&] { return std::make_shared<MatmulBackward>(a_op, b_op, trans_a, trans_b); });
   return y;
 }
 
@@ -118,12 +126,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     return reshape(linear(reshape(x, Shape{-1, weight.size(1)}), weight, bias),
                    Shape(out_dims));
   }
-  Tensor y = ops::matmul(x, weight, false, true);
+  const Tensor x_op = product_operand(x), w_op = weight_operand(weight);
+  Tensor y = ops::matmul(x_op, w_op, false, true);
   if (bias.defined()) y = ops::add(y, bias);
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
   record_op(inputs, {&y},
-            [&] { return std::make_shared<LinearBackward>(x, weight, bias.defined()); });
+            [&] { return std::make_shared<LinearBackward>(x_op, w_op, bias.defined()); });
   return y;
 }
 

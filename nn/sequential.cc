@@ -1,6 +1,7 @@
 // Sequential: children "0", "1", ..., list forward through each, PyTorch-style str().
 #include "nn/sequential.h"
 
+#include "autograd/precision.h"
 #include "nn/random_key.h"
 
 #include <sstream>
@@ -55,6 +56,10 @@ Tensors Sequential::forward(const Tensors& inputs) {
   for (size_t i = 0; i < modules_.size(); ++i) {
     LayerScope layer(static_cast<int64_t>(first_layer_ + i));
     x = modules_[i]->forward(x);
+    // 16-bit values between layers under a precision policy (Note [The precision policy]).
+    if (autograd::current_precision() != autograd::Precision::kFloat32) {
+      for (Tensor& t : x) t = autograd::round_to_precision(t);
+    }
   }
   return x;
 }

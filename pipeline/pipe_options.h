@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/precision.h"
 #include "pipeline/schedule/checkpoint_mode.h"
 #include "pipeline/schedule/spec.h"
 #include "pipeline/worker_cpus.h"
@@ -42,6 +43,13 @@ struct PipeOptions {
   /// placement, which cells recompute (schedule/spec.h). The Pipe builds it for each batch's
   /// micro-batch count; StepOptions::schedule replaces it for one step.
   ScheduleSpec schedule = {};
+  /// The dtype the stages' matrix products take their operands in: kFloat32, or kBFloat16 /
+  /// kFloat16 for mixed precision (float32 accumulation, float32 master weights, gradients
+  /// and optimizer; 16-bit values between layers). Every cell runs under
+  /// autograd::PrecisionScope(precision) with its stage's working copies made once per step,
+  /// so a step computes what the un-pipelined model computes under the same scope. Note [The
+  /// precision policy] in autograd/precision.h.
+  autograd::Precision precision = autograd::Precision::kFloat32;
   /// Put every nn::BatchNorm1d in deferred mode: running statistics over the whole
   /// mini-batch, committed once per mini-batch (torchgpipe's deferred_batch_norm).
   bool deferred_batch_norm = false;

@@ -101,6 +101,7 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
   step->loss = std::make_unique<StepLoss>(loss_fn, std::move(target_pieces), sizes,
                                           options.reduction, options.return_outputs);
   step->arguments = options.arguments;
+  step->precision = options_.precision;
   step->random_key = random_key();
   step->random_key.first_sample = options.first_sample;
   if (with_backward) ++random_step_;

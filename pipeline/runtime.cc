@@ -213,8 +213,12 @@ StageFn Runtime::stage_fn(Step& step, int s, int j) {
                                step.arguments, loss);
   // Every draw of the cell's random layers is keyed (Note [Keyed randomness]): the same in
   // its forward and its recompute, and whatever the cut, the worker or the micro-batching.
-  return [run = std::move(run), key = step.microbatch_key(j)](const nn::Tensors& in) {
+  // Under a precision policy the stage's working copies are made by its first cell of the
+  // step and reused by the others and by recomputes (Note [The precision policy]).
+  return [run = std::move(run), key = step.microbatch_key(j), precision = step.precision,
+          copies = &step.working_copies.at(static_cast<size_t>(s))](const nn::Tensors& in) {
     nn::RandomKeyGuard keyed(key);
+    autograd::PrecisionScope scope(precision, copies);
     return run(in);
   };
 }

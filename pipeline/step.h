@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/precision.h"
 #include "nn/arguments.h"
 #include "nn/random_key.h"
 #include "nn/sequential.h"
@@ -64,10 +65,14 @@ class Step {
                                                          // the mini-batch's (Note [Keyed
                                                          // randomness], nn/random_key.h)
   std::vector<nn::Tensors> output_grads;                 // Pipe backward: per micro-batch
+  autograd::Precision precision = autograd::Precision::kFloat32;  // PipeOptions::precision
   const std::chrono::steady_clock::time_point epoch = std::chrono::steady_clock::now();
 
   // ---- written by the owning worker, read by the caller afterwards ----
   std::vector<std::vector<Cell>> cells;                  // [stage][micro-batch]
+  std::vector<autograd::WorkingCopies> working_copies;   // per stage: its parameters' 16-bit
+                                                         // copies under `precision`, made
+                                                         // once per step
   std::vector<nn::Tensors> outputs;                      // last stage, per micro-batch
                                                          // (with a loss: detached copies)
   std::vector<double> losses;                            // with a loss: per micro-batch, read
