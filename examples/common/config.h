@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/precision.h"
 #include "pipeline/schedule/checkpoint_mode.h"
 #include "tensor/device.h"
 
@@ -58,6 +59,9 @@ struct TrainConfig {
   int plan_trials = -1;
   std::vector<Device> devices;            // per worker; empty: cpu:0 .. cpu:(workers-1)
   int threads = 0;                        // intra-op threads per worker; 0: cores / workers
+  // The stages' matrix products in float32 or with bfloat16 / float16 operands and float32
+  // sums (PipeOptions::precision; Note [The precision policy] in autograd/precision.h)
+  autograd::Precision precision = autograd::Precision::kFloat32;
   // Across processes (main() sets `distributed` when started by mpirun): one MPI rank per
   // worker and replica, workers x data_parallel ranks in all (distributed/mpi_processes.h).
   int data_parallel = 1;                  // replicas of the pipeline, each on its batch share

@@ -56,7 +56,9 @@ std::string join_commas(const std::vector<std::string>& parts) {
 }  // namespace
 
 TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config, unsigned groups)
-    : config_(config), checkpoint_(pipeline::to_string(config.checkpoint)) {
+    : config_(config),
+      checkpoint_(pipeline::to_string(config.checkpoint)),
+      precision_(autograd::precision_name(config.precision)) {
   std::vector<std::string> parts;
   for (const Device& d : config.devices) parts.push_back(d.str());
   devices_ = join_commas(parts);
@@ -152,10 +154,15 @@ void TrainFlags::add_pipeline_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--devices", devices_,
                  "Device per worker, comma-separated, e.g. cpu:0,cpu:1 (default cpu:0..)");
   app.add_option("--threads", c.threads, "Intra-op threads per worker (0: cores / workers)");
+  app.add_option("--precision", precision_,
+                 "fp32, or bf16 / fp16: matrix products on 16-bit operands with float32 sums, "
+                 "float32 master weights and optimizer (docs/precision.md)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
 }
 
 void TrainFlags::apply() {
   config_.checkpoint = pipeline::parse_checkpoint(checkpoint_);
+  config_.precision = autograd::precision_from_name(precision_);
   config_.devices.clear();
   const std::vector<std::string> devices = split_commas(devices_);
   for (size_t i = 0; i < devices.size(); ++i) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "autograd/precision.h"
 #include "examples/common/progress.h"
 #include "pipeline/schedule/registry.h"
 
@@ -45,6 +46,7 @@ pipeline::PipeOptions pipe_options(const TrainConfig& config, const std::vector<
                                          .recompute = config.checkpoint}};
   options.seed = config.seed;
   options.threads_per_worker = config.threads;
+  options.precision = config.precision;
   options.processes = std::move(processes);
   return options;
 }
@@ -85,17 +87,24 @@ void print_pipeline_header(std::ostream& out, const TrainConfig& config,
   out << " | balance";
   for (int b : balance) out << " " << b;
   out << " | chunks " << config.chunks << " | schedule " << config.schedule << " | checkpoint "
-      << pipeline::to_string(config.checkpoint) << "\n";
+      << pipeline::to_string(config.checkpoint);
+  if (config.precision != autograd::Precision::kFloat32) {
+    out << " | precision " << autograd::precision_name(config.precision);
+  }
+  out << "\n";
 }
 
 Tensor whole_model_forward(pipeline::Pipe& pipe, const Tensor& x,
                            const distributed::MpiProcesses* processes) {
   if (processes == nullptr) return pipe.forward(x);
+  autograd::PrecisionScope precision(pipe.options().precision);  // as the Pipe's cells run
   Tensor y = x;
   size_t layer = 0;
   for (size_t s = 0; s < pipe.balance().size(); ++s) {
     y = y.to(pipe.stage_devices()[s]);
-    for (int i = 0; i < pipe.balance()[s]; ++i) y = pipe.module()[layer++].forward(y);
+    for (int i = 0; i < pipe.balance()[s]; ++i) {
+      y = autograd::round_to_precision(pipe.module()[layer++].forward(y));  // as Sequential's
+    }
   }
   return y;
 }
