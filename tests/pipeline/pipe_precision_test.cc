@@ -7,6 +7,7 @@
 // the plain model's only by the order in which float32 adds the micro-batches' contributions
 // (bound: m·2^-24 relative, with m <= 8, below 1e-6). With one micro-batch the gradients are
 // bitwise equal too. Checkpointed cells recompute the same values from the same working copies.
+// Messages between stages travel as 16-bit tensors (Note [16-bit messages], runtime.cc).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -121,4 +122,26 @@ TEST_CASE("the policy changes the step, checkpointing does not", "[pipe][precisi
   CHECK(std::abs(bf16.first - fp32.first) < 1e-2 * std::abs(fp32.first));
   CHECK(bf16_recomputed.first == bf16.first);
   CHECK(bitwise_equal(bf16_recomputed.second, bf16.second));
+}
+
+TEST_CASE("under bf16 activations and gradients cross stages in half the bytes",
+          "[pipe][precision]") {
+  const Tensor x = randn({kBatch, kSeq, kDim}, 9), target = randn({kBatch, kSeq, kDim}, 10);
+  auto message_bytes = [&](Precision precision) {
+    Pipe pipe(model(), {.balance = {2, 3, 3}, .devices = cpus(0, 3), .chunks = 2,
+                        .precision = precision});
+    pipe.train_step(x, target, mse);
+    std::vector<int64_t> bytes;
+    for (const TraceTransfer& t : pipe.last_trace().transfers()) bytes.push_back(t.bytes);
+    return bytes;
+  };
+  const std::vector<int64_t> fp32 = message_bytes(Precision::kFloat32);
+  const std::vector<int64_t> bf16 = message_bytes(Precision::kBFloat16);
+  // Each micro-batch: activations 0->1, 1->2 and gradients 2->1, 1->0, [4, 4, 8] each.
+  REQUIRE(fp32.size() == 8);
+  REQUIRE(bf16.size() == fp32.size());
+  for (size_t i = 0; i < fp32.size(); ++i) {
+    CHECK(fp32[i] == 4 * kSeq * kDim * 4);
+    CHECK(bf16[i] == fp32[i] / 2);
+  }
 }
