@@ -133,7 +133,8 @@ TEST_CASE("under bf16 activations and gradients cross stages in half the bytes",
                         .precision = precision});
     pipe.train_step(x, target, mse);
     std::vector<int64_t> bytes;
-    for (const TraceTransfer& t : pipe.last_trace().transfers()) bytes.push_back(t.bytes);
+    const Trace trace = pipe.last_trace();
+    for (const TraceTransfer& t : trace.transfers()) bytes.push_back(t.bytes);
     return bytes;
   };
   const std::vector<int64_t> fp32 = message_bytes(Precision::kFloat32);
