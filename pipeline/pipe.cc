@@ -44,6 +44,7 @@ void refuse_step_only_options(const StepOptions& options) {
   if (options.schedule.has_value()) add("schedule (forward runs GPipe; use train_step)");
   if (!options.target_chunks.empty()) add("target_chunks (forward takes no targets)");
   if (options.reduction != LossReduction::kMean) add("reduction (the loss is the caller's)");
+  if (options.loss_scale != 1.0) add("loss_scale (scale the loss you backpropagate)");
   if (!refused.empty()) {
     throw std::invalid_argument("Pipe::forward: StepOptions fields it cannot honour are set: " +
                                 refused);

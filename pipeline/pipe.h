@@ -51,6 +51,7 @@
 
 #include "nn/arguments.h"
 #include "nn/random_key.h"
+#include "nn/grad_scaler.h"
 #include "nn/sequential.h"
 #include "pipeline/microbatch.h"
 #include "pipeline/pipe_options.h"
@@ -110,6 +111,12 @@ struct StepOptions {
   /// their draws by (Note [Keyed randomness], nn/random_key.h): distributed::train_step sets
   /// it to the replica's first row, so every data-parallel degree draws the same masks.
   int64_t first_sample = 0;
+  /// Multiplies every micro-batch's loss gradient (n_j / N for kMean) by this factor, so every
+  /// gradient of the step comes out scaled by it: nn::GradScaler::scale() for float16 (dynamic
+  /// loss scaling, nn/grad_scaler.h; undo it with unscale_grads). The returned losses are
+  /// unscaled. train_step only: forward and eval_step refuse another value than 1. Throws
+  /// std::invalid_argument unless positive and finite.
+  double loss_scale = 1.0;
 };
 
 class Pipe {
@@ -232,6 +239,15 @@ class Pipe {
   /// forward()'s output). Returns the norm before clipping. Throws std::invalid_argument for
   /// norm_type <= 0 or max_norm < 0 (nn/clip_grad.h), and communication errors.
   double clip_grad_norm(double max_norm, double norm_type = 2.0);
+
+  /// nn::GradScaler::unscale over every parameter this process holds, the finding (an inf or
+  /// NaN gradient anywhere) combined over every stage and, with PipeOptions::processes, every
+  /// process of the pipeline, so that each decides alike before any optimizer steps (a
+  /// data-parallel replica holds the same gradients after a step, so it finds the same). Call
+  /// after train_step(..., {.loss_scale = scaler.scale()}) and before clip_grad_norm and the
+  /// optimizer (scaler.step). Returns the finding. Throws what GradScaler::unscale throws and
+  /// communication errors.
+  bool unscale_grads(nn::GradScaler& scaler);
 
   // ---- the optimizer's step, stage by stage ----
   /// optimizer.step(), with each stage's parameters updated on that stage's worker, all stages

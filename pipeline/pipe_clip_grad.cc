@@ -1,4 +1,5 @@
-// Pipe::clip_grad_norm: the global gradient norm of a model cut into stages.
+// Pipe::clip_grad_norm and Pipe::unscale_grads: the global gradient norm, and the global
+// overflow finding of loss scaling, of a model cut into stages.
 #include <cmath>
 
 #include "nn/clip_grad.h"
@@ -31,6 +32,22 @@ double Pipe::clip_grad_norm(double max_norm, double norm_type) {
   const double norm = nn::norm_from_share(share, norm_type);
   nn::clip_grads_with_norm(local, max_norm, norm);
   return norm;
+}
+
+// Every copy of a tied parameter holds the group's gradient (scaled alike), so each is
+// unscaled; the finding is the maximum over the processes' (1 or 0).
+bool Pipe::unscale_grads(nn::GradScaler& scaler) {
+  nn::Tensors local;
+  for (int s = 0; s < num_stages(); ++s) {
+    if (!runs_stage(s)) continue;
+    const nn::Tensors stage = runtime_->partition(s).parameters();
+    local.insert(local.end(), stage.begin(), stage.end());
+  }
+  Processes* processes = options_.processes.get();
+  if (processes == nullptr) return scaler.unscale(local);
+  return scaler.unscale(local, [processes](double found) {
+    return processes->combine_over_pipeline(found, /*max=*/true);
+  });
 }
 
 }  // namespace pipewright::pipeline

@@ -8,6 +8,7 @@
 // (a one-element tensor) instead of 1: no extra op in the graph, and with uneven micro-batches
 // (7 rows in 4 chunks: 2,2,2,1) the parameter gradients still equal the whole-batch ones.
 // A loss_fn that sums over its micro-batch (LossReduction::kSum) needs weight 1: L = Σ_j loss_j.
+#include <cmath>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -30,6 +31,19 @@ namespace {
 void check_defined(const Tensor& input, const Tensor& target) {
   if (!input.defined() || !target.defined()) {
     throw std::invalid_argument("train_step: input and target must be defined");
+  }
+}
+
+/// StepOptions::loss_scale: positive and finite; 1 for eval_step (no backward to scale).
+void check_loss_scale(const char* what, double scale, bool with_backward) {
+  if (!with_backward && scale != 1.0) {
+    throw std::invalid_argument(std::string(what) + ": StepOptions::loss_scale is " +
+                                std::to_string(scale) +
+                                ", but an evaluation runs no backward to scale; leave it 1");
+  }
+  if (!(scale > 0) || std::isinf(scale)) {
+    throw std::invalid_argument(std::string(what) + ": StepOptions::loss_scale must be "
+                                "positive and finite, got " + std::to_string(scale));
   }
 }
 
@@ -63,6 +77,7 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
   check_not_moved_from();
   const char* what = with_backward ? "train_step" : "eval_step";
   if (!loss_fn) throw std::invalid_argument(std::string(what) + ": loss_fn is empty");
+  check_loss_scale(what, options.loss_scale, with_backward);
   MicroBatches batches = scatter(inputs, options.input_chunks, options_.chunks);
   std::vector<nn::Tensors> target_pieces =
       split_to(targets, options.target_chunks, batches.sizes, "target");
@@ -99,7 +114,8 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
     for (Tensor& t : piece) t = t.defined() ? t.to(last_device) : t;
   }
   step->loss = std::make_unique<StepLoss>(loss_fn, std::move(target_pieces), sizes,
-                                          options.reduction, options.return_outputs);
+                                          options.reduction, options.return_outputs,
+                                          options.loss_scale);
   step->arguments = options.arguments;
   step->precision = options_.precision;
   step->random_key = random_key();

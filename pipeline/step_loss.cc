@@ -20,11 +20,13 @@ TupleLossFn as_tuple_loss(const LossFn& loss_fn) {
 }
 
 StepLoss::StepLoss(TupleLossFn loss_fn, std::vector<nn::Tensors> targets,
-                   std::vector<int64_t> sizes, LossReduction reduction, bool keep_outputs)
+                   std::vector<int64_t> sizes, LossReduction reduction, bool keep_outputs,
+                   double loss_scale)
     : loss_fn_(std::move(loss_fn)),
       targets_(std::move(targets)),
       sizes_(std::move(sizes)),
       batch_size_(std::accumulate(sizes_.begin(), sizes_.end(), int64_t{0})),
+      loss_scale_(loss_scale),
       reduction_(reduction),
       keep_outputs_(keep_outputs),
       values_(sizes_.size()),
@@ -39,7 +41,8 @@ void StepLoss::made(int j, const Tensor& loss, bool with_backward) {
   const auto i = static_cast<size_t>(j);
   values_.at(i) = loss.detach();  // read with the step's other values at its end
   if (with_backward) {
-    grads_.at(i) = Tensor::full(loss.shape(), scale(j), {loss.dtype(), loss.device()});
+    grads_.at(i) =
+        Tensor::full(loss.shape(), scale(j) * loss_scale_, {loss.dtype(), loss.device()});
   }
 }
 

@@ -29,15 +29,16 @@ class StepLoss {
  public:
   /// `targets[j]`: micro-batch j's targets, on the last stage's device; `sizes[j]`: its rows.
   /// `keep_outputs`: also keep the last stage's outputs, detached (StepOptions::return_outputs).
+  /// `loss_scale`: StepOptions::loss_scale, multiplying every gradient made().
   StepLoss(TupleLossFn loss_fn, std::vector<nn::Tensors> targets, std::vector<int64_t> sizes,
-           LossReduction reduction, bool keep_outputs);
+           LossReduction reduction, bool keep_outputs, double loss_scale = 1.0);
 
   /// What the last stage's cell of micro-batch j computes after its layers; `outputs`
   /// receives the outputs when they are kept.
   StageLoss stage_loss(int j, nn::Tensors& outputs) const;
   /// Micro-batch j's loss, as the last stage's forward made it: kept on its device until the
   /// step's end (Note [One read per step]), and, `with_backward`, the gradient its backward
-  /// starts from, scale(j) (Note [Loss scaling]).
+  /// starts from, scale(j) times the loss scale (Note [Loss scaling]).
   void made(int j, const Tensor& loss, bool with_backward);
   /// Remembers that `where` made micro-batch j's loss (after that action succeeded).
   void made_by(int j, const ActionSite& where) { sites_.at(static_cast<size_t>(j)) = where; }
@@ -58,6 +59,7 @@ class StepLoss {
   std::vector<nn::Tensors> targets_;
   std::vector<int64_t> sizes_;
   int64_t batch_size_ = 0;
+  double loss_scale_ = 1.0;
   LossReduction reduction_;
   bool keep_outputs_;
   nn::Tensors values_;     // each loss, detached, on the last stage's device

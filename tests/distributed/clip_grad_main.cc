@@ -2,7 +2,9 @@
 // equals nn::clip_grad_norm on the un-pipelined model, for GPipe, 1F1B and ZB-V, with and
 // without data-parallel replicas. Each rank computes the reference itself (same seed, the
 // whole batch, one process) and compares the norm (every rank gets the whole pipeline's)
-// and the clipped gradients of the stages it owns.
+// and the clipped gradients of the stages it owns. Loss scaling: a step scaled by
+// StepOptions::loss_scale and unscaled by Pipe::unscale_grads gives the reference's
+// gradients, and an overflow in stage 0's gradients alone is found by every rank.
 //
 //   mpirun -np 2 clip_grad_main 1      (2 workers, 1 replica)
 //   mpirun -np 4 clip_grad_main 2      (2 workers x 2 replicas)
@@ -17,6 +19,7 @@
 #include "distributed/mpi.h"
 #include "distributed/mpi_processes.h"
 #include "nn/clip_grad.h"
+#include "nn/grad_scaler.h"
 #include "nn/loss.h"
 #include "nn/transformer.h"
 #include "pipeline/pipe.h"
@@ -115,6 +118,55 @@ void run(const std::string& schedule, int virtual_stages, int workers, int repli
   }
 }
 
+void run_loss_scaling(int workers, int replicas) {
+  const std::string where = "loss scaling (" + std::to_string(workers) + " workers x " +
+                            std::to_string(replicas) + " replicas)";
+  std::vector<Device> devices;
+  for (int w = 0; w < workers; ++w) devices.push_back(Device::cpu(w));
+  auto processes = std::make_shared<distributed::MpiProcesses>(MPI_COMM_WORLD, workers, replicas,
+                                                               workers);
+  pipeline::Pipe pipe(model(), {.balance = std::vector<int>(static_cast<size_t>(workers),
+                                                            4 / workers),
+                                .devices = devices,
+                                .chunks = 2,
+                                .schedule = {.name = "1f1b"},
+                                .threads_per_worker = 1,
+                                .processes = processes});
+  nn::Sequential plain = model();
+  const int64_t n = 4 * replicas;
+  Tensor x = Tensor::empty({n, 5, 16}), y = Tensor::empty({n, 5, 16});
+  Generator(23).normal_(x);
+  Generator(24).normal_(y);
+  const pipeline::LossFn loss_fn = [](const Tensor& out, const Tensor& t) {
+    return nn::mse_loss(out, t);
+  };
+  nn::mse_loss(plain.forward(x), y).backward();
+  nn::GradScaler scaler({.init_scale = 1024.0});
+  distributed::train_step(pipe, x, y, loss_fn, {.loss_scale = scaler.scale()});
+  expect(!pipe.unscale_grads(scaler), where + ": found an overflow in a clean step");
+  const int stage = processes->worker();  // one stage per worker, stage s on worker s
+  const nn::Tensors p = pipe.partitions()[static_cast<size_t>(stage)].parameters();
+  const nn::Tensors q = plain.slice(static_cast<size_t>(stage) * (4 / workers),
+                                    static_cast<size_t>(stage + 1) * (4 / workers))
+                            .parameters();
+  for (size_t i = 0; i < p.size(); ++i) {
+    expect(p[i].grad().defined() && rel_diff(p[i].grad(), q[i].grad()) <= 1e-5,
+           where + ": stage " + std::to_string(stage) + " unscaled gradient " +
+               std::to_string(i));
+  }
+  scaler.update();
+
+  pipe.zero_grad();
+  distributed::train_step(pipe, x, y, loss_fn, {.loss_scale = scaler.scale()});
+  if (stage == 0) {  // every replica's stage 0, as an all-reduced overflow would be
+    Tensor w = p.at(0);
+    std::vector<float> g = w.grad().to_vector<float>();
+    g[0] = INFINITY;
+    w.set_grad(Tensor::from_vector(g, w.shape()));
+  }
+  expect(pipe.unscale_grads(scaler), where + ": stage 0's overflow not found on this rank");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -127,6 +179,7 @@ int main(int argc, char** argv) {
     run("1f1b", 1, workers, replicas, norm_type);
     run("zb-v", 2, workers, replicas, norm_type);
   }
+  run_loss_scaling(workers, replicas);
   if (failures == 0) std::cout << "rank " << rank << ": all clip_grad_norm comparisons passed\n";
   return failures == 0 ? 0 : 1;
 }

@@ -12,12 +12,15 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "autograd/functions.h"
+#include "nn/grad_scaler.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
+#include "nn/optim.h"
 #include "nn/transformer.h"
 #include "pipeline/pipe.h"
 #include "tensor/generator.h"
@@ -146,4 +149,72 @@ TEST_CASE("under bf16 activations and gradients cross stages in half the bytes",
     CHECK(fp32[i] == 4 * kSeq * kDim * 4);
     CHECK(bf16[i] == fp32[i] / 2);
   }
+}
+
+TEST_CASE("loss_scale scales every gradient exactly; unscale_grads undoes it", "[pipe][precision]") {
+  const Tensor x = randn({kBatch, kSeq, kDim}, 11), target = randn({kBatch, kSeq, kDim}, 12);
+  auto pipe_of = [] {
+    return Pipe(model(), {.balance = {2, 3, 3}, .devices = cpus(0, 3), .chunks = 4,
+                          .schedule = {.name = "zb-h1"}, .precision = Precision::kBFloat16});
+  };
+  Pipe plain = pipe_of(), scaled = pipe_of();
+  const StepResult want = plain.train_step(x, target, mse);
+  nn::GradScaler scaler;  // 2^16: a power of two, so scaling and unscaling are exact
+  const StepResult got = scaled.train_step(x, target, mse, {.loss_scale = scaler.scale()});
+  CHECK(got.microbatch_losses == want.microbatch_losses);  // the losses are unscaled
+  CHECK_FALSE(scaled.unscale_grads(scaler));
+  CHECK(bitwise_equal(grads_of(scaled.module()), grads_of(plain.module())));
+}
+
+TEST_CASE("an overflow in one stage's gradients skips the step on every stage",
+          "[pipe][precision]") {
+  const Tensor x = randn({kBatch, kSeq, kDim}, 13), target = randn({kBatch, kSeq, kDim}, 14);
+  Pipe pipe(model(), {.balance = {4, 4}, .devices = cpus(0, 2), .chunks = 4,
+                      .schedule = {.name = "1f1b"}, .precision = Precision::kFloat16});
+  nn::Adam adam(pipe.parameters(), {.lr = 0.01});
+  nn::GradScaler scaler;
+  pipe.train_step(x, target, mse, {.loss_scale = scaler.scale()});
+  REQUIRE(scaler.step(adam));  // (unscaled there) a clean first step: Adam has state
+  scaler.update();
+  adam.zero_grad();
+
+  pipe.train_step(x, target, mse, {.loss_scale = scaler.scale()});
+  // Stage 0's first weight overflowed in one element; stage 1's gradients are all finite.
+  Tensor w = pipe.module()[0].parameters().at(0);
+  std::vector<float> g = w.grad().to_vector<float>();
+  g[3] = std::numeric_limits<float>::infinity();
+  w.set_grad(Tensor::from_vector(g, w.shape()));
+  const nn::NamedTensors params_before = params_of(pipe.module());
+  const nn::NamedTensors state_before = adam.state_dict();
+  CHECK(pipe.unscale_grads(scaler));
+  CHECK_FALSE(scaler.step(adam));
+  CHECK(bitwise_equal(params_of(pipe.module()), params_before));
+  CHECK(bitwise_equal(adam.state_dict(), state_before));
+  scaler.update();
+  CHECK(scaler.scale() == 32768.0);
+}
+
+TEST_CASE("under fp16 a scale too large overflows the 16-bit gradients, and is found",
+          "[pipe][precision]") {
+  const Tensor x = randn({kBatch, kSeq, kDim}, 15), target = randn({kBatch, kSeq, kDim}, 16);
+  auto finds_overflow = [&](double scale) {
+    Pipe pipe(model(), {.balance = {4, 4}, .devices = cpus(0, 2), .chunks = 2,
+                        .precision = Precision::kFloat16});
+    nn::GradScaler scaler({.init_scale = scale});
+    pipe.train_step(x, target, mse, {.loss_scale = scaler.scale()});
+    return pipe.unscale_grads(scaler);
+  };
+  CHECK_FALSE(finds_overflow(65536.0));
+  CHECK(finds_overflow(std::ldexp(1.0, 40)));  // float16's largest value is 65504
+}
+
+TEST_CASE("loss_scale is refused where nothing would be scaled, and when not positive",
+          "[pipe][precision]") {
+  Pipe pipe(model(), {.balance = {4, 4}, .devices = cpus(0, 2), .chunks = 2});
+  const Tensor x = randn({kBatch, kSeq, kDim}, 17), target = randn({kBatch, kSeq, kDim}, 18);
+  CHECK_THROWS_WITH(pipe.forward({x}, {.loss_scale = 2.0}), Catch::Contains("loss_scale"));
+  CHECK_THROWS_WITH(pipe.eval_step(x, target, mse, {.loss_scale = 2.0}),
+                    Catch::Contains("loss_scale is 2"));
+  CHECK_THROWS_WITH(pipe.train_step(x, target, mse, {.loss_scale = 0.0}),
+                    Catch::Contains("positive and finite"));
 }
