@@ -268,6 +268,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
   auto meter = std::make_unique<PipelineMeter>(workers, processes.get());
   double loss_sum = 0, train_seconds = 0;
   int64_t steps_since = 0;
+  nn::GradScaler scaler = grad_scaler_for(run);  // --precision fp16
   for (int64_t step = first_step; step < last_step; ++step) {
     const auto start = Clock::now();
     schedule.set_last_step(step);
@@ -277,14 +278,14 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
     const bool trace_now = tracer.before(step - first_step + 1);
     if (plan) step_peaks.before_step();
     const auto step_start = Clock::now();
-    const pipeline::StepResult r = train_one_step(pipe, processes.get(), x, y, loss_fn, log);
+    const pipeline::StepResult r = train_one_step(pipe, processes.get(), x, y, loss_fn, log,
+                                                  {.loss_scale = scaler.scale()});
     if (plan && step > first_step) {
       planned_step_seconds += seconds_since(step_start);
       ++planned_steps;
       step_peaks.after_step();
     }
-    if (config.grad_clip > 0) pipe.clip_grad_norm(config.grad_clip);
-    pipe.step(optimizer);  // each stage's parameters on its worker
+    optimizer_step(pipe, optimizer, scaler, config.grad_clip);
     train_seconds += seconds_since(start);
     if (trace_now) tracer.after(r);
     meter->add(r);

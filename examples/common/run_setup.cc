@@ -111,14 +111,29 @@ Tensor whole_model_forward(pipeline::Pipe& pipe, const Tensor& x,
 
 pipeline::StepResult train_one_step(pipeline::Pipe& pipe, distributed::MpiProcesses* processes,
                                     const Tensor& input, const Tensor& target,
-                                    const pipeline::LossFn& loss_fn, std::ostream& log) {
+                                    const pipeline::LossFn& loss_fn, std::ostream& log,
+                                    const pipeline::StepOptions& options) {
   try {
-    if (processes) return distributed::train_step(pipe, input, target, loss_fn);
-    return pipe.train_step(input, target, loss_fn);
+    if (processes) return distributed::train_step(pipe, input, target, loss_fn, options);
+    return pipe.train_step(input, target, loss_fn, options);
   } catch (...) {  // the exception is unchanged; say where in the pipeline it began
     if (auto failure = pipe.last_failure()) log << "\nstep failed at " << failure->str() << "\n";
     throw;
   }
+}
+
+bool optimizer_step(pipeline::Pipe& pipe, nn::Optimizer& optimizer, nn::GradScaler& scaler,
+                    double grad_clip) {
+  pipe.unscale_grads(scaler);  // before clipping: the threshold is for the true gradients
+  if (grad_clip > 0) pipe.clip_grad_norm(grad_clip);
+  const bool steps = !scaler.found_inf();
+  if (steps) pipe.step(optimizer);  // each stage's parameters on its worker
+  scaler.update();
+  return steps;
+}
+
+nn::GradScaler grad_scaler_for(const TrainConfig& config) {
+  return nn::GradScaler({.enabled = config.precision == autograd::Precision::kFloat16});
 }
 
 StepTracer::StepTracer(const TrainConfig& config, distributed::MpiProcesses* processes)

@@ -10,6 +10,8 @@
 
 #include "distributed/mpi_processes.h"
 #include "examples/common/config.h"
+#include "nn/grad_scaler.h"
+#include "nn/optimizer.h"
 #include "pipeline/pipe.h"
 #include "pipeline/planner/planner.h"
 
@@ -61,7 +63,18 @@ Tensor whole_model_forward(pipeline::Pipe& pipe, const Tensor& x,
 /// unchanged.
 pipeline::StepResult train_one_step(pipeline::Pipe& pipe, distributed::MpiProcesses* processes,
                                     const Tensor& input, const Tensor& target,
-                                    const pipeline::LossFn& loss_fn, std::ostream& log);
+                                    const pipeline::LossFn& loss_fn, std::ostream& log,
+                                    const pipeline::StepOptions& options = {});
+
+/// The step's end after train_one_step(..., {.loss_scale = scaler.scale()}): the gradients
+/// unscaled (--precision fp16; a disabled scaler does nothing), clipped to `grad_clip` when
+/// positive, and the optimizer's step on every stage unless a gradient overflowed somewhere in
+/// the pipeline (nn/grad_scaler.h); then the scale updated. Returns whether it stepped.
+bool optimizer_step(pipeline::Pipe& pipe, nn::Optimizer& optimizer, nn::GradScaler& scaler,
+                    double grad_clip = 0.0);
+
+/// A GradScaler that scales float16 runs only (torch.amp.GradScaler's defaults).
+nn::GradScaler grad_scaler_for(const TrainConfig& config);
 
 /// --trace / --trace-step: the Chrome trace of the run's trace_step-th step (across
 /// processes one trace, a process per rank, written by rank 0).

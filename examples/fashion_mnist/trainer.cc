@@ -287,6 +287,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   int64_t planned_steps = 0;
   StepPeaks step_peaks({devices.begin(), devices.begin() + config.workers});  // and its peaks
   const int last_epoch = config.stop_after > 0 ? std::min(config.stop_after, config.epochs) : config.epochs;
+  nn::GradScaler scaler = grad_scaler_for(config);  // --precision fp16
   for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
     EpochStats stats;
     PipelineMeter meter({devices.begin(), devices.begin() + config.workers}, processes.get());
@@ -308,14 +309,15 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       if (plan) step_peaks.before_step();
       const auto step_start = Clock::now();
       const pipeline::StepResult step = train_one_step(pipe, processes.get(), input, target,
-                                                       loss_fn, log);
+                                                       loss_fn, log,
+                                                       {.loss_scale = scaler.scale()});
       // The steady state's full mini-batches (not the run's first step) time the plan.
       if (plan && (epoch > first_epoch || steps > 0) && input.size(0) == config.batch_size) {
         planned_step_seconds += seconds_since(step_start);
         ++planned_steps;
         step_peaks.after_step();
       }
-      pipe.step(*optimizer);  // each stage's parameters on its worker
+      optimizer_step(pipe, *optimizer, scaler);
       if (trace_now) tracer.after(step);
       stats.step_losses.push_back(step.loss);
       loss_sum += step.loss * static_cast<double>(batch.size());
