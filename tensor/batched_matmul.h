@@ -13,7 +13,8 @@ namespace pipewright::ops {
 /// of them 1; a missing dim counts as 1): a [B, H, T, D] · b [D, E] multiplies every matrix of a
 /// by the one b. An operand whose leading dims are all 1 is shared without a copy (a stride-0
 /// batch), one whose leading dims equal the result's is used as it is, any other broadcast
-/// is materialised. Float32 / float64, one device; the CPU runs each product through the GEMM
+/// is materialised. Float32 / float64, or two bfloat16 / float16 operands giving float32 (as
+/// ops::matmul), one device; the CPU runs each product through the GEMM
 /// backend (OpenBLAS), CUDA through cuBLAS's strided-batched GEMM.
 /// Throws std::invalid_argument naming both shapes and flags when an operand has rank < 2,
 /// the inner sizes differ or the leading dims do not broadcast; and as ops::matmul for

@@ -68,9 +68,13 @@ Tensor mean(const Tensor& x);
 // ---- linear algebra ----
 /// op(a) · op(b) for 2-D a, b; op(x) = xᵀ when the flag is set (no transposed copy is made).
 /// Shapes: op(a) [M, K], op(b) [K, N] -> [M, N]; throws std::invalid_argument naming both
-/// shapes and flags when the inner sizes differ.
+/// shapes and flags when the inner sizes differ, and both when the dtypes or devices differ.
+/// Dtypes: float32 or float64 give their own; two bfloat16 or two float16 operands give float32,
+/// products and sums in float32 (mixed precision: cuBLAS's GemmEx with CUBLAS_COMPUTE_32F; the
+/// CPU widens them exactly and runs the float32 GEMM).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
-/// c = alpha * op(a)·op(b) + beta * c, in place (c contiguous [M, N]).
+/// c = alpha * op(a)·op(b) + beta * c, in place (c contiguous [M, N]; float32 for 16-bit a, b,
+/// else their dtype).
 void gemm_(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
            double alpha = 1.0, double beta = 0.0);
 
