@@ -2,7 +2,12 @@
 // Each applies an Eigen array expression to contiguous ranges, split across intra-op threads.
 #include <unsupported/Eigen/SpecialFunctions>
 
+#if defined(__F16C__) && defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/cpu/common.h"
@@ -108,6 +113,55 @@ void copy_strided(const Tensor& src, Tensor& dst) {
   dispatch_any(src.dtype(), [&](auto zero) { copy_strided_typed<decltype(zero)>(src, dst); });
 }
 
+namespace {
+
+// Note [float16 conversions with F16C]
+// x86-64-v3 has F16C: vcvtps2ph rounds 8 floats to float16 at once, to nearest even, and
+// vcvtph2ps widens 8 exactly, both IEEE 754 conversions as tensor/half.h's scalar rules are.
+// They differ from those rules on NaN only (the hardware keeps a NaN's payload and quiets it),
+// so NaN lanes are rewritten to the scalar rules' patterns: float16 sign | 0x7E00, float32
+// sign | 0x7F800000 | payload << 13. The scalar loop converts the tail, and everything on a
+// build without F16C.
+void float16_from_float(const float* s, Half* d, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX2__)
+  const __m128i quiet_nan = _mm_set1_epi16(0x7E00), sign = _mm_set1_epi16(static_cast<short>(0x8000));
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(s + i);
+    __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 nan32 = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(_mm256_castps_si256(nan32)),
+                                          _mm256_extracti128_si256(_mm256_castps_si256(nan32), 1));
+    h = _mm_blendv_epi8(h, _mm_or_si128(_mm_and_si128(h, sign), quiet_nan), nan16);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), h);
+  }
+#endif
+  for (; i < n; ++i) d[i] = Half(s[i]);
+}
+
+void float_from_float16(const Half* s, float* d, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX2__)
+  const __m256i exponent = _mm256_set1_epi32(0x7C00), low16 = _mm256_set1_epi32(0xFFFF);
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    __m256i f = _mm256_castps_si256(_mm256_cvtph_ps(h));
+    const __m256i h32 = _mm256_and_si256(_mm256_cvtepu16_epi32(h), low16);
+    // inf and NaN lanes: sign << 16 | 0x7F800000 | mantissa << 13, as the scalar rule.
+    const __m256i special = _mm256_cmpeq_epi32(_mm256_and_si256(h32, exponent), exponent);
+    const __m256i scalar = _mm256_or_si256(
+        _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x8000)), 16),
+                        _mm256_set1_epi32(0x7F800000)),
+        _mm256_slli_epi32(_mm256_and_si256(h32, _mm256_set1_epi32(0x3FF)), 13));
+    f = _mm256_blendv_epi8(f, scalar, special);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), f);
+  }
+#endif
+  for (; i < n; ++i) d[i] = static_cast<float>(s[i]);
+}
+
+}  // namespace
+
 // A 16-bit side converts through float32 (tensor/half.h: the rounding every device shares).
 void cast(const Tensor& src, Tensor& dst) {
   dispatch_any(src.dtype(), [&](auto src_zero) {
@@ -117,7 +171,11 @@ void cast(const Tensor& src, Tensor& dst) {
       const S* s = src.data<S>();
       D* d = dst.data<D>();
       parallel_for(src.numel(), 1, [&](int64_t b, int64_t e) {
-        if constexpr (is_half_type<S> || is_half_type<D>) {
+        if constexpr (std::is_same_v<S, float> && std::is_same_v<D, Half>) {
+          float16_from_float(s + b, d + b, e - b);  // Note [float16 conversions with F16C]
+        } else if constexpr (std::is_same_v<S, Half> && std::is_same_v<D, float>) {
+          float_from_float16(s + b, d + b, e - b);
+        } else if constexpr (is_half_type<S> || is_half_type<D>) {
           for (int64_t i = b; i < e; ++i) d[i] = D(static_cast<float>(s[i]));
         } else {
           out<D>(dst).segment(b, e - b) = in<S>(src).segment(b, e - b).template cast<D>();

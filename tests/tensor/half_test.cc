@@ -122,6 +122,37 @@ TEST_CASE("float32 rounds to the nearest float16, ties to even, past 65520 to in
   REQUIRE(checked > 250000);
 }
 
+TEST_CASE("the CPU kernel's to(float16) and back, vectorised, follow the scalar rules bit for "
+          "bit, NaN included") {
+  // Every float16 pattern widened (lengths not a multiple of 8 run the scalar tail too).
+  std::vector<Half> all(65536 + 5);
+  for (uint32_t b = 0; b < all.size(); ++b) all[b] = Half::from_bits(static_cast<uint16_t>(b));
+  const Tensor h = Tensor::from_vector(all, Shape{static_cast<int64_t>(all.size())});
+  const Tensor wide = h.to(DType::kFloat32);
+  const auto* w = static_cast<const uint32_t*>(wide.raw_data());
+  for (size_t i = 0; i < all.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(w[i] == bits_of(static_cast<float>(all[i])));
+  }
+  // Rounding: the probes around every float16 value and its midpoints, every NaN kind, and the
+  // float16 patterns' own floats.
+  std::vector<double> values;
+  for (uint32_t b = 0; b <= 0x7BFF; ++b) values.push_back(float16_value(static_cast<uint16_t>(b)));
+  std::vector<float> x = probes(values);
+  for (float f : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                  std::numeric_limits<float>::signaling_NaN(), float_of(0x7F800001u),
+                  float_of(0xFFC12345u), INFINITY, -INFINITY, 1e-45f, -1e-45f}) {
+    x.push_back(f);
+  }
+  for (float f : wide.to_vector<float>()) x.push_back(f);
+  const Tensor narrow = Tensor::from_vector(x, Shape{static_cast<int64_t>(x.size())})
+                            .to(DType::kFloat16);
+  const auto* n = static_cast<const uint16_t*>(narrow.raw_data());
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < x.size(); ++i) mismatches += n[i] != Half(x[i]).bits;
+  REQUIRE(mismatches == 0);
+}
+
 TEST_CASE("float32 rounds to the nearest bfloat16, ties to even, past its largest to infinity") {
   std::vector<double> values;  // positive finite bfloat16 values, ascending (0..0x7F7F)
   for (uint32_t h = 0; h <= 0x7F7F; ++h) values.push_back(float_of(h << 16));
