@@ -29,8 +29,8 @@
 // and multiplied by the float32 GEMM. That is the product cuBLAS's GemmEx computes with
 // CUBLAS_COMPUTE_32F (each product of two 16-bit values is exact in float32, the sums are
 // float32), up to the order of the sums; widening costs O(MK + KN) beside the O(MNK) product.
-// The CPU gets no speed from 16 bits this way, only the numerics (issue 41, part 6 measures
-// oneDNN's bf16 kernels against this).
+// The CPU gets the numerics of 16 bits this way, not their speed: a bf16 GEMM kernel
+// (AVX512-BF16 / AMX) has yet to be measured against it.
 #include "tensor/cpu/gemm.h"
 
 #include <cblas.h>
