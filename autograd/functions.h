@@ -15,6 +15,7 @@
 //   activation_ops.h  gelu (exact / tanh), erf
 //   layer_norm.h   layer_norm, rms_norm (B/W split)
 //   embedding.h    embedding (padding_idx; W half only)
+//   attention.h    scaled_dot_product_attention (tiled: never stores the scores)
 //
 // Each op: same semantics and errors as the tensor/ops.h op of the same name (PyTorch's), and
 // when grad mode is on and an input requires grad, records a Node whose backward computes
@@ -22,6 +23,7 @@
 #pragma once
 
 #include "autograd/activation_ops.h"
+#include "autograd/attention.h"
 #include "autograd/batch_norm.h"
 #include "autograd/batched_matmul.h"
 #include "autograd/dropout.h"

@@ -3,10 +3,13 @@
 // PyTorch eager (bench/peers/torch_transformer_block.py; both run interleaved by
 // bench/peers/transformer_compare.py, results in docs/BENCHMARKS.md, "Transformer block").
 //
-//   block/fused           nn::TransformerBlock, attention weights by causal_softmax (default)
-//   block/reference       the same with AttentionKernel::kReference (mul, masked_fill, softmax)
-//   attention/fused       nn::CausalSelfAttention alone
-//   attention/reference
+//   block/kernel:0        nn::TransformerBlock, attention weights by causal_softmax (kFused,
+//                         the default)
+//   block/kernel:1        the same with AttentionKernel::kReference (mul, masked_fill, softmax)
+//   block/kernel:2        the same with AttentionKernel::kFlash (tiled; no [B, H, T, T] tensor)
+//   attention/kernel:K    nn::CausalSelfAttention alone, the same three kernels
+//   long/kernel:K/T:T     nn::CausalSelfAttention at B = 2 and T = 256, 1024 (tokens per step
+//                         4 and 16 times fewer than T: the scores' T² shows), fused and flash
 //   parts/...             the block's pieces alone (forward + backward of each), to see where
 //                         the time goes: layer_norm, gelu, the MLP, causal_softmax, the two
 //                         batched products of attention
@@ -39,7 +42,8 @@ Tensor randn(const Shape& shape, uint64_t seed, bool requires_grad = false) {
 
 /// Runs forward(x) and its backward from a fixed gradient per iteration.
 template <class Forward>
-void run(benchmark::State& state, nn::Module* module, const Shape& shape, Forward forward) {
+void run(benchmark::State& state, nn::Module* module, const Shape& shape, Forward forward,
+         int64_t tokens = kBatch * kSeq) {
   const Tensor x = randn(shape, 1, /*requires_grad=*/true);
   Tensor y = forward(x);
   const Tensor g = randn(y.shape(), 2);
@@ -51,12 +55,15 @@ void run(benchmark::State& state, nn::Module* module, const Shape& shape, Forwar
     autograd::backward({y}, {g});
   }
   state.counters["tokens/s"] = benchmark::Counter(
-      static_cast<double>(kBatch * kSeq) * static_cast<double>(state.iterations()),
+      static_cast<double>(tokens) * static_cast<double>(state.iterations()),
       benchmark::Counter::kIsRate);
 }
 
 nn::AttentionKernel kernel_of(const benchmark::State& state) {
-  return state.range(0) == 0 ? nn::AttentionKernel::kFused : nn::AttentionKernel::kReference;
+  const nn::AttentionKernel kernels[] = {nn::AttentionKernel::kFused,
+                                         nn::AttentionKernel::kReference,
+                                         nn::AttentionKernel::kFlash};
+  return kernels[state.range(0)];
 }
 
 void BM_Block(benchmark::State& state) {
@@ -72,6 +79,15 @@ void BM_Attention(benchmark::State& state) {
   nn::CausalSelfAttention attention(kDim, kHeads, {.kernel = kernel_of(state)});
   run(state, &attention, {kBatch, kSeq, kDim},
       [&](const Tensor& x) { return attention.forward(x); });
+}
+
+void BM_LongAttention(benchmark::State& state) {
+  Generator generator(0);
+  GeneratorGuard guard(generator);
+  nn::CausalSelfAttention attention(kDim, kHeads, {.kernel = kernel_of(state)});
+  const int64_t batch = 2, seq = state.range(1);
+  run(state, &attention, {batch, seq, kDim},
+      [&](const Tensor& x) { return attention.forward(x); }, batch * seq);
 }
 
 void BM_LayerNorm(benchmark::State& state) {
@@ -104,8 +120,11 @@ void BM_AttentionProducts(benchmark::State& state) {  // q·kᵀ then (·)·v, a
 
 #define PW_TRANSFORMER_BENCH(fn, name) \
   BENCHMARK(fn)->Name(name)->Unit(benchmark::kMillisecond)->UseRealTime()
-PW_TRANSFORMER_BENCH(BM_Block, "block")->ArgName("reference")->Arg(0)->Arg(1);
-PW_TRANSFORMER_BENCH(BM_Attention, "attention")->ArgName("reference")->Arg(0)->Arg(1);
+PW_TRANSFORMER_BENCH(BM_Block, "block")->ArgName("kernel")->DenseRange(0, 2);
+PW_TRANSFORMER_BENCH(BM_Attention, "attention")->ArgName("kernel")->DenseRange(0, 2);
+PW_TRANSFORMER_BENCH(BM_LongAttention, "long")
+    ->ArgNames({"kernel", "T"})
+    ->ArgsProduct({{0, 2}, {256, 1024}});
 PW_TRANSFORMER_BENCH(BM_LayerNorm, "parts/layer_norm");
 PW_TRANSFORMER_BENCH(BM_Gelu, "parts/gelu");
 PW_TRANSFORMER_BENCH(BM_Mlp, "parts/mlp");

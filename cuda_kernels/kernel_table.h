@@ -16,6 +16,8 @@
 //   index_select.cu   index_select (src of any dtype)
 //   optim.cu          sgd_step, adam_step
 //   gemm.cc           gemm_batched (cuBLAS strided-batched)
+//   attention.cu      flash_attention, flash_attention_backward (also bfloat16 / float16
+//                     inputs, float32 results; head dim <= 256)
 //   masking.cu        masked_fill (also int64), triangular (also int64), causal_softmax,
 //                     causal_softmax_backward
 //   index_add.cu      index_add (waits for its stream to check its indices)

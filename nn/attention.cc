@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "autograd/attention.h"
 #include "autograd/batched_matmul.h"
 #include "autograd/elementwise.h"
 #include "autograd/masking.h"
@@ -50,18 +51,46 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
                v = ag::reshape(parts[2], heads_shape);
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  Tensor scores = ag::batched_matmul(q, k, false, /*trans_b=*/true);  // [B, H, T, T]
-  Tensor weights;
-  if (options_.kernel == AttentionKernel::kFused) {
-    weights = ag::causal_softmax(scores, scale);
+  const bool weights_dropout = attn_dropout_->is_training() && attn_dropout_->p() > 0.0;
+  Tensor y;
+  if (options_.kernel == AttentionKernel::kFlash && !weights_dropout) {
+    y = ag::scaled_dot_product_attention(q, k, v, /*causal=*/true, scale);  // [B, H, T, D]
   } else {
-    const Tensor mask = ops::causal_mask(t, t, {x.dtype(), x.device()});
-    weights = ag::softmax(ag::masked_fill(ag::mul(scores, scale), mask,
-                                          -std::numeric_limits<double>::infinity()));
+    y = ag::batched_matmul(attn_dropout_->forward(attention_weights(q, k, scale)), v);
   }
-  Tensor y = ag::batched_matmul(attn_dropout_->forward(weights), v);  // [B, H, T, D]
   y = ag::reshape(ag::contiguous(ag::transpose(y, 1, 2)), Shape{b, t, dim_});
   return resid_dropout_->forward(c_proj_->forward(y));
+}
+
+Tensor CausalSelfAttention::attention_weights(const Tensor& q, const Tensor& k,
+                                              double scale) const {
+  namespace ag = autograd;
+  Tensor scores = ag::batched_matmul(q, k, false, /*trans_b=*/true);  // [B, H, T, T]
+  if (options_.kernel == AttentionKernel::kReference) {
+    const int64_t t = q.size(2);
+    const Tensor mask = ops::causal_mask(t, t, {scores.dtype(), scores.device()});
+    return ag::softmax(ag::masked_fill(ag::mul(scores, scale), mask,
+                                       -std::numeric_limits<double>::infinity()));
+  }
+  return ag::causal_softmax(scores, scale);
+}
+
+const char* attention_kernel_name(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::kFlash: return "flash";
+    case AttentionKernel::kFused: return "fused";
+    case AttentionKernel::kReference: return "reference";
+  }
+  return "?";
+}
+
+AttentionKernel attention_kernel_from_name(const std::string& name) {
+  for (AttentionKernel k :
+       {AttentionKernel::kFlash, AttentionKernel::kFused, AttentionKernel::kReference}) {
+    if (name == attention_kernel_name(k)) return k;
+  }
+  throw std::invalid_argument("attention kernel '" + name +
+                              "': expected flash, fused or reference");
 }
 
 std::string CausalSelfAttention::str() const {

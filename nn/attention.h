@@ -14,21 +14,32 @@ namespace pipewright::nn {
 
 /// How the attention weights are computed from the scores.
 enum class AttentionKernel {
-  kFused,      // autograd::causal_softmax: scale, causal mask and softmax, one kernel each way
+  kFlash,      // the default. autograd::scaled_dot_product_attention: scores, softmax and the
+               // product with v tile by tile, never storing the [B, H, T, T] scores
+               // (FlashAttention's algorithm). While the attention weights' dropout is active
+               // (p > 0 in training) it cannot apply, and kFused runs instead.
+  kFused,      // batched matmuls around autograd::causal_softmax: scale, causal mask and
+               // softmax, one kernel each way; stores the scores and the weights
   kReference,  // mul(scale), masked_fill(causal_mask, -inf), softmax: the unfused ops, the
-               // reference the fused path is tested against
+               // reference the fused paths are tested against
 };
+
+/// "flash", "fused" or "reference".
+const char* attention_kernel_name(AttentionKernel kernel);
+/// The kernel of that name; throws std::invalid_argument naming the value and the three names.
+AttentionKernel attention_kernel_from_name(const std::string& name);
 
 struct AttentionOptions {
   double dropout = 0.0;  // p of the attention weights' dropout and of the output's (in [0, 1))
   bool bias = true;      // biases of the qkv and output projections
-  AttentionKernel kernel = AttentionKernel::kFused;
+  AttentionKernel kernel = AttentionKernel::kFlash;
 };
 
 /// x [B, T, C] -> [B, T, C], C = dim, H = heads, D = C / H:
 ///   q, k, v = split(c_attn(x))                 [B, T, 3C] -> three [B, H, T, D] (heads as a
 ///                                              permuted view, made contiguous once)
-///   a = softmax(q·kᵀ / √D, keys j <= query i)  [B, H, T, T]   (causal: torch's is_causal)
+///   a = softmax(q·kᵀ / √D, keys j <= query i)  [B, H, T, T]   (causal: torch's is_causal;
+///                                              never stored by AttentionKernel::kFlash)
 ///   y = c_proj(merge_heads(attn_dropout(a) · v)) , then resid_dropout(y)
 /// The same function as torch.nn.functional.scaled_dot_product_attention(q, k, v,
 /// is_causal=True) between nanoGPT's projections. Children, in state-dict order: "c_attn"
@@ -54,6 +65,9 @@ class CausalSelfAttention : public Module {
   Linear& c_proj() const { return *c_proj_; }
 
  private:
+  /// softmax(scale · q kᵀ, causal) [B, H, T, T] by the unfused or the fused-softmax kernels.
+  Tensor attention_weights(const Tensor& q, const Tensor& k, double scale) const;
+
   int64_t dim_, heads_;
   AttentionOptions options_;
   std::shared_ptr<Linear> c_attn_, c_proj_;

@@ -43,7 +43,7 @@ struct TransformerBlockOptions {
   double eps = 1e-5;                 // LayerNorm's
   int64_t mlp_ratio = 4;             // MLP hidden = mlp_ratio · dim
   std::string approximate = "none";  // GELU: "none" (exact, nanoGPT) or "tanh" (GPT-2)
-  AttentionKernel kernel = AttentionKernel::kFused;
+  AttentionKernel kernel = AttentionKernel::kFlash;
 };
 
 /// x [B, T, dim] -> [B, T, dim]:

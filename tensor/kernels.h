@@ -153,6 +153,19 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax };
   X(causal_softmax, (const Tensor& x, double scale, Tensor& out))                                  \
   /* Its gradient, y the forward output: gx = scale * y * (g - Σ_j g y) (0 where masked). */       \
   X(causal_softmax_backward, (const Tensor& grad, const Tensor& y, double scale, Tensor& out))     \
+  /* Attention without the scores (Note [Tiled attention], tensor/cpu/attention.cc): q */         \
+  /* [N, L, D], k, v [N, S, D], all float32, all float64, or all one 16-bit dtype; out */          \
+  /* [N, L, D] and lse */                                                                          \
+  /* [N, L] in float32 (16-bit inputs) or the inputs' dtype: out = softmax(scale q kᵀ) v with */   \
+  /* keys j > i hidden when causal (top-left aligned), lse = log Σ_j exp(scale q_i·k_j). */        \
+  X(flash_attention, (const Tensor& q, const Tensor& k, const Tensor& v, double scale,             \
+                      bool causal, Tensor& out, Tensor& lse))                                      \
+  /* Its gradients, recomputing the scores from q, k and lse; grad_out in q's dtype, grad_q, */    \
+  /* grad_k, grad_v in out's. */                                                                   \
+  X(flash_attention_backward, (const Tensor& q, const Tensor& k, const Tensor& v,                  \
+                               const Tensor& out, const Tensor& grad_out, const Tensor& lse,       \
+                               double scale, bool causal, Tensor& grad_q, Tensor& grad_k,          \
+                               Tensor& grad_v))                                                    \
   /* dst[index[i], ...] += src[i, ...] along dim 0 (index int64 [K], src [K, ...]), in index */    \
   /* order for each element. Throws std::out_of_range naming an index outside [0, dst rows). */    \
   X(index_add, (Tensor& dst, const Tensor& index, const Tensor& src))                              \

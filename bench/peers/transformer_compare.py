@@ -5,8 +5,8 @@ and prints the ratios.
   tools/bazel build //bench:transformer_bench
   bench/peers/transformer_compare.py [--rounds 5] [--threads 2] [--omp-passive]
 
-Each round runs bazel-bin/bench/transformer_bench (block and attention, fused and reference
-kernels) and bench/peers/torch_transformer_block.py once, so a change in the machine's load
+Each round runs bazel-bin/bench/transformer_bench (block and attention, fused, reference and
+flash kernels) and bench/peers/torch_transformer_block.py once, so a change in the machine's load
 hits both alike. A subject's time is the median over rounds of each run's time per iteration
 (forward + backward); the ratio is PyTorch's time over ours (> 1: ours faster). The 1-minute
 load average is printed before and after every run.
@@ -42,7 +42,7 @@ def ours():
     env_cmd = [OURS, "--benchmark_format=json", "--benchmark_filter=^(block|attention)",
                "--benchmark_min_time=2"]
     data = json.loads(run(env_cmd))
-    names = {"reference:0": "fused", "reference:1": "reference"}
+    names = {"kernel:0": "fused", "kernel:1": "reference", "kernel:2": "flash"}
     return {"/".join(names.get(part, part) for part in b["name"].split("/") if part != "real_time"):
             b["real_time"] for b in data["benchmarks"]}
 
@@ -80,7 +80,8 @@ def main():
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"\n{'subject':<22} {'median ms':>10} {'min':>8} {'max':>8}   torch ÷ ours")
     for subject in ("block", "attention"):
-        for k in (f"{subject}/fused", f"{subject}/reference", f"torch/{subject}"):
+        for k in (f"{subject}/fused", f"{subject}/reference", f"{subject}/flash",
+                  f"torch/{subject}"):
             ratio = "" if k.startswith("torch") else f"{med[f'torch/{subject}'] / med[k]:.2f}x"
             print(f"{k:<22} {med[k]:>10.1f} {min(times[k]):>8.1f} {max(times[k]):>8.1f}   {ratio}")
 

@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
   app.add_option("--heads", config.heads, "Attention heads (dividing --dim)");
   app.add_option("--context", config.context, "Characters per window (the longest context)");
   app.add_option("--dropout", config.dropout, "Dropout of embeddings, attention and MLP");
+  app.add_option("--attention", config.attention,
+                 "Attention kernel: flash (tiled, no [B, H, T, T] tensor; the default), fused "
+                 "(batched products around one causal-softmax kernel) or reference (unfused ops)");
   app.add_option("--steps", config.steps, "Training steps (mini-batches) of the run");
   app.add_option("--stop-after", config.stop_after,
                  "Stop after this step (resume later with --resume; 0: run all)");

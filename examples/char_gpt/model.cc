@@ -47,7 +47,8 @@ nn::Sequential build_char_gpt(const GptShape& shape, uint64_t seed) {
   nn::Sequential model;
   model.push_back(TokenPositionEmbedding(shape.vocab, shape.context, shape.dim, shape.dropout));
   for (int l = 0; l < shape.layers; ++l) {
-    model.push_back(nn::TransformerBlock(shape.dim, shape.heads, {.dropout = shape.dropout}));
+    model.push_back(nn::TransformerBlock(shape.dim, shape.heads,
+                                         {.dropout = shape.dropout, .kernel = shape.attention}));
   }
   model.push_back(nn::LayerNorm(shape.dim));
   model.push_back(nn::Linear(shape.dim, shape.vocab, /*bias=*/false));

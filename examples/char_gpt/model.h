@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/attention.h"
 #include "nn/dropout.h"
 #include "nn/embedding.h"
 #include "nn/module.h"
@@ -34,6 +35,7 @@ struct GptShape {
   int64_t heads = 4;
   int layers = 4;       // L
   double dropout = 0.0;  // after the embedding, and inside every block
+  nn::AttentionKernel attention = nn::AttentionKernel::kFlash;  // every block's
 };
 
 /// tokens int64 [B, T] (T <= context) -> wte[tokens] + wpe[0..T) [B, T, C], then dropout.

@@ -164,6 +164,9 @@ void validate(const GptConfig& c) {
   }
   if (c.context < 2) bad("context", std::to_string(c.context), "must be at least 2");
   if (c.dropout < 0 || c.dropout >= 1) bad("dropout", std::to_string(c.dropout), "must be in [0, 1)");
+  if (c.attention != "flash" && c.attention != "fused" && c.attention != "reference") {
+    bad("attention", c.attention, "must be flash, fused or reference");
+  }
   if (c.steps < 1) bad("steps", std::to_string(c.steps), "must be at least 1");
   if (c.stop_after < 0) bad("stop-after", std::to_string(c.stop_after), "must be >= 0");
   if (c.warmup < 0 || c.warmup > c.steps) {
@@ -192,7 +195,8 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
   // The tokens on a device no stage uses: the stages' memory counts are the pipeline's own.
   const data::CharCorpus corpus = data::load_char_corpus(dir, host);
   const GptShape shape{.vocab = corpus.vocab_size(), .context = config.context, .dim = config.dim,
-                       .heads = config.heads, .layers = config.layers, .dropout = config.dropout};
+                       .heads = config.heads, .layers = config.layers, .dropout = config.dropout,
+                       .attention = nn::attention_kernel_from_name(config.attention)};
   nn::Sequential model = build_char_gpt(shape, run.seed);
   const int64_t num_params = count_parameters(model, config.layers);
   const pipeline::LossFn loss_fn = lm_loss(corpus.vocab_size());

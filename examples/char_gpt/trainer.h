@@ -45,6 +45,7 @@ struct GptConfig {
   int64_t heads = 4;
   int64_t context = 128;
   double dropout = 0.0;
+  std::string attention = "flash";  // flash | fused | reference (nn::AttentionKernel)
   // ---- training ----
   int64_t steps = 600;           // the run's length (sets the learning-rate curve)
   int64_t stop_after = 0;        // stop after this step, to --resume later (0: run all)

@@ -251,6 +251,17 @@ void use_one_openblas_thread() {
 
 }  // namespace
 
+template <class T>
+void gemm_tile(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+               int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  use_one_openblas_thread();
+  gemm_on_this_thread(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+template void gemm_tile<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*,
+                               int64_t, const float*, int64_t, float, float*, int64_t);
+template void gemm_tile<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*,
+                                int64_t, const double*, int64_t, double, double*, int64_t);
+
 const char* to_string(GemmBackend backend) {
   return backend == GemmBackend::kEigen ? "eigen" : "openblas";
 }

@@ -8,6 +8,8 @@
 // cudasim's simulated cuBLAS computes with.
 #pragma once
 
+#include <cstdint>
+
 namespace pipewright::cpu {
 
 enum class GemmBackend {
@@ -40,5 +42,14 @@ class GemmBackendGuard {
  private:
   GemmBackend previous_;
 };
+
+/// C [m, n] = alpha · op(A) · op(B) + beta · C for row-major A, B, C with leading dimensions
+/// lda, ldb, ldc (op(X) = Xᵀ when trans_x), on the calling thread alone, by the process's
+/// backend: what a kernel that multiplies tiles of its own calls (tensor/cpu/attention.cc).
+/// BLAS semantics: with beta 0, C is not read. T is float or double; sizes must fit the
+/// 32-bit BLAS interface (the caller's tiles do).
+template <class T>
+void gemm_tile(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+               int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
 
 }  // namespace pipewright::cpu

@@ -19,6 +19,7 @@
 //   index_add.cc    index_add
 //   gelu.cc         gelu, gelu_backward (erf is a unary op of elementwise.cc)
 //   layer_norm.cc   layer_norm, layer_norm_backward
+//   attention.cc    flash_attention, flash_attention_backward
 #pragma once
 
 #include <cstdint>

@@ -160,6 +160,11 @@ TEST_CASE("gradcheck: every differentiable op and module") {
       {"masked_fill", [](const V& v) { return ag::masked_fill(v[0], pw::ops::causal_mask(3), 0.5); }, {rnd({2, 3, 3})}},
       {"causal_softmax", [](const V& v) { return ag::causal_softmax(v[0], 0.7); }, {rnd({2, 4, 4})}},
       {"causal_softmax keys != queries", [](const V& v) { return ag::causal_softmax(v[0], 1.3); }, {rnd({3, 5})}},
+      {"scaled_dot_product_attention causal", [](const V& v) { return ag::scaled_dot_product_attention(v[0], v[1], v[2]); }, {rnd({2, 3, 5, 4}), rnd({2, 3, 5, 4}), rnd({2, 3, 5, 4})}},
+      {"scaled_dot_product_attention keys != queries", [](const V& v) { return ag::scaled_dot_product_attention(v[0], v[1], v[2], false, 0.8); }, {rnd({2, 4, 3}), rnd({2, 6, 3}), rnd({2, 6, 3})}},
+      {"scaled_dot_product_attention causal, more keys", [](const V& v) { return ag::scaled_dot_product_attention(v[0], v[1], v[2], true, 0.8); }, {rnd({1, 4, 3}), rnd({1, 6, 3}), rnd({1, 6, 3})}},
+      // 130 rows: three of the CPU kernel's 64-row tiles each way, the diagonal inside tiles.
+      {"scaled_dot_product_attention across tiles", [](const V& v) { return ag::scaled_dot_product_attention(v[0], v[1], v[2]); }, {rnd({1, 130, 2}), rnd({1, 130, 2}), rnd({1, 130, 2})}},
       // ---- transformer layers' ops ----
       {"erf", [](const V& v) { return ag::erf(v[0]); }, {rnd({3, 4}, -2, 2)}},
       {"gelu", [](const V& v) { return ag::gelu(v[0]); }, {rnd({3, 4}, -3, 3)}},
@@ -196,6 +201,7 @@ TEST_CASE("gradcheck: every differentiable op and module") {
       module_case("nn::RMSNorm", make64<nn::RMSNorm>(5, 1e-6, true), rnd({2, 5})),
       module_case("nn::GELU", std::make_shared<nn::GELU>("tanh"), rnd({3, 4})),
       module_case("nn::CausalSelfAttention", make64<nn::CausalSelfAttention>(4, 2, nn::AttentionOptions{}), rnd({2, 3, 4})),
+      module_case("nn::CausalSelfAttention fused kernel", make64<nn::CausalSelfAttention>(4, 2, nn::AttentionOptions{.kernel = nn::AttentionKernel::kFused}), rnd({2, 3, 4})),
       module_case("nn::CausalSelfAttention reference kernel", make64<nn::CausalSelfAttention>(4, 2, nn::AttentionOptions{.kernel = nn::AttentionKernel::kReference}), rnd({2, 3, 4})),
       [] { Case c = module_case("nn::CausalSelfAttention dropout", make64<nn::CausalSelfAttention>(4, 2, nn::AttentionOptions{.dropout = 0.3}), rnd({2, 3, 4})); c.fn = with_seed(7, c.fn); return c; }(),
       module_case("nn::TransformerBlock", make64<nn::TransformerBlock>(4, 2, nn::TransformerBlockOptions{.mlp_ratio = 2}), rnd({2, 3, 4})),

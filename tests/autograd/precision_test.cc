@@ -219,7 +219,7 @@ TEST_CASE("under bf16 every layer of a Sequential hands on 16-bit values, forwar
 TEST_CASE("attention's two batched products run in bf16 under the policy") {
   Generator g(11);
   GeneratorGuard guard(g);
-  nn::CausalSelfAttention attention(16, 2, {});
+  nn::CausalSelfAttention attention(16, 2, {.kernel = nn::AttentionKernel::kFused});
   const Tensor x = randn({2, 5, 16}, 12);
   const Tensor y32 = attention.forward(x);
   Tensor y16;

@@ -221,9 +221,83 @@ TEST_CASE("cuda index_add matches cpu bit for bit and names a bad index", "[cuda
   }
 }
 
+TEST_CASE("cuda flash_attention and its backward match cpu", "[cuda][attention]") {
+  if (!gpu_available_or_skip()) return;
+  struct Case {
+    int64_t n, l, s, d;
+    bool causal;
+  };
+  // Tiles are 32 rows (head dims up to 64, float) down to 4 (256, double): these shapes cross
+  // them, with keys != queries both ways and every head-dim width.
+  const Case cases[] = {{2, 33, 33, 8, true},  {1, 70, 40, 5, true}, {1, 40, 70, 5, true},
+                        {1, 40, 70, 5, false}, {1, 9, 9, 40, true},  {1, 9, 11, 100, false},
+                        {1, 6, 6, 200, true}};
+  const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16};
+  for (DType dtype : dtypes) {
+    for (const Case& c : cases) {
+      if (c.d > 64 && dtype == DType::kFloat64) continue;  // wide double tiles: slow to simulate
+      INFO(dtype_name(dtype) << " N " << c.n << " L " << c.l << " S " << c.s << " D " << c.d
+                             << " causal " << c.causal);
+      const Tensor q = random_tensor({c.n, c.l, c.d}, DType::kFloat32, 21, -2, 2).to(dtype);
+      const Tensor k = random_tensor({c.n, c.s, c.d}, DType::kFloat32, 22, -2, 2).to(dtype);
+      const Tensor v = random_tensor({c.n, c.s, c.d}, DType::kFloat32, 23).to(dtype);
+      const Tensor g = random_tensor({c.n, c.l, c.d}, DType::kFloat32, 24).to(dtype);
+      const DType result = dtype == DType::kFloat64 ? dtype : DType::kFloat32;
+      const double scale = 0.3;
+      Tensor out = empty_on({c.n, c.l, c.d}, result, Device::cpu()),
+             lse = empty_on({c.n, c.l}, result, Device::cpu());
+      cpu_kernels().flash_attention(q, k, v, scale, c.causal, out, lse);
+      Tensor out_gpu = empty_on(out.shape(), result, gpu()),
+             lse_gpu = empty_on(lse.shape(), result, gpu());
+      gpu_kernels().flash_attention(q.to(gpu()), k.to(gpu()), v.to(gpu()), scale, c.causal, out_gpu,
+                                    lse_gpu);
+      const double sums = static_cast<double>(c.s * c.d);
+      check_close(out_gpu, out, rtol(result), atol(result) * sums);
+      check_close(lse_gpu, lse, rtol(result), atol(result) * sums);
+
+      std::vector<Tensor> want, got;
+      for (const Tensor& t : {q, k, v}) {
+        want.push_back(empty_on(t.shape(), result, Device::cpu()));
+        got.push_back(empty_on(t.shape(), result, gpu()));
+      }
+      cpu_kernels().flash_attention_backward(q, k, v, out, g, lse, scale, c.causal, want[0],
+                                             want[1], want[2]);
+      gpu_kernels().flash_attention_backward(q.to(gpu()), k.to(gpu()), v.to(gpu()), out.to(gpu()),
+                                             g.to(gpu()), lse.to(gpu()), scale, c.causal, got[0],
+                                             got[1], got[2]);
+      const double grad_sums = static_cast<double>((c.l + c.s) * c.d);
+      for (size_t i = 0; i < 3; ++i) {
+        INFO("gradient "
+             << "qkv"[i]);
+        check_close(got[i], want[i], rtol(result) * 10, atol(result) * grad_sums);
+      }
+    }
+  }
+  // More tiles than blocks: the grid-stride loop over tiles.
+  const Tensor q = random_tensor({3, 70, 8}, DType::kFloat32, 25);
+  Tensor out = empty_on({3, 70, 8}, DType::kFloat32, Device::cpu()),
+         lse = empty_on({3, 70}, DType::kFloat32, Device::cpu());
+  cpu_kernels().flash_attention(q, q, q, 0.5, true, out, lse);
+  for (const cuda::LaunchLimits& limits : kSmallLaunchLimits) {
+    cuda::ScopedLaunchLimits scoped(limits);
+    Tensor out_gpu = empty_on(out.shape(), DType::kFloat32, gpu()),
+           lse_gpu = empty_on(lse.shape(), DType::kFloat32, gpu());
+    gpu_kernels().flash_attention(q.to(gpu()), q.to(gpu()), q.to(gpu()), 0.5, true, out_gpu,
+                                  lse_gpu);
+    check_close(out_gpu, out, 1e-5, 1e-5);
+  }
+  // Head dims over 256 have no CUDA kernel.
+  const Tensor wide = random_tensor({1, 2, 300}, DType::kFloat32, 26).to(gpu());
+  Tensor wide_out = empty_on({1, 2, 300}, DType::kFloat32, gpu()),
+         wide_lse = empty_on({1, 2}, DType::kFloat32, gpu());
+  CHECK_THROWS_WITH(gpu_kernels().flash_attention(wide, wide, wide, 1.0, true, wide_out, wide_lse),
+                    "cuda flash_attention: head dim D = 300 is over the kernels' 256");
+}
+
 TEST_CASE("a TransformerBlock on cuda:0 equals the same block on the CPU", "[cuda][transformer]") {
   if (!gpu_available_or_skip()) return;
-  for (nn::AttentionKernel kernel : {nn::AttentionKernel::kFused, nn::AttentionKernel::kReference}) {
+  for (nn::AttentionKernel kernel : {nn::AttentionKernel::kFlash, nn::AttentionKernel::kFused,
+                                     nn::AttentionKernel::kReference}) {
     INFO("kernel " << static_cast<int>(kernel));
     auto make = [&] {
       Generator generator(3);

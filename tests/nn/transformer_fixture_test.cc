@@ -105,8 +105,9 @@ TEST_CASE("transformer layers equal PyTorch's forward and gradients", "[nn][fixt
       nn::Linear m(6, 5, true, options);
       check_against_torch(m, "linear_3d", dtype);
     }
-    SECTION("CausalSelfAttention(8, 2), fused and reference kernels") {
-      for (nn::AttentionKernel kernel : {nn::AttentionKernel::kFused, nn::AttentionKernel::kReference}) {
+    SECTION("CausalSelfAttention(8, 2), flash, fused and reference kernels") {
+      for (nn::AttentionKernel kernel : {nn::AttentionKernel::kFlash, nn::AttentionKernel::kFused,
+                                         nn::AttentionKernel::kReference}) {
         nn::CausalSelfAttention m(8, 2, {.kernel = kernel}, options);
         check_against_torch(m, "attention", dtype);
       }
