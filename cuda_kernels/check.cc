@@ -57,15 +57,20 @@ void set_synchronous_launches(bool on) { synchronous_flag().store(on, std::memor
 
 void check_launch(const char* kernel, const char* file, int line) {
   const std::string what = std::string("kernel ") + kernel;
-  if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) {
-    fail((what + " launch").c_str(), file, line, error_text(status), static_cast<int>(status));
+  const cudaError_t launched = cudaGetLastError();
+  // Under PIPEWRIGHT_CUDA_SYNC the wait comes first: a kernel that faulted may have run before
+  // this check, and its sticky error then shows in cudaGetLastError too; the wait tells the two
+  // apart (a launch that was refused leaves the device healthy, a fault does not).
+  if (synchronous_launches()) {
+    if (const cudaError_t status = cudaDeviceSynchronize(); status != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw CudaError(std::string(file) + ":" + std::to_string(line) + ": " + what +
+                          " failed while running (PIPEWRIGHT_CUDA_SYNC=1): " + error_text(status),
+                      static_cast<int>(status));
+    }
   }
-  if (!synchronous_launches()) return;
-  if (const cudaError_t status = cudaDeviceSynchronize(); status != cudaSuccess) {
-    (void)cudaGetLastError();
-    throw CudaError(std::string(file) + ":" + std::to_string(line) + ": " + what +
-                        " failed while running (PIPEWRIGHT_CUDA_SYNC=1): " + error_text(status),
-                    static_cast<int>(status));
+  if (launched != cudaSuccess) {
+    fail((what + " launch").c_str(), file, line, error_text(launched), static_cast<int>(launched));
   }
 }
 
