@@ -66,6 +66,12 @@ __device__ inline bool visible(int64_t i, int64_t j, int64_t l, int64_t s, bool 
   return i < l && j < s && (!causal || j <= i);
 }
 
+/// The keys that query rows up to r1 (exclusive) read: [0, keys_end); rows past L read none.
+__device__ inline int64_t keys_end(int64_t r1, int64_t l, int64_t s, bool causal) {
+  const int64_t last = r1 < l ? r1 : l;
+  return causal ? (last < s ? last : s) : s;
+}
+
 template <class Acc, int kD>
 __device__ Acc dot(const Acc (&a)[kD], const Acc (&b)[kD]) {
   Acc sum = Acc(0);
@@ -84,8 +90,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
   const int64_t row_tiles = (l + kRows - 1) / kRows;
   for (int64_t task = blockIdx.x; task < n * row_tiles; task += gridDim.x) {
     const int64_t b = task / row_tiles, r0 = task % row_tiles * kRows;
-    const int64_t last_row = r0 + kRows < l ? r0 + kRows : l;
-    const int64_t keys = causal ? (last_row < s ? last_row : s) : s;
+    const int64_t keys = keys_end(r0 + kRows, l, s, causal);
     load_tile<Acc, kRows, kD>(q + b * l * d, r0, l, d, qs);
     if (threadIdx.x < kRows) {
       m_s[threadIdx.x] = lowest<Acc>();
@@ -245,8 +250,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
   const int64_t row_tiles = (l + kRows - 1) / kRows;
   for (int64_t task = blockIdx.x; task < n * row_tiles; task += gridDim.x) {
     const int64_t b = task / row_tiles, r0 = task % row_tiles * kRows;
-    const int64_t last_row = r0 + kRows < l ? r0 + kRows : l;
-    const int64_t keys = causal ? (last_row < s ? last_row : s) : s;
+    const int64_t keys = keys_end(r0 + kRows, l, s, causal);
     load_tile<Acc, kRows, kD>(q + b * l * d, r0, l, d, qs);
     load_tile<Acc, kRows, kD>(grad_out + b * l * d, r0, l, d, dos);
     load_row_terms<Acc, kRows>(lse + b * l, delta + b * l, r0, l, lse_s, delta_s);

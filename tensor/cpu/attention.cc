@@ -18,7 +18,7 @@
 // softmax, and with Δ_i = Σ_d grad_out[i, d] out[i, d] (= Σ_j p_ij dp_ij):
 //   dv = pᵀ grad_out,  dp = grad_out vᵀ,  ds = p ⊙ (dp - Δ),  dq = scale · ds k,
 //   dk = scale · dsᵀ q.
-// FlashAttention-2 adds dq into shared memory with atomics from the key tiles' workers; here
+// FlashAttention-2 adds dq into global memory with atomics from the key tiles' workers; here
 // two passes keep every sum in one thread and in a fixed order, so the result is bitwise the
 // same for any thread count: pass 1, one task per key tile, sums dk and dv over its query
 // tiles; pass 2, one task per query tile, sums dq over its key tiles. The scores are computed
@@ -26,8 +26,8 @@
 // O(N (L + S) D).
 //
 // 16-bit q, k, v (and grad_out) are widened to float32 first, exactly (Note [Mixed-precision
-// GEMM on the CPU]): the products are those of a float32 kernel, as cuBLAS's GemmEx with
-// CUBLAS_COMPUTE_32F computes them on the GPU.
+// GEMM on the CPU], tensor/cpu/gemm.cc): the products are those of a float32 kernel, as
+// cuBLAS's GemmEx with CUBLAS_COMPUTE_32F computes them on the GPU.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -217,7 +217,7 @@ Dims dims_of(const Tensor& q, const Tensor& k, bool causal) {
   return {q.size(0), q.size(1), k.size(1), q.size(2), causal};
 }
 
-/// t as float32 when it is 16-bit (Note [Mixed-precision GEMM on the CPU]), else t.
+/// t as float32 when it is 16-bit (Note [Mixed-precision GEMM on the CPU], gemm.cc), else t.
 Tensor widened(const Tensor& t) { return is_16_bit(t.dtype()) ? t.to(DType::kFloat32) : t; }
 
 }  // namespace

@@ -15,6 +15,11 @@
 //      (ops::add of two [64, 512] tensors: allocation + dispatch + launch) and per pinned-staged
 //      host-to-device copy of a [64, 784] micro-batch; and the device's time per tiny kernel
 //      back to back. What a training step of many small launches costs on the host.
+//   7. Causal attention at GPT-2-small's heads (B·H = 96, D = 64), T = 1024 and 2048: the tiled
+//      kernels (flash_attention and its backward; float32 and bf16 inputs) against the unfused
+//      path's kernels (batched GEMMs around causal_softmax, storing the [N, T, T] weights);
+//      ms, TFLOP/s (FlashAttention's count: 4·N·T²·D forward, 2.5× that backward, halved for
+//      the causal mask) and the bytes of the weights the tiled kernels never store.
 // Ends with SUMMARY lines (tools/gpu/check.sh collects them): the goal for ReLU, BatchNorm and
 // Adam is at least 70 % of the copy's bandwidth at the largest size.
 //
@@ -309,6 +314,62 @@ void bench_host_cost(cudaStream_t stream) {
 }  // namespace
 }  // namespace pipewright
 
+void bench_attention() {
+  std::printf("\n### Causal attention, N = 96 heads, D = 64 (forward + backward)\n\n");
+  std::printf("| T | path | inputs | forward ms | backward ms | TFLOP/s | [N, T, T] bytes stored |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  const int64_t n = 96, d = 64;
+  const double scale = 0.125;
+  double last_ratio = 0;
+  for (int64_t t : {int64_t{1024}, int64_t{2048}}) {
+    const double flops = 4.0 * n * static_cast<double>(t) * t * d * 0.5 * 3.5;
+    const Tensor q32 = random_gpu({n, t, d}, 11), k32 = random_gpu({n, t, d}, 12),
+                 v32 = random_gpu({n, t, d}, 13), g32 = random_gpu({n, t, d}, 14);
+    const TensorOptions f32{DType::kFloat32, kGpu};
+    double flash_fp32_ms = 0, unfused_fp32_ms = 0;
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+      const Tensor q = q32.to(dtype), k = k32.to(dtype), v = v32.to(dtype), g = g32.to(dtype);
+      Tensor out = Tensor::empty({n, t, d}, f32), lse = Tensor::empty({n, t}, f32);
+      Tensor gq = Tensor::empty({n, t, d}, f32), gk = Tensor::empty({n, t, d}, f32),
+             gv = Tensor::empty({n, t, d}, f32);
+      const double fwd = time_ms([&] { gpu().flash_attention(q, k, v, scale, true, out, lse); });
+      const double bwd = time_ms([&] {
+        gpu().flash_attention_backward(q, k, v, out, g, lse, scale, true, gq, gk, gv);
+      });
+      std::printf("| %lld | tiled | %s | %.3f | %.3f | %.1f | 0 |\n", static_cast<long long>(t),
+                  dtype_name(dtype), fwd, bwd, flops / ((fwd + bwd) * 1e-3) / 1e12);
+      if (dtype == DType::kFloat32) flash_fp32_ms = fwd + bwd;
+
+      // The unfused path: s = q·kᵀ, p = causal_softmax(s), out = p·v; backward dp = g·vᵀ,
+      // dv = pᵀ·g, ds = softmax backward, dq = ds·k, dk = dsᵀ·q (16-bit operands rounded
+      // as the precision policy rounds them).
+      Tensor s = Tensor::empty({n, t, t}, f32), p = Tensor::empty({n, t, t}, f32);
+      Tensor dp = Tensor::empty({n, t, t}, f32), ds = Tensor::empty({n, t, t}, f32);
+      auto operand = [&](const Tensor& x) { return dtype == DType::kFloat32 ? x : x.to(dtype); };
+      const double ufwd = time_ms([&] {
+        gpu().gemm_batched(false, true, 1.0, q, k, 0.0, s);
+        gpu().causal_softmax(s, scale, p);
+        gpu().gemm_batched(false, false, 1.0, operand(p), v, 0.0, out);
+      });
+      const double ubwd = time_ms([&] {
+        gpu().gemm_batched(false, true, 1.0, g, v, 0.0, dp);
+        gpu().gemm_batched(true, false, 1.0, operand(p), g, 0.0, gv);
+        gpu().causal_softmax_backward(dp, p, scale, ds);
+        const Tensor ds_op = operand(ds);
+        gpu().gemm_batched(false, false, 1.0, ds_op, k, 0.0, gq);
+        gpu().gemm_batched(true, false, 1.0, ds_op, q, 0.0, gk);
+      });
+      std::printf("| %lld | unfused | %s | %.3f | %.3f | %.1f | %lld |\n",
+                  static_cast<long long>(t), dtype_name(dtype), ufwd, ubwd,
+                  flops / ((ufwd + ubwd) * 1e-3) / 1e12, static_cast<long long>(n * t * t * 4));
+      if (dtype == DType::kFloat32) unfused_fp32_ms = ufwd + ubwd;
+    }
+    last_ratio = unfused_fp32_ms / flash_fp32_ms;
+  }
+  std::printf("SUMMARY attention: tiled float32 %.2fx the unfused path's speed at T = 2048 "
+              "(> 1: tiled faster), without its [N, T, T] tensors\n", last_ratio);
+}
+
 int main(int argc, char** argv) {
   using namespace pipewright;
   if (argc > 1) g_iterations = std::max(1, std::atoi(argv[1]));
@@ -330,6 +391,7 @@ int main(int argc, char** argv) {
     bench_batch_norm(s);
     bench_adam();
     bench_host_cost(s);
+    bench_attention();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_bench: %s\n", e.what());
     return 1;

@@ -128,7 +128,8 @@ TEMPLATE_TEST_CASE("flash_attention and its backward equal naive attention in do
       grads.push_back(got.lse);
       by_threads.push_back(grads);
     }
-    // Every sum runs in one thread in a fixed order (Note [Tiled attention]).
+    // Every sum runs in one thread in a fixed order (Note [Tiled attention],
+    // tensor/cpu/attention.cc).
     CHECK(bitwise_equal(by_threads[0], by_threads[1]));
   }
 }
