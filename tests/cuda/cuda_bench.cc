@@ -311,9 +311,6 @@ void bench_host_cost(cudaStream_t stream) {
   PW_CUDA_CHECK(cudaEventDestroy(event));
 }
 
-}  // namespace
-}  // namespace pipewright
-
 void bench_attention() {
   std::printf("\n### Causal attention, N = 96 heads, D = 64 (forward + backward)\n\n");
   std::printf("| T | path | inputs | forward ms | backward ms | TFLOP/s | [N, T, T] bytes stored |\n");
@@ -369,6 +366,9 @@ void bench_attention() {
   std::printf("SUMMARY attention: tiled float32 %.2fx the unfused path's speed at T = 2048 "
               "(> 1: tiled faster), without its [N, T, T] tensors\n", last_ratio);
 }
+
+}  // namespace
+}  // namespace pipewright
 
 int main(int argc, char** argv) {
   using namespace pipewright;
