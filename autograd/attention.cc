@@ -36,8 +36,8 @@ class FlashAttentionBackward final : public FunctionNode {
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool causal, std::optional<double> scale) {
-  const double s =
-      scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.defined() && q.dim() > 0 ? q.size(-1) : 1));
+  const int64_t head_dim = q.defined() && q.dim() > 0 ? q.size(-1) : 1;
+  const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
   const Tensor q_op = product_operand(q), k_op = product_operand(k), v_op = product_operand(v);
   ops::AttentionResult r = ops::flash_attention(q_op, k_op, v_op, s, causal);
   Tensor y = r.out;

@@ -12,7 +12,7 @@
 
 namespace pipewright::nn {
 
-/// How the attention weights are computed from the scores.
+/// How attention is computed: tile by tile, or through the [B, H, T, T] weights.
 enum class AttentionKernel {
   kFlash,      // the default. autograd::scaled_dot_product_attention: scores, softmax and the
                // product with v tile by tile, never storing the [B, H, T, T] scores

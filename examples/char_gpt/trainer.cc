@@ -164,7 +164,9 @@ void validate(const GptConfig& c) {
   }
   if (c.context < 2) bad("context", std::to_string(c.context), "must be at least 2");
   if (c.dropout < 0 || c.dropout >= 1) bad("dropout", std::to_string(c.dropout), "must be in [0, 1)");
-  if (c.attention != "flash" && c.attention != "fused" && c.attention != "reference") {
+  try {
+    (void)nn::attention_kernel_from_name(c.attention);
+  } catch (const std::invalid_argument&) {
     bad("attention", c.attention, "must be flash, fused or reference");
   }
   if (c.steps < 1) bad("steps", std::to_string(c.steps), "must be at least 1");

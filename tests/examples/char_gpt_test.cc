@@ -126,3 +126,26 @@ TEST_CASE("char GPT resumes bitwise under the same cut and to rounding under ano
           1e-4 * straight.step_losses[20 + i]);
   }
 }
+
+TEST_CASE("char GPT's flash and fused attention train alike; an unknown kernel is refused") {
+  GptConfig config = tiny();
+  config.dropout = 0.0;  // with attention dropout the flash kernel hands over to the fused one
+  config.steps = 12;
+  config.eval_every = 12;
+  config.sample_chars = 0;
+  std::vector<double> losses[2];
+  for (int i = 0; i < 2; ++i) {
+    config.attention = i == 0 ? "flash" : "fused";
+    std::ostringstream log;
+    losses[i] = train_char_gpt(config, log).step_losses;
+  }
+  REQUIRE(losses[0].size() == 12);
+  REQUIRE(losses[1].size() == 12);
+  // The same function, summed in another order: the losses agree to float rounding, grown
+  // over 12 AdamW steps.
+  for (size_t s = 0; s < 12; ++s) CHECK(std::abs(losses[0][s] - losses[1][s]) < 1e-4);
+  config.attention = "sdpa";
+  std::ostringstream log;
+  CHECK_THROWS_WITH(train_char_gpt(config, log),
+                    "--attention sdpa: must be flash, fused or reference");
+}
