@@ -195,6 +195,15 @@ Enqueued enqueue(Request req) {
       return result;
     }
 
+    // Stream capture: the request may go into a graph instead of the stream.
+    bool captured = false;
+    if (const cudaError_t status = capture_request_locked(req, s, &captured);
+        status != cudaSuccess || captured) {
+      result.status = status;
+      result.stream = s;
+      return result;
+    }
+
     // Clocks and dependencies (Note [Race detection]).
     std::vector<Dep> deps;
     VectorClock vc = s->vc;

@@ -15,7 +15,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cudasim/cudasim.h"
@@ -25,6 +27,11 @@
 #include "cudasim/streams.h"
 
 namespace cudasim::detail {
+
+struct Request;
+/// A captured graph (cudaGraph_t) or an instantiated one (cudaGraphExec_t): its operations
+/// (Note [Stream capture], graphs.cc).
+using GraphOps = std::shared_ptr<const std::vector<Request>>;
 
 struct DeviceState {
   Sticky sticky;
@@ -50,6 +57,8 @@ struct Runtime {
   int next_stream_id = 0;
   std::vector<std::string> race_reports;
   std::map<uintptr_t, size_t> pinned;  // cudaMallocHost blocks: base -> size
+  std::vector<std::shared_ptr<Capture>> captures;  // in progress
+  std::map<uintptr_t, GraphOps> graphs, graph_execs;  // handle token -> operations
 
   /// A fresh handle value: never reused, never dereferenced.
   uintptr_t new_token() { return next_token += 16; }
@@ -90,10 +99,27 @@ struct Request {
   Site site;
   std::vector<Access> accesses;
   PointerRules rules = PointerRules::kKernel;
+  bool pageable = false;  // a copy to or from pageable host memory (cannot be captured)
   std::function<void()> work;
   std::shared_ptr<EventRecord> wait;  // cudaStreamWaitEvent: wait for this record first
   /// Called under the lock once the op is committed (event records fill in their record).
   std::function<void(const std::shared_ptr<Stream>&, uint64_t seq)> on_commit;
+};
+
+/// One stream capture in progress or ended (Note [Stream capture], graphs.cc). Guarded by the
+/// runtime lock.
+struct Capture {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  std::thread::id thread;           // the host thread that began it
+  std::shared_ptr<Stream> origin;   // the stream cudaStreamBeginCapture was given
+  std::vector<Request> ops;         // the captured operations, in capture order
+  /// Streams forked into the capture (by waiting for an event recorded in it) -> the op count
+  /// after their last captured op; `rejoined` holds those the origin has waited for since.
+  std::map<const Stream*, size_t> forked;
+  std::set<const Stream*> rejoined;
+  cudaError_t invalidated = cudaSuccess;  // the first prohibited call's error
+  std::string why;
+  bool ended = false;
 };
 
 struct Enqueued {
@@ -113,6 +139,21 @@ cudaError_t host_wait(const std::shared_ptr<Stream>& stream, uint64_t seq,
                       const VectorClock& vc);
 cudaError_t sync_stream(const std::shared_ptr<Stream>& stream);
 cudaError_t sync_device(int device);
+
+/// Under rt().mu, from enqueue() once the request's pointers are checked: what stream capture
+/// makes of it (Note [Stream capture], graphs.cc). *captured: the request went into a capture
+/// (or was a dependency inside one) and must not be queued. Errors are set as the last error.
+cudaError_t capture_request_locked(const Request& request, const std::shared_ptr<Stream>& s,
+                                   bool* captured);
+
+/// Under rt().mu: cudaErrorStreamCaptureUnsupported (set as the last error, the captures it
+/// breaks invalidated) when `api` is one CUDA forbids while a capture runs in global mode on
+/// any thread or in thread-local mode on this one; cudaSuccess otherwise.
+cudaError_t check_capture_unsafe_locked(const std::string& api);
+
+/// Under rt().mu: cudaErrorStreamCaptureUnsupported (set as the last error, the capture
+/// invalidated) when `s` is capturing: a host wait for or query of a capturing stream.
+cudaError_t check_not_capturing_locked(const std::shared_ptr<Stream>& s, const std::string& api);
 
 /// Counts one call of `api` (cudasim::api_counts).
 void count_api(const std::string& api);

@@ -150,6 +150,19 @@ cudaError_t cudaDeviceSynchronize(void) {
     std::lock_guard<std::mutex> lock(rt().mu);
     const cudaError_t status = check_device_locked(current_device());
     if (status != cudaSuccess) return status;
+    if (const cudaError_t c = check_capture_unsafe_locked("cudaDeviceSynchronize");
+        c != cudaSuccess) {
+      return c;
+    }
+    for (const auto& capture : rt().captures) {  // relaxed mode too: it would wait for them
+      if (capture->origin->device == current_device()) {
+        if (const cudaError_t c = check_not_capturing_locked(capture->origin,
+                                                             "cudaDeviceSynchronize");
+            c != cudaSuccess) {
+          return c;
+        }
+      }
+    }
   }
   return sync_device(current_device());
 }
@@ -240,6 +253,14 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     std::lock_guard<std::mutex> lock(rt().mu);
     s = resolve_stream_locked(stream);
     if (!s) return peek_last_error();
+    if (const cudaError_t c = check_not_capturing_locked(s, "cudaStreamSynchronize");
+        c != cudaSuccess) {
+      return c;
+    }
+    if (const cudaError_t c = check_capture_unsafe_locked("cudaStreamSynchronize");
+        c != cudaSuccess) {
+      return c;
+    }
   }
   return sync_stream(s);
 }
@@ -253,6 +274,12 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
     std::lock_guard<std::mutex> lock(rt().mu);
     s = resolve_stream_locked(stream);
     if (!s) return peek_last_error();
+    if (const cudaError_t c = check_not_capturing_locked(s, "cudaStreamQuery"); c != cudaSuccess) {
+      return c;
+    }
+    if (const cudaError_t c = check_capture_unsafe_locked("cudaStreamQuery"); c != cudaSuccess) {
+      return c;
+    }
     seq = s->enqueued;
     vc = s->vc;
   }

@@ -69,6 +69,18 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
                   "cudaEventRecord: event of device " + std::to_string(e->device) +
                       " recorded on a stream of device " + std::to_string(s->device));
     }
+    if (s->capture) {  // a point of the capture (Note [Stream capture], graphs.cc)
+      if (s->capture->invalidated != cudaSuccess) {
+        return fail(cudaErrorStreamCaptureInvalidated,
+                    "cudaEventRecord: the capture was invalidated: " + s->capture->why);
+      }
+      auto record = std::make_shared<EventRecord>();
+      record->capture = s->capture;
+      record->captured_on = s.get();
+      record->captured_ops = s->capture->ops.size();
+      e->last = record;
+      return cudaSuccess;
+    }
   }
   auto record = std::make_shared<EventRecord>();
   Request req;
@@ -87,12 +99,22 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 namespace {
 
 // The event's latest record (nullptr: never recorded), or an error status.
-cudaError_t latest_record(cudaEvent_t event, std::shared_ptr<Event>* e,
+cudaError_t latest_record(const char* api, cudaEvent_t event, std::shared_ptr<Event>* e,
                           std::shared_ptr<EventRecord>* record) {
   std::lock_guard<std::mutex> lock(rt().mu);
   *e = find_event_locked(event);
   if (!*e) return cudaErrorInvalidResourceHandle;
   *record = (*e)->last;
+  if (*record && (*record)->capture) {
+    return fail(cudaErrorStreamCaptureUnsupported,
+                std::string(api) + ": the event was recorded in a stream capture (a point of "
+                                   "the graph, not of a stream)");
+  }
+  if (std::string(api) != "cudaEventElapsedTime") {
+    if (const cudaError_t status = check_capture_unsafe_locked(api); status != cudaSuccess) {
+      return status;
+    }
+  }
   return check_device_locked((*e)->device);
 }
 
@@ -102,7 +124,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   CUDASIM_NO_CALLBACK("cudaEventQuery");
   std::shared_ptr<Event> e;
   std::shared_ptr<EventRecord> record;
-  const cudaError_t status = latest_record(event, &e, &record);
+  const cudaError_t status = latest_record("cudaEventQuery", event, &e, &record);
   if (status != cudaSuccess || !record) return status;
   if (!record->stream->done(record->seq)) return cudaErrorNotReady;  // not the last error
   return host_wait(record->stream, record->seq, record->vc);
@@ -113,7 +135,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   CUDASIM_NO_CALLBACK("cudaEventSynchronize");
   std::shared_ptr<Event> e;
   std::shared_ptr<EventRecord> record;
-  const cudaError_t status = latest_record(event, &e, &record);
+  const cudaError_t status = latest_record("cudaEventSynchronize", event, &e, &record);
   if (status != cudaSuccess || !record) return status;
   return host_wait(record->stream, record->seq, record->vc);
 }
@@ -124,7 +146,8 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   std::shared_ptr<Event> e[2];
   std::shared_ptr<EventRecord> record[2];
   for (int i = 0; i < 2; ++i) {
-    const cudaError_t status = latest_record(i == 0 ? start : end, &e[i], &record[i]);
+    const cudaError_t status =
+        latest_record("cudaEventElapsedTime", i == 0 ? start : end, &e[i], &record[i]);
     if (status != cudaSuccess) return status;
     if ((e[i]->flags & cudaEventDisableTiming) != 0) {
       return fail(cudaErrorInvalidResourceHandle,

@@ -69,6 +69,12 @@ cudaError_t device_free(void* ptr) {
 
 namespace {
 
+/// check_capture_unsafe_locked under the runtime lock (Note [Stream capture], graphs.cc).
+cudaError_t check_capture_unsafe(const char* api) {
+  std::lock_guard<std::mutex> lock(rt().mu);
+  return check_capture_unsafe_locked(api);
+}
+
 enum class Where { kHost, kDevice, kBad };
 
 struct Place {
@@ -139,6 +145,11 @@ cudaError_t copy(const char* api, void* dst, const void* src, size_t count, cuda
   } else if (kind != cudaMemcpyDefault && !dst_dev) {
     return mismatch("destination", dst, false);
   }
+  if (synchronous) {
+    if (const cudaError_t status = check_capture_unsafe(api); status != cudaSuccess) {
+      return status;
+    }
+  }
   if (!src_dev && !dst_dev) {  // host to host: synchronous on CUDA too
     std::memmove(dst, src, count);
     return cudaSuccess;
@@ -147,6 +158,8 @@ cudaError_t copy(const char* api, void* dst, const void* src, size_t count, cuda
   req.stream = stream;
   req.site.what = what;
   req.rules = PointerRules::kCopy;
+  req.pageable = (!src_dev && !is_pinned_host(src, count)) ||
+                 (!dst_dev && !is_pinned_host(dst, count));
   if (src_dev) req.accesses.push_back({src, count, /*write=*/false});
   if (dst_dev) req.accesses.push_back({dst, count, /*write=*/true});
   if (!src_dev && is_pinned_host(src, count)) {
@@ -171,12 +184,18 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
   count_api("cudaMalloc");
   CUDASIM_NO_CALLBACK("cudaMalloc");
   if (ptr == nullptr) return fail(cudaErrorInvalidValue, "cudaMalloc: devPtr is null");
+  if (const cudaError_t status = check_capture_unsafe("cudaMalloc"); status != cudaSuccess) {
+    return status;
+  }
   return device_malloc(current_device(), size, ptr);
 }
 
 cudaError_t cudaFree(void* ptr) {
   count_api("cudaFree");
   CUDASIM_NO_CALLBACK("cudaFree");
+  if (const cudaError_t status = check_capture_unsafe("cudaFree"); status != cudaSuccess) {
+    return status;
+  }
   return device_free(ptr);
 }
 
@@ -185,6 +204,9 @@ cudaError_t cudaMallocHost(void** ptr, size_t size) {
   CUDASIM_NO_CALLBACK("cudaMallocHost");
   if (ptr == nullptr) return fail(cudaErrorInvalidValue, "cudaMallocHost: ptr is null");
   *ptr = nullptr;
+  if (const cudaError_t status = check_capture_unsafe("cudaMallocHost"); status != cudaSuccess) {
+    return status;
+  }
   if (size == 0) return cudaSuccess;
   void* block = nullptr;
   if (posix_memalign(&block, 4096, size) != 0) {
@@ -201,6 +223,9 @@ cudaError_t cudaFreeHost(void* ptr) {
   count_api("cudaFreeHost");
   CUDASIM_NO_CALLBACK("cudaFreeHost");
   if (ptr == nullptr) return cudaSuccess;
+  if (const cudaError_t status = check_capture_unsafe("cudaFreeHost"); status != cudaSuccess) {
+    return status;
+  }
   Runtime& r = rt();
   {
     std::lock_guard<std::mutex> lock(r.mu);

@@ -52,6 +52,7 @@ struct DeviceFault {
 };
 
 class Stream;
+struct Capture;  // context.h
 
 struct Dep {
   std::shared_ptr<Stream> stream;
@@ -81,6 +82,7 @@ class Stream {
   // Enqueue-side bookkeeping, guarded by the runtime's lock (not by this object).
   VectorClock vc;
   uint64_t enqueued = 0;
+  std::shared_ptr<Capture> capture;  // the capture this stream's work goes into, if any
 
   /// Queues op (op.seq must be enqueued's new value).
   void push(Op op);
@@ -110,6 +112,11 @@ struct EventRecord {
   uint64_t seq = 0;
   VectorClock vc;
   std::atomic<int64_t> time_ns{0};  // steady_clock time when the op ran (timing events)
+  // A record made while its stream was capturing: a point in that capture, not in a stream
+  // (stream and seq stay unset). captured_ops: the capture's op count at the record.
+  std::shared_ptr<Capture> capture;
+  const Stream* captured_on = nullptr;
+  size_t captured_ops = 0;
 };
 
 struct Event {

@@ -1,0 +1,309 @@
+// Stream capture and CUDA graphs: cudaStreamBeginCapture / EndCapture / IsCapturing,
+// cudaGraphInstantiate / Launch / Destroy / ExecDestroy, and the rules CUDA enforces while a
+// capture runs.
+//
+// Note [Stream capture]
+// ~~~~~~~~~~~~~~~~~~~~~
+// Between cudaStreamBeginCapture(s) and cudaStreamEndCapture(s), work issued to s is recorded,
+// not run: enqueue() (context.cc) checks its pointers as usual, then hands it here, and the
+// operation (its work, its pointer accesses, its text) is appended to the capture. Other
+// streams join the capture by waiting for an event recorded in it (a fork) and must be waited
+// for again by the origin stream before the capture ends (a join), else EndCapture fails with
+// cudaErrorStreamCaptureUnjoined, as CUDA's does. An event recorded in a capture is a point of
+// the capture, not of a stream: it orders captured work and nothing else.
+//
+// A graph is the captured operations in capture order. That order is a topological order of
+// the dependencies CUDA would build (each operation came after everything its stream and its
+// waits had captured before it), so cudaGraphLaunch(exec, stream) replays the operations one
+// after another on `stream`, through enqueue(): each replayed kernel or copy is checked by the
+// race detector against every other stream's work, like eager work. The simulation gives up
+// the concurrency of a graph's branches, never its ordering.
+//
+// While a capture runs, CUDA refuses what would synchronise with or allocate under it
+// ("potentially unsafe API calls"): in cudaStreamCaptureModeGlobal for every thread, in
+// cudaStreamCaptureModeThreadLocal for the capturing thread, in cudaStreamCaptureModeRelaxed
+// never. Here those are cudaMalloc, cudaFree, cudaMallocHost, cudaFreeHost, synchronous
+// cudaMemcpy, cudaDeviceSynchronize, cudaStreamSynchronize, cudaStreamQuery,
+// cudaEventSynchronize and cudaEventQuery. Independently of the mode, a host wait for or query
+// of a capturing stream, work on the legacy stream while a blocking stream of its device
+// captures (cudaErrorStreamCaptureImplicit), a copy with pageable host memory, and a wait for
+// an event recorded outside the capture (cudaErrorStreamCaptureIsolation) are errors. Every
+// refusal invalidates the captures it concerns: their EndCapture returns
+// cudaErrorStreamCaptureInvalidated and no graph, as CUDA's does.
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cudasim/context.h"
+#include "cudasim/errors.h"
+
+namespace cudasim::detail {
+namespace {
+
+const char* mode_name(cudaStreamCaptureMode mode) {
+  switch (mode) {
+    case cudaStreamCaptureModeGlobal: return "global";
+    case cudaStreamCaptureModeThreadLocal: return "thread-local";
+    case cudaStreamCaptureModeRelaxed: return "relaxed";
+  }
+  return "?";
+}
+
+void invalidate_locked(Capture& c, cudaError_t error, const std::string& why) {
+  if (c.invalidated != cudaSuccess) return;  // the first reason stays
+  c.invalidated = error;
+  c.why = why;
+}
+
+/// Ends capture `c` on every stream that is in it.
+void end_capture_locked(const std::shared_ptr<Capture>& c) {
+  Runtime& r = rt();
+  for (const auto& d : r.devices) {
+    if (d->legacy && d->legacy->capture == c) d->legacy->capture = nullptr;
+    for (const auto& s : d->streams) {
+      if (s->capture == c) s->capture = nullptr;
+    }
+  }
+  std::erase(r.captures, c);
+  c->ended = true;
+}
+
+}  // namespace
+
+cudaError_t check_capture_unsafe_locked(const std::string& api) {
+  const std::thread::id me = std::this_thread::get_id();
+  std::string why;
+  for (const auto& c : rt().captures) {
+    const bool forbidden = c->mode == cudaStreamCaptureModeGlobal ||
+                           (c->mode == cudaStreamCaptureModeThreadLocal && c->thread == me);
+    if (!forbidden) continue;
+    const std::string reason = api + " is not permitted while a stream capture in " +
+                               mode_name(c->mode) + " mode is active";
+    invalidate_locked(*c, cudaErrorStreamCaptureUnsupported, reason);
+    if (why.empty()) why = reason;
+  }
+  return why.empty() ? cudaSuccess : fail(cudaErrorStreamCaptureUnsupported, why);
+}
+
+cudaError_t check_not_capturing_locked(const std::shared_ptr<Stream>& s, const std::string& api) {
+  if (!s->capture) return cudaSuccess;
+  const std::string why = api + " of a stream that is capturing";
+  invalidate_locked(*s->capture, cudaErrorStreamCaptureUnsupported, why);
+  return fail(cudaErrorStreamCaptureUnsupported, why);
+}
+
+cudaError_t capture_request_locked(const Request& req, const std::shared_ptr<Stream>& s,
+                                   bool* captured) {
+  *captured = false;
+  Runtime& r = rt();
+  const std::string what = req.site.what.empty() ? std::string("an operation") : req.site.what;
+  // Work on the legacy stream synchronises with every blocking stream of its device.
+  if (s->legacy) {
+    for (const auto& c : r.captures) {
+      for (const auto& other : r.devices[static_cast<size_t>(s->device)]->streams) {
+        if (other->capture != c || !other->blocking) continue;
+        const std::string why = what + " on the legacy stream while a blocking stream of device " +
+                                std::to_string(s->device) + " is capturing";
+        invalidate_locked(*c, cudaErrorStreamCaptureImplicit, why);
+        return fail(cudaErrorStreamCaptureImplicit, why);
+      }
+    }
+  }
+  if (req.wait && req.wait->capture) {  // an event recorded inside a capture
+    const std::shared_ptr<Capture>& c = req.wait->capture;
+    if (c->ended) {
+      return fail(cudaErrorStreamCaptureIsolation,
+                  "cudaStreamWaitEvent: the event was recorded in a capture that has ended");
+    }
+    if (s->capture && s->capture != c) {
+      invalidate_locked(*s->capture, cudaErrorStreamCaptureIsolation, "waits across captures");
+      return fail(cudaErrorStreamCaptureIsolation,
+                  "cudaStreamWaitEvent: the event was recorded in another capture");
+    }
+    if (!s->capture) {  // a fork: s joins the capture
+      s->capture = c;
+      c->forked[s.get()] = c->ops.size();
+      c->rejoined.erase(s.get());
+    } else if (s == c->origin) {  // a join, when the record follows the stream's last op
+      const auto it = c->forked.find(req.wait->captured_on);
+      if (it != c->forked.end() && req.wait->captured_ops >= it->second) {
+        c->rejoined.insert(req.wait->captured_on);
+      }
+    }
+    *captured = true;  // the replay's order keeps the dependency
+    return cudaSuccess;
+  }
+  if (!s->capture) return cudaSuccess;
+  Capture& c = *s->capture;
+  if (req.wait) {
+    const std::string why = "cudaStreamWaitEvent: a capturing stream waits for an event "
+                            "recorded outside the capture";
+    invalidate_locked(c, cudaErrorStreamCaptureIsolation, why);
+    return fail(cudaErrorStreamCaptureIsolation, why);
+  }
+  if (c.invalidated != cudaSuccess) {
+    return fail(cudaErrorStreamCaptureInvalidated,
+                what + ": the capture was invalidated: " + c.why);
+  }
+  if (req.pageable) {
+    const std::string why = what + ": a copy with pageable host memory cannot be captured";
+    invalidate_locked(c, cudaErrorStreamCaptureUnsupported, why);
+    return fail(cudaErrorStreamCaptureUnsupported, why);
+  }
+  c.ops.push_back(req);
+  if (s != c.origin) {
+    c.forked[s.get()] = c.ops.size();
+    c.rejoined.erase(s.get());
+  }
+  *captured = true;
+  return cudaSuccess;
+}
+
+}  // namespace cudasim::detail
+
+using namespace cudasim::detail;  // NOLINT: the C API below is all the rest of this file is
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  count_api("cudaStreamBeginCapture");
+  CUDASIM_NO_CALLBACK("cudaStreamBeginCapture");
+  if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
+      mode != cudaStreamCaptureModeRelaxed) {
+    return fail(cudaErrorInvalidValue,
+                "cudaStreamBeginCapture: mode " + std::to_string(static_cast<int>(mode)));
+  }
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::shared_ptr<Stream> s = resolve_stream_locked(stream);
+  if (!s) return peek_last_error();
+  if (const cudaError_t status = check_device_locked(s->device); status != cudaSuccess) {
+    return status;
+  }
+  if (s->legacy) {
+    return fail(cudaErrorStreamCaptureUnsupported,
+                "cudaStreamBeginCapture: the legacy default stream cannot be captured (create "
+                "a stream)");
+  }
+  if (s->capture) {
+    return fail(cudaErrorIllegalState, "cudaStreamBeginCapture: the stream is already capturing");
+  }
+  auto c = std::make_shared<Capture>();
+  c->mode = mode;
+  c->thread = std::this_thread::get_id();
+  c->origin = s;
+  s->capture = c;
+  r.captures.push_back(c);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  count_api("cudaStreamEndCapture");
+  CUDASIM_NO_CALLBACK("cudaStreamEndCapture");
+  if (graph == nullptr) return fail(cudaErrorInvalidValue, "cudaStreamEndCapture: pGraph is null");
+  *graph = nullptr;
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::shared_ptr<Stream> s = resolve_stream_locked(stream);
+  if (!s) return peek_last_error();
+  const std::shared_ptr<Capture> c = s->capture;
+  if (!c) return fail(cudaErrorIllegalState, "cudaStreamEndCapture: the stream is not capturing");
+  if (c->origin != s) {
+    return fail(cudaErrorStreamCaptureUnmatched,
+                "cudaStreamEndCapture: the capture began on another stream");
+  }
+  if (c->mode != cudaStreamCaptureModeRelaxed && c->thread != std::this_thread::get_id()) {
+    return fail(cudaErrorStreamCaptureWrongThread,
+                "cudaStreamEndCapture: called from a thread other than the one that began the "
+                "capture");
+  }
+  end_capture_locked(c);
+  if (c->invalidated != cudaSuccess) {
+    return fail(cudaErrorStreamCaptureInvalidated,
+                "cudaStreamEndCapture: the capture was invalidated: " + c->why);
+  }
+  for (const auto& [forked, ops] : c->forked) {
+    if (c->rejoined.count(forked) == 0) {
+      return fail(cudaErrorStreamCaptureUnjoined,
+                  "cudaStreamEndCapture: a stream forked into the capture (by waiting for an "
+                  "event recorded in it) was not joined back: the capturing stream must wait "
+                  "for an event recorded on it after its last operation");
+    }
+  }
+  const uintptr_t token = r.new_token();
+  r.graphs[token] = std::make_shared<const std::vector<Request>>(std::move(c->ops));
+  *graph = reinterpret_cast<cudaGraph_t>(token);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  if (status == nullptr) return fail(cudaErrorInvalidValue, "pCaptureStatus is null");
+  std::lock_guard<std::mutex> lock(rt().mu);
+  std::shared_ptr<Stream> s = resolve_stream_locked(stream);
+  if (!s) return peek_last_error();
+  *status = !s->capture                                 ? cudaStreamCaptureStatusNone
+            : s->capture->invalidated != cudaSuccess ? cudaStreamCaptureStatusInvalidated
+                                                     : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                 unsigned long long flags) {
+  count_api("cudaGraphInstantiate");
+  CUDASIM_NO_CALLBACK("cudaGraphInstantiate");
+  if (exec == nullptr) return fail(cudaErrorInvalidValue, "cudaGraphInstantiate: pGraphExec is null");
+  if (flags != 0) {
+    return fail(cudaErrorInvalidValue, "cudaGraphInstantiate: flags " + std::to_string(flags) +
+                                           " are not simulated (0 only)");
+  }
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const auto it = r.graphs.find(reinterpret_cast<uintptr_t>(graph));
+  if (it == r.graphs.end()) {
+    return fail(cudaErrorInvalidValue, "cudaGraphInstantiate: not a live graph");
+  }
+  const uintptr_t token = r.new_token();
+  r.graph_execs[token] = it->second;  // operations are immutable: instances share them
+  *exec = reinterpret_cast<cudaGraphExec_t>(token);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  count_api("cudaGraphLaunch");
+  CUDASIM_NO_CALLBACK("cudaGraphLaunch");
+  GraphOps ops;
+  {
+    Runtime& r = rt();
+    std::lock_guard<std::mutex> lock(r.mu);
+    const auto it = r.graph_execs.find(reinterpret_cast<uintptr_t>(exec));
+    if (it == r.graph_execs.end()) {
+      return fail(cudaErrorInvalidResourceHandle, "cudaGraphLaunch: not a live graph exec");
+    }
+    ops = it->second;
+    if (!resolve_stream_locked(stream)) return peek_last_error();
+  }
+  // One op after another on `stream` (Note [Stream capture]); into its capture if it has one.
+  for (const Request& op : *ops) {
+    Request replay = op;
+    replay.stream = stream;
+    if (const cudaError_t status = enqueue(std::move(replay)).status; status != cudaSuccess) {
+      return status;
+    }
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  std::lock_guard<std::mutex> lock(rt().mu);
+  if (rt().graph_execs.erase(reinterpret_cast<uintptr_t>(exec)) == 0) {
+    return fail(cudaErrorInvalidValue, "cudaGraphExecDestroy: not a live graph exec");
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  std::lock_guard<std::mutex> lock(rt().mu);
+  if (rt().graphs.erase(reinterpret_cast<uintptr_t>(graph)) == 0) {
+    return fail(cudaErrorInvalidValue, "cudaGraphDestroy: not a live graph");
+  }
+  return cudaSuccess;
+}

@@ -1,0 +1,312 @@
+// Stream capture and CUDA graphs on simulated GPUs (cudasim/graphs.cc, Note [Stream capture]):
+// captured work does not run; a graph replays it, in order, as often as launched, with one host
+// call; forks and joins across streams; and every rule CUDA enforces while a capture runs, each
+// refusal invalidating the capture so EndCapture returns no graph. Replays are race-checked.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/cudasim/test_util.h"
+
+using namespace cudasim::testing;
+using cudasim::Access;
+
+namespace {
+
+Access write_all(const float* p) { return {p, Access::kToEnd, true, 0}; }
+Access read_all(const float* p) { return {p, Access::kToEnd, false, 1}; }
+
+/// A "kernel" x = 2x + 1 over n floats.
+cudaError_t twice_plus_one(cudaStream_t s, float* x, size_t n) {
+  return fake_kernel(s, "twice_plus_one", {write_all(x)}, [x, n] {
+    for (size_t i = 0; i < n; ++i) x[i] = 2 * x[i] + 1;
+  });
+}
+
+/// buf's values once every stream's work is done.
+std::vector<float> read(const DeviceFloats& buf) {
+  REQUIRE_CUDA(cudaDeviceSynchronize());
+  std::vector<float> host(buf.n);
+  REQUIRE_CUDA(cudaMemcpy(host.data(), buf.p, buf.bytes(), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+struct Stream {
+  cudaStream_t s = nullptr;
+  explicit Stream(unsigned flags = cudaStreamNonBlocking) {
+    (void)cudaStreamCreateWithFlags(&s, flags);
+  }
+  ~Stream() { (void)cudaStreamDestroy(s); }
+};
+
+/// Ends s's capture, expecting `expected`; destroys a graph it got.
+void end_capture_expecting(cudaStream_t s, cudaError_t expected) {
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamEndCapture(s, &graph) == expected);
+  if (graph != nullptr) REQUIRE_CUDA(cudaGraphDestroy(graph));
+  CHECK((expected == cudaSuccess) == (graph != nullptr));
+  (void)cudaGetLastError();
+}
+
+}  // namespace
+
+TEST_CASE("a captured graph runs nothing until launched, then replays it with one call") {
+  clean();
+  DeviceFloats x(8);
+  Stream stream;
+  REQUIRE_CUDA(cudaMemsetAsync(x.p, 0, x.bytes(), stream.s));
+  REQUIRE_CUDA(cudaStreamSynchronize(stream.s));
+
+  REQUIRE_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+  cudaStreamCaptureStatus status;
+  REQUIRE_CUDA(cudaStreamIsCapturing(stream.s, &status));
+  CHECK(status == cudaStreamCaptureStatusActive);
+  REQUIRE_CUDA(twice_plus_one(stream.s, x.p, x.n));
+  REQUIRE_CUDA(twice_plus_one(stream.s, x.p, x.n));
+  cudaGraph_t graph = nullptr;
+  REQUIRE_CUDA(cudaStreamEndCapture(stream.s, &graph));
+  REQUIRE_CUDA(cudaStreamIsCapturing(stream.s, &status));
+  CHECK(status == cudaStreamCaptureStatusNone);
+  CHECK(read(x) == std::vector<float>(8, 0.0f));  // captured, not run
+
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  REQUIRE_CUDA(cudaGraphDestroy(graph));  // the instance keeps its operations
+  cudasim::reset_api_counts();
+  for (int replay = 0; replay < 3; ++replay) REQUIRE_CUDA(cudaGraphLaunch(exec, stream.s));
+  const auto counts = cudasim::api_counts();
+  CHECK(counts.at("cudaGraphLaunch") == 3);
+  CHECK(counts.count("kernel launch") == 0);  // the replayed kernels cost no host call
+  // Six applications of x = 2x + 1 from 0: 2^6 - 1.
+  CHECK(read(x) == std::vector<float>(8, 63.0f));
+  REQUIRE_CUDA(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphLaunch(exec, stream.s) == cudaErrorInvalidResourceHandle);
+  (void)cudaGetLastError();
+}
+
+TEST_CASE("a capture forks into a second stream by an event and must join it back") {
+  clean();
+  DeviceFloats a(4), b(4);
+  Stream origin, side;
+  cudaEvent_t fork, join;
+  REQUIRE_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  REQUIRE_CUDA(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  REQUIRE_CUDA(cudaMemsetAsync(a.p, 0, a.bytes(), origin.s));
+  REQUIRE_CUDA(cudaMemsetAsync(b.p, 0, b.bytes(), origin.s));
+  REQUIRE_CUDA(cudaStreamSynchronize(origin.s));
+
+  auto capture = [&](bool join_back) {
+    REQUIRE_CUDA(cudaStreamBeginCapture(origin.s, cudaStreamCaptureModeGlobal));
+    REQUIRE_CUDA(twice_plus_one(origin.s, a.p, a.n));
+    REQUIRE_CUDA(cudaEventRecord(fork, origin.s));
+    REQUIRE_CUDA(cudaStreamWaitEvent(side.s, fork, 0));  // side joins the capture
+    cudaStreamCaptureStatus status;
+    REQUIRE_CUDA(cudaStreamIsCapturing(side.s, &status));
+    CHECK(status == cudaStreamCaptureStatusActive);
+    // b = a + 1 on the side stream, after the origin's kernel.
+    REQUIRE_CUDA(fake_kernel(side.s, "a_plus_one", {read_all(a.p), write_all(b.p)},
+                             [pa = a.p, pb = b.p] {
+                               for (int i = 0; i < 4; ++i) pb[i] = pa[i] + 1;
+                             }));
+    if (join_back) {
+      REQUIRE_CUDA(cudaEventRecord(join, side.s));
+      REQUIRE_CUDA(cudaStreamWaitEvent(origin.s, join, 0));
+    }
+  };
+  capture(/*join_back=*/false);
+  end_capture_expecting(origin.s, cudaErrorStreamCaptureUnjoined);
+  cudaStreamCaptureStatus status;
+  REQUIRE_CUDA(cudaStreamIsCapturing(side.s, &status));
+  CHECK(status == cudaStreamCaptureStatusNone);  // the failed end released both streams
+
+  capture(/*join_back=*/true);
+  cudaGraph_t graph = nullptr;
+  REQUIRE_CUDA(cudaStreamEndCapture(origin.s, &graph));
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  REQUIRE_CUDA(cudaGraphLaunch(exec, origin.s));
+  REQUIRE_CUDA(cudaGraphLaunch(exec, origin.s));
+  CHECK(read(a) == std::vector<float>(4, 3.0f));  // 0 -> 1 -> 3
+  CHECK(read(b) == std::vector<float>(4, 4.0f));  // the second replay's a + 1
+  // An event recorded in the capture is a point of the graph, not of a stream.
+  CHECK(cudaEventSynchronize(fork) == cudaErrorStreamCaptureUnsupported);
+  (void)cudaGetLastError();
+  REQUIRE_CUDA(cudaGraphExecDestroy(exec));
+  REQUIRE_CUDA(cudaGraphDestroy(graph));
+  REQUIRE_CUDA(cudaEventDestroy(fork));
+  REQUIRE_CUDA(cudaEventDestroy(join));
+}
+
+TEST_CASE("what CUDA refuses while a stream captures, each refusal invalidating the capture") {
+  clean();
+  DeviceFloats x(4);
+  Stream stream;
+  const std::vector<float> host(4, 1.0f);
+  struct Refusal {
+    const char* name;
+    std::function<cudaError_t()> call;
+    cudaError_t error;
+  };
+  const std::vector<Refusal> refusals{
+      {"cudaMalloc", [] { void* p; return cudaMalloc(&p, 64); },
+       cudaErrorStreamCaptureUnsupported},
+      {"cudaStreamSynchronize of the capturing stream",
+       [&] { return cudaStreamSynchronize(stream.s); }, cudaErrorStreamCaptureUnsupported},
+      {"cudaStreamQuery of the capturing stream", [&] { return cudaStreamQuery(stream.s); },
+       cudaErrorStreamCaptureUnsupported},
+      {"cudaDeviceSynchronize", [] { return cudaDeviceSynchronize(); },
+       cudaErrorStreamCaptureUnsupported},
+      {"a synchronous cudaMemcpy",
+       [&] { return cudaMemcpy(x.p, host.data(), x.bytes(), cudaMemcpyHostToDevice); },
+       cudaErrorStreamCaptureUnsupported},
+      {"a copy from pageable host memory",
+       [&] {
+         return cudaMemcpyAsync(x.p, host.data(), x.bytes(), cudaMemcpyHostToDevice, stream.s);
+       },
+       cudaErrorStreamCaptureUnsupported},
+      {"work on the legacy stream beside a blocking capturing stream", [&] {
+         return twice_plus_one(nullptr, x.p, x.n);
+       },
+       cudaSuccess /* the stream here is non-blocking: allowed */},
+  };
+  for (const Refusal& r : refusals) {
+    INFO(r.name);
+    REQUIRE_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+    REQUIRE_CUDA(twice_plus_one(stream.s, x.p, x.n));
+    CHECK(r.call() == r.error);
+    (void)cudaGetLastError();
+    cudaStreamCaptureStatus status;
+    REQUIRE_CUDA(cudaStreamIsCapturing(stream.s, &status));
+    if (r.error == cudaSuccess) {
+      CHECK(status == cudaStreamCaptureStatusActive);
+      end_capture_expecting(stream.s, cudaSuccess);
+      REQUIRE_CUDA(cudaDeviceSynchronize());
+    } else {
+      CHECK(status == cudaStreamCaptureStatusInvalidated);
+      // Work after the refusal is refused too, and the end returns no graph.
+      CHECK(twice_plus_one(stream.s, x.p, x.n) == cudaErrorStreamCaptureInvalidated);
+      (void)cudaGetLastError();
+      end_capture_expecting(stream.s, cudaErrorStreamCaptureInvalidated);
+    }
+  }
+
+  // A blocking stream's capture and the legacy stream: an implicit synchronisation.
+  Stream blocking(cudaStreamDefault);
+  REQUIRE_CUDA(cudaStreamBeginCapture(blocking.s, cudaStreamCaptureModeRelaxed));
+  CHECK(twice_plus_one(nullptr, x.p, x.n) == cudaErrorStreamCaptureImplicit);
+  (void)cudaGetLastError();
+  end_capture_expecting(blocking.s, cudaErrorStreamCaptureInvalidated);
+
+  // The legacy stream cannot capture; a stream cannot capture twice; only the origin ends it.
+  CHECK(cudaStreamBeginCapture(nullptr, cudaStreamCaptureModeGlobal) ==
+        cudaErrorStreamCaptureUnsupported);
+  REQUIRE_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+  CHECK(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal) == cudaErrorIllegalState);
+  Stream other;
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamEndCapture(other.s, &graph) == cudaErrorIllegalState);
+
+  // Waiting for an event recorded outside the capture breaks its isolation.
+  cudaEvent_t outside;
+  REQUIRE_CUDA(cudaEventCreateWithFlags(&outside, cudaEventDisableTiming));
+  REQUIRE_CUDA(cudaEventRecord(outside, other.s));
+  CHECK(cudaStreamWaitEvent(stream.s, outside, 0) == cudaErrorStreamCaptureIsolation);
+  (void)cudaGetLastError();
+  end_capture_expecting(stream.s, cudaErrorStreamCaptureInvalidated);
+  REQUIRE_CUDA(cudaEventDestroy(outside));
+  REQUIRE_CUDA(cudaDeviceSynchronize());
+  clean();
+}
+
+TEST_CASE("capture modes: who may call what while a capture runs") {
+  clean();
+  Stream stream;
+  DeviceFloats x(4);
+  auto malloc_from_another_thread = [] {
+    cudaError_t status = cudaSuccess;
+    std::thread([&] {
+      void* p = nullptr;
+      status = cudaMalloc(&p, 64);
+      if (status == cudaSuccess) (void)cudaFree(p);
+      (void)cudaGetLastError();
+    }).join();
+    return status;
+  };
+  SECTION("global: every thread is held to the rules") {
+    REQUIRE_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+    CHECK(malloc_from_another_thread() == cudaErrorStreamCaptureUnsupported);
+    end_capture_expecting(stream.s, cudaErrorStreamCaptureInvalidated);
+  }
+  SECTION("thread-local: only the capturing thread") {
+    REQUIRE_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
+    CHECK(malloc_from_another_thread() == cudaSuccess);
+    void* p = nullptr;
+    CHECK(cudaMalloc(&p, 64) == cudaErrorStreamCaptureUnsupported);
+    (void)cudaGetLastError();
+    end_capture_expecting(stream.s, cudaErrorStreamCaptureInvalidated);
+  }
+  SECTION("relaxed: allocation is allowed, a wait for the capturing stream still is not") {
+    REQUIRE_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeRelaxed));
+    void* p = nullptr;
+    REQUIRE_CUDA(cudaMalloc(&p, 64));
+    REQUIRE_CUDA(cudaFree(p));
+    REQUIRE_CUDA(twice_plus_one(stream.s, x.p, x.n));
+    end_capture_expecting(stream.s, cudaSuccess);
+    REQUIRE_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeRelaxed));
+    CHECK(cudaStreamSynchronize(stream.s) == cudaErrorStreamCaptureUnsupported);
+    (void)cudaGetLastError();
+    end_capture_expecting(stream.s, cudaErrorStreamCaptureInvalidated);
+  }
+  SECTION("global: the end must come from the thread that began it") {
+    REQUIRE_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+    cudaError_t status = cudaSuccess;
+    std::thread([&] {
+      cudaGraph_t graph = nullptr;
+      status = cudaStreamEndCapture(stream.s, &graph);
+      (void)cudaGetLastError();
+    }).join();
+    CHECK(status == cudaErrorStreamCaptureWrongThread);
+    end_capture_expecting(stream.s, cudaSuccess);
+  }
+  REQUIRE_CUDA(cudaDeviceSynchronize());
+}
+
+TEST_CASE("a replayed graph is race-checked like eager work") {
+  clean();
+  const cudasim::RacePolicy previous = cudasim::set_race_policy(cudasim::RacePolicy::kReport);
+  DeviceFloats x(4);
+  Stream a, b;
+  REQUIRE_CUDA(cudaStreamBeginCapture(a.s, cudaStreamCaptureModeGlobal));
+  REQUIRE_CUDA(twice_plus_one(a.s, x.p, x.n));
+  cudaGraph_t graph = nullptr;
+  REQUIRE_CUDA(cudaStreamEndCapture(a.s, &graph));
+  CHECK(cudasim::take_race_reports().empty());  // capturing accesses nothing
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  REQUIRE_CUDA(cudaGraphLaunch(exec, a.s));
+  // Stream b reads x with no ordering after the replay's write: a race, named by the kernel.
+  REQUIRE_CUDA(fake_kernel(b.s, "unordered_reader", {read_all(x.p)}));
+  const std::vector<std::string> reports = cudasim::take_race_reports();
+  REQUIRE(reports.size() == 1);
+  CHECK(reports[0].find("twice_plus_one") != std::string::npos);
+  CHECK(reports[0].find("unordered_reader") != std::string::npos);
+  // Ordered by an event after the replay (and the replay after that reader, by the host's
+  // wait): no race.
+  REQUIRE_CUDA(cudaDeviceSynchronize());
+  cudaEvent_t done;
+  REQUIRE_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  REQUIRE_CUDA(cudaGraphLaunch(exec, a.s));
+  REQUIRE_CUDA(cudaEventRecord(done, a.s));
+  REQUIRE_CUDA(cudaStreamWaitEvent(b.s, done, 0));
+  REQUIRE_CUDA(fake_kernel(b.s, "ordered_reader", {read_all(x.p)}));
+  CHECK(cudasim::take_race_reports().empty());
+  REQUIRE_CUDA(cudaEventDestroy(done));
+  REQUIRE_CUDA(cudaGraphExecDestroy(exec));
+  REQUIRE_CUDA(cudaGraphDestroy(graph));
+  REQUIRE_CUDA(cudaDeviceSynchronize());
+  cudasim::set_race_policy(previous);
+  clean();
+}
