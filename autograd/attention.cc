@@ -18,7 +18,8 @@ class FlashAttentionBackward final : public FunctionNode {
   const char* name() const override { return "FlashAttentionBackward"; }
 
  protected:
-  std::vector<Tensor> backward(const std::vector<Tensor>& grads, const std::vector<bool>&) override {
+  std::vector<Tensor> backward(const std::vector<Tensor>& grads,
+                               const std::vector<bool>& /*wanted*/) override {
     const Tensor &q = saved(0), &out = saved(3);
     // The gradient enters in the operands' dtype, as a batched matmul's does (Note [The
     // precision policy]); one kernel gives all three gradients, so all are computed.

@@ -5,8 +5,9 @@
 // q, out, grad_q [N, L, D], k, v, grad_k, grad_v [N, S, D], lse, delta [N, L]. A tile is kRows
 // query or key rows of kD (D rounded up to 32, 64, 128 or 256) columns, zero-padded, converted
 // to the accumulation type Acc (float for float32 and 16-bit inputs, double for float64) when
-// it is loaded into shared memory; kRows × kD is at most 2,048 floats or 1,024 doubles, so the
-// backward's four tiles and one score tile stay under the 48 KiB of static shared memory.
+// it is loaded into shared memory (rows padded by one element against bank conflicts); kRows ×
+// kD is at most 2,048 floats or 1,024 doubles, so the backward's four tiles and one score tile
+// stay under the 48 KiB of static shared memory.
 //
 //   forward:  one block per (n, query tile), 128 threads. Per key tile: the scores into shared
 //             memory (masked: -inf), one thread per row updates its running max m and sum l
@@ -50,11 +51,13 @@ __device__ inline Acc widen(In x) {
   }
 }
 
-/// Loads rows [r0, r0 + kRows) of a [rows, d] matrix into tile[kRows][kD] as Acc, zeros past
-/// its end. Every thread of the block takes part.
+/// Loads rows [r0, r0 + kRows) of a [rows, d] matrix into the first kD columns of
+/// tile[kRows][kD + 1] as Acc, zeros past its end. Every thread of the block takes part. The
+/// spare column staggers the rows across shared-memory banks: the score loops read row c of k
+/// (or v) in thread c of a warp, which would otherwise all hit one bank.
 template <class Acc, int kRows, int kD, class In>
 __device__ void load_tile(const In* src, int64_t r0, int64_t rows, int64_t d,
-                          Acc (&tile)[kRows][kD]) {
+                          Acc (&tile)[kRows][kD + 1]) {
   for (int e = threadIdx.x; e < kRows * kD; e += blockDim.x) {
     const int r = e / kD, c = e % kD;
     tile[r][c] = r0 + r < rows && c < d ? widen<Acc>(src[(r0 + r) * d + c]) : Acc(0);
@@ -73,7 +76,7 @@ __device__ inline int64_t keys_end(int64_t r1, int64_t l, int64_t s, bool causal
 }
 
 template <class Acc, int kD>
-__device__ Acc dot(const Acc (&a)[kD], const Acc (&b)[kD]) {
+__device__ Acc dot(const Acc (&a)[kD + 1], const Acc (&b)[kD + 1]) {
   Acc sum = Acc(0);
   for (int d = 0; d < kD; ++d) sum += a[d] * b[d];
   return sum;
@@ -84,7 +87,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     flash_forward_kernel(const In* q, const In* k, const In* v, int64_t n, int64_t l, int64_t s,
                          int64_t d, bool causal, Acc scale, Acc* out, Acc* lse) {
   constexpr int kRows = tile_rows<Acc, kD>(), kPer = kRows * kD / kAttentionThreads;
-  __shared__ Acc qs[kRows][kD], ks[kRows][kD], vs[kRows][kD];
+  __shared__ Acc qs[kRows][kD + 1], ks[kRows][kD + 1], vs[kRows][kD + 1];
   __shared__ Acc ps[kRows][kRows + 1];
   __shared__ Acc m_s[kRows], l_s[kRows], rescale_s[kRows];
   const int64_t row_tiles = (l + kRows - 1) / kRows;
@@ -160,7 +163,8 @@ __global__ void attention_delta_kernel(const In* grad_out, const Acc* out, int64
 
 /// p = exp(scale · q kᵀ - lse) into ps for query rows r0.. and keys c0.. (0 where not visible).
 template <class Acc, int kRows, int kD>
-__device__ void probabilities(const Acc (&qs)[kRows][kD], const Acc (&ks)[kRows][kD],
+__device__ void probabilities(const Acc (&qs)[kRows][kD + 1],
+                              const Acc (&ks)[kRows][kD + 1],
                               const Acc (&lse_s)[kRows], int64_t r0, int64_t c0, int64_t l,
                               int64_t s, bool causal, Acc scale, Acc (&ps)[kRows][kRows + 1]) {
   for (int e = threadIdx.x; e < kRows * kRows; e += blockDim.x) {
@@ -172,7 +176,8 @@ __device__ void probabilities(const Acc (&qs)[kRows][kD], const Acc (&ks)[kRows]
 
 /// ps := p ⊙ (grad_out vᵀ - delta), in place.
 template <class Acc, int kRows, int kD>
-__device__ void score_gradients(const Acc (&dos)[kRows][kD], const Acc (&vs)[kRows][kD],
+__device__ void score_gradients(const Acc (&dos)[kRows][kD + 1],
+                                const Acc (&vs)[kRows][kD + 1],
                                 const Acc (&delta_s)[kRows], Acc (&ps)[kRows][kRows + 1]) {
   for (int e = threadIdx.x; e < kRows * kRows; e += blockDim.x) {
     const int r = e / kRows, c = e % kRows;
@@ -197,7 +202,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
                              const Acc* lse, const Acc* delta, int64_t n, int64_t l, int64_t s,
                              int64_t d, bool causal, Acc scale, Acc* grad_k, Acc* grad_v) {
   constexpr int kRows = tile_rows<Acc, kD>(), kPer = kRows * kD / kAttentionThreads;
-  __shared__ Acc ks[kRows][kD], vs[kRows][kD], qs[kRows][kD], dos[kRows][kD];
+  __shared__ Acc ks[kRows][kD + 1], vs[kRows][kD + 1];
+  __shared__ Acc qs[kRows][kD + 1], dos[kRows][kD + 1];
   __shared__ Acc ps[kRows][kRows + 1];
   __shared__ Acc lse_s[kRows], delta_s[kRows];
   const int64_t key_tiles = (s + kRows - 1) / kRows;
@@ -244,7 +250,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
                             const Acc* lse, const Acc* delta, int64_t n, int64_t l, int64_t s,
                             int64_t d, bool causal, Acc scale, Acc* grad_q) {
   constexpr int kRows = tile_rows<Acc, kD>(), kPer = kRows * kD / kAttentionThreads;
-  __shared__ Acc qs[kRows][kD], dos[kRows][kD], ks[kRows][kD], vs[kRows][kD];
+  __shared__ Acc qs[kRows][kD + 1], dos[kRows][kD + 1];
+  __shared__ Acc ks[kRows][kD + 1], vs[kRows][kD + 1];
   __shared__ Acc ps[kRows][kRows + 1];
   __shared__ Acc lse_s[kRows], delta_s[kRows];
   const int64_t row_tiles = (l + kRows - 1) / kRows;

@@ -250,7 +250,9 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
                                  unsigned long long flags) {
   count_api("cudaGraphInstantiate");
   CUDASIM_NO_CALLBACK("cudaGraphInstantiate");
-  if (exec == nullptr) return fail(cudaErrorInvalidValue, "cudaGraphInstantiate: pGraphExec is null");
+  if (exec == nullptr) {
+    return fail(cudaErrorInvalidValue, "cudaGraphInstantiate: pGraphExec is null");
+  }
   if (flags != 0) {
     return fail(cudaErrorInvalidValue, "cudaGraphInstantiate: flags " + std::to_string(flags) +
                                            " are not simulated (0 only)");
