@@ -135,6 +135,14 @@ void gemm_on_this_thread(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
   }
 }
 
+/// The bfloat16 product on the calling thread: the tile unit's (Note [bf16 GEMM on AMX],
+/// gemm_amx.cc). Only called where amx_bf16_available().
+void gemm_on_this_thread(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb,
+                         float beta, float* c, int64_t ldc) {
+  gemm_bf16_amx(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 /// Throws std::invalid_argument when a size exceeds the 32-bit BLAS interface.
 void check_blas_dims(const char* op, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb) {
   constexpr int64_t kMaxDim = std::numeric_limits<blasint>::max();
@@ -146,9 +154,10 @@ void check_blas_dims(const char* op, int64_t m, int64_t n, int64_t k, int64_t ld
 }
 
 /// One product, C split over the calling thread's intra-op threads when it is large enough.
-template <class T>
-void gemm_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
-                int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+/// In: the operands' type, T or BFloat16 (with T = float).
+template <class In, class T>
+void gemm_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const In* a,
+                int64_t lda, const In* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if (k == 0) {  // BLAS would scale c by beta; beta == 0 must also clear NaN
     for (int64_t i = 0; i < m * n; ++i) c[i] = beta == T(0) ? T(0) : beta * c[i];
     return;
@@ -172,13 +181,16 @@ void gemm_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T a
       // Columns [j0, j1) of C need columns [j0, j1) of op(B): B[:, j0:j1] or rows j0:j1 of Bᵀ.
       const int64_t j0 = lo * kColumnAlign, j1 = std::min(n, hi * kColumnAlign);
       if (j1 <= j0) return;
-      const T* b_block = trans_b ? b + j0 * ldb : b + j0;
+      const In* b_block = trans_b ? b + j0 * ldb : b + j0;
       gemm_on_this_thread(trans_a, trans_b, m, j1 - j0, k, alpha, a, lda, b_block, ldb, beta,
                           c + j0, ldc);
     } else {
       // Rows [lo, hi) of C need rows [lo, hi) of op(A): A[lo:hi, :] or columns lo:hi of Aᵀ.
-      const T* a_block = trans_a ? a + lo : a + lo * lda;
-      if (gemm_backend() == GemmBackend::kEigen) {
+      const In* a_block = trans_a ? a + lo : a + lo * lda;
+      if constexpr (std::is_same_v<In, BFloat16>) {
+        gemm_on_this_thread(trans_a, trans_b, hi - lo, n, k, alpha, a_block, lda, b, ldb, beta,
+                            c + lo * ldc, ldc);
+      } else if (gemm_backend() == GemmBackend::kEigen) {
         eigen_gemm(trans_a, trans_b, hi - lo, n, k, alpha, a_block, lda, b, ldb, beta,
                    c + lo * ldc, ldc);
       } else {
@@ -189,13 +201,13 @@ void gemm_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T a
   });
 }
 
-template <class T>
+template <class T, class In = T>
 void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a, const Tensor& b, T beta,
                 Tensor& c) {
   const int64_t m = c.size(0), n = c.size(1), k = trans_a ? a.size(0) : a.size(1);
   if (m == 0 || n == 0) return;
   check_blas_dims("gemm", m, n, k, a.size(1), b.size(1));
-  gemm_split(trans_a, trans_b, m, n, k, alpha, a.data<T>(), a.size(1), b.data<T>(), b.size(1),
+  gemm_split(trans_a, trans_b, m, n, k, alpha, a.data<In>(), a.size(1), b.data<In>(), b.size(1),
              beta, c.data<T>(), n);
 }
 
@@ -205,7 +217,7 @@ void gemm_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a, const Tens
 // the split costs nothing when there are at least as many matrices as threads. With fewer
 // matrices than threads each product runs in turn, C split by gemm_split. An operand stack
 // of one matrix (shared by every product) advances by 0.
-template <class T>
+template <class T, class In = T>
 void gemm_batched_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, const Tensor& b_t,
                         T beta, Tensor& c_t) {
   const int64_t batch = c_t.size(0), m = c_t.size(1), n = c_t.size(2);
@@ -215,13 +227,13 @@ void gemm_batched_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, 
   const int64_t stride_b = b_t.size(0) == 1 ? 0 : b_t.size(1) * ldb;
   if (batch == 0 || m == 0 || n == 0) return;
   check_blas_dims("gemm_batched", m, n, k, lda, ldb);
-  const T* a = a_t.data<T>();
-  const T* b = b_t.data<T>();
+  const In* a = a_t.data<In>();
+  const In* b = b_t.data<In>();
   T* c = c_t.data<T>();
   const bool split_each = batch < intra_op_threads();
   auto products = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const T *ai = a + i * stride_a, *bi = b + i * stride_b;
+      const In *ai = a + i * stride_a, *bi = b + i * stride_b;
       T* ci = c + i * m * n;
       if (split_each) {
         gemm_split(trans_a, trans_b, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, n);
@@ -241,6 +253,13 @@ void gemm_batched_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, 
   constexpr double kFlopsPerUnit = kParallelFlops / kParallelThreshold;
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k;
   parallel_for(batch, static_cast<int64_t>(flops / kFlopsPerUnit) + 1, products);
+}
+
+/// bfloat16 operands go to the tile unit where there is one, under the default backend; the
+/// Eigen backend (the reference) widens them as before.
+bool use_amx(DType dtype) {
+  return dtype == DType::kBFloat16 && gemm_backend() == GemmBackend::kOpenBlas &&
+         amx_bf16_available();
 }
 
 /// OpenBLAS is held to one thread of its own (Note [GEMM backend]).
@@ -283,6 +302,11 @@ void set_gemm_backend(GemmBackend backend) {
 void gemm_batched(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,
                   double beta, Tensor& c) {
   use_one_openblas_thread();
+  if (use_amx(a.dtype())) {  // Note [bf16 GEMM on AMX], gemm_amx.cc
+    gemm_batched_typed<float, BFloat16>(trans_a, trans_b, static_cast<float>(alpha), a, b,
+                                        static_cast<float>(beta), c);
+    return;
+  }
   if (is_16_bit(a.dtype())) {  // Note [Mixed-precision GEMM on the CPU]
     gemm_batched_typed<float>(trans_a, trans_b, static_cast<float>(alpha), a.to(DType::kFloat32),
                               b.to(DType::kFloat32), static_cast<float>(beta), c);
@@ -297,6 +321,11 @@ void gemm_batched(bool trans_a, bool trans_b, double alpha, const Tensor& a, con
 void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
           Tensor& c) {
   use_one_openblas_thread();
+  if (use_amx(a.dtype())) {  // Note [bf16 GEMM on AMX], gemm_amx.cc
+    gemm_typed<float, BFloat16>(trans_a, trans_b, static_cast<float>(alpha), a, b,
+                                static_cast<float>(beta), c);
+    return;
+  }
   if (is_16_bit(a.dtype())) {  // Note [Mixed-precision GEMM on the CPU]
     gemm_typed<float>(trans_a, trans_b, static_cast<float>(alpha), a.to(DType::kFloat32),
                       b.to(DType::kFloat32), static_cast<float>(beta), c);

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "tensor/half.h"
+
 namespace pipewright::cpu {
 
 enum class GemmBackend {
@@ -42,6 +44,19 @@ class GemmBackendGuard {
  private:
   GemmBackend previous_;
 };
+
+/// Whether this CPU and kernel run the bfloat16 GEMM on AMX tiles (Note [bf16 GEMM on AMX],
+/// gemm_amx.cc): CPUID has AMX-TILE and AMX-BF16 and Linux grants the tile state. Decided once.
+/// When true, gemm and gemm_batched of two bfloat16 operands run there under the default
+/// backend (the Eigen backend keeps widening them to float32).
+bool amx_bf16_available();
+
+/// C [m, n] = alpha · op(A) · op(B) + beta · C for bfloat16 A, B and float32 C on AMX tiles, on
+/// the calling thread; row-major with leading dimensions as gemm_tile's. Only where
+/// amx_bf16_available().
+void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta,
+                   float* c, int64_t ldc);
 
 /// C [m, n] = alpha · op(A) · op(B) + beta · C for row-major A, B, C with leading dimensions
 /// lda, ldb, ldc (op(X) = Xᵀ when trans_x), on the calling thread alone, by the process's

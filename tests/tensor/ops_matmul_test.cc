@@ -3,6 +3,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "tensor/batched_matmul.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
@@ -194,4 +195,71 @@ TEST_CASE("matmul errors name both shapes and the flags") {
   Tensor c = Tensor::zeros({3, 3});
   REQUIRE_THROWS_WITH(ops::gemm_(c, a, Tensor::zeros({3, 2}), false, false),
                       Catch::Contains("[3, 3]") && Catch::Contains("[2, 2]"));
+}
+
+TEST_CASE("bfloat16 operands: float32 sums of exact products, on AMX tiles where the CPU has them") {
+  // Each product of two bf16 values is exact in float32 and the sums are float32, so C is
+  // within K float32 roundings of the float64 product of the bf16 values (γ_K Σ|terms|,
+  // Higham §3.1), on AMX (Note [bf16 GEMM on AMX], tensor/cpu/gemm_amx.cc) and when widened
+  // to float32 (the Eigen backend, and CPUs without AMX). Shapes cross the tile kernel's
+  // 32-row, 32-column and 32-deep blocks; batches share an operand; two threads split C.
+  INFO("AMX-BF16 " << (cpu::amx_bf16_available() ? "used" : "absent: the widened path only"));
+  struct Dims {
+    int64_t m, k, n;
+  };
+  bool some_product_differs = false;
+  for (int threads : {1, 2}) {
+    ThreadBudgetGuard budget(threads);
+    for (Dims d : {Dims{1, 1, 1}, Dims{5, 7, 3}, Dims{33, 65, 17}, Dims{64, 96, 128},
+                   Dims{129, 300, 50}}) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          const Shape as = stored(d.m, d.k, ta), bs = stored(d.k, d.n, tb);
+          const Tensor a = tensor_of<float>(random_values(as.numel(), 51, -2, 2), as)
+                               .to(DType::kBFloat16);
+          const Tensor b = tensor_of<float>(random_values(bs.numel(), 52, -2, 2), bs)
+                               .to(DType::kBFloat16);
+          const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+          const auto cv = random_values(d.m * d.n, 53);
+          // |terms| summed, for the bound.
+          std::vector<double> abs_a(av), abs_b(bv);
+          for (double& x : abs_a) x = std::abs(x);
+          for (double& x : abs_b) x = std::abs(x);
+          const auto magnitude = naive_gemm(abs_a, as, ta, abs_b, bs, tb, 1.0, 0.0, {});
+          for (double beta : {0.0, 1.0}) {
+            INFO("threads=" << threads << " m=" << d.m << " k=" << d.k << " n=" << d.n
+                            << " ta=" << ta << " tb=" << tb << " beta=" << beta);
+            Tensor tiles = tensor_of<float>(cv, {d.m, d.n});
+            Tensor widened = tensor_of<float>(cv, {d.m, d.n});
+            ops::gemm_(tiles, a, b, ta, tb, 1.0, beta);
+            {
+              cpu::GemmBackendGuard backend(cpu::GemmBackend::kEigen);
+              ops::gemm_(widened, a, b, ta, tb, 1.0, beta);
+            }
+            const auto expected =
+                naive_gemm(av, as, ta, bv, bs, tb, 1.0, beta, rounded<float>(cv));
+            const auto got = tiles.to_vector<double>(), reference = widened.to_vector<double>();
+            for (size_t i = 0; i < expected.size(); ++i) {
+              const double bound = (static_cast<double>(d.k) + 2) * std::ldexp(1.0, -24) *
+                                   (magnitude[i] + std::abs(expected[i]) + 1.0);
+              REQUIRE(std::abs(got[i] - expected[i]) <= bound);
+              REQUIRE(std::abs(reference[i] - expected[i]) <= bound);
+            }
+            if (!ops::equal(tiles, widened)) some_product_differs = true;
+          }
+        }
+      }
+    }
+  }
+  // A batched product with a shared operand: each matrix as its own product.
+  const Tensor x = tensor_of<float>(random_values(3 * 40 * 70, 54), {3, 40, 70})
+                       .to(DType::kBFloat16);
+  const Tensor w = tensor_of<float>(random_values(70 * 33, 55), {1, 70, 33}).to(DType::kBFloat16);
+  Tensor stack = ops::batched_matmul(x, w);
+  for (int64_t i = 0; i < 3; ++i) {
+    const Tensor one = ops::matmul(x.slice(i, i + 1).reshape({40, 70}), w.reshape({70, 33}));
+    CHECK(ops::equal(stack.slice(i, i + 1).reshape({40, 33}), one));
+  }
+  // Where AMX ran, two implementations really did: some float32 sums differ in the last bits.
+  if (cpu::amx_bf16_available()) CHECK(some_product_differs);
 }

@@ -1,0 +1,153 @@
+// The bfloat16 GEMM on Intel AMX tiles (Note [bf16 GEMM on AMX]).
+//
+// Note [bf16 GEMM on AMX]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// C [m, n] = alpha · op(A) op(B) + beta · C with bfloat16 A and B and float32 C, on the CPU's
+// tile unit (Intel AMX-BF16: Sapphire Rapids and later). One TDPBF16PS multiplies a 16 × 32
+// bf16 tile of A by a 32 × 16 tile of B into a 16 × 16 float32 tile of C: every product of two
+// bf16 values is exact in float32 and the sums are float32, as in cuBLAS's GemmEx with
+// CUBLAS_COMPUTE_32F, with two differences the hardware imposes: denormal inputs count as zero
+// and denormal sums flush to zero (no value the precision policy produces from trained weights
+// and activations is that small, and tests/tensor/ops_matmul_test bounds the difference from
+// float64).
+//
+// The kernel packs op(A) into rows of K rounded up to 32 (zeros past k and past m) and op(B)
+// into the tile unit's pair layout (for each 16 columns, each pair of K rows interleaved:
+// B[2p][j], B[2p + 1][j]), then computes C in 32 × 32 blocks with four C tiles, two A tiles
+// and two B tiles (the eight tile registers), and adds each block into C with alpha and beta.
+// Every element of C is summed over K in the same 32-element steps whatever m and n are, so a
+// micro-batch's rows get the bits the whole batch's would (pipelined and plain steps agree).
+//
+// Measured (docs/BENCHMARKS.md, "A bf16 GEMM on this CPU"): oneDNN's AMX matmul ran 3.5–7.4×
+// OpenBLAS's sgemm on the widened operands at the examples' and GPT-2 small's shapes; this
+// kernel is the project's own, so the library keeps no 40 MB dependency for it.
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "tensor/cpu/gemm.h"
+#include "tensor/half.h"
+
+namespace pipewright::cpu {
+namespace {
+
+constexpr int64_t kBlock = 32;  // rows and columns of C per block; K per step
+constexpr int64_t kHalf = 16;   // rows of an A or C tile, columns of a B or C tile
+
+/// The tile unit's configuration (palette 1): 8 tiles of 16 rows of 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+/// CPUID says AMX-TILE and AMX-BF16, and Linux grants the process the tile data state
+/// (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, needed since Linux 5.16).
+bool request_amx() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  constexpr unsigned kAmxBf16 = 1u << 22, kAmxTile = 1u << 24;
+  if ((edx & kAmxBf16) == 0 || (edx & kAmxTile) == 0) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+/// The 32 × 32 block of C at (i0, j0) from the packed operands, into `out` (row-major, 32
+/// floats a row).
+__attribute__((target("amx-tile,amx-bf16"))) void block_product(const uint16_t* a_rows,
+                                                                 const uint16_t* b_pairs,
+                                                                 int64_t kp, float* out) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  const int64_t a_stride = kp * 2;                // bytes from one packed A row to the next
+  const uint16_t* b_right = b_pairs + kp * kHalf;  // the next 16 columns' pairs
+  for (int64_t kb = 0; kb < kp; kb += kBlock) {
+    _tile_loadd(4, a_rows + kb, a_stride);
+    _tile_loadd(5, a_rows + kHalf * kp + kb, a_stride);
+    _tile_loadd(6, b_pairs + kb * kHalf, 64);  // 16 pairs of rows × 16 columns × 2
+    _tile_loadd(7, b_right + kb * kHalf, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  constexpr int64_t kStride = kBlock * sizeof(float);
+  _tile_stored(0, out, kStride);
+  _tile_stored(1, out + kHalf, kStride);
+  _tile_stored(2, out + kHalf * kBlock, kStride);
+  _tile_stored(3, out + kHalf * kBlock + kHalf, kStride);
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) void configure_tiles() {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.rows[t] = kHalf;
+    config.colsb[t] = 64;
+  }
+  _tile_loadconfig(&config);
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) void release_tiles() { _tile_release(); }
+
+}  // namespace
+
+bool amx_bf16_available() {
+  static const bool available = request_amx();
+  return available;
+}
+
+void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta,
+                   float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  const int64_t kp = round_up(std::max<int64_t>(k, 1), kBlock);
+  const int64_t mp = round_up(m, kBlock), np = round_up(n, kBlock);
+  // Packed operands, reused by the thread's later calls.
+  thread_local std::vector<uint16_t> a_rows, b_pairs;
+  a_rows.assign(static_cast<size_t>(mp * kp), 0);
+  b_pairs.assign(static_cast<size_t>(np * kp), 0);
+  for (int64_t i = 0; i < m; ++i) {
+    uint16_t* row = a_rows.data() + i * kp;
+    for (int64_t x = 0; x < k; ++x) row[x] = (trans_a ? a[x * lda + i] : a[i * lda + x]).bits;
+  }
+  // Column j, rows 2p and 2p + 1 of op(B) -> b_pairs[((j / 16) * kp/2 + p) * 32 + (j % 16) * 2].
+  for (int64_t x = 0; x < k; ++x) {
+    for (int64_t j = 0; j < n; ++j) {
+      const BFloat16 v = trans_b ? b[j * ldb + x] : b[x * ldb + j];
+      b_pairs[static_cast<size_t>(((j / kHalf) * (kp / 2) + x / 2) * kBlock + (j % kHalf) * 2 +
+                                  x % 2)] = v.bits;
+    }
+  }
+  configure_tiles();
+  alignas(64) float block[kBlock * kBlock];
+  for (int64_t i0 = 0; i0 < m; i0 += kBlock) {
+    for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+      block_product(a_rows.data() + i0 * kp, b_pairs.data() + j0 * kp, kp, block);
+      const int64_t rows = std::min(kBlock, m - i0), cols = std::min(kBlock, n - j0);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* c_row = c + (i0 + r) * ldc + j0;
+        const float* p = block + r * kBlock;
+        if (beta == 0.0f) {  // BLAS semantics: C is not read
+          for (int64_t q = 0; q < cols; ++q) c_row[q] = alpha * p[q];
+        } else {
+          for (int64_t q = 0; q < cols; ++q) c_row[q] = alpha * p[q] + beta * c_row[q];
+        }
+      }
+    }
+  }
+  release_tiles();
+}
+
+}  // namespace pipewright::cpu
