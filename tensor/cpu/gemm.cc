@@ -29,8 +29,10 @@
 // and multiplied by the float32 GEMM. That is the product cuBLAS's GemmEx computes with
 // CUBLAS_COMPUTE_32F (each product of two 16-bit values is exact in float32, the sums are
 // float32), up to the order of the sums; widening costs O(MK + KN) beside the O(MNK) product.
-// The CPU gets the numerics of 16 bits this way, not their speed: a bf16 GEMM kernel
-// (AVX512-BF16 / AMX) has yet to be measured against it.
+// That gives the numerics of 16 bits, not their speed. Where the CPU has AMX, bfloat16
+// operands go to the tile unit instead (Note [bf16 GEMM on AMX], gemm_amx.cc); float16 ones,
+// which AMX-BF16 does not multiply, and every 16-bit product under the Eigen backend (the
+// reference) are still widened here.
 #include "tensor/cpu/gemm.h"
 
 #include <cblas.h>
