@@ -7,6 +7,10 @@
 //                          before OpenBLAS), OpenMP threads = N, at the build's ISA (AVX2)
 //   openblas/tN/...        cblas_sgemm with OpenBLAS's own threads = N (its runtime-dispatched
 //                          kernels: AVX-512 on this CPU unless OPENBLAS_CORETYPE says otherwise)
+//   bf16-amx/tN/...        ops::gemm_ of bfloat16 operands into float32: the AMX tile kernel
+//                          where the CPU has one (tensor/cpu/gemm_amx.cc), else as below
+//   bf16-widened/tN/...    the same product as the CPU ran it before AMX: both operands
+//                          widened to float32 (inside the timed loop), then ours
 //   blis/tN/...            bli_sgemm (Debian's BLIS, OpenMP), threads = N; loaded with
 //                          dlopen(RTLD_LOCAL) so its CBLAS symbols never replace OpenBLAS's
 //                          (ours would then run on BLIS); skipped when the library is absent
@@ -81,6 +85,21 @@ void ours(benchmark::State& state, Gemm g, int threads) {
   Operands x(g);
   for (auto _ : state) {
     ops::gemm_(x.c, x.a, x.b, g.trans_a, g.trans_b);
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, g);
+}
+
+void bf16(benchmark::State& state, Gemm g, int threads, bool widened) {
+  ThreadBudgetGuard budget(threads);
+  Operands x(g);
+  const Tensor a = x.a.to(DType::kBFloat16), b = x.b.to(DType::kBFloat16);
+  for (auto _ : state) {
+    if (widened) {
+      ops::gemm_(x.c, a.to(DType::kFloat32), b.to(DType::kFloat32), g.trans_a, g.trans_b);
+    } else {
+      ops::gemm_(x.c, a, b, g.trans_a, g.trans_b);
+    }
     benchmark::ClobberMemory();
   }
   set_flops(state, g);
@@ -225,6 +244,12 @@ bool register_all() {
     for (int threads : {1, 2}) {
       const std::string suffix = "/t" + std::to_string(threads) + "/" + g.name();
       benchmark::RegisterBenchmark(("ours" + suffix).c_str(), ours, g, threads)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("bf16-amx" + suffix).c_str(), bf16, g, threads, false)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("bf16-widened" + suffix).c_str(), bf16, g, threads, true)
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
       benchmark::RegisterBenchmark(("eigen" + suffix).c_str(), eigen, g, threads)

@@ -113,41 +113,53 @@ void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
                    float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   const int64_t kp = round_up(std::max<int64_t>(k, 1), kBlock);
-  const int64_t mp = round_up(m, kBlock), np = round_up(n, kBlock);
+  // Rows of A and columns of B packed at a time: about kPackedElements each (2 MiB of bf16, a
+  // core's L2), in whole blocks, so a large product (a language model's head) packs in pieces.
+  constexpr int64_t kPackedElements = int64_t{1} << 20;
+  const int64_t chunk = std::max<int64_t>(kBlock, kPackedElements / kp / kBlock * kBlock);
   // Packed operands, reused by the thread's later calls.
   thread_local std::vector<uint16_t> a_rows, b_pairs;
-  a_rows.assign(static_cast<size_t>(mp * kp), 0);
-  b_pairs.assign(static_cast<size_t>(np * kp), 0);
-  for (int64_t i = 0; i < m; ++i) {
-    uint16_t* row = a_rows.data() + i * kp;
-    for (int64_t x = 0; x < k; ++x) row[x] = (trans_a ? a[x * lda + i] : a[i * lda + x]).bits;
-  }
-  // Column j, rows 2p and 2p + 1 of op(B) -> b_pairs[((j / 16) * kp/2 + p) * 32 + (j % 16) * 2].
-  for (int64_t x = 0; x < k; ++x) {
-    for (int64_t j = 0; j < n; ++j) {
-      const BFloat16 v = trans_b ? b[j * ldb + x] : b[x * ldb + j];
-      b_pairs[static_cast<size_t>(((j / kHalf) * (kp / 2) + x / 2) * kBlock + (j % kHalf) * 2 +
-                                  x % 2)] = v.bits;
-    }
-  }
-  configure_tiles();
   alignas(64) float block[kBlock * kBlock];
-  for (int64_t i0 = 0; i0 < m; i0 += kBlock) {
-    for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
-      block_product(a_rows.data() + i0 * kp, b_pairs.data() + j0 * kp, kp, block);
-      const int64_t rows = std::min(kBlock, m - i0), cols = std::min(kBlock, n - j0);
-      for (int64_t r = 0; r < rows; ++r) {
-        float* c_row = c + (i0 + r) * ldc + j0;
-        const float* p = block + r * kBlock;
-        if (beta == 0.0f) {  // BLAS semantics: C is not read
-          for (int64_t q = 0; q < cols; ++q) c_row[q] = alpha * p[q];
-        } else {
-          for (int64_t q = 0; q < cols; ++q) c_row[q] = alpha * p[q] + beta * c_row[q];
+  for (int64_t i_chunk = 0; i_chunk < m; i_chunk += chunk) {
+    const int64_t mc = std::min(chunk, m - i_chunk);
+    a_rows.assign(static_cast<size_t>(round_up(mc, kBlock) * kp), 0);
+    for (int64_t i = 0; i < mc; ++i) {
+      uint16_t* row = a_rows.data() + i * kp;
+      const int64_t ai = i_chunk + i;
+      for (int64_t x = 0; x < k; ++x) row[x] = (trans_a ? a[x * lda + ai] : a[ai * lda + x]).bits;
+    }
+    for (int64_t j_chunk = 0; j_chunk < n; j_chunk += chunk) {
+      const int64_t nc = std::min(chunk, n - j_chunk);
+      // Column j, rows 2p and 2p + 1 of op(B) ->
+      // b_pairs[((j / 16) * kp/2 + p) * 32 + (j % 16) * 2 + (0 or 1)].
+      b_pairs.assign(static_cast<size_t>(round_up(nc, kBlock) * kp), 0);
+      for (int64_t x = 0; x < k; ++x) {
+        for (int64_t j = 0; j < nc; ++j) {
+          const int64_t bj = j_chunk + j;
+          const BFloat16 v = trans_b ? b[bj * ldb + x] : b[x * ldb + bj];
+          b_pairs[static_cast<size_t>(((j / kHalf) * (kp / 2) + x / 2) * kBlock +
+                                      (j % kHalf) * 2 + x % 2)] = v.bits;
         }
       }
+      configure_tiles();
+      for (int64_t i0 = 0; i0 < mc; i0 += kBlock) {
+        for (int64_t j0 = 0; j0 < nc; j0 += kBlock) {
+          block_product(a_rows.data() + i0 * kp, b_pairs.data() + j0 * kp, kp, block);
+          const int64_t rows = std::min(kBlock, mc - i0), cols = std::min(kBlock, nc - j0);
+          for (int64_t r = 0; r < rows; ++r) {
+            float* c_row = c + (i_chunk + i0 + r) * ldc + j_chunk + j0;
+            const float* p = block + r * kBlock;
+            if (beta == 0.0f) {  // BLAS semantics: C is not read
+              for (int64_t q = 0; q < cols; ++q) c_row[q] = alpha * p[q];
+            } else {
+              for (int64_t q = 0; q < cols; ++q) c_row[q] = alpha * p[q] + beta * c_row[q];
+            }
+          }
+        }
+      }
+      release_tiles();
     }
   }
-  release_tiles();
 }
 
 }  // namespace pipewright::cpu

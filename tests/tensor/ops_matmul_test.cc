@@ -251,6 +251,21 @@ TEST_CASE("bfloat16 operands: float32 sums of exact products, on AMX tiles where
       }
     }
   }
+  // Products larger than the kernel packs at once (about 2^20 elements of each operand): K
+  // 1000 packs 1024 rows of A or columns of B at a time.
+  for (bool wide : {false, true}) {
+    const int64_t m = wide ? 40 : 1100, k = 1000, n = wide ? 1100 : 40;
+    INFO("m=" << m << " n=" << n << " k=" << k);
+    const Tensor a = tensor_of<float>(random_values(m * k, 56), {m, k}).to(DType::kBFloat16);
+    const Tensor b = tensor_of<float>(random_values(n * k, 57), {n, k}).to(DType::kBFloat16);
+    const Tensor c = ops::matmul(a, b, false, true);
+    const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+    const auto expected = naive_gemm(av, {m, k}, false, bv, {n, k}, true, 1.0, 0.0, {});
+    const auto got = c.to_vector<double>();
+    for (size_t i = 0; i < expected.size(); ++i) {
+      REQUIRE(std::abs(got[i] - expected[i]) <= (k + 2) * std::ldexp(1.0, -24) * (k + 1.0));
+    }
+  }
   // A batched product with a shared operand: each matrix as its own product.
   const Tensor x = tensor_of<float>(random_values(3 * 40 * 70, 54), {3, 40, 70})
                        .to(DType::kBFloat16);
