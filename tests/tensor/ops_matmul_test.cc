@@ -252,8 +252,9 @@ TEST_CASE("bfloat16 operands: float32 sums of exact products, on AMX tiles where
     }
   }
   // Products larger than the kernel packs at once (about 2^20 elements of each operand): K
-  // 1000 packs 1024 rows of A or columns of B at a time.
+  // 1000 packs 1024 rows of A or columns of B at a time. One thread: two would split C first.
   for (bool wide : {false, true}) {
+    ThreadBudgetGuard budget(1);
     const int64_t m = wide ? 40 : 1100, k = 1000, n = wide ? 1100 : 40;
     INFO("m=" << m << " n=" << n << " k=" << k);
     const Tensor a = tensor_of<float>(random_values(m * k, 56), {m, k}).to(DType::kBFloat16);
