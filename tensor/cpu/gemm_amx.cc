@@ -90,6 +90,69 @@ __attribute__((target("amx-tile,amx-bf16"))) void block_product(const uint16_t* 
   _tile_stored(3, out + kHalf * kBlock + kHalf, kStride);
 }
 
+/// Rows [0, rows) of op(A) (A row-major with leading dimension lda; op(A) = Aᵀ when trans)
+/// into `out`, kp elements a row (zeros past k already there). Loops run along memory.
+void pack_rows(bool trans, int64_t rows, int64_t k, int64_t kp, const uint16_t* a, int64_t lda,
+               uint16_t* out) {
+  if (!trans) {
+    for (int64_t i = 0; i < rows; ++i) std::memcpy(out + i * kp, a + i * lda, k * 2);
+    return;
+  }
+  for (int64_t x = 0; x < k; ++x) {
+    const uint16_t* column = a + x * lda;  // row x of A: element i is op(A)[i][x]
+    for (int64_t i = 0; i < rows; ++i) out[i * kp + x] = column[i];
+  }
+}
+
+/// Columns [0, cols) of op(B) in the tile unit's pair layout: column j, rows 2p and 2p + 1 at
+/// out[((j / 16) · kp/2 + p) · 32 + (j % 16) · 2 + 0 / 1] (zeros past k already there). Every
+/// CPU with AMX has AVX-512BW, which interleaves two rows of B 16 columns at a time.
+__attribute__((target("avx512f,avx512bw"))) void pack_pairs(bool trans, int64_t cols,
+                                                             int64_t k, int64_t kp,
+                                                             const uint16_t* b, int64_t ldb,
+                                                             uint16_t* out) {
+  const int64_t group = kp * kHalf;  // elements per 16 columns
+  if (trans) {  // column j of op(B) is row j of B: each pair is one 32-bit word there
+    for (int64_t j = 0; j < cols; ++j) {
+      const uint16_t* row = b + j * ldb;
+      uint32_t* dst = reinterpret_cast<uint32_t*>(out + (j / kHalf) * group) + j % kHalf;
+      int64_t p = 0;
+      for (; 2 * p + 1 < k; ++p) {
+        uint32_t pair;
+        std::memcpy(&pair, row + 2 * p, sizeof(pair));
+        dst[p * kHalf] = pair;
+      }
+      if (2 * p < k) dst[p * kHalf] = row[2 * p];  // odd k: the last pair's second is 0
+    }
+    return;
+  }
+  // Rows 2p and 2p + 1 of B, 16 columns: lane 2c takes row 2p's column c, lane 2c + 1 row
+  // 2p + 1's (the second operand's elements are numbered from 32).
+  alignas(64) static constexpr uint16_t kInterleave[32] = {
+      0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  const int64_t whole = cols / kHalf * kHalf;
+  for (int64_t p = 0; 2 * p < k; ++p) {
+    const uint16_t* even = b + 2 * p * ldb;
+    const uint16_t* odd = 2 * p + 1 < k ? even + ldb : nullptr;
+    uint16_t* dst = out + p * kBlock;
+    for (int64_t j = 0; j < whole; j += kHalf) {
+      const __m512i e = _mm512_castsi256_si512(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(even + j)));
+      const __m512i o = odd != nullptr ? _mm512_castsi256_si512(_mm256_loadu_si256(
+                                             reinterpret_cast<const __m256i*>(odd + j)))
+                                       : _mm512_setzero_si512();
+      _mm512_storeu_si512(dst + (j / kHalf) * group, _mm512_permutex2var_epi16(e, interleave, o));
+    }
+    for (int64_t j = whole; j < cols; ++j) {  // the last, partial 16 columns
+      uint16_t* pair = dst + (j / kHalf) * group + (j % kHalf) * 2;
+      pair[0] = even[j];
+      pair[1] = odd != nullptr ? odd[j] : 0;
+    }
+  }
+}
+
 __attribute__((target("amx-tile,amx-bf16"))) void configure_tiles() {
   TileConfig config;
   for (int t = 0; t < 8; ++t) {
@@ -123,24 +186,13 @@ void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
   for (int64_t i_chunk = 0; i_chunk < m; i_chunk += chunk) {
     const int64_t mc = std::min(chunk, m - i_chunk);
     a_rows.assign(static_cast<size_t>(round_up(mc, kBlock) * kp), 0);
-    for (int64_t i = 0; i < mc; ++i) {
-      uint16_t* row = a_rows.data() + i * kp;
-      const int64_t ai = i_chunk + i;
-      for (int64_t x = 0; x < k; ++x) row[x] = (trans_a ? a[x * lda + ai] : a[ai * lda + x]).bits;
-    }
+    pack_rows(trans_a, mc, k, kp, reinterpret_cast<const uint16_t*>(a) +
+                                      (trans_a ? i_chunk : i_chunk * lda), lda, a_rows.data());
     for (int64_t j_chunk = 0; j_chunk < n; j_chunk += chunk) {
       const int64_t nc = std::min(chunk, n - j_chunk);
-      // Column j, rows 2p and 2p + 1 of op(B) ->
-      // b_pairs[((j / 16) * kp/2 + p) * 32 + (j % 16) * 2 + (0 or 1)].
       b_pairs.assign(static_cast<size_t>(round_up(nc, kBlock) * kp), 0);
-      for (int64_t x = 0; x < k; ++x) {
-        for (int64_t j = 0; j < nc; ++j) {
-          const int64_t bj = j_chunk + j;
-          const BFloat16 v = trans_b ? b[bj * ldb + x] : b[x * ldb + bj];
-          b_pairs[static_cast<size_t>(((j / kHalf) * (kp / 2) + x / 2) * kBlock +
-                                      (j % kHalf) * 2 + x % 2)] = v.bits;
-        }
-      }
+      pack_pairs(trans_b, nc, k, kp, reinterpret_cast<const uint16_t*>(b) +
+                                        (trans_b ? j_chunk * ldb : j_chunk), ldb, b_pairs.data());
       configure_tiles();
       for (int64_t i0 = 0; i0 < mc; i0 += kBlock) {
         for (int64_t j0 = 0; j0 < nc; j0 += kBlock) {
