@@ -99,8 +99,10 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 namespace {
 
 // The event's latest record (nullptr: never recorded), or an error status.
-cudaError_t latest_record(const char* api, cudaEvent_t event, std::shared_ptr<Event>* e,
-                          std::shared_ptr<EventRecord>* record) {
+// host_waits: the call waits for or queries the record (CUDA forbids that during a capture,
+// Note [Stream capture], graphs.cc); cudaEventElapsedTime only reads its time.
+cudaError_t latest_record(const char* api, bool host_waits, cudaEvent_t event,
+                          std::shared_ptr<Event>* e, std::shared_ptr<EventRecord>* record) {
   std::lock_guard<std::mutex> lock(rt().mu);
   *e = find_event_locked(event);
   if (!*e) return cudaErrorInvalidResourceHandle;
@@ -110,7 +112,7 @@ cudaError_t latest_record(const char* api, cudaEvent_t event, std::shared_ptr<Ev
                 std::string(api) + ": the event was recorded in a stream capture (a point of "
                                    "the graph, not of a stream)");
   }
-  if (std::string(api) != "cudaEventElapsedTime") {
+  if (host_waits) {
     if (const cudaError_t status = check_capture_unsafe_locked(api); status != cudaSuccess) {
       return status;
     }
@@ -124,7 +126,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   CUDASIM_NO_CALLBACK("cudaEventQuery");
   std::shared_ptr<Event> e;
   std::shared_ptr<EventRecord> record;
-  const cudaError_t status = latest_record("cudaEventQuery", event, &e, &record);
+  const cudaError_t status = latest_record("cudaEventQuery", true, event, &e, &record);
   if (status != cudaSuccess || !record) return status;
   if (!record->stream->done(record->seq)) return cudaErrorNotReady;  // not the last error
   return host_wait(record->stream, record->seq, record->vc);
@@ -135,7 +137,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   CUDASIM_NO_CALLBACK("cudaEventSynchronize");
   std::shared_ptr<Event> e;
   std::shared_ptr<EventRecord> record;
-  const cudaError_t status = latest_record("cudaEventSynchronize", event, &e, &record);
+  const cudaError_t status = latest_record("cudaEventSynchronize", true, event, &e, &record);
   if (status != cudaSuccess || !record) return status;
   return host_wait(record->stream, record->seq, record->vc);
 }
@@ -147,7 +149,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   std::shared_ptr<EventRecord> record[2];
   for (int i = 0; i < 2; ++i) {
     const cudaError_t status =
-        latest_record("cudaEventElapsedTime", i == 0 ? start : end, &e[i], &record[i]);
+        latest_record("cudaEventElapsedTime", false, i == 0 ? start : end, &e[i], &record[i]);
     if (status != cudaSuccess) return status;
     if ((e[i]->flags & cudaEventDisableTiming) != 0) {
       return fail(cudaErrorInvalidResourceHandle,

@@ -17,13 +17,6 @@ using detail::describe;
   throw std::invalid_argument(std::string(op) + ": " + what);
 }
 
-/// The product of t's dims before the last two (N = batch · heads).
-int64_t leading(const Tensor& t) {
-  int64_t n = 1;
-  for (int64_t d = 0; d + 2 < t.dim(); ++d) n *= t.size(d);
-  return n;
-}
-
 /// Checks q, k, v as flash_attention's header says.
 void check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
   for (const Tensor* t : {&q, &k, &v}) detail::check_defined(op, *t);
@@ -44,9 +37,8 @@ void check_inputs(const char* op, const Tensor& q, const Tensor& k, const Tensor
   }
 }
 
-Tensor as_stack(const Tensor& t) {
-  return t.contiguous().reshape(Shape{leading(t), t.size(-2), t.size(-1)});
-}
+/// t as [N, L, D] (N = batch · heads), its rank checked already.
+Tensor as_stack(const Tensor& t) { return detail::as_matrices("flash_attention", t); }
 
 }  // namespace
 

@@ -12,17 +12,7 @@
 namespace pipewright::ops {
 namespace {
 
-/// x contiguous as [B, R, C] over its last two dims (x of rank >= 2, else throws).
-Tensor as_matrices(const char* op, const Tensor& x) {
-  detail::check_defined(op, x);
-  if (x.dim() < 2) {
-    throw std::invalid_argument(std::string(op) + ": expected rank >= 2, got " +
-                                detail::describe(x));
-  }
-  int64_t batch = 1;
-  for (int64_t d = 0; d + 2 < x.dim(); ++d) batch *= x.size(d);
-  return x.contiguous().reshape(Shape{batch, x.size(-2), x.size(-1)});
-}
+using detail::as_matrices;
 
 Tensor triangle(const char* op, const Tensor& x, int64_t diagonal, bool upper) {
   const Tensor x3 = as_matrices(op, x);

@@ -1,5 +1,5 @@
 // Argument checks shared by the op files beside ops.cc (views.cc, batched_matmul.cc, masking.cc,
-// gelu.cc, normalization.cc, index_add.cc): each throws std::invalid_argument whose message
+// attention.cc, gelu.cc, normalization.cc, index_add.cc): each throws std::invalid_argument whose message
 // starts with the op's name and names the offending tensors ("layer_norm: expected float32 or
 // float64, got [2, 3] int64 on cpu:0").
 #pragma once
@@ -48,6 +48,18 @@ inline void check_same_shape(const char* op, const Tensor& a, const Tensor& b) {
     throw std::invalid_argument(std::string(op) + ": shapes differ: " + describe(a) + " vs " +
                                 describe(b));
   }
+}
+
+/// x contiguous as [B, R, C] over its last two dims, B the product of the others (x of rank
+/// >= 2, else throws naming op and x).
+inline Tensor as_matrices(const char* op, const Tensor& x) {
+  check_defined(op, x);
+  if (x.dim() < 2) {
+    throw std::invalid_argument(std::string(op) + ": expected rank >= 2, got " + describe(x));
+  }
+  int64_t batch = 1;
+  for (int64_t d = 0; d + 2 < x.dim(); ++d) batch *= x.size(d);
+  return x.contiguous().reshape(Shape{batch, x.size(-2), x.size(-1)});
 }
 
 /// An uninitialised contiguous tensor of t's shape, dtype and device.

@@ -184,6 +184,7 @@ void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
   // Packed operands, reused by the thread's later calls.
   thread_local std::vector<uint16_t> a_rows, b_pairs;
   alignas(64) float block[kBlock * kBlock];
+  configure_tiles();
   for (int64_t i_chunk = 0; i_chunk < m; i_chunk += chunk) {
     const int64_t mc = std::min(chunk, m - i_chunk);
     a_rows.assign(static_cast<size_t>(round_up(mc, kBlock) * kp), 0);
@@ -194,7 +195,6 @@ void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
       b_pairs.assign(static_cast<size_t>(round_up(nc, kBlock) * kp), 0);
       pack_pairs(trans_b, nc, k, kp, reinterpret_cast<const uint16_t*>(b) +
                                         (trans_b ? j_chunk * ldb : j_chunk), ldb, b_pairs.data());
-      configure_tiles();
       for (int64_t i0 = 0; i0 < mc; i0 += kBlock) {
         for (int64_t j0 = 0; j0 < nc; j0 += kBlock) {
           block_product(a_rows.data() + i0 * kp, b_pairs.data() + j0 * kp, kp, block);
@@ -210,9 +210,9 @@ void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
           }
         }
       }
-      release_tiles();
     }
   }
+  release_tiles();
 }
 
 }  // namespace pipewright::cpu
