@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pipeline/schedule/deps.h"
+#include "pipeline/schedule/validate.h"
 
 namespace pipewright::pipeline {
 
@@ -59,6 +60,137 @@ Trace Trace::replayed(const Schedule& schedule, const Costs& costs,
     }
   }
   return trace;
+}
+
+Trace Trace::from_chrome_json(std::string_view text) {
+  using nlohmann::json;
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::exception& e) {
+    throw std::invalid_argument(std::string("Trace::from_chrome_json: not JSON: ") + e.what());
+  }
+  if (!doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array()) {
+    throw std::invalid_argument("Trace::from_chrome_json: no \"traceEvents\" array (not a Chrome trace)");
+  }
+  Trace trace;
+  int workers = 0;
+  const json& events = doc["traceEvents"];
+  for (size_t i = 0; i < events.size(); ++i) {
+    const json& e = events[i];
+    if (!e.is_object() || e.value("ph", "") != "X" || e.value("tid", 0) == kSendsThread) continue;
+    const std::string cat = e.value("cat", "");
+    if (cat == "send" || cat == "portal") continue;
+    auto fail = [&](const std::string& what) {
+      return std::invalid_argument("Trace::from_chrome_json: event " + std::to_string(i) + " (" +
+                                   e.dump().substr(0, 120) + "): " + what);
+    };
+    ActionKind kind{};
+    bool known = false;
+    for (ActionKind k : {ActionKind::kForward, ActionKind::kRecompute, ActionKind::kBackward,
+                         ActionKind::kBackwardInput, ActionKind::kBackwardWeight}) {
+      if (cat == category(k)) kind = k, known = true;
+    }
+    if (!known) throw fail("unknown category '" + cat + "'");
+    const json* args = e.contains("args") ? &e["args"] : nullptr;
+    if (!args || !args->is_object() || !(*args).contains("stage") || !(*args)["stage"].is_number_integer() ||
+        !(*args).contains("microbatch") || !(*args)["microbatch"].is_number_integer()) {
+      throw fail("args.stage and args.microbatch must be integers");
+    }
+    if (!e.contains("pid") || !e["pid"].is_number_integer() || !e.contains("ts") || !e["ts"].is_number() ||
+        !e.contains("dur") || !e["dur"].is_number()) {
+      throw fail("pid (an integer), ts and dur (numbers) are required");
+    }
+    TraceEvent ev{.worker = e["pid"].get<int>(),
+                  .stage = (*args)["stage"].get<int>(),
+                  .kind = kind,
+                  .microbatch = (*args)["microbatch"].get<int>(),
+                  .start_us = e["ts"].get<double>(),
+                  .end_us = e["ts"].get<double>() + e["dur"].get<double>()};
+    if (ev.worker < 0 || ev.stage < 0 || ev.microbatch < 0 || !(ev.end_us >= ev.start_us)) {
+      throw fail("negative worker, stage, micro-batch or duration");
+    }
+    workers = std::max(workers, ev.worker + 1);
+    trace.add(ev);
+  }
+  trace.num_workers_ = workers;
+  if (doc.contains("otherData") && doc["otherData"].is_object()) {
+    const json& other = doc["otherData"];
+    trace.replayed_ = other.value("simulated", false);
+    if (other.contains("schedule") && other["schedule"].is_string()) {
+      trace.replayed_schedule_ = other["schedule"].get<std::string>();
+    }
+  }
+  return trace;
+}
+
+namespace {
+
+// Each worker's events in start order (ties: the earlier end first).
+std::vector<std::vector<const TraceEvent*>> events_by_worker(const std::vector<TraceEvent>& events,
+                                                             int num_workers) {
+  std::vector<std::vector<const TraceEvent*>> out(static_cast<size_t>(num_workers));
+  for (const TraceEvent& e : events) out[static_cast<size_t>(e.worker)].push_back(&e);
+  for (auto& list : out) {
+    std::stable_sort(list.begin(), list.end(), [](const TraceEvent* a, const TraceEvent* b) {
+      return std::tie(a->start_us, a->end_us) < std::tie(b->start_us, b->end_us);
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Schedule Trace::schedule(const std::string& name) const {
+  if (events_.empty()) throw std::invalid_argument("Trace::schedule: the trace has no action events");
+  Schedule s;
+  s.name = name;
+  s.num_workers = num_workers_;
+  for (const TraceEvent& e : events_) {
+    s.num_stages = std::max(s.num_stages, e.stage + 1);
+    s.num_microbatches = std::max(s.num_microbatches, e.microbatch + 1);
+  }
+  s.stage_worker.assign(static_cast<size_t>(s.num_stages), -1);
+  for (const TraceEvent& e : events_) {
+    int& owner = s.stage_worker[static_cast<size_t>(e.stage)];
+    if (owner != -1 && owner != e.worker) {
+      throw std::invalid_argument("Trace::schedule: stage " + std::to_string(e.stage) + " ran on workers " +
+                                  std::to_string(owner) + " and " + std::to_string(e.worker));
+    }
+    owner = e.worker;
+  }
+  for (const auto& list : events_by_worker(events_, num_workers_)) {
+    std::vector<Action>& actions = s.actions.emplace_back();
+    for (const TraceEvent* e : list) actions.push_back(Action{e->stage, e->kind, e->microbatch});
+  }
+  validate(s);
+  return s;
+}
+
+ScheduleReplay Trace::timeline() const {
+  const Schedule s = schedule();
+  ScheduleReplay r;
+  double first = events_.front().start_us;
+  for (const TraceEvent& e : events_) first = std::min(first, e.start_us);
+  for (const auto& list : events_by_worker(events_, num_workers_)) {
+    std::vector<TimedAction>& row = r.timeline.emplace_back();
+    double busy = 0;
+    for (const TraceEvent* e : list) {
+      row.push_back(TimedAction{Action{e->stage, e->kind, e->microbatch}, (e->start_us - first) / 1000.0,
+                                (e->end_us - first) / 1000.0});
+      r.makespan = std::max(r.makespan, row.back().end);
+      busy += e->duration_us() / 1000.0;
+    }
+    r.busy.push_back(busy);
+  }
+  double idle = 0;
+  for (double busy : r.busy) {
+    r.idle.push_back(r.makespan - busy);
+    idle += r.idle.back();
+  }
+  r.bubble_fraction = r.makespan > 0 ? idle / (num_workers_ * r.makespan) : 0.0;
+  r.memory = peak_memory(s);
+  return r;
 }
 
 double Trace::wall_us() const {

@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pipeline/schedule/schedule.h"
@@ -103,6 +104,26 @@ class Trace {
   /// Writes to_chrome_json() to `path`. Throws std::runtime_error naming the path when the
   /// file cannot be written.
   void write_chrome_json(const std::string& path) const;
+
+  /// Reads what to_chrome_json() wrote (the examples' --trace files, or a replayed trace):
+  /// one TraceEvent per complete ("ph": "X") event of a stage's thread, its worker the pid,
+  /// its stage and micro-batch from "args", its kind from "cat"; metadata and the "sends"
+  /// thread's messages are skipped.
+  /// Throws std::invalid_argument for text that is not JSON, has no "traceEvents" array, or
+  /// has an action event with a field missing or of the wrong type (naming the event's index).
+  static Trace from_chrome_json(std::string_view text);
+
+  /// The schedule this trace ran: each worker's events in start order (ties: earlier end
+  /// first) as its action list, stages on the workers that ran them, m = 1 + the largest
+  /// micro-batch, named `name`; then validate()d. Throws std::invalid_argument when a stage
+  /// ran on two workers, when there are no events, or with validate()'s message (a trace of a
+  /// step that failed, cut short).
+  Schedule schedule(const std::string& name = "trace") const;
+
+  /// The events as a replay timeline of `schedule()` (its ScheduleReplay, with times in
+  /// milliseconds from the first event's start): so a measured step is drawn and summed like a
+  /// replayed one. `memory` is peak_memory(schedule()). Throws what schedule() throws.
+  ScheduleReplay timeline() const;
 
  private:
   int num_workers_ = 0;

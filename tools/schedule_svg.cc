@@ -17,8 +17,10 @@
 // NAME is a registered schedule (pipeline/schedule/registry.h; the usage line lists them); V
 // defaults to the least the schedule takes (2 for the V-shaped ones, else 1).
 //
-// Costs: tF = 1, tB = 2, tI = tW = 1, tR = 1 (pipeline/schedule/replay.h), unless --costs F,B or
-// --costs F,I,W is given.
+// Costs: tF = 1, tB = 2, tI = tW = 1, tR = 1 (pipeline/schedule/replay.h), unless --costs F,B,
+// --costs F,I,W (tB = tI + tW, tR = tF) or --costs F,I,W,R is given; --comm L adds L to every
+// dependency between two workers (a message's cost). The schedule explorer (docs/explorer.md)
+// shows the same numbers for the same input; its browser test compares them with --stats.
 #include <charconv>
 #include <cstdio>
 #include <exception>
@@ -51,10 +53,10 @@ std::string stats(const Schedule& s, const Costs& costs) {
     }
     return out;
   };
-  char head[160];
-  std::snprintf(head, sizeof head, "%s p=%d m=%d stages=%d: makespan %g, bubble %.4f\n", s.name.c_str(),
-                s.num_workers, s.num_microbatches, s.num_stages, sim.makespan, sim.bubble_fraction);
-  return std::string(head) + "idle per worker:                    " + list(sim.idle) + "\n" +
+  char head[160];  // the name goes first, outside the buffer: a --from path may be long
+  std::snprintf(head, sizeof head, " p=%d m=%d stages=%d: makespan %g, bubble %.4f\n", s.num_workers,
+                s.num_microbatches, s.num_stages, sim.makespan, sim.bubble_fraction);
+  return s.name + head + "idle per worker:                    " + list(sim.idle) + "\n" +
          "peak activations per stage:         " + list(sim.memory.stage_activations) + "\n" +
          "peak checkpointed inputs per stage: " + list(sim.memory.stage_checkpointed_inputs) + "\n" +
          "peak activations per worker:        " + list(sim.memory.worker_activations) + "\n";
@@ -116,13 +118,18 @@ int main(int argc, char** argv) {
         recompute = argv[++i];
       } else if (arg == "--costs" && i + 1 < argc) {
         const std::vector<double> c = parse_costs(argv[++i]);
+        const double comm = costs.comm_latency;
         if (c.size() == 2) {
           costs = Costs::unit(c[0], c[1]);
-        } else if (c.size() == 3) {
+        } else if (c.size() == 3 || c.size() == 4) {
           costs = Costs::split(c[0], c[1], c[2]);
+          if (c.size() == 4) costs.uniform.recompute = c[3];
         } else {
-          throw std::invalid_argument("--costs takes F,B or F,I,W");
+          throw std::invalid_argument("--costs takes F,B or F,I,W or F,I,W,R");
         }
+        costs.comm_latency = comm;
+      } else if (arg == "--comm" && i + 1 < argc) {
+        costs.comm_latency = parse_number<double>(argv[++i], "--comm");
       } else {
         positional.push_back(arg);
       }
@@ -133,7 +140,7 @@ int main(int argc, char** argv) {
                    "usage: schedule_svg (NAME P M [V] [--recompute always|except_last|never] | "
                    "--from FILE)\n"
                    "                    [--ascii | --stats | --trace | --csv | --torch-csv] "
-                   "[--costs F,B | F,I,W]\n"
+                   "[--costs F,B | F,I,W | F,I,W,R] [--comm L]\n"
                    "NAME, one of:\n%s",
                    describe_schedules().c_str());
       return 2;

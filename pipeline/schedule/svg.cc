@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace pipewright::pipeline {
@@ -51,11 +53,30 @@ std::string text(double x, double y, const std::string& s, const std::string& fi
          std::to_string(size) + "\" text-anchor=\"" + anchor + "\">" + s + "</text>\n";
 }
 
+// The time axis's tick spacing: every 5 units for replays in unit costs (docs/img's pictures),
+// else 1, 2 or 5 times a power of ten giving 5 to 50 ticks (measured steps in milliseconds).
+double tick_step(double makespan) {
+  if (makespan >= 10 && makespan <= 250) return 5;
+  if (!(makespan > 0)) return 1;
+  double step = std::pow(10.0, std::floor(std::log10(makespan / 5)));
+  for (double k : {1.0, 2.0, 5.0, 10.0}) {
+    if (makespan / (k * step) <= 50) return k * step;
+  }
+  return 10 * step;
+}
+
 }  // namespace
 
 std::string to_svg(const Schedule& schedule, const Costs& costs) {
-  const ScheduleReplay sim = replay_schedule(schedule, costs);
+  return to_svg(schedule, replay_schedule(schedule, costs));
+}
+
+std::string to_svg(const Schedule& schedule, const ScheduleReplay& sim, std::string_view time_unit) {
   const int p = schedule.num_workers;
+  if (sim.timeline.size() != static_cast<size_t>(p)) {
+    throw std::invalid_argument("to_svg: the timeline has " + std::to_string(sim.timeline.size()) +
+                                " rows for schedule '" + schedule.name + "' of " + std::to_string(p) + " workers");
+  }
   std::vector<int> vstage(schedule.num_stages, 0);
   int v = 1;
   for (int w = 0; w < p; ++w) {
@@ -74,6 +95,8 @@ std::string to_svg(const Schedule& schedule, const Costs& costs) {
     }
   }
   const double unit = std::max(kMinUnit, kMinBox / shortest);
+  const double tick = tick_step(sim.makespan);
+  const std::string suffix = time_unit.empty() ? "" : " " + std::string(time_unit);
 
   const double width = kLeft + sim.makespan * unit + 20;
   const double height = kTop + p * kRow + kLegend;
@@ -81,9 +104,9 @@ std::string to_svg(const Schedule& schedule, const Costs& costs) {
                     num(height) + "\" font-family=\"Helvetica, Arial, sans-serif\">\n";
   out += "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
   char title[240];
-  std::snprintf(title, sizeof title, "%s%s: p=%d, m=%d%s, makespan %s, bubble %.1f%%", schedule.name.c_str(),
+  std::snprintf(title, sizeof title, "%s%s: p=%d, m=%d%s, makespan %s%s, bubble %.1f%%", schedule.name.c_str(),
                 recomputed > 0 ? " + recompute" : "", p, schedule.num_microbatches,
-                v > 1 ? (", v=" + std::to_string(v)).c_str() : "", num(sim.makespan).c_str(),
+                v > 1 ? (", v=" + std::to_string(v)).c_str() : "", num(sim.makespan).c_str(), suffix.c_str(),
                 100.0 * sim.bubble_fraction);
   out += text(kLeft, 20, title, "#222222", "start", 14);
 
@@ -103,13 +126,13 @@ std::string to_svg(const Schedule& schedule, const Costs& costs) {
     }
   }
 
-  // Time axis: a tick every 5 units.
+  // Time axis.
   const double axis_y = kTop + p * kRow;
-  for (int t = 0; t <= static_cast<int>(std::floor(sim.makespan)); t += 5) {
-    const double x = kLeft + t * unit;
+  for (int i = 0; i * tick <= sim.makespan; ++i) {
+    const double x = kLeft + i * tick * unit;
     out += "<line x1=\"" + num(x) + "\" y1=\"" + num(axis_y - 4) + "\" x2=\"" + num(x) + "\" y2=\"" +
            num(axis_y) + "\" stroke=\"#888888\"/>\n";
-    out += text(x, axis_y + 12, std::to_string(t), "#666666", "middle", 10);
+    out += text(x, axis_y + 12, num(i * tick), "#666666", "middle", 10);
   }
 
   // Legend: only the kinds the schedule uses.

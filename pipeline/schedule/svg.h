@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "pipeline/schedule/schedule.h"
 #include "pipeline/schedule/replay.h"
@@ -15,5 +16,11 @@ namespace pipewright::pipeline {
 /// with a title line (name, p, m, v, makespan, bubble fraction) and a legend. Throws what
 /// replay_schedule() throws.
 std::string to_svg(const Schedule& schedule, const Costs& costs = Costs{});
+
+/// The same picture of a timeline already computed: `replay` is replay_schedule()'s answer for
+/// `schedule`, or a measured step's (Trace::timeline(), pipeline/trace.h), whose times are in
+/// `time_unit` (shown after the makespan in the title: "ms"; empty for replay units). Its
+/// timeline must have one row per worker of `schedule`; throws std::invalid_argument when not.
+std::string to_svg(const Schedule& schedule, const ScheduleReplay& replay, std::string_view time_unit = "");
 
 }  // namespace pipewright::pipeline
