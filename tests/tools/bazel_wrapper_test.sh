@@ -111,16 +111,16 @@ grep -qx "apt-get install -y --no-install-recommends clang libfuzzer-14-dev" "$L
   fail "bazel not run last: $(cat "$LOG")"
 
 case="emscripten and chromium: for test and build (the explorer), not for running an example"
-setup 0 no emscripten chromium
+setup 0 no emscripten chromium fonts-liberation
 run run //examples:fashion_mnist
 [[ "$(cat "$LOG")" == "bazel run //examples:fashion_mnist" ]] || fail "apt called for run: $(cat "$LOG")"
 : >"$LOG"
 run test //...
-grep -qx "apt-get install -y --no-install-recommends emscripten chromium" "$LOG" ||
+grep -qx "apt-get install -y --no-install-recommends emscripten chromium fonts-liberation" "$LOG" ||
   fail "emscripten/chromium not installed for test: $(cat "$LOG")"
 : >"$LOG"
 run run //tools/explorer
-grep -qx "apt-get install -y --no-install-recommends emscripten chromium" "$LOG" ||
+grep -qx "apt-get install -y --no-install-recommends emscripten chromium fonts-liberation" "$LOG" ||
   fail "emscripten/chromium not installed to run the explorer: $(cat "$LOG")"
 
 # run_unset <candidates> <args...>: the wrapper without BAZEL_REAL, searching <candidates>.

@@ -144,6 +144,29 @@ TEST_CASE("Trace: a Chrome trace read back is the trace written, and its schedul
   CHECK_THROWS_WITH(to_svg(make_schedule("1f1b", 2, 2), timeline), Contains("3 rows"));
 }
 
+TEST_CASE("Trace: a measured trace's messages and metadata are not actions") {
+  Trace measured(2);
+  measured.add(TraceEvent{.worker = 0, .stage = 0, .kind = ActionKind::kForward, .microbatch = 0,
+                          .start_us = 10, .end_us = 20});
+  measured.add(TraceEvent{.worker = 1, .stage = 1, .kind = ActionKind::kForward, .microbatch = 0,
+                          .start_us = 25, .end_us = 30});
+  measured.add(TraceEvent{.worker = 1, .stage = 1, .kind = ActionKind::kBackward, .microbatch = 0,
+                          .start_us = 30, .end_us = 40});
+  measured.add(TraceEvent{.worker = 0, .stage = 0, .kind = ActionKind::kBackward, .microbatch = 0,
+                          .start_us = 45, .end_us = 60});
+  measured.add(TraceTransfer{.worker = 0, .from_stage = 0, .to_stage = 1, .microbatch = 0, .bytes = 64,
+                             .start_us = 19, .end_us = 20});
+  const Trace read = Trace::from_chrome_json(measured.to_chrome_json());
+  CHECK(read.events().size() == 4);
+  CHECK(read.transfers().empty());
+  CHECK(read.schedule().actions == make_schedule("gpipe", 2, 1).actions);
+  const ScheduleReplay timeline = read.timeline();
+  CHECK(timeline.makespan == 0.05);  // 60 - 10 us, in ms
+  CHECK(timeline.timeline[1][0].start == 0.015);
+  CHECK(timeline.busy == std::vector<double>{0.025, 0.015});
+  CHECK_THAT(timeline.bubble_fraction, WithinAbs(measured.bubble_fraction(), 1e-12));
+}
+
 TEST_CASE("Trace: from_chrome_json refuses what it cannot read, naming the event") {
   CHECK_THROWS_WITH(Trace::from_chrome_json("nope"), Contains("not JSON"));
   CHECK_THROWS_WITH(Trace::from_chrome_json("{}"), Contains("traceEvents"));

@@ -1,5 +1,5 @@
 // The schedule explorer in a real browser: Debian's Chromium, headless, driven over its DevTools
-// protocol (Node's WebSocket; no npm packages), loading the page from tools/explorer/serve.mjs.
+// protocol (through a pipe; no npm packages), loading the page from tools/explorer/serve.mjs.
 // Checks, against the native C++ CLI (//tools:schedule_svg --stats) for the same input:
 //   - 21 configurations over all nine registered schedules (recompute modes, uneven costs,
 //     message costs, v > 1): the makespan, bubble and peak activations per stage and per worker
@@ -49,44 +49,47 @@ try {
   console.log(`FAIL: ${chromium} not found: install Debian's chromium (tools/bazel test does)`);
   process.exit(1);
 }
+let finished = false;  // set before we kill the browser ourselves
 const profile = mkdtempSync(join(process.env.TEST_TMPDIR ?? tmpdir(), 'chromium-'));
+// The protocol over a pipe (--remote-debugging-pipe: we write to its fd 3, read its fd 4, each
+// message JSON ending in a NUL byte): no WebSocket, no port, any Node.js version.
 const browser = spawn(chromium, [
   '--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run',
   '--disable-extensions', '--hide-scrollbars', '--force-device-scale-factor=1', '--font-render-hinting=none',
-  '--remote-debugging-port=0', `--user-data-dir=${profile}`, '--window-size=1280,800', 'about:blank',
-], { stdio: ['ignore', 'ignore', 'pipe'] });
-const endpoint = await new Promise((resolvePromise, reject) => {
-  let err = '';
-  const timer = setTimeout(() => reject(new Error(`chromium did not start:\n${err}`)), 30000);
-  browser.stderr.on('data', (d) => {
-    err += d;
-    const m = /DevTools listening on (ws:\/\/\S+)/.exec(err);
-    if (m) {
-      clearTimeout(timer);
-      resolvePromise(m[1]);
-    }
-  });
-  browser.on('exit', (code) => reject(new Error(`chromium exited (${code}):\n${err}`)));
+  '--remote-debugging-pipe', `--user-data-dir=${profile}`, '--window-size=1280,800', 'about:blank',
+], { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
+let browserLog = '';
+browser.stderr.on('data', (d) => { browserLog = (browserLog + d).slice(-4000); });
+browser.on('exit', (code, signal) => {
+  if (!finished) {
+    console.log(`FAIL: chromium exited (${code ?? signal}) before the test ended:\n${browserLog}`);
+    process.exit(1);
+  }
 });
+const toBrowser = browser.stdio[3];
+const fromBrowser = browser.stdio[4];
 
-const ws = new WebSocket(endpoint);
-await new Promise((r, j) => { ws.onopen = r; ws.onerror = j; });
 let nextId = 1;
 const pending = new Map();
 const listeners = [];
-ws.onmessage = (event) => {
-  const msg = JSON.parse(event.data);
-  if (msg.id && pending.has(msg.id)) {
-    const { resolve: ok, reject: bad } = pending.get(msg.id);
-    pending.delete(msg.id);
-    msg.error ? bad(new Error(`${msg.error.message} (${msg.error.data ?? ''})`)) : ok(msg.result);
-  } else if (msg.method) {
-    for (const l of listeners) l(msg);
+let received = Buffer.alloc(0);
+fromBrowser.on('data', (chunk) => {
+  received = Buffer.concat([received, chunk]);
+  for (let end = received.indexOf(0); end >= 0; end = received.indexOf(0)) {
+    const msg = JSON.parse(received.subarray(0, end).toString('utf8'));
+    received = received.subarray(end + 1);
+    if (msg.id && pending.has(msg.id)) {
+      const { resolve: ok, reject: bad } = pending.get(msg.id);
+      pending.delete(msg.id);
+      msg.error ? bad(new Error(`${msg.error.message} (${msg.error.data ?? ''})`)) : ok(msg.result);
+    } else if (msg.method) {
+      for (const l of listeners) l(msg);
+    }
   }
-};
+});
 function send(method, params = {}, sessionId = undefined) {
   const id = nextId++;
-  ws.send(JSON.stringify({ id, method, params, sessionId }));
+  toBrowser.write(JSON.stringify({ id, method, params, sessionId }) + '\0');
   return new Promise((ok, bad) => pending.set(id, { resolve: ok, reject: bad }));
 }
 
@@ -368,7 +371,7 @@ try {
   console.log(`FAIL: ${e.stack}`);
 } finally {
   server.close();
-  ws.close();
+  finished = true;
   browser.kill('SIGKILL');
   try { rmSync(profile, { recursive: true, force: true }); } catch {}
 }
