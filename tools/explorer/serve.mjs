@@ -6,6 +6,7 @@
 //
 // Also imported by the browser test (tests/tools/explorer_browser_test.mjs): startServer.
 import { createServer } from 'node:http';
+import { realpathSync } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import { extname, join, normalize, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -63,7 +64,9 @@ export function startServer(roots, port = 8765) {
   });
 }
 
-if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+// Run as a program (not imported)? Bazel's runfiles are symlinks and Node names a module by its
+// real path, so compare real paths.
+if (process.argv[1] && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const args = process.argv.slice(2);
   let port = 8765;
   const roots = [];
