@@ -47,10 +47,25 @@ std::string rect(double x, double y, double w, double h, const std::string& fill
          "\" rx=\"3\" fill=\"" + fill + "\" stroke=\"#ffffff\" stroke-width=\"1\"/>\n";
 }
 
+// `s` with XML's special characters escaped: a schedule's name comes from a file or a user.
+std::string escaped(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 std::string text(double x, double y, const std::string& s, const std::string& fill, const char* anchor = "middle",
                  int size = 12) {
   return "<text x=\"" + num(x) + "\" y=\"" + num(y) + "\" fill=\"" + fill + "\" font-size=\"" +
-         std::to_string(size) + "\" text-anchor=\"" + anchor + "\">" + s + "</text>\n";
+         std::to_string(size) + "\" text-anchor=\"" + anchor + "\">" + escaped(s) + "</text>\n";
 }
 
 // The time axis's tick spacing: every 5 units for replays in unit costs (docs/img's pictures),

@@ -115,6 +115,16 @@ TEST_CASE("explorer: a schedule read from either CSV is the one written") {
   }
 }
 
+TEST_CASE("explorer: a schedule's name from a CSV is text in the picture, never markup") {
+  Schedule s = make_schedule("1f1b", 2, 2);
+  s.name = "<img/src=x/onerror=alert(1)>&co";  // a name is one word in the CSV
+  const json r = explore({{"csv", to_csv(s)}});
+  REQUIRE(r["ok"] == true);
+  const std::string svg = r["svg"];
+  CHECK(svg.find("<img") == std::string::npos);
+  CHECK_THAT(svg, Contains("&lt;img/src=x/onerror=alert(1)&gt;&amp;co"));
+}
+
 TEST_CASE("Trace: a Chrome trace read back is the trace written, and its schedule the one run") {
   const Schedule s = make_schedule("zb-h1", 3, 5);
   const Costs costs = Costs::split(1.0, 1.5, 0.5);
