@@ -42,9 +42,11 @@ std::string num(double x) {
   return buf;
 }
 
-std::string rect(double x, double y, double w, double h, const std::string& fill) {
-  return "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(w) + "\" height=\"" + num(h) +
-         "\" rx=\"3\" fill=\"" + fill + "\" stroke=\"#ffffff\" stroke-width=\"1\"/>\n";
+// A box; with a `tooltip`, a <title> a browser shows on hover (the action, its stage and times).
+std::string rect(double x, double y, double w, double h, const std::string& fill, const std::string& tooltip = "") {
+  const std::string head = "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(w) + "\" height=\"" +
+                           num(h) + "\" rx=\"3\" fill=\"" + fill + "\" stroke=\"#ffffff\" stroke-width=\"1\"";
+  return tooltip.empty() ? head + "/>\n" : head + "><title>" + tooltip + "</title></rect>\n";
 }
 
 // `s` with XML's special characters escaped: a schedule's name comes from a file or a user.
@@ -136,7 +138,10 @@ std::string to_svg(const Schedule& schedule, const ScheduleReplay& sim, std::str
       const bool odd_vstage = vstage[t.action.stage] % 2 == 1;
       const double x = kLeft + t.start * unit;
       const double bw = (t.end - t.start) * unit;
-      out += rect(x, y, bw, kBox, odd_vstage ? st.light : st.fill);
+      const std::string tooltip = action_letter(t.action.kind) + std::to_string(t.action.microbatch) + " on stage " +
+                                  std::to_string(t.action.stage) + ": " +
+                                  num(t.start) + " to " + num(t.end) + suffix;
+      out += rect(x, y, bw, kBox, odd_vstage ? st.light : st.fill, tooltip);
       out += text(x + bw / 2, y + kBox / 2 + 4, std::to_string(t.action.microbatch), odd_vstage ? "#222222" : st.text);
     }
   }

@@ -12,7 +12,8 @@ namespace pipewright::pipeline {
 
 /// Simulates `schedule` with `costs` and draws one row per worker, time to the right: a
 /// colored box per action (F blue, B green, I teal, W yellow, R orange; a worker's second,
-/// fourth... virtual stage in a lighter shade) labelled with its micro-batch, over a time axis,
+/// fourth... virtual stage in a lighter shade) labelled with its micro-batch and titled (a
+/// browser's tooltip) with its action, stage, start and end, over a time axis,
 /// with a title line (name, p, m, v, makespan, bubble fraction) and a legend. Throws what
 /// replay_schedule() throws.
 std::string to_svg(const Schedule& schedule, const Costs& costs = Costs{});

@@ -177,6 +177,9 @@ async function pageStats(panel = 'a') {
   };
 }
 
+// %g as the C++ prints it (to_svg's %.4g).
+const fmt = (x) => String(Number(x.toPrecision(4)));
+
 function compareStats(got, want, what) {
   check(got.error === '', `${what}: the page shows an error: ${got.error}`);
   // The CLI prints %g (6 significant digits) and %.4f; the page 6 significant digits and a
@@ -230,6 +233,8 @@ try {
                      '--recompute', cfg.r, '--costs', `${cfg.F},${cfg.I},${cfg.W},${cfg.R}`, '--comm', String(cfg.c)];
     compareStats(await pageStats(), cliStats(cliArgs), cliArgs.join(' '));
     check((await evaluate(`document.querySelector('#a-timeline svg') !== null`)), `${cfg.s}: a timeline is drawn`);
+    const tip = await evaluate(`document.querySelector('#a-timeline svg rect title')?.textContent`);
+    check(tip === 'F0 on stage 0: 0 to ' + fmt(cfg.F), `${cfg.s}: the first box's tooltip is "${tip}"`);
   }
 
   // ---- docs/schedules.md's pictures, opened live from their links: the very same SVG ----
