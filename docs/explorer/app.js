@@ -308,16 +308,18 @@ function showSvg(box, svg) {
   picture.setAttribute('viewBox', `0 0 ${picture.getAttribute('width')} ${picture.getAttribute('height')}`);
 }
 
-// Side by side and fitted, both timelines get the same pixels per time unit (the longer one
-// fills its panel), so their lengths compare at a glance. to_svg's unit is the same for both
-// whenever their shortest actions are.
-function sameTimeScale() {
-  const pictures = panels.filter((p) => !p.root.hidden)
-    .map((p) => p.get('timeline').querySelector('svg')).filter(Boolean);
-  const widest = Math.max(...pictures.map((svg) => Number(svg.getAttribute('width'))));
-  for (const svg of pictures) {
-    svg.style.width = pictures.length > 1 && $('fit').checked
-      ? `${(100 * Number(svg.getAttribute('width')) / widest).toFixed(2)}%` : '';
+// Side by side and fitted, timelines get the same pixels per time unit (the longest fills its
+// box), so their lengths compare at a glance. to_svg draws one time unit at least 26 px wide,
+// wider when the shortest action is short, so each picture's own unit is read back from its
+// width and makespan (74 px of worker names on the left, 20 on the right).
+function sameTimeScale(pairs) {  // [{ svg, makespan }]
+  const shown = pairs.filter((p) => p.svg && p.makespan > 0);
+  const unit = (p) => (Number(p.svg.getAttribute('width')) - 94) / p.makespan;
+  const finest = Math.min(...shown.map(unit));
+  const width = (p) => Number(p.svg.getAttribute('width')) * finest / unit(p);
+  const widest = Math.max(...shown.map(width));
+  for (const p of shown) {
+    p.svg.style.width = shown.length > 1 && $('fit').checked ? `${(100 * width(p) / widest).toFixed(2)}%` : '';
   }
 }
 
@@ -357,9 +359,27 @@ function update() {
   document.body.classList.toggle('comparing', $('compare').checked);
   document.body.classList.toggle('fit', $('fit').checked);
   for (const p of panels) if (!p.root.hidden) p.render();
-  sameTimeScale();
+  sameTimeScale(panels.filter((p) => !p.root.hidden && p.last && !p.root.classList.contains('invalid'))
+    .map((p) => ({ svg: p.get('timeline').querySelector('svg'), makespan: p.last.replay.makespan })));
+  compareLine();
   writeHash();
   document.body.dataset.renders = String(++renders);
+}
+
+// In compare mode, B against A in one line (ratios of what the two panels show).
+function compareLine() {
+  const [a, b] = panels;
+  const line = $('b-versus');
+  const valid = (p) => p.last && !p.root.classList.contains('invalid');
+  if (b.root.hidden || !valid(a) || !valid(b)) {
+    line.textContent = '';
+    return;
+  }
+  const peak = (p) => Math.max(...p.last.memory.worker_activations);
+  const points = 100 * (b.last.replay.bubble - a.last.replay.bubble);
+  line.textContent = `B against A: makespan ×${fmt(b.last.replay.makespan / a.last.replay.makespan)}, ` +
+    `bubble ${points >= 0 ? '+' : '−'}${Math.abs(points).toFixed(2)} points, ` +
+    `largest peak per worker ${peak(b)} against ${peak(a)} cells`;
 }
 
 async function loadTrace(file) {
@@ -387,6 +407,8 @@ async function loadTrace(file) {
   }
   for (const [k, v] of rows) stats.append(element('dt', { text: k }), element('dd', { text: v }));
   showSvg($('trace-measured'), answer.svg);
+  sameTimeScale([{ svg: $('trace-measured').querySelector('svg'), makespan: answer.measured.makespan },
+                 { svg: $('trace-replayed').querySelector('svg'), makespan: replay.ok ? replay.replay.makespan : 0 }]);
   document.body.dataset.renders = String(++renders);
 }
 

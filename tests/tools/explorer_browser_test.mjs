@@ -332,6 +332,17 @@ try {
   const sideBySide = await evaluate(`document.getElementById('panel-b').getBoundingClientRect().top ===
                                      document.getElementById('panel-a').getBoundingClientRect().top`);
   check(sideBySide, 'at 1280 px the two panels stand side by side');
+  const versus = await text('b-versus');
+  const gp = cliStats(['gpipe', '4', '8']), zb = cliStats(['zb-h1', '4', '8']);
+  check(versus === `B against A: makespan ×${Number((zb.makespan / gp.makespan).toPrecision(6))}, bubble −` +
+                   `${(100 * (gp.bubble - zb.bubble)).toFixed(2)} points, largest peak per worker 4 against 8 cells`,
+        `the comparison line: "${versus}"`);
+  // The same time scale: zb-h1's 27 units drawn 27/33 as wide as gpipe's 33.
+  const ratio = await evaluate(`document.querySelector('#b-timeline svg').getBoundingClientRect().width /
+                                document.querySelector('#a-timeline svg').getBoundingClientRect().width`);
+  const wantRatio = (94 + 27 * 26) / (94 + 33 * 26);
+  check(Math.abs(ratio - wantRatio) < 0.01,
+        `B's timeline is ${ratio.toFixed(3)} of A's width, want ${wantRatio.toFixed(3)}`);
   await saveShot('compare-1280.png');
 
   // ---- the keyboard: focus the schedule list, ArrowDown picks the next schedule ----
