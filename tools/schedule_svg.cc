@@ -19,7 +19,8 @@
 //
 // Costs: tF = 1, tB = 2, tI = tW = 1, tR = 1 (pipeline/schedule/replay.h), unless --costs F,B,
 // --costs F,I,W (tB = tI + tW, tR = tF) or --costs F,I,W,R is given; --comm L adds L to every
-// dependency between two workers (a message's cost). The schedule explorer (docs/explorer.md)
+// dependency between two workers (a message's cost); --stage-factors A,B,... multiplies stage s's
+// costs by its entry (one per stage: an uneven cut, a slower device). The schedule explorer (docs/explorer.md)
 // shows the same numbers for the same input; its browser test compares them with --stats.
 #include <charconv>
 #include <cstdio>
@@ -99,6 +100,7 @@ int main(int argc, char** argv) {
   std::string from;
   std::string recompute = "never";
   Costs costs;
+  std::vector<double> stage_factors;
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string arg = argv[i];
@@ -128,6 +130,8 @@ int main(int argc, char** argv) {
           throw std::invalid_argument("--costs takes F,B or F,I,W or F,I,W,R");
         }
         costs.comm_latency = comm;
+      } else if (arg == "--stage-factors" && i + 1 < argc) {
+        stage_factors = parse_costs(argv[++i]);
       } else if (arg == "--comm" && i + 1 < argc) {
         costs.comm_latency = parse_number<double>(argv[++i], "--comm");
       } else {
@@ -141,6 +145,7 @@ int main(int argc, char** argv) {
                    "--from FILE)\n"
                    "                    [--ascii | --stats | --trace | --csv | --torch-csv] "
                    "[--costs F,B | F,I,W | F,I,W,R] [--comm L]\n"
+                   "                    [--stage-factors A,B,...: each stage's costs times its factor]\n"
                    "NAME, one of:\n%s",
                    describe_schedules().c_str());
       return 2;
@@ -164,6 +169,20 @@ int main(int argc, char** argv) {
         s = ours ? from_csv(text.str()) : from_torch_csv(text.str(), from);
       } catch (const std::exception& e) {
         throw std::invalid_argument(from + ": " + e.what());
+      }
+    }
+    if (!stage_factors.empty()) {
+      if (stage_factors.size() != static_cast<size_t>(s.num_stages)) {
+        throw std::invalid_argument("--stage-factors has " + std::to_string(stage_factors.size()) +
+                                    " entries for " + std::to_string(s.num_stages) + " stages");
+      }
+      for (const double f : stage_factors) {
+        const StageCosts& u = costs.uniform;
+        costs.per_stage.push_back(StageCosts{.forward = u.forward * f,
+                                             .backward = u.backward * f,
+                                             .backward_input = u.backward_input * f,
+                                             .backward_weight = u.backward_weight * f,
+                                             .recompute = u.recompute * f});
       }
     }
     std::string out;

@@ -30,7 +30,8 @@ function percent(fraction) {
 
 // ---- one panel: a schedule's inputs and its answer ----
 
-const DEFAULTS = { s: '1f1b', p: '4', m: '8', v: '', r: 'never', F: '1', I: '1', W: '1', R: '1', c: '0' };
+const DEFAULTS = { s: '1f1b', p: '4', m: '8', v: '', r: 'never', F: '1', I: '1', W: '1', R: '1', c: '0', sf: '' };
+const NUMBERS = ['p', 'm', 'v', 'F', 'I', 'W', 'R', 'c', 'sf'];  // the panel's plain inputs
 
 function element(tag, attrs = {}, children = []) {
   const e = document.createElement(tag);
@@ -109,6 +110,10 @@ class Panel {
       numberInput(id('W'), 'W (weight-grad)', { min: 0, step: 'any' }),
       numberInput(id('R'), 'R (recompute)', { min: 0, step: 'any' }),
       numberInput(id('c'), 'message', { min: 0, step: 'any' }),
+      element('label', {}, ['stage factors ', element('input', { id: id('sf'), type: 'text', size: 14,
+        placeholder: 'e.g. 1 1 1 2', 'aria-describedby': id('sf-help') })]),
+      element('p', { class: 'description', id: id('sf-help'),
+        text: 'Stage factors: one number per stage multiplying its costs (a slower stage, an uneven cut); empty: all 1.' }),
       element('p', { class: 'description', id: id('b-cost') }),
     ]);
     const results = element('div', { class: 'results' }, [
@@ -154,7 +159,7 @@ class Panel {
     const s = {};
     s.src = this.get('from-csv').checked ? 'csv' : 'registry';
     s.s = this.get('schedule').value;
-    for (const k of ['p', 'm', 'v', 'F', 'I', 'W', 'R', 'c']) s[k] = this.get(k).value;
+    for (const k of NUMBERS) s[k] = this.get(k).value;
     s.r = this.get('recompute').value;
     if (s.r === 'cells' && this.cells) s.r = 'cells:' + this.cells.map((row) => row.join('')).join('-');
     if (s.src === 'csv') s.csv = this.get('csv').value;
@@ -165,7 +170,7 @@ class Panel {
     const s = { ...DEFAULTS, ...state };
     (s.src === 'csv' ? this.get('from-csv') : this.get('from-registry')).checked = true;
     this.get('schedule').value = registry.some((r) => r.name === s.s) ? s.s : DEFAULTS.s;
-    for (const k of ['p', 'm', 'v', 'F', 'I', 'W', 'R', 'c']) this.get(k).value = s[k];
+    for (const k of NUMBERS) this.get(k).value = s[k];
     if (s.r.startsWith('cells:')) {
       this.get('recompute').value = 'cells';
       this.cells = s.r.slice(6).split('-').map((row) => [...row].map(Number));
@@ -187,6 +192,12 @@ class Panel {
     const s = this.state();
     const costs = { F: +s.F, I: +s.I, W: +s.W, R: +s.R, B: +s.I + +s.W };
     const req = { costs, comm: +s.c };
+    const factors = s.sf.split(/[\s,]+/).filter((f) => f !== '');
+    const bad = factors.find((f) => !(Number(f) >= 0));
+    if (bad !== undefined) throw new Error(`stage factors: '${bad}' is not a number >= 0`);
+    if (factors.length) {
+      req.per_stage = factors.map((f) => Object.fromEntries(Object.entries(costs).map(([k, c]) => [k, c * Number(f)])));
+    }
     if (s.src === 'csv') return { ...req, csv: s.csv };
     req.schedule = s.s;
     req.p = Math.trunc(+s.p);
@@ -210,7 +221,12 @@ class Panel {
     const i = +this.get('I').value, w = +this.get('W').value;
     this.get('b-cost').textContent = `B (a whole backward) = I + W = ${fmt(i + w)}`;
 
-    const answer = call('pw_explore', JSON.stringify(this.request()));
+    let answer;
+    try {
+      answer = call('pw_explore', JSON.stringify(this.request()));
+    } catch (e) {
+      answer = { ok: false, error: e.message };  // an input the page itself refuses
+    }
     this.get('error').textContent = answer.ok ? '' : answer.error;
     this.root.classList.toggle('invalid', !answer.ok);
     if (!answer.ok) {
@@ -342,7 +358,7 @@ function writeHash() {
   // Every key, defaults too, so a link means the same view whatever later defaults become.
   const put = (prefix, state) => {
     for (const [k, v] of Object.entries(state)) {
-      if ((k === 'src' && v === 'registry') || (k === 'v' && v === '')) continue;
+      if ((k === 'src' && v === 'registry') || ((k === 'v' || k === 'sf') && v === '')) continue;
       params.set(prefix + k, v);
     }
   };

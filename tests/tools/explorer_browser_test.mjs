@@ -1,8 +1,8 @@
 // The schedule explorer in a real browser: Debian's Chromium, headless, driven over its DevTools
 // protocol (through a pipe; no npm packages), loading the page from tools/explorer/serve.mjs.
 // Checks, against the native C++ CLI (//tools:schedule_svg --stats) for the same input:
-//   - 21 configurations over all nine registered schedules (recompute modes, uneven costs,
-//     message costs, v > 1): the makespan, bubble and peak activations per stage and per worker
+//   - 23 configurations over all nine registered schedules (recompute modes, uneven costs,
+//     message costs, v > 1, per-stage factors): the makespan, bubble and peak activations per stage and per worker
 //     the page shows equal the CLI's;
 //   - refusals: a v the registry row refuses, and a hand-written CSV that deadlocks, show the
 //     library's message (the CLI's, word for word);
@@ -193,7 +193,7 @@ function compareStats(got, want, what) {
 
 const { server, url } = await startServer(roots, 0);
 try {
-  // ---- 21 configurations, all nine schedules ----
+  // ---- 23 configurations, all nine schedules ----
   const configs = [
     { s: 'gpipe', p: 4, m: 8 },
     { s: 'gpipe', p: 4, m: 8, r: 'except_last' },
@@ -216,6 +216,8 @@ try {
     { s: 'zb-v', p: 4, m: 8, r: 'except_last', c: 0.5 },
     { s: 'dualpipev', p: 4, m: 8 },
     { s: 'dualpipev', p: 2, m: 6, F: 2, I: 1, W: 1, R: 2 },
+    { s: '1f1b', p: 4, m: 8, sf: '1,1,1,2' },
+    { s: 'zb-v', p: 2, m: 4, sf: '1,1.5,1,0.5', c: 0.25 },
   ];
   const covered = new Set(configs.map((c) => c.s));
   const registry = await (async () => {
@@ -227,10 +229,12 @@ try {
   for (const c of configs) {
     const cfg = { F: 1, I: 1, W: 1, R: 1, c: 0, r: 'never', ...c };
     const hash = new URLSearchParams({ s: cfg.s, p: cfg.p, m: cfg.m, ...(cfg.v ? { v: cfg.v } : {}), r: cfg.r,
-                                       F: cfg.F, I: cfg.I, W: cfg.W, R: cfg.R, c: cfg.c });
+                                       F: cfg.F, I: cfg.I, W: cfg.W, R: cfg.R, c: cfg.c,
+                                       ...(cfg.sf ? { sf: cfg.sf } : {}) });
     await open(`${url}#${hash}`);
     const cliArgs = [cfg.s, String(cfg.p), String(cfg.m), ...(cfg.v ? [String(cfg.v)] : []),
-                     '--recompute', cfg.r, '--costs', `${cfg.F},${cfg.I},${cfg.W},${cfg.R}`, '--comm', String(cfg.c)];
+                     '--recompute', cfg.r, '--costs', `${cfg.F},${cfg.I},${cfg.W},${cfg.R}`, '--comm', String(cfg.c),
+                     ...(cfg.sf ? ['--stage-factors', cfg.sf] : [])];
     compareStats(await pageStats(), cliStats(cliArgs), cliArgs.join(' '));
     check((await evaluate(`document.querySelector('#a-timeline svg') !== null`)), `${cfg.s}: a timeline is drawn`);
     const tip = await evaluate(`document.querySelector('#a-timeline svg rect title')?.textContent`);
@@ -272,6 +276,11 @@ try {
     check(diff.ok, `screenshot of 1f1b p=4 m=8 differs from ${reference}: ${diff.why}`);
   }
 
+  // ---- refusals: the page's own for a factor that is no number, else the library's ----
+  await open(`${url}#s=1f1b&p=2&m=2&sf=1,x`);
+  check(await text('a-error') === "stage factors: 'x' is not a number >= 0", `a bad factor: "${await text('a-error')}"`);
+  await open(`${url}#s=1f1b&p=2&m=2&sf=1,1,1`);
+  check((await text('a-error')).includes('per_stage'), `three factors for two stages: "${await text('a-error')}"`);
   // ---- refusals show the library's own message ----
   await open(`${url}#s=interleaved-1f1b&p=4&m=8&v=1`);
   const refused = await text('a-error');
