@@ -164,7 +164,8 @@ TEST_CASE("Trace: a measured trace's messages and metadata are not actions") {
                           .start_us = 30, .end_us = 40});
   measured.add(TraceEvent{.worker = 0, .stage = 0, .kind = ActionKind::kBackward, .microbatch = 0,
                           .start_us = 45, .end_us = 60});
-  measured.add(TraceTransfer{.worker = 0, .from_stage = 0, .to_stage = 1, .microbatch = 0, .bytes = 64,
+  measured.add(TraceTransfer{.worker = 0, .from_stage = 0, .to_stage = 1, .microbatch = 0, .gradient = false,
+                             .skip = {}, .bytes = 64,
                              .start_us = 19, .end_us = 20});
   const Trace read = Trace::from_chrome_json(measured.to_chrome_json());
   CHECK(read.events().size() == 4);
