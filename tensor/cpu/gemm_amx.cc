@@ -11,17 +11,20 @@
 // and activations is that small, and tests/tensor/ops_matmul_test bounds the difference from
 // float64).
 //
-// The kernel packs op(A) into rows of K rounded up to 32 (zeros past k and past m) and op(B)
-// into the tile unit's pair layout (for each 16 columns, each pair of K rows interleaved:
-// B[2p][j], B[2p + 1][j]), then computes C in 32 × 32 blocks with four C tiles, two A tiles
+// The kernel packs op(A) into 16 × 32 tiles, K rounded up to 32 (zeros past k and past m), and
+// op(B) into the tile unit's pair layout (for each 16 columns, each pair of K rows interleaved:
+// B[2p][j], B[2p + 1][j]), so that every tile load reads 1 KiB in a row, then computes C in 32 × 32 blocks with four C tiles, two A tiles
 // and two B tiles (the eight tile registers), and adds each block into C with alpha and beta.
 // Every element of C is summed over K in the same 32-element steps whatever m and n are, so a
 // micro-batch's rows get the bits the whole batch's would (pipelined and plain steps agree).
 //
-// Measured (docs/BENCHMARKS.md, "A bf16 GEMM on this CPU" and "bf16 GEMMs on AMX"): oneDNN's
-// AMX matmul ran 3.5–7.4× OpenBLAS's sgemm on the widened operands at the examples' and GPT-2
-// small's shapes; this kernel, the project's own (no 40 MB dependency), runs 1.3× the widened
-// path at 8 rows, 2.3–3.1× from 32 rows on.
+// op(B) = Bᵀ (a Linear's forward, x · Wᵀ) packs 16 × 16 squares of bf16 pairs with an AVX-512
+// register transpose; op(A) = Aᵀ (a weight gradient) one tile column at a time.
+//
+// Measured (docs/BENCHMARKS.md, "A bf16 GEMM on this CPU", "bf16 GEMMs on AMX" and "AMX:
+// tiles in a row"): oneDNN's AMX matmul ran 3.5–7.4× OpenBLAS's sgemm on the widened operands
+// at the examples' and GPT-2 small's shapes; this kernel, the project's own (no 40 MB
+// dependency), runs 1.3–2.3× the widened path at 8 rows, 2.7–3.9× from 32 rows on.
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -63,20 +66,22 @@ bool request_amx() {
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-/// The 32 × 32 block of C at (i0, j0) from the packed operands, into `out` (row-major, 32
-/// floats a row).
-__attribute__((target("amx-tile,amx-bf16"))) void block_product(const uint16_t* a_rows,
+/// The 32 × 32 block of C from the packed operands, into `out` (row-major, 32 floats a row).
+/// `a_tiles`: the block's two 16-row groups of op(A), each kp/32 tiles of 16 × 32 (pack_rows);
+/// `b_pairs`: its two 16-column groups of op(B), each kp/2 pairs of rows × 16 (pack_pairs).
+/// Every tile load reads 1 KiB that lies contiguous in memory.
+__attribute__((target("amx-tile,amx-bf16"))) void block_product(const uint16_t* a_tiles,
                                                                  const uint16_t* b_pairs,
                                                                  int64_t kp, float* out) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  const int64_t a_stride = kp * 2;                // bytes from one packed A row to the next
+  const uint16_t* a_lower = a_tiles + kp * kHalf;  // the next 16 rows' tiles
   const uint16_t* b_right = b_pairs + kp * kHalf;  // the next 16 columns' pairs
   for (int64_t kb = 0; kb < kp; kb += kBlock) {
-    _tile_loadd(4, a_rows + kb, a_stride);
-    _tile_loadd(5, a_rows + kHalf * kp + kb, a_stride);
+    _tile_loadd(4, a_tiles + kb * kHalf, 64);  // 16 rows × 32 values × 2 bytes
+    _tile_loadd(5, a_lower + kb * kHalf, 64);
     _tile_loadd(6, b_pairs + kb * kHalf, 64);  // 16 pairs of rows × 16 columns × 2
     _tile_loadd(7, b_right + kb * kHalf, 64);
     _tile_dpbf16ps(0, 4, 6);
@@ -92,16 +97,61 @@ __attribute__((target("amx-tile,amx-bf16"))) void block_product(const uint16_t* 
 }
 
 /// Rows [0, rows) of op(A) (A row-major with leading dimension lda; op(A) = Aᵀ when trans)
-/// into `out`, kp elements a row (zeros past k already there). Loops run along memory.
+/// into `out` as tiles: row i, element x at out[((i / 16) · kp/32 + x / 32) · 512 + (i % 16) · 32
+/// + x % 32], i.e. each 16 rows one after another in 16 × 32 tiles along K (zeros past k
+/// already there). Loops run along memory.
 void pack_rows(bool trans, int64_t rows, int64_t k, int64_t kp, const uint16_t* a, int64_t lda,
                uint16_t* out) {
+  const auto at = [kp](int64_t i, int64_t x) {
+    return (i / kHalf) * kHalf * kp + (x / kBlock) * kHalf * kBlock + (i % kHalf) * kBlock + x % kBlock;
+  };
   if (!trans) {
-    for (int64_t i = 0; i < rows; ++i) std::memcpy(out + i * kp, a + i * lda, k * 2);
+    for (int64_t i = 0; i < rows; ++i) {
+      int64_t x = 0;
+      for (; x + kBlock <= k; x += kBlock) std::memcpy(out + at(i, x), a + i * lda + x, kBlock * 2);
+      if (x < k) std::memcpy(out + at(i, x), a + i * lda + x, (k - x) * 2);
+    }
     return;
   }
   for (int64_t x = 0; x < k; ++x) {
     const uint16_t* column = a + x * lda;  // row x of A: element i is op(A)[i][x]
-    for (int64_t i = 0; i < rows; ++i) out[i * kp + x] = column[i];
+    uint16_t* dst = out + at(0, x);
+    for (int64_t i0 = 0; i0 < rows; i0 += kHalf) {  // 16 rows: one tile's column x % 32
+      uint16_t* tile = dst + i0 * kp;
+      const int64_t end = std::min(kHalf, rows - i0);
+      for (int64_t r = 0; r < end; ++r) tile[r * kBlock] = column[i0 + r];
+    }
+  }
+}
+
+/// 16 rows of B (leading dimension ldb, from `rows`), 16 pairs of values each, as 16 × 16
+/// 32-bit words transposed into `out` (16 words a pair index): out[c · 16 + i] = pair c of row
+/// i. Three rounds of AVX-512 unpacks and lane shuffles (32-bit, 64-bit, then 128-bit lanes
+/// twice), the textbook 16 × 16 transpose.
+__attribute__((target("avx512f"))) void transpose_pairs(const uint16_t* rows, int64_t ldb, uint32_t* out) {
+  __m512i r[16], t[16], u[16], v[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(rows + i * ldb);
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // u[g + a]: rows g .. g + 3 of column 4L + a in each 128-bit lane L.
+  for (int g = 0; g < 16; g += 4) {
+    u[g + 0] = _mm512_unpacklo_epi64(t[g + 0], t[g + 2]);
+    u[g + 1] = _mm512_unpackhi_epi64(t[g + 0], t[g + 2]);
+    u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+    u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+  // v[h + a] (h = 0, 8): columns a and 8 + a of rows h .. h + 7; v[h + 4 + a]: 4 + a, 12 + a.
+  for (int h = 0; h < 16; h += 8) {
+    for (int a = 0; a < 4; ++a) {
+      v[h + a] = _mm512_shuffle_i32x4(u[h + a], u[h + 4 + a], 0x88);
+      v[h + 4 + a] = _mm512_shuffle_i32x4(u[h + a], u[h + 4 + a], 0xdd);
+    }
+  }
+  for (int c = 0; c < 8; ++c) {  // c = a or 4 + a: columns c and 8 + c of all 16 rows
+    _mm512_storeu_si512(out + c * 16, _mm512_shuffle_i32x4(v[c], v[8 + c], 0x88));
+    _mm512_storeu_si512(out + (c + 8) * 16, _mm512_shuffle_i32x4(v[c], v[8 + c], 0xdd));
   }
 }
 
@@ -114,10 +164,19 @@ __attribute__((target("avx512f,avx512bw"))) void pack_pairs(bool trans, int64_t 
                                                              uint16_t* out) {
   const int64_t group = kp * kHalf;  // elements per 16 columns
   if (trans) {  // column j of op(B) is row j of B: each pair is one 32-bit word there
+    // Whole 16 × 16 squares of pairs (16 columns, 32 values of K) by a register transpose,
+    // the rest (the last columns, K's tail) one pair at a time.
+    const int64_t whole_cols = cols / kHalf * kHalf, whole_pairs = k / kBlock * kHalf;
+    for (int64_t j = 0; j < whole_cols; j += kHalf) {
+      uint32_t* dst = reinterpret_cast<uint32_t*>(out + (j / kHalf) * group);
+      for (int64_t p = 0; p < whole_pairs; p += kHalf) {
+        transpose_pairs(b + j * ldb + 2 * p, ldb, dst + p * kHalf);
+      }
+    }
     for (int64_t j = 0; j < cols; ++j) {
       const uint16_t* row = b + j * ldb;
       uint32_t* dst = reinterpret_cast<uint32_t*>(out + (j / kHalf) * group) + j % kHalf;
-      int64_t p = 0;
+      int64_t p = j < whole_cols ? whole_pairs : 0;
       for (; 2 * p + 1 < k; ++p) {
         uint32_t pair;
         std::memcpy(&pair, row + 2 * p, sizeof(pair));
