@@ -32,6 +32,12 @@
 #   plan.txt       the main job with --plan auto on cuda:0, without and with memory caps: the
 #                  plan's predicted step, bubble and peak beside the measured ones
 #   bench.txt      //tests/cuda:cuda_bench's tables (GEMM, copy bandwidth, ReLU, BatchNorm, Adam)
+#   gpt2.txt       (only with --steps gpt2: a few minutes, not in the default steps) issue 41's
+#                  baseline: a GPT-2-small-shaped char_gpt (12 layers, dim 768, 12 heads, context
+#                  1024, batch 8, the fortunes corpus's vocabulary) training on cuda:0, ours in
+#                  fp32 and bf16 (the precision policy, tiled attention) against PyTorch eager
+#                  fp32, TF32 and bf16 autocast with F.scaled_dot_product_attention
+#                  (bench/peers/torch_char_gpt.py): tokens/s, step time, peak memory and MFU
 #   logs.tar.gz    the whole output of every test, compute-sanitizer run and counted run
 #   summary.txt    one line per check, and the ratios
 # Tests and compute-sanitizer only judge correctness, so they run side by side (as many at once
@@ -40,7 +46,8 @@
 # them runs one at a time.
 # --steps: a comma-separated subset of tests, memcheck, racecheck, synccheck, initcheck,
 # apicount, main, peer, plan, bench (default all; `sanitizer` is the four tools), for a second
-# call that re-checks only what a fix touched; --tests: only the test binaries whose name
+# call that re-checks only what a fix touched, and gpt2 (never by default; give it a budget:
+# `--steps gpt2 --budget 560`); --tests: only the test binaries whose name
 # matches REGEX (e.g. 'gemm|pipe'), for the tests and the sanitizer runs alike.
 # --quick: two tests, one short main-job run, the API counts, no sanitizer, peer or benchmark
 # (CI's dry run against a --cudasim bundle, which needs no GPU).
@@ -54,6 +61,7 @@ cd "$(dirname "$0")/../.."
 out=${1:?usage: tools/gpu/check.sh OUTDIR [--quick] [--budget SECONDS] [--steps LIST] [--tests REGEX]}
 shift
 all_steps=tests,memcheck,racecheck,synccheck,initcheck,apicount,main,peer,plan,bench
+known_steps=$all_steps,gpt2  # gpt2 runs only when asked for (--steps gpt2)
 quick=0 budget=480 steps=$all_steps test_filter=.
 while (($#)); do
   case $1 in
@@ -67,8 +75,8 @@ while (($#)); do
 done
 steps=${steps//sanitizer/memcheck,racecheck,synccheck,initcheck}
 for s in ${steps//,/ }; do
-  if [[ ",$all_steps," != *",$s,"* ]]; then
-    echo "check.sh: unknown step '$s' (steps: $all_steps, sanitizer)" >&2
+  if [[ ",$known_steps," != *",$s,"* ]]; then
+    echo "check.sh: unknown step '$s' (steps: $known_steps, sanitizer)" >&2
     exit 2
   fi
 done
@@ -436,6 +444,61 @@ if want bench && [[ -x "$bin/tests_cuda_cuda_bench" ]]; then
   timeout "$(cap 90)" "$bin/tests_cuda_cuda_bench" >"$out/bench.txt" 2>&1
   note "cuda_bench: exit status $? (bench.txt)"
   while read -r line; do note "$line"; done < <(grep -E '^SUMMARY' "$out/bench.txt")
+fi
+
+# ---- issue 41's baseline: a GPT-2-small-shaped model on one GPU, ours against PyTorch ----
+# Both train the same model on the same windows (bench/peers/torch_char_gpt.py's docstring):
+# ours as one stage without micro-batches (PyTorch eager's step); tokens/s over warm steps
+# (ours: its last report's 10 steps; PyTorch: after 10 untimed ones). MFU counts model FLOPs
+# per token as 6 N + 12 L T d (N = 12 L d² + d V, the matrices' parameters; attention as a
+# full T × T, PaLM's appendix B) against the H200's dense bf16 peak, 989 TFLOP/s, for every
+# precision alike. PIPEWRIGHT_GPT2_SHAPE and PIPEWRIGHT_GPT2_STEPS shrink it for a dry run.
+if want gpt2; then
+  read -r -a shape <<<"${PIPEWRIGHT_GPT2_SHAPE:---layers 12 --dim 768 --heads 12 --context 1024 --batch-size 8}"
+  gpt_common=(--steps "${PIPEWRIGHT_GPT2_STEPS:-30}" --warmup 1 --eval-every 10 --eval-windows 8
+              --final-eval-windows 8 --dropout 0 --data-dir "$bundle/fortunes")
+  gpt_run_ours() {
+    local label=$1
+    shift
+    echo "== ours $label: char_gpt ${shape[*]} $*"
+    timeout "$(cap 150)" "$bin/examples_char_gpt" --no-progress --sample-chars 0 --workers 1 \
+      --chunks 1 --devices cuda:0 "${shape[@]}" "${gpt_common[@]}" "$@" 2>&1 | tee "$work/gpt.log" |
+      grep -E '^(data|final):|^step |error' | tail -n 4
+    # RESULT label tokens_per_s peak: from the last report ("step N/N: ... | T tokens/s | ...").
+    sed -n 's/^step .* | \([0-9,]*\) tokens\/s.*peak mem [^ ]* \([0-9.]* [KMG]iB\).*/RESULT ours '"$label"' \1 \2/p' \
+      "$work/gpt.log" | tail -n 1 | tr -d ,
+  }
+  gpt_run_peer() {
+    local label=$1
+    shift
+    echo "== torch $label: torch_char_gpt.py ${shape[*]} $*"
+    PYTHONUNBUFFERED=1 timeout "$(cap 150)" python3 "$bundle/peers/torch_char_gpt.py" --device cuda \
+      "${shape[@]}" "${gpt_common[@]}" --untimed-steps 10 "$@" 2>&1 | tail -n 3 |
+      sed 's/^RESULT .*tokens_per_s=\([0-9.]*\) .*peak_mib=\([0-9.]*\).*/&\nRESULT torch '"$label"' \1 \2 MiB/'
+  }
+  {
+    gpt_run_ours fp32 --precision fp32 --attention flash
+    gpt_run_ours bf16 --precision bf16 --attention flash
+    if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+      gpt_run_peer fp32 --precision fp32 --attention manual
+      gpt_run_peer tf32 --precision tf32 --attention manual
+      gpt_run_peer bf16-sdpa --precision bf16 --attention sdpa
+    else
+      echo "(no python3 with a CUDA-capable torch: no PyTorch runs)"
+    fi
+  } >"$out/gpt2.txt" 2>&1
+  shape_value() { local i; for ((i = 0; i < ${#shape[@]} - 1; ++i)); do [[ "${shape[i]}" == "$1" ]] && echo "${shape[i + 1]}"; done; }
+  vocab=$(sed -n 's/.*(vocabulary \([0-9]*\)).*/\1/p' "$work/gpt.log" | head -n 1)
+  flops_per_token=$(awk -v L="$(shape_value --layers)" -v d="$(shape_value --dim)" \
+    -v T="$(shape_value --context)" -v V="${vocab:-0}" 'BEGIN { printf "%.0f", 6 * (12 * L * d * d + d * V) + 12 * L * T * d }')
+  while read -r _ who label tokens peak unit; do
+    line="gpt2 $who $label: ${tokens:-n/a} tokens/s, peak ${peak:-?} ${unit:-}"
+    line+=$(awk -v t="$tokens" -v f="$flops_per_token" 'BEGIN { if (t > 0) printf ", MFU %.1f %% of 989 TFLOP/s", 100 * t * f / 989e12 }')
+    note "$line"
+  done < <(grep '^RESULT \(ours\|torch\) ' "$out/gpt2.txt")
+  gpt_tokens() { sed -n "s/^RESULT $1 $2 \([0-9.]*\) .*/\1/p" "$out/gpt2.txt" | tail -n 1; }
+  gpt_ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "n/a" }'; }
+  note "gpt2 ratios: ours bf16 / torch bf16+SDPA $(gpt_ratio "$(gpt_tokens ours bf16)" "$(gpt_tokens torch bf16-sdpa)"), ours bf16 / ours fp32 $(gpt_ratio "$(gpt_tokens ours bf16)" "$(gpt_tokens ours fp32)"), ours fp32 / torch fp32 $(gpt_ratio "$(gpt_tokens ours fp32)" "$(gpt_tokens torch fp32)") (${flops_per_token} FLOPs a token)"
 fi
 
 tar -C "$work" -czf "$out/logs.tar.gz" jobs 2>/dev/null  # every job's whole output

@@ -5,8 +5,8 @@
 #   tools/gpu/pack.sh [--cudasim] [--no-sim-counts] [OUTDIR]   (OUTDIR default: .gpu, git-ignored)
 #
 # What goes in OUTDIR:
-#   bundle.tar.xz   bin/   every one-process gpu-tagged test, //examples:fashion_mnist and
-#                          //tests/cuda:cuda_bench, built with --config=cuda and the project
+#   bundle.tar.xz   bin/   every one-process gpu-tagged test, //examples:fashion_mnist,
+#                          //examples:char_gpt and //tests/cuda:cuda_bench, built with --config=cuda and the project
 #                          linked statically (--dynamic_mode=off), stripped;
 #                   lib/   the shared libraries they load that a GPU machine may lack (ldd:
 #                          OpenMPI, OpenBLAS, libgfortran, libgomp, hwloc, ...), never the CUDA
@@ -20,6 +20,8 @@
 #                          card (tools/gpu/apicount/count.sh), here on simulated GPUs, so the
 #                          card's counts have cudasim's beside them (--no-sim-counts: skip);
 #   fashion-mnist/  the four IDX files of Debian's dataset-fashion-mnist;
+#   fortunes/       the corpus //examples:char_gpt reads (Debian's fortunes: its files without
+#                   a '.' in their names), for check.sh's gpt2 step;
 #   peers/          bench/peers' PyTorch scripts, which check.sh runs on the same card.
 # At most 60 MiB in all (checked). check.sh unpacks it, finds the CUDA libraries where the
 # machine keeps them, and puts lib/ after them on the loader's path, so a library the machine
@@ -50,7 +52,7 @@ limit_mib=60
 # processes), the main job and the GPU benchmark.
 query='kind(cc_test, attr(tags, "gpu", tests(//tests/...))) except attr(tags, "mpi", //tests/...)'
 mapfile -t tests < <(tools/bazel query "$query" 2>/dev/null | sort)
-targets=("${tests[@]}" //examples:fashion_mnist)
+targets=("${tests[@]}" //examples:fashion_mnist //examples:char_gpt)
 [[ "$config" == cuda ]] && targets+=(//tests/cuda:cuda_bench)  # cuDNN: a real build only
 preload_label=//tools/gpu/apicount:libpw_apicount.so
 echo "pack.sh: building ${#targets[@]} targets and the API-count library with --config=$config ${link[*]}" >&2
@@ -142,9 +144,10 @@ if [[ "$config" == cuda ]] && ((sim_counts)); then
 fi
 
 rm -rf "$out"
-mkdir -p "$out/fashion-mnist" "$out/peers"
+mkdir -p "$out/fashion-mnist" "$out/peers" "$out/fortunes"
 tar -C "$stage" -cJf "$out/bundle.tar.xz" "${packed[@]}"
 cp /usr/share/datasets/fashion-mnist/*-ubyte.gz "$out/fashion-mnist/"
+find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' -exec cp {} "$out/fortunes/" \;
 cp bench/peers/*.py "$out/peers/"
 
 size_mib=$(($(du -sb "$out" | cut -f1) / 1048576))
