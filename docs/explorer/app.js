@@ -31,7 +31,7 @@ function percent(fraction) {
 // ---- one panel: a schedule's inputs and its answer ----
 
 const DEFAULTS = { s: '1f1b', p: '4', m: '8', v: '', r: 'never', F: '1', I: '1', W: '1', R: '1', c: '0', sf: '' };
-const NUMBERS = ['p', 'm', 'v', 'F', 'I', 'W', 'R', 'c', 'sf'];  // the panel's plain inputs
+const FIELDS = ['p', 'm', 'v', 'F', 'I', 'W', 'R', 'c', 'sf'];  // the panel's plain inputs, by URL key
 
 function element(tag, attrs = {}, children = []) {
   const e = document.createElement(tag);
@@ -159,7 +159,7 @@ class Panel {
     const s = {};
     s.src = this.get('from-csv').checked ? 'csv' : 'registry';
     s.s = this.get('schedule').value;
-    for (const k of NUMBERS) s[k] = this.get(k).value;
+    for (const k of FIELDS) s[k] = this.get(k).value;
     s.r = this.get('recompute').value;
     if (s.r === 'cells' && this.cells) s.r = 'cells:' + this.cells.map((row) => row.join('')).join('-');
     if (s.src === 'csv') s.csv = this.get('csv').value;
@@ -170,7 +170,7 @@ class Panel {
     const s = { ...DEFAULTS, ...state };
     (s.src === 'csv' ? this.get('from-csv') : this.get('from-registry')).checked = true;
     this.get('schedule').value = registry.some((r) => r.name === s.s) ? s.s : DEFAULTS.s;
-    for (const k of NUMBERS) this.get(k).value = s[k];
+    for (const k of FIELDS) this.get(k).value = s[k];
     if (s.r.startsWith('cells:')) {
       this.get('recompute').value = 'cells';
       this.cells = s.r.slice(6).split('-').map((row) => [...row].map(Number));
