@@ -54,8 +54,8 @@ void mul_(Tensor& dst, double s);
 
 // ---- reductions ----
 /// Sum / mean / max over dimension `dim` (negative counts from the end); keepdim keeps it as
-/// size 1. Throws std::out_of_range for a bad dim; max of an empty dim throws
-/// std::invalid_argument.
+/// size 1. Max propagates NaN (torch.max): a NaN among the reduced elements gives NaN. Throws
+/// std::out_of_range for a bad dim; max of an empty dim throws std::invalid_argument.
 Tensor sum(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor mean(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);

@@ -4,6 +4,9 @@
 // of kBlock elements (in parallel when long) and the block results are combined in order; a
 // reduction over rows (inner > 1) takes each column in row order, whatever the split of the
 // columns between threads.
+//
+// Max propagates NaN, like torch.max and the CUDA kernels (cuda_kernels/reduce.cu): a NaN
+// anywhere in the reduced elements makes the result NaN.
 #include <algorithm>
 #include <vector>
 
@@ -15,10 +18,16 @@ namespace {
 
 constexpr int64_t kBlock = 1 << 14;
 
+/// The larger of a and b, or NaN when either is.
+template <class T>
+T max_nan(T a, T b) {
+  return (b > a || b != b) ? b : a;
+}
+
 template <class T>
 T reduce_block(ReduceOp op, const T* p, int64_t len) {
   const ConstVec<T> v(p, len);
-  return op == ReduceOp::kMax ? v.maxCoeff() : v.sum();
+  return op == ReduceOp::kMax ? v.template maxCoeff<Eigen::PropagateNaN>() : v.sum();
 }
 
 /// Sum or max of p[0, n) by fixed blocks; the mean divides by n afterwards.
@@ -39,7 +48,7 @@ T reduce_row(ReduceOp op, const T* p, int64_t n, bool parallel) {
   }
   T acc = partial[0];
   for (int64_t b = 1; b < blocks; ++b) {
-    acc = op == ReduceOp::kMax ? std::max(acc, partial[b]) : acc + partial[b];
+    acc = op == ReduceOp::kMax ? max_nan(acc, partial[b]) : acc + partial[b];
   }
   return acc;
 }
@@ -59,7 +68,7 @@ void reduce_columns(ReduceOp op, const T* x, int64_t n, int64_t stride, int64_t 
     std::copy(x, x + width, dst);
     for (int64_t r = 1; r < n; ++r) {
       const T* row = x + r * stride;
-      for (int64_t j = 0; j < width; ++j) dst[j] = row[j] > dst[j] ? row[j] : dst[j];
+      for (int64_t j = 0; j < width; ++j) dst[j] = max_nan(dst[j], row[j]);
     }
     return;
   }

@@ -104,6 +104,29 @@ TEST_CASE("argmax returns the first maximum") {
   REQUIRE(ops::argmax(x, 0, true).shape() == Shape{1, 4});
 }
 
+TEST_CASE("max propagates NaN, as torch.max does, in every layout and block") {
+  // A row (contiguous), a long row reduced in blocks by two threads (the NaN in a late block),
+  // and a reduction over rows (columns in the inner loop), the NaN first, middle and last.
+  const double nan = std::nan("");
+  for (int64_t at : {int64_t{0}, int64_t{7}, int64_t{39999}}) {
+    std::vector<double> long_row(40000);
+    for (size_t i = 0; i < long_row.size(); ++i) long_row[i] = static_cast<double>(i % 97);
+    long_row[static_cast<size_t>(at)] = nan;
+    const Tensor x = Tensor::from_vector(long_row, {1, 40000});
+    CHECK(std::isnan(ops::max(x, 1).to_vector<double>()[0]));
+    CHECK(std::isnan(ops::max(x.reshape({40000, 1}), 0).to_vector<double>()[0]));
+  }
+  const Tensor m = Tensor::from_vector(std::vector<double>{1, nan, 3, 4, 5, 6}, {3, 2});
+  const std::vector<double> over_rows = ops::max(m, 0).to_vector<double>();  // {5, NaN}
+  CHECK(over_rows[0] == 5.0);
+  CHECK(std::isnan(over_rows[1]));
+  const std::vector<double> over_cols = ops::max(m, 1).to_vector<double>();  // {NaN, 4, 6}
+  CHECK(std::isnan(over_cols[0]));
+  CHECK(over_cols[1] == 4.0);
+  CHECK(over_cols[2] == 6.0);
+  CHECK(std::isnan(ops::max(m.to(DType::kFloat32), 1).to_vector<float>()[0]));
+}
+
 TEST_CASE("reductions over an empty dim, and errors") {
   const Tensor e = Tensor::zeros({2, 0});
   REQUIRE(ops::sum(e, 1).to_vector<float>() == std::vector<float>{0, 0});
