@@ -7,6 +7,9 @@
 // are exact.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <vector>
+
 #include "cuda_kernels/launch_limits.h"
 #include "tests/cuda/gpu_test.h"
 
@@ -66,6 +69,37 @@ TEST_CASE("cuda reduce matches cpu past the grid (small launch caps)", "[cuda][r
     cuda::ScopedLaunchLimits scoped(limits);
     INFO(describe(limits));
     check_reduce_cases(kSmallCapsCases);
+  }
+}
+
+TEST_CASE("cuda max propagates NaN as the cpu's does", "[cuda][reduce]") {
+  if (!gpu_available_or_skip()) return;
+  // A NaN in the first, a middle and the last element of each case's reduced dim (rows and
+  // columns, a long row split between blocks and threads): the max is NaN on both devices
+  // there and the same bits elsewhere.
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const Case& c : {Case{7, 1000, 1}, Case{3, 100003, 1}, Case{4, 33, 129}, Case{1, 5, 300}}) {
+      std::vector<double> values = random_tensor({c.outer, c.n, c.inner}, DType::kFloat64, 22)
+                                       .to_vector<double>();
+      for (int64_t o = 0; o < c.outer; ++o) {
+        const int64_t k = o % 3 == 0 ? 0 : o % 3 == 1 ? c.n / 2 : c.n - 1;
+        values[static_cast<size_t>((o * c.n + k) * c.inner + (o % c.inner))] = std::nan("");
+      }
+      const Tensor x = Tensor::from_vector(values, {c.outer, c.n, c.inner}).to(dtype);
+      INFO(dtype_name(dtype) << " [" << c.outer << ", " << c.n << ", " << c.inner << "]");
+      Tensor expected = Tensor::empty({c.outer, c.inner}, {dtype, Device::cpu(0)});
+      Tensor actual = Tensor::empty({c.outer, c.inner}, {dtype, gpu()});
+      cpu_kernels().reduce(ReduceOp::kMax, x, c.outer, c.n, c.inner, expected);
+      gpu_kernels().reduce(ReduceOp::kMax, x.to(gpu()), c.outer, c.n, c.inner, actual);
+      const std::vector<double> want = expected.to(DType::kFloat64).to_vector<double>();
+      const std::vector<double> got = actual.to(Device::cpu(0)).to(DType::kFloat64).to_vector<double>();
+      for (int64_t o = 0; o < c.outer; ++o) {
+        CHECK(std::isnan(want[static_cast<size_t>(o * c.inner + o % c.inner)]));
+      }
+      for (size_t i = 0; i < want.size(); ++i) {
+        CHECK((std::isnan(got[i]) ? std::isnan(want[i]) : got[i] == want[i]));
+      }
+    }
   }
 }
 
