@@ -47,6 +47,12 @@ TEST_CASE("clip_grad_norm: non-finite norms and bad arguments", "[clip]") {
   Tensor a = param_with_grad({1, std::numeric_limits<double>::quiet_NaN()});
   CHECK(std::isnan(nn::clip_grad_norm({a}, 1.0)));
   CHECK(std::isnan(a.grad().to_vector<double>()[0]));  // torch's behaviour: NaN spreads
+  // The infinity norm too (a max over |g|, which propagates NaN as torch.max does), so
+  // error_if_nonfinite refuses it.
+  Tensor n = param_with_grad({1, std::numeric_limits<double>::quiet_NaN(), 3});
+  CHECK(std::isnan(nn::total_grad_norm({n}, INFINITY)));
+  CHECK_THROWS_AS(nn::clip_grad_norm({n}, 1.0, INFINITY, /*error_if_nonfinite=*/true), std::domain_error);
+  CHECK(n.grad().to_vector<double>()[2] == 3.0);  // left unchanged
   Tensor b = param_with_grad({1, INFINITY});
   CHECK_THROWS_WITH(nn::clip_grad_norm({b}, 1.0, 2.0, /*error_if_nonfinite=*/true),
                     "clip_grad_norm: the total norm of order 2 of the gradients is inf "
