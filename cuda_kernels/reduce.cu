@@ -9,8 +9,8 @@
 //   inner > 1 (e.g. sum over dim 0 of [N, C]): one thread per output column, looping over n;
 //     neighbouring threads read neighbouring addresses (coalesced).
 // Sums therefore round differently from the CPU's blocked sums: compare with a tolerance.
-// Max propagates NaN. argmax returns the first maximum (lowest k among equal values) for
-// NaN-free input, like the CPU. Dtypes: float32 / float64.
+// Max propagates NaN. argmax returns the first maximum (lowest k among equal values), NaN
+// counting as the maximum (torch.argmax), like the CPU. Dtypes: float32 / float64.
 #include "cuda_kernels/kernel_table.h"
 #include "cuda_kernels/launch.cuh"
 
@@ -49,10 +49,13 @@ __global__ void reduce_columns_kernel(const T* x, T* out, int64_t outer, int64_t
   }
 }
 
-/// (value, index) of the better candidate: larger value, or equal value and lower index.
+/// (value, index) of the better candidate: larger value, or equal value and lower index; NaN
+/// counts as larger than any number (torch.argmax), the lower index among NaNs.
 template <class T>
 __device__ inline void better(T& v, int64_t& k, T other_v, int64_t other_k) {
-  if (other_v > v || (other_v == v && other_k < k)) {
+  const bool v_nan = v != v, other_nan = other_v != other_v;
+  if (other_nan ? (!v_nan || other_k < k)
+                : (!v_nan && (other_v > v || (other_v == v && other_k < k)))) {
     v = other_v;
     k = other_k;
   }
@@ -97,8 +100,9 @@ __global__ void argmax_columns_kernel(const T* x, int64_t* out, int64_t outer, i
   PW_GRID_STRIDE_LOOP(j, outer * inner) {
     const T* p = x + (j / inner) * n * inner + j % inner;
     int64_t best = 0;
-    for (int64_t k = 1; k < n; ++k) {
-      if (p[k * inner] > p[best * inner]) best = k;  // strict: the first maximum wins
+    for (int64_t k = 1; k < n && p[best * inner] == p[best * inner]; ++k) {  // a NaN ends it
+      const T v = p[k * inner];
+      if (v > p[best * inner] || v != v) best = k;  // strict: the first maximum wins
     }
     out[j] = best;
   }

@@ -59,7 +59,8 @@ void mul_(Tensor& dst, double s);
 Tensor sum(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor mean(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);
-/// int64 index of the first maximum along `dim`.
+/// int64 index of the first maximum along `dim`; NaN counts as the maximum (torch.argmax: the
+/// first NaN's index).
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 /// Over all elements: rank-0 results.
 Tensor sum(const Tensor& x);

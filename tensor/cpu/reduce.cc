@@ -6,7 +6,8 @@
 // columns between threads.
 //
 // Max propagates NaN, like torch.max and the CUDA kernels (cuda_kernels/reduce.cu): a NaN
-// anywhere in the reduced elements makes the result NaN.
+// anywhere in the reduced elements makes the result NaN; argmax counts NaN as the maximum and
+// returns the first NaN's index, as torch.argmax does.
 #include <algorithm>
 #include <vector>
 
@@ -122,8 +123,9 @@ void argmax_typed(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tens
     for (; j < e; ++j) {
       const T* p = xp + (j / inner) * n * inner + j % inner;  // element k at p[k * inner]
       int64_t best = 0;
-      for (int64_t k = 1; k < n; ++k) {
-        if (p[k * inner] > p[best * inner]) best = k;  // strict: the first maximum wins
+      for (int64_t k = 1; k < n && p[best * inner] == p[best * inner]; ++k) {  // a NaN ends it
+        const T v = p[k * inner];
+        if (v > p[best * inner] || v != v) best = k;  // strict: the first maximum wins
       }
       idx[j] = best;
     }

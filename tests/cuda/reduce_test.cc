@@ -72,7 +72,7 @@ TEST_CASE("cuda reduce matches cpu past the grid (small launch caps)", "[cuda][r
   }
 }
 
-TEST_CASE("cuda max propagates NaN as the cpu's does", "[cuda][reduce]") {
+TEST_CASE("cuda max propagates NaN and argmax finds it, as the cpu's do", "[cuda][reduce]") {
   if (!gpu_available_or_skip()) return;
   // A NaN in the first, a middle and the last element of each case's reduced dim (rows and
   // columns, a long row split between blocks and threads): the max is NaN on both devices
@@ -98,6 +98,17 @@ TEST_CASE("cuda max propagates NaN as the cpu's does", "[cuda][reduce]") {
       }
       for (size_t i = 0; i < want.size(); ++i) {
         CHECK((std::isnan(got[i]) ? std::isnan(want[i]) : got[i] == want[i]));
+      }
+      // argmax: the NaN's index where a column has one, the same first maximum elsewhere.
+      Tensor want_index = Tensor::empty({c.outer, c.inner}, {DType::kInt64, Device::cpu(0)});
+      Tensor got_index = Tensor::empty({c.outer, c.inner}, {DType::kInt64, gpu()});
+      cpu_kernels().argmax(x, c.outer, c.n, c.inner, want_index);
+      gpu_kernels().argmax(x.to(gpu()), c.outer, c.n, c.inner, got_index);
+      const std::vector<int64_t> want_k = want_index.to_vector<int64_t>();
+      CHECK(got_index.to(Device::cpu(0)).to_vector<int64_t>() == want_k);
+      for (int64_t o = 0; o < c.outer; ++o) {
+        CHECK(want_k[static_cast<size_t>(o * c.inner + o % c.inner)] ==
+              (o % 3 == 0 ? 0 : o % 3 == 1 ? c.n / 2 : c.n - 1));
       }
     }
   }

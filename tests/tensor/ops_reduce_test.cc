@@ -125,6 +125,10 @@ TEST_CASE("max propagates NaN, as torch.max does, in every layout and block") {
   CHECK(over_cols[1] == 4.0);
   CHECK(over_cols[2] == 6.0);
   CHECK(std::isnan(ops::max(m.to(DType::kFloat32), 1).to_vector<float>()[0]));
+  // argmax: NaN is the maximum, the first NaN wins (torch.argmax).
+  const Tensor a = Tensor::from_vector(std::vector<double>{1, nan, 9, nan, 3, 9, 2, 1}, {2, 4});
+  CHECK(ops::argmax(a, 1).to_vector<int64_t>() == std::vector<int64_t>{1, 1});
+  CHECK(ops::argmax(a, 0).to_vector<int64_t>() == std::vector<int64_t>{1, 0, 0, 0});
 }
 
 TEST_CASE("reductions over an empty dim, and errors") {
