@@ -163,10 +163,8 @@ int main(int argc, char** argv) {
       if (!file) throw std::invalid_argument("cannot read " + from);
       std::ostringstream text;
       text << file.rdbuf();
-      // Ours starts with its metadata and header lines; torch's rows are actions only.
-      const bool ours = text.str().find("worker,index,") != std::string::npos;
       try {
-        s = ours ? from_csv(text.str()) : from_torch_csv(text.str(), from);
+        s = from_any_csv(text.str(), from);
       } catch (const std::exception& e) {
         throw std::invalid_argument(from + ": " + e.what());
       }

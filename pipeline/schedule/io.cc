@@ -356,4 +356,11 @@ Schedule from_torch_csv(std::string_view text, const std::string& name) {
   return s;
 }
 
+Schedule from_any_csv(std::string_view text, const std::string& torch_name) {
+  // Ours starts with its metadata and header lines; torch's rows are actions only. The
+  // header's first fields are enough: a header mistyped after them gets from_csv's message.
+  constexpr std::string_view kOurs = "worker,index,";
+  return text.find(kOurs) != std::string_view::npos ? from_csv(text) : from_torch_csv(text, torch_name);
+}
+
 }  // namespace pipewright::pipeline

@@ -60,4 +60,9 @@ std::string to_torch_csv(const Schedule& schedule);
 /// names, or with validate()'s message.
 Schedule from_torch_csv(std::string_view text, const std::string& name = "torch");
 
+/// Either format, told apart by pipewright's header line ("worker,index,..."): from_csv(text)
+/// when the text has it, else from_torch_csv(text, torch_name). Throws what those throw.
+/// schedule_svg --from and the schedule explorer read files and pasted text with it.
+Schedule from_any_csv(std::string_view text, const std::string& torch_name = "torch");
+
 }  // namespace pipewright::pipeline

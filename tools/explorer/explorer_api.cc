@@ -143,9 +143,7 @@ bool recomputes(const Schedule& s) {
 Schedule read_schedule(const json& request) {
   if (request.contains("csv")) {
     if (!request["csv"].is_string()) throw std::invalid_argument("\"csv\" must be a string");
-    const std::string text = request["csv"].get<std::string>();
-    // Ours starts with its metadata and header lines; torch's rows are actions only.
-    return text.find("worker,index,") != std::string::npos ? from_csv(text) : from_torch_csv(text, "pasted");
+    return from_any_csv(request["csv"].get<std::string>(), "pasted");
   }
   if (!request.contains("schedule") || !request["schedule"].is_string()) {
     throw std::invalid_argument("the request names no \"schedule\" (a registered name) and gives no \"csv\"");
