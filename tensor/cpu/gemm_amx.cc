@@ -13,8 +13,9 @@
 //
 // The kernel packs op(A) into 16 × 32 tiles, K rounded up to 32 (zeros past k and past m), and
 // op(B) into the tile unit's pair layout (for each 16 columns, each pair of K rows interleaved:
-// B[2p][j], B[2p + 1][j]), so that every tile load reads 1 KiB in a row, then computes C in 32 × 32 blocks with four C tiles, two A tiles
-// and two B tiles (the eight tile registers), and adds each block into C with alpha and beta.
+// B[2p][j], B[2p + 1][j]), so that every tile load reads 1 KiB in a row, then computes C in
+// 32 × 32 blocks with four C tiles, two A tiles and two B tiles (the eight tile registers), and
+// adds each block into C with alpha and beta.
 // Every element of C is summed over K in the same 32-element steps whatever m and n are, so a
 // micro-batch's rows get the bits the whole batch's would (pipelined and plain steps agree).
 //
