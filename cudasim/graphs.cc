@@ -71,12 +71,26 @@ void end_capture_locked(const std::shared_ptr<Capture>& c) {
 
 }  // namespace
 
+/// The calling thread's interaction mode (cudaThreadExchangeStreamCaptureMode): global until
+/// the thread changes it.
+cudaStreamCaptureMode& thread_capture_mode() {
+  thread_local cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  return mode;
+}
+
+// A thread whose own mode is relaxed may always make a potentially unsafe call; otherwise it
+// may not during its own capture begun in global or thread-local mode, nor, while its mode is
+// global, during another thread's capture begun in global mode (CUDA's cudaStreamCaptureMode).
 cudaError_t check_capture_unsafe_locked(const std::string& api) {
   const std::thread::id me = std::this_thread::get_id();
+  const cudaStreamCaptureMode thread_mode = thread_capture_mode();
   std::string why;
   for (const auto& c : rt().captures) {
-    const bool forbidden = c->mode == cudaStreamCaptureModeGlobal ||
-                           (c->mode == cudaStreamCaptureModeThreadLocal && c->thread == me);
+    if (thread_mode == cudaStreamCaptureModeRelaxed) break;
+    const bool forbidden =
+        c->thread == me ? c->mode != cudaStreamCaptureModeRelaxed
+                        : c->mode == cudaStreamCaptureModeGlobal &&
+                              thread_mode == cudaStreamCaptureModeGlobal;
     if (!forbidden) continue;
     const std::string reason = api + " is not permitted while a stream capture in " +
                                mode_name(c->mode) + " mode is active";
@@ -232,6 +246,19 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   const uintptr_t token = r.new_token();
   r.graphs[token] = std::make_shared<const std::vector<Request>>(std::move(c->ops));
   *graph = reinterpret_cast<cudaGraph_t>(token);
+  return cudaSuccess;
+}
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  if (mode == nullptr) {
+    return fail(cudaErrorInvalidValue, "cudaThreadExchangeStreamCaptureMode: mode is null");
+  }
+  if (*mode != cudaStreamCaptureModeGlobal && *mode != cudaStreamCaptureModeThreadLocal &&
+      *mode != cudaStreamCaptureModeRelaxed) {
+    return fail(cudaErrorInvalidValue, "cudaThreadExchangeStreamCaptureMode: mode " +
+                                           std::to_string(static_cast<int>(*mode)));
+  }
+  std::swap(*mode, thread_capture_mode());
   return cudaSuccess;
 }
 

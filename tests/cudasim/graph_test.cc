@@ -260,6 +260,48 @@ TEST_CASE("capture modes: who may call what while a capture runs") {
     (void)cudaGetLastError();
     end_capture_expecting(stream.s, cudaErrorStreamCaptureInvalidated);
   }
+  SECTION("a thread that exchanges its own mode for relaxed may allocate during a global "
+          "capture, its own or another thread's (as a caching allocator does)") {
+    REQUIRE_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    REQUIRE_CUDA(cudaThreadExchangeStreamCaptureMode(&mode));
+    CHECK(mode == cudaStreamCaptureModeGlobal);  // the previous mode comes back
+    void* p = nullptr;
+    REQUIRE_CUDA(cudaMalloc(&p, 64));
+    cudaError_t other = cudaErrorUnknown;
+    void* q = nullptr;
+    std::thread([&] {
+      cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
+      (void)cudaThreadExchangeStreamCaptureMode(&relaxed);
+      other = cudaMalloc(&q, 64);
+      (void)cudaGetLastError();
+    }).join();
+    CHECK(other == cudaSuccess);
+    REQUIRE_CUDA(cudaThreadExchangeStreamCaptureMode(&mode));  // back to global
+    CHECK(mode == cudaStreamCaptureModeRelaxed);
+    CHECK(cudaFree(p) == cudaErrorStreamCaptureUnsupported);  // global again: refused
+    (void)cudaGetLastError();
+    end_capture_expecting(stream.s, cudaErrorStreamCaptureInvalidated);
+    REQUIRE_CUDA(cudaFree(p));
+    REQUIRE_CUDA(cudaFree(q));
+    cudaStreamCaptureMode bad = static_cast<cudaStreamCaptureMode>(7);
+    CHECK(cudaThreadExchangeStreamCaptureMode(&bad) == cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+  }
+  SECTION("a thread in thread-local mode ignores another thread's global capture") {
+    REQUIRE_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
+    cudaError_t other = cudaErrorUnknown;
+    std::thread([&] {
+      cudaStreamCaptureMode local = cudaStreamCaptureModeThreadLocal;
+      (void)cudaThreadExchangeStreamCaptureMode(&local);
+      void* q = nullptr;
+      other = cudaMalloc(&q, 64);
+      if (other == cudaSuccess) (void)cudaFree(q);
+      (void)cudaGetLastError();
+    }).join();
+    CHECK(other == cudaSuccess);
+    end_capture_expecting(stream.s, cudaSuccess);
+  }
   SECTION("global: the end must come from the thread that began it") {
     REQUIRE_CUDA(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal));
     cudaError_t status = cudaSuccess;
