@@ -25,7 +25,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <map>
+#include <string>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -185,7 +187,69 @@ class CudaBackend final : public DeviceBackend {
     if (allocator != nullptr) allocator->record_stream(ptr, stream_device_index, as_stream(stream));
   }
 
+  // ---- graphs (Note [Graph pools], caching_allocator.h) ----
+  void begin_capture(int device_index, void* stream, int64_t pool) override {
+    if (stream == nullptr) {
+      throw std::invalid_argument("begin_capture: the legacy default stream of cuda:" +
+                                  std::to_string(device_index) +
+                                  " cannot be captured; capture a created stream");
+    }
+    CachingAllocator& allocator = caching_allocator(device_index);
+    DeviceGuard guard(device_index);
+    allocator.begin_graph_pool(pool);
+    const cudaError_t status = cudaStreamBeginCapture(as_stream(stream), cudaStreamCaptureModeGlobal);
+    if (status != cudaSuccess) {
+      allocator.end_graph_pool();
+      check(status, "cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal)", __FILE__,
+            __LINE__);
+    }
+  }
+
+  void* end_capture(int device_index, void* stream) override {
+    CachingAllocator& allocator = caching_allocator(device_index);
+    DeviceGuard guard(device_index);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t status = cudaStreamEndCapture(as_stream(stream), &graph);
+    allocator.end_graph_pool();
+    check(status, "cudaStreamEndCapture(stream, &graph)", __FILE__, __LINE__);
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    PW_CUDA_REPORT(cudaGraphDestroy(graph));  // the executable keeps what it needs
+    check(made, "cudaGraphInstantiate(&exec, graph, 0)", __FILE__, __LINE__);
+    return exec;
+  }
+
+  void launch_graph(int device_index, void* graph, void* stream) override {
+    DeviceGuard guard(device_index);
+    PW_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), as_stream(stream)));
+  }
+
+  void destroy_graph(int device_index, void* graph, int64_t pool) override {
+    try {
+      DeviceGuard guard(device_index);
+      if (graph != nullptr) PW_CUDA_REPORT(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)));
+      caching_allocator(device_index).release_graph_pool(pool);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "pipewright: destroying a graph of cuda:%d: %s\n", device_index,
+                   e.what());
+    }
+  }
+
+  int64_t graph_pool_bytes(int device_index, int64_t pool) override {
+    return caching_allocator(device_index).graph_pool_bytes(pool);
+  }
+
  private:
+  static CachingAllocator& caching_allocator(int device_index) {
+    auto* allocator =
+        dynamic_cast<CachingAllocator*>(&allocator_for(Device::cuda(device_index)));
+    if (allocator == nullptr) {
+      throw std::logic_error("cuda:" + std::to_string(device_index) +
+                             "'s allocator is not the CachingAllocator; graphs need its pools");
+    }
+    return *allocator;
+  }
+
   // Note [Peer copies]: once per unordered pair of GPUs, each direction where possible.
   void enable_peer_access(int a, int b) {
     const auto pair = std::minmax(a, b);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <stdexcept>
 #include <string>
 
 #include "cuda_kernels/check.h"
@@ -72,11 +73,110 @@ void* CachingAllocator::allocate(size_t bytes, void* stream_handle) {
       break;
     }
   }
+  if (capturing_pool_ >= 0 && routes_to_pool(stream)) {  // Note [Graph pools]
+    void* ptr = pool_allocate(graph_pools_[capturing_pool_], size, stream);
+    live_.emplace(ptr, LiveBlock{size, stream, {}, capturing_pool_, true});
+    count_alloc(bytes);
+    return ptr;
+  }
   void* ptr = direct_ ? nullptr : take_cached(size, stream);
   if (ptr == nullptr) ptr = device_malloc(size);
   live_.emplace(ptr, LiveBlock{size, stream, {}});
   count_alloc(bytes);
   return ptr;
+}
+
+// ---- Note [Graph pools] ----
+
+bool CachingAllocator::routes_to_pool(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    (void)cudaGetLastError();  // the legacy stream beside a capturing blocking one: no pool
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;  // an invalidated capture too: no queries
+}
+
+void* CachingAllocator::pool_allocate(GraphPool& pool, size_t size, cudaStream_t stream) {
+  auto [first, last] = pool.free.equal_range(size);
+  for (auto it = first; it != last; ++it) {
+    if (it->second.any_stream || it->second.stream == stream) {
+      void* ptr = it->second.ptr;
+      pool.free.erase(it);
+      return ptr;
+    }
+  }
+  // A new block. cudaMalloc is a "potentially unsafe" call during a capture: it is not
+  // captured, which is what a pool wants (the block outlives the capture, the graph reuses
+  // it), so this thread's mode is relaxed for that one call.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  PW_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  void* ptr = nullptr;
+  try {
+    ptr = device_malloc(size, /*may_release=*/false);  // cudaFree is refused in a capture
+  } catch (...) {
+    (void)cudaThreadExchangeStreamCaptureMode(&mode);
+    throw;
+  }
+  PW_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  pool.bytes += static_cast<int64_t>(size);
+  return ptr;
+}
+
+void CachingAllocator::begin_graph_pool(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (capturing_pool_ >= 0) {
+    throw std::logic_error("CachingAllocator(" + device().str() + "): graph pool " +
+                           std::to_string(capturing_pool_) +
+                           " is still capturing; one capture at a time per GPU");
+  }
+  GraphPool& pool = graph_pools_[id];
+  for (auto& [size, block] : pool.free) block.any_stream = true;
+  capturing_pool_ = id;
+}
+
+void CachingAllocator::end_graph_pool() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (capturing_pool_ < 0) return;
+  GraphPool& pool = graph_pools_[capturing_pool_];
+  try {
+    for (const auto& [size, ptr] : pool.pending) pool.free.emplace(size, PoolBlock{ptr, nullptr, true});
+  } catch (...) {
+    // Out of host memory for an entry: that block stays the pool's, unused (counted).
+  }
+  pool.pending.clear();
+  for (auto& [ptr, block] : live_) {
+    if (block.pool == capturing_pool_) block.this_capture = false;
+  }
+  capturing_pool_ = -1;
+}
+
+void CachingAllocator::release_graph_pool(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = graph_pools_.find(id);
+  if (it == graph_pools_.end()) return;
+  if (capturing_pool_ == id) capturing_pool_ = -1;
+  for (auto& [ptr, block] : live_) {
+    if (block.pool == id) block.pool = -1;  // an ordinary block from now on
+  }
+  GraphPool& pool = it->second;
+  pool.pending.clear();  // (only a capture that never ended leaves some; they are lost)
+  if (!pool.free.empty()) {
+    // The graph's last replay may still run: wait for the GPU, then give the memory back.
+    DeviceGuard guard(device());
+    PW_CUDA_REPORT(cudaDeviceSynchronize());
+    for (const auto& [size, block] : pool.free) {
+      PW_CUDA_REPORT(cudaFree(block.ptr));
+      reserved_.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
+    }
+  }
+  graph_pools_.erase(it);
+}
+
+int64_t CachingAllocator::graph_pool_bytes(int64_t id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = graph_pools_.find(id);
+  return it == graph_pools_.end() ? 0 : it->second.bytes;
 }
 
 namespace {
@@ -168,10 +268,10 @@ void CachingAllocator::recycle(FreeBlock& block) {
   block.uses.clear();
 }
 
-void* CachingAllocator::device_malloc(size_t size) {
+void* CachingAllocator::device_malloc(size_t size, bool may_release) {
   void* ptr = nullptr;
   cudaError_t status = cudaMalloc(&ptr, size);
-  if (status == cudaErrorMemoryAllocation) {
+  if (status == cudaErrorMemoryAllocation && may_release) {
     (void)cudaGetLastError();
     release_cached();  // give the cache back to the driver and try once more
     status = cudaMalloc(&ptr, size);
@@ -220,6 +320,14 @@ void CachingAllocator::deallocate(void* ptr, size_t bytes) {
   LiveBlock block = std::move(it->second);
   live_.erase(it);
   count_free(bytes);
+  if (capturing_pool_ >= 0 || block.pool >= 0) {  // Note [Graph pools]
+    try {
+      free_to_pool(ptr, std::move(block));
+    } catch (...) {
+      // Out of host memory for an entry: the block stays the pool's, unused (counted).
+    }
+    return;
+  }
   if (direct_) {  // Note [Direct mode]: cudaFree waits for this GPU; the other users first
     for (const StreamUse& use : block.uses) {
       if (use.device == device().index) continue;
@@ -268,6 +376,23 @@ void CachingAllocator::deallocate(void* ptr, size_t bytes) {
   } catch (...) {
     // Out of host memory for the cache entry: the block is lost to this process (still
     // counted in reserved()); better than crashing in a destructor.
+  }
+}
+
+void CachingAllocator::free_to_pool(void* ptr, LiveBlock block) {
+  if (capturing_pool_ < 0) {  // a pool's block, between captures
+    graph_pools_[block.pool].free.emplace(block.size, PoolBlock{ptr, block.stream, true});
+    return;
+  }
+  GraphPool& pool = graph_pools_[capturing_pool_];
+  if (block.pool != capturing_pool_) {  // it joins the capturing pool
+    pool.bytes += static_cast<int64_t>(block.size);
+    if (block.pool >= 0) graph_pools_[block.pool].bytes -= static_cast<int64_t>(block.size);
+  }
+  if (block.pool == capturing_pool_ && block.this_capture && block.uses.empty()) {
+    pool.free.emplace(block.size, PoolBlock{ptr, block.stream, false});  // its stream's, now
+  } else {
+    pool.pending.emplace_back(block.size, ptr);  // later captures'
   }
 }
 

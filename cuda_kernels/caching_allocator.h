@@ -38,6 +38,26 @@
 //
 // Streams may be on another GPU (a peer copy): U is then an event of that GPU.
 //
+// Note [Graph pools]
+// A CUDA graph replays the addresses its capture saw, so the memory a captured step used must
+// be its own for as long as the graph lives: no other allocation may get it between replays.
+// begin_graph_pool(id) .. end_graph_pool() brackets a capture on this GPU:
+//   - an allocation on a stream that is capturing (cudaStreamIsCapturing) comes from pool `id`:
+//     a block freed earlier in this capture on the same stream with no other stream's use
+//     (stream order is kept in the graph), a block the pool held free before the capture began
+//     (any stream), or else a new cudaMalloc, made with the thread's capture mode exchanged for
+//     relaxed (cudaThreadExchangeStreamCaptureMode, as PyTorch's allocator does): the pool only
+//     grows during a capture; nothing is queried, no event recorded, nothing freed;
+//   - every block freed during the capture joins the pool, whatever it was allocated from (a
+//     captured kernel may have read it: a tensor made before the capture and dropped during it
+//     must not go to another user while the graph can still read it). Blocks of this capture
+//     freed on their own stream with no other user are reusable at once (above); the others
+//     wait for the capture's end, then serve later captures of the pool.
+// Between captures a pool block freed by its tensor goes back to its pool, never to the cache.
+// release_graph_pool(id) (the graph is gone) hands the pool's free blocks to the cache, and
+// its live blocks become ordinary ones. One capture at a time per GPU, with no other work
+// allocating on it meanwhile.
+//
 // Out of memory: the cache is emptied and cudaMalloc tried once more; then CudaError
 // (code cudaErrorMemoryAllocation) naming the device, the size and the counters.
 //
@@ -94,6 +114,20 @@ class CachingAllocator final : public Allocator {
   /// True under PIPEWRIGHT_CUDA_ALLOCATOR=direct (Note [Direct mode]).
   bool direct() const { return direct_; }
 
+  // ---- graph pools (Note [Graph pools]) ----
+  /// Until end_graph_pool(), allocations on capturing streams come from pool `id` (any id;
+  /// made on first use) and every freed block joins it. Throws std::logic_error when a pool
+  /// is already capturing on this GPU. Thread-safe.
+  void begin_graph_pool(int64_t id);
+  /// Ends the capture's routing; the blocks freed during it become free in the pool. Never
+  /// throws.
+  void end_graph_pool();
+  /// The graph that used pool `id` is gone: its free blocks go to the cache, its live ones
+  /// become ordinary blocks. A no-op for an unknown id. Never throws.
+  void release_graph_pool(int64_t id);
+  /// Bytes pool `id` holds (live and free blocks, rounded); 0 for an unknown id.
+  int64_t graph_pool_bytes(int64_t id) const;
+
   // ---- introspection for tests and benchmarks ----
   /// cudaMalloc calls made so far (a cache hit does not make one).
   int64_t device_mallocs() const { return device_mallocs_.load(std::memory_order_relaxed); }
@@ -126,13 +160,28 @@ class CachingAllocator final : public Allocator {
     size_t size;  // rounded
     cudaStream_t stream;
     std::vector<StreamUse> uses;  // other streams, from record_stream()
+    int64_t pool = -1;            // the graph pool that owns it (Note [Graph pools]); -1: none
+    bool this_capture = false;    // allocated during the pool's current capture
+  };
+  struct PoolBlock {
+    void* ptr;
+    cudaStream_t stream;  // reusable during a capture by this stream only, unless
+    bool any_stream;      // it was free when the capture began
+  };
+  struct GraphPool {
+    std::multimap<size_t, PoolBlock> free;          // rounded size -> free blocks
+    std::vector<std::pair<size_t, void*>> pending;  // freed during the capture, for later ones
+    int64_t bytes = 0;                              // live and free blocks, rounded
   };
 
   void* take_cached(size_t size, cudaStream_t stream);  // nullptr on a miss; mutex held
   bool uses_done(const FreeBlock& block);               // every use event completed; mutex held
   bool record_freed(FreeBlock& block);                  // false: no event now; mutex held
   void recycle(FreeBlock& block);                       // events back to the pools; mutex held
-  void* device_malloc(size_t size);                     // mutex held; throws on OOM
+  void* device_malloc(size_t size, bool may_release = true);  // mutex held; throws on OOM
+  void* pool_allocate(GraphPool& pool, size_t size, cudaStream_t stream);  // mutex held
+  bool routes_to_pool(cudaStream_t stream);             // mutex held
+  void free_to_pool(void* ptr, LiveBlock block);         // mutex held
   [[noreturn]] void throw_out_of_memory(size_t size, cudaError_t status);  // mutex held
   void release_cached();                                // mutex held
   cudaEvent_t new_event(int device);                    // from the pool; mutex held
@@ -141,6 +190,8 @@ class CachingAllocator final : public Allocator {
   std::unordered_map<void*, LiveBlock> live_;    // handed out
   std::multimap<size_t, FreeBlock> cache_;       // rounded size -> freed blocks
   std::map<int, std::vector<cudaEvent_t>> event_pool_;  // per GPU: completed events, for reuse
+  std::map<int64_t, GraphPool> graph_pools_;             // Note [Graph pools]
+  int64_t capturing_pool_ = -1;                          // the pool of the capture under way
   std::atomic<int64_t> reserved_{0};
   std::atomic<int64_t> device_mallocs_{0};
   std::atomic<int64_t> fail_countdown_{-1};  // fail_allocation_after; -1: off

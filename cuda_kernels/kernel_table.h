@@ -14,7 +14,7 @@
 //   batch_norm_running.cu  batch_norm_accumulate, batch_norm_commit
 //   random.cu         philox_uniform, philox_normal, dropout (bit-identical to the CPU: philox.h)
 //   index_select.cu   index_select (src of any dtype)
-//   optim.cu          sgd_step, adam_step
+//   optim.cu          sgd_step, adam_step, adam_step_indirect
 //   gemm.cc           gemm_batched (cuBLAS strided-batched)
 //   attention.cu      flash_attention, flash_attention_backward (also bfloat16 / float16
 //                     inputs, float32 results; head dim <= 256)

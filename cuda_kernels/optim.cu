@@ -40,8 +40,17 @@ struct AdamCoefficients {
   bool decoupled, use_weight_decay;
 };
 
+// `step_values` (or nullptr): lr, bias1, bias2 and decay read from device memory when the
+// kernel runs (adam_step_indirect); the arithmetic is the same either way.
 template <class T>
-__global__ void adam_kernel(T* p, const T* grad, T* m, T* v, int64_t n, AdamCoefficients<T> k) {
+__global__ void adam_kernel(T* p, const T* grad, T* m, T* v, int64_t n, AdamCoefficients<T> k,
+                            const T* step_values) {
+  if (step_values != nullptr) {
+    k.lr = step_values[0];
+    k.bias1 = step_values[1];
+    k.bias2 = step_values[2];
+    k.decay = step_values[3];
+  }
   PW_GRID_STRIDE_LOOP(i, n) {
     T g = grad[i];
     T param = p[i];
@@ -108,7 +117,32 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
                                 decoupled,
                                 weight_decay != 0.0};
     PW_LAUNCH(adam_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
-        param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(), n, k);
+        param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(), n, k, nullptr);
+  });
+  PW_CUDA_CHECK_LAUNCH("adam_kernel");
+}
+
+void adam_step_indirect(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                        const void* coefficients, double beta1, double beta2, double eps,
+                        double weight_decay, bool decoupled) {
+  const int64_t n = param.numel();
+  if (n == 0) return;
+  LaunchContext ctx(param);
+  dispatch_floating(param.dtype(), "adam_step_indirect", [&](auto zero) {
+    using T = decltype(zero);
+    const AdamCoefficients<T> k{static_cast<T>(beta1),
+                                static_cast<T>(beta2),
+                                static_cast<T>(1.0 - beta1),
+                                static_cast<T>(1.0 - beta2),
+                                T(1), T(1), T(0),  // bias1, bias2, lr: from memory
+                                static_cast<T>(eps),
+                                static_cast<T>(weight_decay),
+                                T(1),  // decay: from memory
+                                decoupled,
+                                weight_decay != 0.0};
+    PW_LAUNCH(adam_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
+        param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(), n, k,
+        static_cast<const T*>(coefficients));
   });
   PW_CUDA_CHECK_LAUNCH("adam_kernel");
 }

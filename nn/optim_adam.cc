@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "tensor/graph.h"
 #include "tensor/kernels.h"
 
 namespace pipewright::nn {
@@ -108,10 +109,47 @@ void Adam::update(size_t i, const Tensor& grad) {
     s.exp_avg = on_param_device(i, s.exp_avg);
     s.exp_avg_sq = on_param_device(i, s.exp_avg_sq);
   }
+  if (DeviceGraph* graph = DeviceGraph::capturing_on(param.device())) {
+    update_replayed(*graph, i, group, grad);
+    return;
+  }
   s.step += 1;
   PW_KERNEL(param.device(), adam_step)(param, grad, s.exp_avg, s.exp_avg_sq, o.lr, o.betas.first,
                                        o.betas.second, o.eps, group_decay_[group], o.decoupled,
                                        s.step);
+}
+
+// Note [Per-replay scalars] (tensor/graph.h): the kernel reads lr and the bias corrections of
+// step t from a slot that each replay fills for t = step + 1 and commits by advancing `step`,
+// exactly as an eager update would have; the capture itself changes no state.
+void Adam::update_replayed(DeviceGraph& graph, size_t i, size_t group, const Tensor& grad) {
+  if (state_[i].step == 0) {
+    throw std::logic_error(std::string(name()) + ": parameter " + std::to_string(i) +
+                           " takes its first step inside a graph capture; its state would be "
+                           "zeroed at every replay. Run one step eagerly before capturing");
+  }
+  Tensor param = params()[i];
+  const double decay = group_decay_[group];
+  void* slot = graph.scalar_slot(
+      4 * sizeof(double),
+      [this, i, decay, dtype = param.dtype()](void* bytes) {
+        const AdamOptions& o = options_;
+        const double t = static_cast<double>(state_[i].step + 1);
+        const double values[4] = {o.lr, 1.0 - std::pow(o.betas.first, t),
+                                  1.0 - std::pow(o.betas.second, t), 1.0 - o.lr * decay};
+        for (int k = 0; k < 4; ++k) {  // rounded once to the parameter's dtype, as eagerly
+          if (dtype == DType::kFloat32) {
+            static_cast<float*>(bytes)[k] = static_cast<float>(values[k]);
+          } else {
+            static_cast<double*>(bytes)[k] = values[k];
+          }
+        }
+      },
+      [this, i] { state_[i].step += 1; });
+  State& s = state_[i];
+  PW_KERNEL(param.device(), adam_step_indirect)(param, grad, s.exp_avg, s.exp_avg_sq, slot,
+                                                options_.betas.first, options_.betas.second,
+                                                options_.eps, decay, options_.decoupled);
 }
 
 std::vector<std::string> Adam::state_names() const { return {"step", "exp_avg", "exp_avg_sq"}; }

@@ -22,6 +22,10 @@
 
 #include "nn/optimizer.h"
 
+namespace pipewright {
+class DeviceGraph;
+}  // namespace pipewright
+
 namespace pipewright::nn {
 
 struct AdamOptions {
@@ -51,6 +55,10 @@ class Adam : public Optimizer {
   /// Throws as above, also for a group's weight_decay < 0.
   Adam(std::vector<ParamGroup> groups, AdamOptions options);
 
+  /// Inside a graph capture on the parameter's device (tensor/graph.h) the update reads its
+  /// step's lr and bias corrections from a slot every replay refills, and `step` advances at
+  /// each replay's commit instead of now; throws std::logic_error there for a parameter that
+  /// has never stepped (its zeroed state would be captured).
   void update(size_t i, const Tensor& grad) override;
   double lr() const override { return options_.lr; }
   void set_lr(double lr) override;
@@ -71,6 +79,7 @@ class Adam : public Optimizer {
     Tensor exp_avg;     // m
     Tensor exp_avg_sq;  // v
   };
+  void update_replayed(DeviceGraph& graph, size_t i, size_t group, const Tensor& grad);
   AdamOptions options_;
   std::vector<State> state_;
   std::vector<int64_t> group_sizes_;    // parameters per group, in order

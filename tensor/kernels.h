@@ -135,6 +135,12 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax };
   X(adam_step, (Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr, \
                 double beta1, double beta2, double eps, double weight_decay, bool decoupled,       \
                 int64_t step))                                                                     \
+  /* adam_step with its per-step values lr, 1-b1^t, 1-b2^t and 1-lr*wd read, as 4 values of */    \
+  /* param's dtype, from `coefficients` (memory of param's device) when the kernel runs, not */    \
+  /* when it is issued: a replayed graph's update (Note [Per-replay scalars], tensor/graph.h). */  \
+  X(adam_step_indirect, (Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,   \
+                         const void* coefficients, double beta1, double beta2, double eps,         \
+                         double weight_decay, bool decoupled))                                     \
   /* ---- transformer blocks (tensor/batched_matmul.h, masking.h, gelu.h, normalization.h, */      \
   /* index_add.h) ---- */                                                                          \
   /* c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for i < B, op as in gemm: a [Ba, ., .], */   \

@@ -64,6 +64,19 @@ DeviceBackend* register_backend(DeviceType type, DeviceBackend* backend) {
 
 void DeviceBackend::record_stream(int, void*, int, void*) {}
 
+namespace {
+[[noreturn]] void no_graphs(const char* what) {
+  throw std::invalid_argument(std::string(what) +
+                              ": graphs (stream capture) exist for CUDA devices only");
+}
+}  // namespace
+
+void DeviceBackend::begin_capture(int, void*, int64_t) { no_graphs("begin_capture"); }
+void* DeviceBackend::end_capture(int, void*) { no_graphs("end_capture"); }
+void DeviceBackend::launch_graph(int, void*, void*) { no_graphs("launch_graph"); }
+void DeviceBackend::destroy_graph(int, void*, int64_t) {}
+int64_t DeviceBackend::graph_pool_bytes(int, int64_t) { return 0; }
+
 int device_count(DeviceType type) {
   DeviceBackend* backend = backends()[static_cast<int>(type)].load(std::memory_order_acquire);
   return backend == nullptr ? 0 : backend->device_count();

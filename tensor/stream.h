@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "tensor/device.h"
@@ -50,6 +51,21 @@ class DeviceBackend {
   /// (CPU work is synchronous). See record_stream() below.
   virtual void record_stream(int device_index, void* ptr, int stream_device_index,
                              void* stream);
+
+  // ---- graphs (tensor/graph.h); the defaults throw std::invalid_argument: only CUDA has them
+  /// Starts capturing the work issued on `stream` (not a default stream) of device
+  /// `device_index`, with its allocations served by graph pool `pool` of the device's
+  /// allocator (CUDA: cudaStreamBeginCapture in global mode, Note [Graph pools]).
+  virtual void begin_capture(int device_index, void* stream, int64_t pool);
+  /// Ends the capture begun on `stream` and returns the executable graph; throws (the
+  /// backend's error: what was refused during the capture) when the capture failed.
+  virtual void* end_capture(int device_index, void* stream);
+  /// Enqueues the graph `graph` on `stream`.
+  virtual void launch_graph(int device_index, void* graph, void* stream);
+  /// Destroys an executable graph and releases its pool. Never throws.
+  virtual void destroy_graph(int device_index, void* graph, int64_t pool);
+  /// Bytes graph pool `pool` of the device's allocator holds.
+  virtual int64_t graph_pool_bytes(int device_index, int64_t pool);
 };
 
 /// The backend of `type`; throws std::runtime_error "no backend for cuda: built without

@@ -100,21 +100,24 @@ void adam_loop(T* __restrict p, const T* __restrict g_in, T* __restrict m, T* __
   }
 }
 
+/// The per-step values of an Adam update, rounded once to the parameter's dtype.
 template <class T>
-void adam_typed(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr,
-                double beta1, double beta2, double eps, double weight_decay, bool decoupled,
-                int64_t step) {
+struct AdamStepValues {
+  T lr, bias1, bias2, decay;  // lr, 1 - b1^t, 1 - b2^t, 1 - lr*wd (AdamW's decoupled shrink)
+};
+
+template <class T>
+void adam_typed(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                AdamStepValues<T> k, double beta1, double beta2, double eps, double weight_decay,
+                bool decoupled) {
   T* p = param.data<T>();
   const T* g = grad.data<T>();
   T* m = exp_avg.data<T>();
   T* v = exp_avg_sq.data<T>();
-  const double t = static_cast<double>(step);
   const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2);
   const T one_minus_b1 = static_cast<T>(1.0 - beta1), one_minus_b2 = static_cast<T>(1.0 - beta2);
-  const T bias1 = static_cast<T>(1.0 - std::pow(beta1, t));
-  const T bias2 = static_cast<T>(1.0 - std::pow(beta2, t));
-  const T lr_t = static_cast<T>(lr), eps_t = static_cast<T>(eps), wd = static_cast<T>(weight_decay);
-  const T decay = static_cast<T>(1.0 - lr * weight_decay);  // AdamW's decoupled shrink
+  const T bias1 = k.bias1, bias2 = k.bias2, lr_t = k.lr, decay = k.decay;
+  const T eps_t = static_cast<T>(eps), wd = static_cast<T>(weight_decay);
   // decay is 1 and wd 0 unless the option is set, so one branch-free loop serves all cases.
   const T shrink = decoupled ? decay : T(1);
   const T coupled_wd = decoupled ? T(0) : wd;
@@ -140,9 +143,24 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
                int64_t step) {
   if (step < 1)
     throw std::invalid_argument("adam_step: step must be >= 1, got " + std::to_string(step));
+  const double t = static_cast<double>(step);
   dispatch_floating(param.dtype(), "adam_step", [&](auto zero) {
-    adam_typed<decltype(zero)>(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps,
-                               weight_decay, decoupled, step);
+    using T = decltype(zero);
+    const AdamStepValues<T> k{static_cast<T>(lr), static_cast<T>(1.0 - std::pow(beta1, t)),
+                              static_cast<T>(1.0 - std::pow(beta2, t)),
+                              static_cast<T>(1.0 - lr * weight_decay)};
+    adam_typed<T>(param, grad, exp_avg, exp_avg_sq, k, beta1, beta2, eps, weight_decay, decoupled);
+  });
+}
+
+void adam_step_indirect(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                        const void* coefficients, double beta1, double beta2, double eps,
+                        double weight_decay, bool decoupled) {
+  dispatch_floating(param.dtype(), "adam_step_indirect", [&](auto zero) {
+    using T = decltype(zero);
+    const T* c = static_cast<const T*>(coefficients);
+    adam_typed<T>(param, grad, exp_avg, exp_avg_sq, AdamStepValues<T>{c[0], c[1], c[2], c[3]},
+                  beta1, beta2, eps, weight_decay, decoupled);
   });
 }
 

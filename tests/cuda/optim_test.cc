@@ -74,6 +74,53 @@ TEST_CASE("cuda adam_step matches cpu (Adam and AdamW)", "[cuda][optim]") {
   check_adam({777});
 }
 
+/// The step's values as adam_step_indirect reads them: lr, 1-b1^t, 1-b2^t, 1-lr*wd in `dtype`.
+Tensor adam_step_values(double lr, int64_t t, double wd, DType dtype, Device device) {
+  const double k = static_cast<double>(t);
+  return Tensor::from_vector(std::vector<double>{lr, 1.0 - std::pow(0.9, k), 1.0 - std::pow(0.999, k),
+                                      1.0 - lr * wd}, {4})
+      .to(dtype)
+      .to(device);
+}
+
+TEST_CASE("adam_step_indirect (values read when the kernel runs) equals adam_step bit for bit, "
+          "on the cpu and on cuda",
+          "[cuda][optim][graph]") {
+  if (!gpu_available_or_skip()) return;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (bool decoupled : {false, true}) {
+      const double wd = 1e-2;
+      INFO(dtype_name(dtype) << " decoupled " << decoupled);
+      Tensor p = random_tensor({777}, dtype, 91);
+      Tensor m = Tensor::zeros(p.shape(), {dtype, Device::cpu(0)});
+      Tensor v = Tensor::zeros(p.shape(), {dtype, Device::cpu(0)});
+      Tensor p2 = p.clone(), m2 = m.clone(), v2 = v.clone();
+      Tensor p_g = p.to(gpu()), m_g = m.to(gpu()), v_g = v.to(gpu());
+      Tensor p2_g = p.to(gpu()), m2_g = m.to(gpu()), v2_g = v.to(gpu());
+      for (int step = 1; step <= kSteps; ++step) {
+        const double lr = 1e-3 * step;  // a schedule: the value changes every step
+        const Tensor grad = random_tensor(p.shape(), dtype, 92 + step);
+        const Tensor values = adam_step_values(lr, step, wd, dtype, Device::cpu(0));
+        const Tensor values_g = values.to(gpu());
+        cpu_kernels().adam_step(p, grad, m, v, lr, 0.9, 0.999, 1e-8, wd, decoupled, step);
+        cpu_kernels().adam_step_indirect(p2, grad, m2, v2, values.raw_data(), 0.9, 0.999, 1e-8,
+                                         wd, decoupled);
+        gpu_kernels().adam_step(p_g, grad.to(gpu()), m_g, v_g, lr, 0.9, 0.999, 1e-8, wd,
+                                decoupled, step);
+        gpu_kernels().adam_step_indirect(p2_g, grad.to(gpu()), m2_g, v2_g, values_g.raw_data(),
+                                         0.9, 0.999, 1e-8, wd, decoupled);
+      }
+      check_bitwise_equal(p2, p);
+      check_bitwise_equal(m2, m);
+      check_bitwise_equal(v2, v);
+      check_bitwise_equal(p2_g, p_g);
+      check_bitwise_equal(m2_g, m_g);
+      check_bitwise_equal(v2_g, v_g);
+      check_close(p2_g, p, tol(dtype, 1e-5, 1e-13), tol(dtype, 1e-6, 1e-14));
+    }
+  }
+}
+
 TEST_CASE("cuda sgd_step and adam_step match cpu past the grid (small launch caps)",
           "[cuda][optim][limits]") {
   if (!gpu_available_or_skip()) return;
