@@ -6,6 +6,7 @@
 #include <string>
 
 #include "autograd/function_node.h"
+#include "tensor/graph.h"
 #include "tensor/kernels.h"
 
 namespace pipewright::autograd {
@@ -13,6 +14,12 @@ namespace {
 
 /// x ⊙ mask(seed, offset, p).
 Tensor apply_mask(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
+  if (DeviceGraph::capturing_on(x.device()) != nullptr) {
+    // The seed and offset are kernel arguments: every replay would draw this mask again.
+    throw std::logic_error("dropout on " + x.device().str() +
+                           " inside a graph capture: a replay would repeat this step's mask "
+                           "(Note [A step as one graph], pipeline/step_graph.h)");
+  }
   Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), options_of(x));
   Tensor mask = Tensor::empty(x.shape(), options_of(x));

@@ -61,6 +61,7 @@ class Adam : public Optimizer {
   /// has never stepped (its zeroed state would be captured).
   void update(size_t i, const Tensor& grad) override;
   double lr() const override { return options_.lr; }
+  bool capturable() const override { return true; }
   void set_lr(double lr) override;
   const char* name() const override { return options_.decoupled ? "AdamW" : "Adam"; }
   const AdamOptions& options() const { return options_; }

@@ -198,6 +198,16 @@ Tensor Optimizer::on_param_device(size_t i, const Tensor& t) const {
   return t.device() == params_[i].device() ? t : t.to(params_[i].device());
 }
 
+std::vector<const void*> Optimizer::state_addresses() const {
+  std::vector<const void*> out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (const auto& [entry, t] : param_state(i)) {
+      if (t.defined() && !t.device().is_cpu()) out.push_back(t.raw_data());
+    }
+  }
+  return out;
+}
+
 NamedTensors Optimizer::state_dict() const {
   NamedTensors out;
   for (size_t i = 0; i < params_.size(); ++i) {

@@ -86,6 +86,16 @@ class Optimizer {
   /// changes nothing: to check every grad before applying a step in parts.
   void check_grads() const { (void)checked_grads(); }
 
+  /// Whether update() may run inside a graph capture (tensor/graph.h): its per-step values
+  /// (step count, learning rate) read from per-replay slots rather than baked into the
+  /// kernels (Note [Per-replay scalars]). Adam and AdamW: yes; the others: not yet.
+  virtual bool capturable() const { return false; }
+
+  /// Where each per-parameter state tensor on a device other than the CPU keeps its data, in
+  /// order (what a captured graph reads; a load_state_dict or a parameter's first step moves
+  /// them). No copies are made.
+  std::vector<const void*> state_addresses() const;
+
   /// Sets every parameter's .grad to undefined (PyTorch's zero_grad(set_to_none=True)).
   void zero_grad();
 

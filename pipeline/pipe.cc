@@ -19,6 +19,7 @@
 #include "pipeline/schedule/generators.h"
 #include "pipeline/skip_layout.h"
 #include "pipeline/step.h"
+#include "pipeline/step_graph.h"
 #include "pipeline/tied_parameters.h"
 #include "tensor/threads.h"
 

@@ -72,6 +72,7 @@ class Step;
 class PipeTestAccess;
 class DeferredBatchNorm;
 class TiedParameters;
+class StepGraph;
 
 /// What forward, train_step and eval_step take besides the tensors and the loss
 /// (torch.distributed.pipelining's args_chunk_spec / kwargs / output_merge_spec / return
@@ -222,6 +223,27 @@ class Pipe {
   /// returned, not thrown: there is no backward to protect) and, with return_outputs, the
   /// outputs. Errors as train_step, and std::invalid_argument for a StepOptions::schedule
   /// (an evaluation runs forwards only).
+  /// A whole training step: optimizer.zero_grad(), train_step(input, target, loss_fn,
+  /// options), step(optimizer); the same result and the same bits. With
+  /// PipeOptions::cuda_graphs, on one CUDA device, the second step of a kind (the same
+  /// shapes, dtypes, options, optimizer and tensors) is captured as a CUDA graph and later
+  /// ones replay it: the inputs are copied into the graph's own tensors, the graph is
+  /// launched on the caller's current stream, the losses are read (Note [A step as one
+  /// graph], step_graph.h). A replayed step's StepResult has no trace (last_trace() keeps the
+  /// captured step's). Errors as train_step; a replayed step that fails (a non-finite loss, a
+  /// bad index) has also run its optimizer step, and the graph is dropped.
+  StepResult train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
+                        nn::Optimizer& optimizer, const StepOptions& options = {});
+  StepResult train_step(const nn::Tensors& inputs, const nn::Tensors& targets,
+                        const TupleLossFn& loss_fn, nn::Optimizer& optimizer,
+                        const StepOptions& options = {});
+  /// Bytes the captured step's graph holds on its device (its private memory pool: the
+  /// step's activations, temporaries and gradients); 0 without a graph.
+  int64_t graph_pool_bytes() const;
+  /// Steps replayed from a graph so far, and graphs captured (tests and logs).
+  int64_t graph_replays() const;
+  int64_t graph_captures() const;
+
   StepResult eval_step(const nn::Tensors& inputs, const nn::Tensors& targets,
                        const TupleLossFn& loss_fn, const StepOptions& options = {});
   StepResult eval_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
@@ -332,9 +354,21 @@ class Pipe {
   // The tests' seam (fault injection: Runtime::set_fault_hook), pipeline/pipe_test_access.h.
   friend class PipeTestAccess;
 
+  /// `captured`: when given, the step's values are gathered but not read (Step::defer_read)
+  /// and the Step is handed out (a graph capture reads them after each replay).
   StepResult run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
                       const TupleLossFn& loss_fn, const StepOptions& options,
-                      bool with_backward);
+                      bool with_backward, std::shared_ptr<Step>* captured = nullptr);
+  StepResult eager_step(const nn::Tensors& inputs, const nn::Tensors& targets,
+                        const TupleLossFn& loss_fn, nn::Optimizer& optimizer,
+                        const StepOptions& options);
+  StepResult capture_step(const nn::Tensors& inputs, const nn::Tensors& targets,
+                          const TupleLossFn& loss_fn, nn::Optimizer& optimizer,
+                          const StepOptions& options);
+  StepResult replay_step(const nn::Tensors& inputs, const nn::Tensors& targets, bool copy);
+  /// Why this step cannot be a graph ("" when it can).
+  std::string why_not_graphed(const nn::Tensors& inputs, const nn::Tensors& targets,
+                              nn::Optimizer& optimizer, const StepOptions& options) const;
   Schedule fill_drain_schedule(int microbatches) const;
   void run(Step& step, const std::vector<std::vector<Action>>& actions);
   /// Throws std::logic_error when this Pipe was moved from: every public function but the
@@ -349,6 +383,7 @@ class Pipe {
   std::shared_ptr<const TiedParameters> tied_;
   uint64_t random_seed_ = 0;
   uint64_t random_step_ = 0;
+  std::unique_ptr<StepGraph> graph_;  // PipeOptions::cuda_graphs (step_graph.h)
 };
 
 }  // namespace pipewright::pipeline

@@ -50,6 +50,11 @@ struct PipeOptions {
   /// so a step computes what the un-pipelined model computes under the same scope. Note [The
   /// precision policy] in autograd/precision.h.
   autograd::Precision precision = autograd::Precision::kFloat32;
+  /// Replay whole training steps as CUDA graphs (Note [A step as one graph], step_graph.h):
+  /// Pipe::train_step with an optimizer runs its first step of a kind eagerly, captures the
+  /// second and replays later ones with a handful of host calls. Steps it cannot capture run
+  /// eagerly, and the Pipe says why once on stderr. Ignored on CPU.
+  bool cuda_graphs = false;
   /// Put every nn::BatchNorm1d in deferred mode: running statistics over the whole
   /// mini-batch, committed once per mini-batch (torchgpipe's deferred_batch_norm).
   bool deferred_batch_norm = false;

@@ -73,7 +73,7 @@ StepResult Pipe::eval_step(const Tensor& input, const Tensor& target, const Loss
 
 StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
                           const TupleLossFn& loss_fn, const StepOptions& options,
-                          bool with_backward) {
+                          bool with_backward, std::shared_ptr<Step>* captured) {
   check_not_moved_from();
   const char* what = with_backward ? "train_step" : "eval_step";
   if (!loss_fn) throw std::invalid_argument(std::string(what) + ": loss_fn is empty");
@@ -120,6 +120,7 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
   step->precision = options_.precision;
   step->random_key = random_key();
   step->random_key.first_sample = options.first_sample;
+  step->defer_read = captured != nullptr;  // Note [A step as one graph]
   if (with_backward) ++random_step_;
 
   auto runs_stage = [this](int s) { return this->runs_stage(s); };
@@ -154,6 +155,7 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
   result.trace = step->trace();
   result.counters = step->counters;
   result.schedule = std::move(schedule);
+  if (captured != nullptr) *captured = std::move(step);
   return result;
 }
 

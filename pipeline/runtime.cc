@@ -123,7 +123,11 @@ void Runtime::execute(Step& step, const std::vector<std::vector<Action>>& action
   try {
     hand_back(step, done);
     if (error == nullptr) {
-      read_step_values(step);
+      if (step.defer_read) {
+        step.gathered = gather_step_values(step);  // read after the graph's launch
+      } else {
+        read_step_values(step);
+      }
       error = step.error();  // a failed deferred check or a non-finite loss, with its action
     }
   } catch (...) {

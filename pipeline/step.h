@@ -39,6 +39,18 @@
 
 namespace pipewright::pipeline {
 
+/// A step's losses and deferred-check flags gathered on their devices, not yet read
+/// (gather_step_values, pipeline/step_readback.h): per device one float64 tensor, and what each
+/// of its elements is (a micro-batch's loss, or the flag of a check).
+struct GatheredValues {
+  struct Value {
+    int loss = -1;                                                // its micro-batch, or
+    const std::pair<DeferredCheck, ActionSite>* check = nullptr;  // the check it is the flag of
+  };
+  std::vector<Tensor> tensors;
+  std::vector<std::vector<Value>> values;  // [device][element]
+};
+
 class Step {
  public:
   /// `checkpointed_cells[s][j]`: whether cell (s, j) runs as a checkpointed cell (the
@@ -66,6 +78,10 @@ class Step {
                                                          // randomness], nn/random_key.h)
   std::vector<nn::Tensors> output_grads;                 // Pipe backward: per micro-batch
   autograd::Precision precision = autograd::Precision::kFloat32;  // PipeOptions::precision
+  /// Runtime::execute gathers the values into `gathered` and leaves the read to the caller (a
+  /// step captured as a graph reads them after each replay, Note [A step as one graph]).
+  bool defer_read = false;
+  GatheredValues gathered;
   const std::chrono::steady_clock::time_point epoch = std::chrono::steady_clock::now();
 
   // ---- written by the owning worker, read by the caller afterwards ----

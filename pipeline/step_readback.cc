@@ -22,51 +22,62 @@ namespace pipewright::pipeline {
 // stall the last stage. The price: a NaN or infinite loss (Note [Non-finite loss]) or a bad
 // index is found after the step's backwards ran, so .grad holds what they spread (the
 // exception says so; zero .grad before the next step).
-void read_step_values(Step& step) {
+GatheredValues gather_step_values(Step& step) {
   struct Value {
     Tensor tensor;
-    int loss = -1;                                                 // its micro-batch, or
-    const std::pair<DeferredCheck, ActionSite>* check = nullptr;   // the check it is the flag of
+    GatheredValues::Value what;
   };
   // Per device, then per dtype (losses float, flags int64): one gather and one cast each.
   std::map<Device, std::map<DType, std::vector<Value>>> by_device;
   for (int j = 0; step.loss != nullptr && j < step.num_microbatches; ++j) {
     const Tensor& loss = step.loss->value(j);
-    if (loss.defined()) by_device[loss.device()][loss.dtype()].push_back({loss, j, nullptr});
+    if (loss.defined()) by_device[loss.device()][loss.dtype()].push_back({loss, {j, nullptr}});
   }
   for (const auto& checks : step.deferred_checks) {
     for (const auto& check : checks) {
       const Tensor& flag = check.first.flag;
-      by_device[flag.device()][flag.dtype()].push_back({flag, -1, &check});
+      by_device[flag.device()][flag.dtype()].push_back({flag, {-1, &check}});
     }
   }
-  const std::pair<DeferredCheck, ActionSite>* failed_check = nullptr;
-  int64_t failed_position = -1;
+  GatheredValues gathered;
   for (const auto& [device, by_dtype] : by_device) {
     const Stream stream = Stream::current(device);
     nn::Tensors groups;
-    std::vector<const Value*> order;
+    std::vector<GatheredValues::Value> order;
     for (const auto& [dtype, values] : by_dtype) {
       nn::Tensors parts;
       for (const Value& v : values) {
         record_stream(v.tensor, stream);  // a worker's block, read on the caller's stream
         parts.push_back(v.tensor.reshape({1}));
-        order.push_back(&v);
+        order.push_back(v.what);
       }
       groups.push_back(cat(parts).to(DType::kFloat64));
     }
-    const std::vector<double> host = cat(groups).to_vector<double>();  // the one copy
-    for (size_t k = 0; k < order.size(); ++k) {
-      if (order[k]->loss >= 0) {
-        step.losses[static_cast<size_t>(order[k]->loss)] = host[k];
-      } else if (host[k] >= 0 && failed_check == nullptr) {
-        failed_check = order[k]->check;
-        failed_position = static_cast<int64_t>(host[k]);
-      }
-    }
+    gathered.tensors.push_back(cat(groups));
+    gathered.values.push_back(std::move(order));
   }
   for (int j = 0; step.loss != nullptr && j < step.num_microbatches; ++j) {
     step.loss->value(j) = Tensor();
+  }
+  return gathered;
+}
+
+void read_step_values(Step& step) { read_step_values(step, gather_step_values(step)); }
+
+void read_step_values(Step& step, const GatheredValues& gathered) {
+  const std::pair<DeferredCheck, ActionSite>* failed_check = nullptr;
+  int64_t failed_position = -1;
+  for (size_t d = 0; d < gathered.tensors.size(); ++d) {
+    const std::vector<double> host = gathered.tensors[d].to_vector<double>();  // the one copy
+    const std::vector<GatheredValues::Value>& order = gathered.values[d];
+    for (size_t k = 0; k < order.size(); ++k) {
+      if (order[k].loss >= 0) {
+        step.losses[static_cast<size_t>(order[k].loss)] = host[k];
+      } else if (host[k] >= 0 && failed_check == nullptr) {
+        failed_check = order[k].check;
+        failed_position = static_cast<int64_t>(host[k]);
+      }
+    }
   }
   if (failed_check != nullptr) {  // a bad index, as the kernel's own exception
     const ActionSite& w = failed_check->second;

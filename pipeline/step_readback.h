@@ -13,4 +13,14 @@ namespace pipewright::pipeline {
 /// for the loss); the caller rethrows step.error(). Throws what the copies throw.
 void read_step_values(Step& step);
 
+/// The device half of read_step_values: per device, the losses and flags cast to float64 and
+/// gathered into one tensor by kernels on the caller's current stream (no host wait, so a
+/// graph capture may record it); the step's loss tensors are released. Throws what the
+/// kernels throw.
+GatheredValues gather_step_values(Step& step);
+
+/// The host half: one copy to the host per device of `gathered` (made by gather_step_values
+/// for this step, or by a replay of the graph that captured it), then as read_step_values.
+void read_step_values(Step& step, const GatheredValues& gathered);
+
 }  // namespace pipewright::pipeline

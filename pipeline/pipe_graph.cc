@@ -1,0 +1,225 @@
+// Pipe::train_step with an optimizer: the whole step, eagerly or as a replayed CUDA graph
+// (Note [A step as one graph], step_graph.h).
+#include <cstdio>
+#include <exception>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "nn/optimizer.h"
+#include "pipeline/pipe.h"
+#include "pipeline/processes.h"
+#include "pipeline/runtime.h"
+#include "pipeline/step_graph.h"
+#include "pipeline/step_readback.h"
+
+namespace pipewright::pipeline {
+
+void StepGraph::say_once(const std::string& message) {
+  for (const std::string& said : said_) {
+    if (said == message) return;
+  }
+  said_.push_back(message);
+  std::fprintf(stderr, "pipewright: cuda_graphs: %s\n", message.c_str());
+}
+
+void StepGraph::reset(Key new_key) {
+  graph.reset();  // first: its pool's blocks return while the tensors below still hold theirs
+  step.reset();
+  result = StepResult{};
+  inputs.clear();
+  targets.clear();
+  key = std::move(new_key);
+  eager_steps = 0;
+}
+
+namespace {
+
+StepGraph::Key make_key(const nn::Tensors& inputs, const nn::Tensors& targets,
+                        const nn::Sequential& module, nn::Optimizer& optimizer,
+                        const StepOptions& options) {
+  StepGraph::Key key;
+  for (const nn::Tensors* list : {&inputs, &targets}) {
+    for (const Tensor& t : *list) {
+      key.shapes.push_back(t.defined() ? t.shape().dims() : std::vector<int64_t>{-1});
+      key.dtypes.push_back(t.defined() ? static_cast<int>(t.dtype()) : -1);
+      key.devices.push_back(t.defined() ? t.device() : Device::cpu());
+    }
+  }
+  for (const auto& [name, t] : module.state_dict()) key.addresses.push_back(t.raw_data());
+  for (const void* address : optimizer.state_addresses()) key.addresses.push_back(address);
+  key.optimizer = &optimizer;
+  key.reduction = static_cast<int>(options.reduction);
+  key.loss_scale = options.loss_scale;
+  key.first_sample = options.first_sample;
+  key.training = module.is_training();
+  return key;
+}
+
+/// The step's own copy of `t` on `device`, for the graph to read at a fixed address.
+Tensor own_copy(const Tensor& t, Device device) {
+  if (!t.defined()) return t;
+  return t.device() == device ? t.clone() : t.to(device);
+}
+
+}  // namespace
+
+StepResult Pipe::train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
+                            nn::Optimizer& optimizer, const StepOptions& options) {
+  if (!input.defined() || !target.defined()) {
+    throw std::invalid_argument("train_step: input and target must be defined");
+  }
+  return train_step(nn::Tensors{input}, nn::Tensors{target}, as_tuple_loss(loss_fn), optimizer,
+                    options);
+}
+
+StepResult Pipe::eager_step(const nn::Tensors& inputs, const nn::Tensors& targets,
+                            const TupleLossFn& loss_fn, nn::Optimizer& optimizer,
+                            const StepOptions& options) {
+  optimizer.zero_grad();
+  StepResult result = train_step(inputs, targets, loss_fn, options);
+  step(optimizer);
+  return result;
+}
+
+std::string Pipe::why_not_graphed(const nn::Tensors& inputs, const nn::Tensors& targets,
+                                  nn::Optimizer& optimizer, const StepOptions& options) const {
+  const std::vector<Device>& devices = runtime().stage_devices();
+  std::set<Device> distinct(devices.begin(), devices.end());
+  if (distinct.size() != 1 || !devices.front().is_cuda()) {
+    return "the stages are not all on one CUDA device: steps run eagerly";
+  }
+  if (options_.processes != nullptr) return "a Pipe over processes: steps run eagerly";
+  if (!optimizer.capturable()) {
+    return std::string(optimizer.name()) + " cannot be captured yet (Adam and AdamW can): "
+           "steps run eagerly";
+  }
+  if (options.return_outputs || !options.arguments.empty() || options.schedule.has_value()) {
+    return "a step with return_outputs, arguments or its own schedule runs eagerly";
+  }
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.requires_grad()) {
+      return "an input that requires grad: steps run eagerly";
+    }
+  }
+  (void)targets;
+  return "";
+}
+
+StepResult Pipe::train_step(const nn::Tensors& inputs, const nn::Tensors& targets,
+                            const TupleLossFn& loss_fn, nn::Optimizer& optimizer,
+                            const StepOptions& options) {
+  check_not_moved_from();
+  if (!options_.cuda_graphs) return eager_step(inputs, targets, loss_fn, optimizer, options);
+  if (graph_ == nullptr) graph_ = std::make_unique<StepGraph>();
+  const std::string why_not = why_not_graphed(inputs, targets, optimizer, options);
+  if (!why_not.empty()) {
+    graph_->say_once(why_not);
+    if (graph_->graph != nullptr) graph_->reset({});
+    return eager_step(inputs, targets, loss_fn, optimizer, options);
+  }
+  StepGraph::Key key = make_key(inputs, targets, module(), optimizer, options);
+  if (!graph_->key.has_value() || !(*graph_->key == key)) {
+    if (graph_->graph != nullptr) {
+      graph_->say_once("a step of another kind (shapes, options, optimizer, or tensors "
+                       "replaced): it runs eagerly, the next one of its kind is captured");
+    }
+    graph_->reset(std::move(key));
+  }
+  if (graph_->eager_steps == 0) {
+    StepResult result = eager_step(inputs, targets, loss_fn, optimizer, options);
+    graph_->eager_steps = 1;
+    // The step may have made tensors (the optimizer's state): the next step's kind is what
+    // this one left behind.
+    graph_->key = make_key(inputs, targets, module(), optimizer, options);
+    return result;
+  }
+  if (graph_->graph == nullptr) return capture_step(inputs, targets, loss_fn, optimizer, options);
+  return replay_step(inputs, targets, true);
+}
+
+StepResult Pipe::capture_step(const nn::Tensors& inputs, const nn::Tensors& targets,
+                              const TupleLossFn& loss_fn, nn::Optimizer& optimizer,
+                              const StepOptions& options) {
+  const Device device = runtime().stage_devices().front();
+  StepGraph& g = *graph_;
+  // The graph's own inputs, written on the caller's stream (the launch's stream) before it.
+  for (const Tensor& t : inputs) g.inputs.push_back(own_copy(t, device));
+  for (const Tensor& t : targets) g.targets.push_back(own_copy(t, device));
+  if (!g.stream.has_value()) g.stream = Stream::create(device);
+  auto graph = std::make_unique<DeviceGraph>(device);
+  const uint64_t random_step = random_step_;
+  std::shared_ptr<Step> step;
+  StepResult result;
+  try {
+    StreamGuard on_capture_stream(*g.stream);
+    graph->begin_capture(*g.stream);
+    try {
+      optimizer.zero_grad();
+      result = run_step(g.inputs, g.targets, loss_fn, options, true, &step);
+      this->step(optimizer);
+      graph->end_capture();
+    } catch (...) {
+      graph->abandon_capture();
+      throw;
+    }
+  } catch (const std::exception& e) {
+    random_step_ = random_step;
+    graph.reset();
+    g.reset(*g.key);
+    g.eager_steps = 1 << 30;  // this kind stays eager
+    g.say_once(std::string("a step could not be captured (") + e.what() +
+               "): steps of its kind run eagerly");
+    return eager_step(inputs, targets, loss_fn, optimizer, options);
+  }
+  random_step_ = random_step;  // each launch advances it, this first one included
+  ++g.captures;
+  g.graph = std::move(graph);
+  g.step = std::move(step);
+  g.result = std::move(result);
+  return replay_step(inputs, targets, false);
+}
+
+StepResult Pipe::replay_step(const nn::Tensors& inputs, const nn::Tensors& targets, bool copy) {
+  StepGraph& g = *graph_;
+  const Device device = g.graph->device();
+  const Stream stream = Stream::current(device);
+  if (copy) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i].defined()) g.inputs[i].copy_from(inputs[i]);
+    }
+    for (size_t i = 0; i < targets.size(); ++i) {
+      if (targets[i].defined()) g.targets[i].copy_from(targets[i]);
+    }
+  }
+  g.graph->replay(stream);
+  Step& step = *g.step;
+  read_step_values(step, step.gathered);  // the step's one wait
+  if (std::exception_ptr error = step.error()) {
+    g.reset(*g.key);  // the captured step now carries the failure: start over
+    std::rethrow_exception(error);
+  }
+  g.graph->commit();
+  ++random_step_;
+  ++g.replays;
+  StepResult result;
+  result.microbatch_sizes = g.result.microbatch_sizes;
+  result.microbatch_losses = step.losses;
+  for (int j = 0; j < step.num_microbatches; ++j) {
+    result.loss += step.loss->scale(j) * step.losses[static_cast<size_t>(j)];
+  }
+  result.schedule = g.result.schedule;
+  result.counters = g.result.counters;
+  return result;
+}
+
+int64_t Pipe::graph_pool_bytes() const {
+  return graph_ != nullptr && graph_->graph != nullptr ? graph_->graph->pool_bytes() : 0;
+}
+
+int64_t Pipe::graph_replays() const { return graph_ != nullptr ? graph_->replays : 0; }
+
+int64_t Pipe::graph_captures() const { return graph_ != nullptr ? graph_->captures : 0; }
+
+}  // namespace pipewright::pipeline

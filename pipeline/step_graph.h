@@ -1,0 +1,85 @@
+// StepGraph: a Pipe's whole training step captured as one CUDA graph (PipeOptions::cuda_graphs).
+//
+// Note [A step as one graph]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A warm step issues ~280 CUDA calls from the host (kernels, cuBLAS, events) for ~1 ms of GPU
+// work, so a small model's step is bound by the host. Pipe::train_step(..., optimizer) can
+// instead capture the whole step — zero_grad, every worker's actions of the schedule, the
+// loss, the optimizer's update on each stage's worker, the gather of the losses and deferred
+// checks — as one graph (tensor/graph.h) and replay it:
+//
+//   step 1 of a kind   eagerly (Adam's state is made; caches, cuBLAS workspaces warm up)
+//   step 2             captured on a stream of the Pipe: the caller's thread begins the
+//                      capture; each worker's stream joins it by waiting for the entry fence's
+//                      event (Note [The caller's streams], runtime.cc) and is joined back by
+//                      the exit fence, so every stream's work is in the one graph; memory
+//                      comes from the graph's pool (Note [Graph pools]); nothing runs
+//   every step from 2  the inputs copied into the captured step's own input tensors, the
+//                      per-replay scalars (Adam's lr and bias corrections, Note [Per-replay
+//                      scalars]) copied in one go, the graph launched on the caller's current
+//                      stream, the gathered losses and flags read (the step's one wait), the
+//                      slots' host state committed: 6 host CUDA calls
+//
+// A kind is a key: the inputs' and targets' shapes, dtypes and devices, the step's options,
+// the optimizer, and where every parameter, buffer and optimizer state lives (a graph reads
+// fixed addresses: load_state_dict, a new optimizer, the last smaller batch, a model put in
+// eval mode make another kind). Another kind drops the graph and starts over (said once on
+// stderr). Steps that cannot be captured run eagerly, said once: a Pipe over processes, or
+// not on one CUDA device; an optimizer that is not capturable(); inputs that need gradients;
+// returned outputs or non-tensor arguments (both baked into a graph); a capture that failed
+// (the backend names the call CUDA refused, e.g. a host wait inside a kernel wrapper).
+//
+// What a replay cannot redo on the host is either the same every step (micro-batch sizes,
+// loss weights, the schedule) or read from device memory (the slots). Keyed random layers
+// would repeat one mask: Dropout refuses to be captured (its capture then fails, and the step
+// runs eagerly) until its key is a slot too.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipeline/step.h"
+#include "pipeline/step_result.h"
+#include "tensor/graph.h"
+#include "tensor/stream.h"
+
+namespace pipewright::pipeline {
+
+class StepGraph {
+ public:
+  /// What must not change between a capture and its replays (Note [A step as one graph]).
+  struct Key {
+    std::vector<std::vector<int64_t>> shapes;  // inputs then targets
+    std::vector<int> dtypes;
+    std::vector<Device> devices;
+    std::vector<const void*> addresses;  // parameters, buffers, optimizer state
+    const void* optimizer = nullptr;
+    int reduction = 0;
+    double loss_scale = 1.0;
+    int64_t first_sample = 0;
+    bool training = true;
+    bool operator==(const Key&) const = default;
+  };
+
+  /// Prints `message` on stderr, once per distinct message.
+  void say_once(const std::string& message);
+  /// Drops the graph and its step (the next step of `key` runs eagerly first).
+  void reset(Key key);
+
+  std::optional<Key> key;
+  int eager_steps = 0;                     // steps of `key` run eagerly so far
+  std::unique_ptr<DeviceGraph> graph;
+  std::shared_ptr<Step> step;              // the captured step: its losses' places, checks
+  StepResult result;                       // the captured step's result, without values
+  nn::Tensors inputs, targets;             // the graph's own input tensors
+  std::optional<Stream> stream;            // the capture's stream (the Pipe's own)
+  int64_t replays = 0, captures = 0;
+
+ private:
+  std::vector<std::string> said_;
+};
+
+}  // namespace pipewright::pipeline
