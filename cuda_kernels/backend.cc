@@ -239,6 +239,31 @@ class CudaBackend final : public DeviceBackend {
     return caching_allocator(device_index).graph_pool_bytes(pool);
   }
 
+  void* allocate_host(int device_index, size_t bytes) override {
+    DeviceGuard guard(device_index);
+    void* ptr = nullptr;
+    PW_CUDA_CHECK(cudaMallocHost(&ptr, bytes));
+    return ptr;
+  }
+
+  void free_host(int device_index, void* ptr) override {
+    if (ptr == nullptr) return;
+    try {
+      DeviceGuard guard(device_index);
+      PW_CUDA_REPORT(cudaFreeHost(ptr));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "pipewright: freeing host memory of cuda:%d: %s\n", device_index,
+                   e.what());
+    }
+  }
+
+  void copy_from_host(void* dst, const void* src, size_t bytes, int device_index,
+                      void* stream) override {
+    if (bytes == 0) return;
+    DeviceGuard guard(device_index);
+    PW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
+  }
+
  private:
   static CachingAllocator& caching_allocator(int device_index) {
     auto* allocator =

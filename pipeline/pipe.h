@@ -365,7 +365,7 @@ class Pipe {
   StepResult capture_step(const nn::Tensors& inputs, const nn::Tensors& targets,
                           const TupleLossFn& loss_fn, nn::Optimizer& optimizer,
                           const StepOptions& options);
-  StepResult replay_step(const nn::Tensors& inputs, const nn::Tensors& targets, bool copy);
+  StepResult replay_step(const nn::Tensors& inputs, const nn::Tensors& targets);
   /// Why this step cannot be a graph ("" when it can).
   std::string why_not_graphed(const nn::Tensors& inputs, const nn::Tensors& targets,
                               nn::Optimizer& optimizer, const StepOptions& options) const;

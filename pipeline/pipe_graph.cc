@@ -57,12 +57,6 @@ StepGraph::Key make_key(const nn::Tensors& inputs, const nn::Tensors& targets,
   return key;
 }
 
-/// The step's own copy of `t` on `device`, for the graph to read at a fixed address.
-Tensor own_copy(const Tensor& t, Device device) {
-  if (!t.defined()) return t;
-  return t.device() == device ? t.clone() : t.to(device);
-}
-
 }  // namespace
 
 StepResult Pipe::train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
@@ -136,7 +130,7 @@ StepResult Pipe::train_step(const nn::Tensors& inputs, const nn::Tensors& target
     return result;
   }
   if (graph_->graph == nullptr) return capture_step(inputs, targets, loss_fn, optimizer, options);
-  return replay_step(inputs, targets, true);
+  return replay_step(inputs, targets);
 }
 
 StepResult Pipe::capture_step(const nn::Tensors& inputs, const nn::Tensors& targets,
@@ -144,11 +138,20 @@ StepResult Pipe::capture_step(const nn::Tensors& inputs, const nn::Tensors& targ
                               const StepOptions& options) {
   const Device device = runtime().stage_devices().front();
   StepGraph& g = *graph_;
-  // The graph's own inputs, written on the caller's stream (the launch's stream) before it.
-  for (const Tensor& t : inputs) g.inputs.push_back(own_copy(t, device));
-  for (const Tensor& t : targets) g.targets.push_back(own_copy(t, device));
   if (!g.stream.has_value()) g.stream = Stream::create(device);
   auto graph = std::make_unique<DeviceGraph>(device);
+  // The graph's own inputs and targets (Note [Staged inputs], tensor/graph.h): every launch,
+  // this first one included, fills them from the step's tensors.
+  std::vector<std::pair<Shape, DType>> specs;
+  for (const nn::Tensors* list : {&inputs, &targets}) {
+    for (const Tensor& t : *list) {
+      if (t.defined()) specs.emplace_back(t.shape(), t.dtype());
+    }
+  }
+  const std::vector<Tensor> staged = graph->stage_inputs(specs);
+  size_t next = 0;
+  for (const Tensor& t : inputs) g.inputs.push_back(t.defined() ? staged[next++] : Tensor());
+  for (const Tensor& t : targets) g.targets.push_back(t.defined() ? staged[next++] : Tensor());
   const uint64_t random_step = random_step_;
   std::shared_ptr<Step> step;
   StepResult result;
@@ -178,22 +181,19 @@ StepResult Pipe::capture_step(const nn::Tensors& inputs, const nn::Tensors& targ
   g.graph = std::move(graph);
   g.step = std::move(step);
   g.result = std::move(result);
-  return replay_step(inputs, targets, false);
+  return replay_step(inputs, targets);
 }
 
-StepResult Pipe::replay_step(const nn::Tensors& inputs, const nn::Tensors& targets, bool copy) {
+StepResult Pipe::replay_step(const nn::Tensors& inputs, const nn::Tensors& targets) {
   StepGraph& g = *graph_;
   const Device device = g.graph->device();
-  const Stream stream = Stream::current(device);
-  if (copy) {
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (inputs[i].defined()) g.inputs[i].copy_from(inputs[i]);
-    }
-    for (size_t i = 0; i < targets.size(); ++i) {
-      if (targets[i].defined()) g.targets[i].copy_from(targets[i]);
+  std::vector<Tensor> sources;
+  for (const nn::Tensors* list : {&inputs, &targets}) {
+    for (const Tensor& t : *list) {
+      if (t.defined()) sources.push_back(t);
     }
   }
-  g.graph->replay(stream);
+  g.graph->replay(Stream::current(device), sources);  // on the caller's stream
   Step& step = *g.step;
   read_step_values(step, step.gathered);  // the step's one wait
   if (std::exception_ptr error = step.error()) {

@@ -2,14 +2,13 @@
 #include "tensor/graph.h"
 
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <stdexcept>
 #include <string>
 
 namespace pipewright {
 namespace {
-
-constexpr size_t kChunkWords = 2048;  // 16 KiB of slots per chunk: one copy per chunk
 
 std::mutex& registry_mutex() {
   static std::mutex mutex;
@@ -34,8 +33,9 @@ DeviceGraph::DeviceGraph(Device device)
 DeviceGraph::~DeviceGraph() {
   abandon_capture();
   if (device_.is_cuda()) {
-    chunks_.clear();  // back to the pool before it is released
-    backend_for(device_.type).destroy_graph(device_.index, exec_, pool_);
+    DeviceBackend& backend = backend_for(device_.type);
+    backend.destroy_graph(device_.index, exec_, pool_);  // waits for the device
+    backend.free_host(device_.index, area_host_);
   }
 }
 
@@ -61,6 +61,7 @@ void DeviceGraph::begin_capture(const Stream& stream) {
     throw std::logic_error("DeviceGraph::begin_capture: the graph of " + device_.str() +
                            " is already " + (capturing_ ? "capturing" : "captured"));
   }
+  if (!area_.defined()) make_area(0);  // the slots' area, before (not in) the capture
   {
     std::lock_guard<std::mutex> lock(registry_mutex());
     if (!registry().emplace(device_, this).second) {
@@ -94,7 +95,7 @@ void DeviceGraph::end_capture() {
   } catch (...) {
     std::lock_guard<std::mutex> lock(mutex_);
     slots_.clear();  // the failed capture's slots are nobody's
-    chunks_.clear();
+    slots_used_ = 0;
     throw;
   }
 }
@@ -111,50 +112,115 @@ void DeviceGraph::abandon_capture() noexcept {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   slots_.clear();
-  chunks_.clear();
+  slots_used_ = 0;
 }
+
 
 void* DeviceGraph::scalar_slot(size_t bytes, Fill fill, Commit commit) {
   if (!capturing_) {
     throw std::logic_error("DeviceGraph::scalar_slot: the graph of " + device_.str() +
                            " is not capturing");
   }
-  const size_t words = (bytes + sizeof(double) - 1) / sizeof(double);
-  if (words == 0 || words > kChunkWords) {
-    throw std::invalid_argument("DeviceGraph::scalar_slot: " + std::to_string(bytes) +
-                                " bytes (1 to " + std::to_string(kChunkWords * 8) + ")");
-  }
+  const size_t rounded = (bytes + sizeof(double) - 1) / sizeof(double) * sizeof(double);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (chunks_.empty() || chunks_.back().used + words > kChunkWords) {
-    Chunk chunk;
-    // Allocated on the capturing thread's current stream, which is in the capture: from the
-    // graph's pool, so it lives (at this address) as long as the graph. Not zeroed: a
-    // zeroing kernel would be captured, and replayed after the slots' copy.
-    chunk.device = Tensor::empty({static_cast<int64_t>(kChunkWords)},
-                                 {.dtype = DType::kFloat64, .device = device_});
-    chunk.host.assign(kChunkWords, 0.0);
-    chunks_.push_back(std::move(chunk));
+  if (rounded == 0 || slots_used_ + rounded > kSlotBytes) {
+    throw std::length_error("DeviceGraph::scalar_slot: " + std::to_string(bytes) +
+                            " bytes asked with " + std::to_string(slots_used_) + " of " +
+                            std::to_string(kSlotBytes) + " used");
   }
-  Chunk& chunk = chunks_.back();
-  const size_t offset = chunk.used;
-  chunk.used += words;
-  slots_.push_back({chunks_.size() - 1, offset, bytes, std::move(fill), std::move(commit)});
-  return chunk.device.data<double>() + offset;
+  const size_t offset = slots_offset_ + slots_used_;
+  slots_used_ += rounded;
+  slots_.push_back({offset, bytes, std::move(fill), std::move(commit)});
+  return static_cast<char*>(area_.raw_data()) + offset;
 }
 
-void DeviceGraph::replay(const Stream& stream) {
+namespace {
+constexpr size_t kAlign = 256;  // every staged input and the slots start on this boundary
+size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
+
+void DeviceGraph::make_area(size_t input_bytes) {
+  slots_offset_ = aligned(input_bytes);
+  area_bytes_ = slots_offset_ + kSlotBytes;
+  area_ = Tensor::empty({static_cast<int64_t>(area_bytes_ / sizeof(double))},
+                        {.dtype = DType::kFloat64, .device = device_});
+  area_host_ = backend_for(device_.type).allocate_host(device_.index, area_bytes_);
+  std::memset(area_host_, 0, area_bytes_);
+}
+
+std::vector<Tensor> DeviceGraph::stage_inputs(const std::vector<std::pair<Shape, DType>>& specs) {
+  if (!device_.is_cuda()) {
+    throw std::invalid_argument("DeviceGraph::stage_inputs: graphs need a CUDA device, got " +
+                                device_.str());
+  }
+  if (area_.defined() || capturing_ || captured()) {
+    throw std::logic_error("DeviceGraph::stage_inputs: call it once, before begin_capture");
+  }
+  std::vector<size_t> offsets;
+  size_t bytes = 0;
+  for (const auto& [shape, dtype] : specs) {
+    offsets.push_back(bytes);
+    bytes = aligned(bytes + static_cast<size_t>(shape.numel()) * element_size(dtype));
+  }
+  make_area(bytes);
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto& [shape, dtype] = specs[i];
+    auto impl = std::make_shared<TensorImpl>();
+    impl->storage = area_.storage();
+    impl->shape = shape;
+    impl->strides = shape.contiguous_strides();
+    impl->offset = static_cast<int64_t>(offsets[i] / element_size(dtype));
+    impl->dtype = dtype;
+    staged_.push_back({Tensor(impl), offsets[i]});
+    out.push_back(staged_.back().tensor);
+  }
+  return out;
+}
+
+void DeviceGraph::replay(const Stream& stream, const std::vector<Tensor>& sources) {
   if (!captured()) {
     throw std::logic_error("DeviceGraph::replay: the graph of " + device_.str() +
                            " has not been captured");
   }
+  if (!sources.empty() && sources.size() != staged_.size()) {
+    throw std::invalid_argument("DeviceGraph::replay: " + std::to_string(sources.size()) +
+                                " sources for " + std::to_string(staged_.size()) +
+                                " staged inputs");
+  }
+  std::vector<size_t> on_device;  // sources copied by the device itself, after the area
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const Tensor& source = sources[i];
+    const Tensor& staged = staged_[i].tensor;
+    if (!source.defined() || source.shape() != staged.shape() ||
+        source.dtype() != staged.dtype()) {
+      throw std::invalid_argument(
+          "DeviceGraph::replay: source " + std::to_string(i) + " is " +
+          (source.defined() ? std::string(dtype_name(source.dtype())) + " " + source.shape().str()
+                            : std::string("undefined")) +
+          ", the staged input " + dtype_name(staged.dtype()) + " " + staged.shape().str());
+    }
+    if (source.device().is_cpu()) {
+      const Tensor host = source.contiguous();
+      std::memcpy(static_cast<char*>(area_host_) + staged_[i].offset, host.raw_data(),
+                  host.nbytes());
+    } else {
+      on_device.push_back(i);
+    }
+  }
+  // One copy: from the first staged input when the host sends any (the inputs lie before the
+  // slots), else from the slots; up to the last slot.
+  const size_t begin = sources.size() > on_device.size() ? 0 : slots_offset_;
+  const size_t end = slots_offset_ + slots_used_;
   for (const Slot& slot : slots_) {
-    if (slot.fill) slot.fill(chunks_[slot.chunk].host.data() + slot.offset);
+    if (slot.fill) slot.fill(static_cast<char*>(area_host_) + slot.offset);
   }
-  for (const Chunk& chunk : chunks_) {
-    copy_on_stream(chunk.device.data<double>(), device_, chunk.host.data(), Device::cpu(),
-                   chunk.used * sizeof(double), stream);
-  }
-  backend_for(device_.type).launch_graph(device_.index, exec_, stream.handle());
+  DeviceBackend& backend = backend_for(device_.type);
+  backend.copy_from_host(static_cast<char*>(area_.raw_data()) + begin,
+                         static_cast<char*>(area_host_) + begin, end - begin, device_.index,
+                         stream.handle());
+  for (size_t i : on_device) staged_[i].tensor.copy_from(sources[i]);
+  backend.launch_graph(device_.index, exec_, stream.handle());
 }
 
 void DeviceGraph::commit() {

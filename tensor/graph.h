@@ -14,20 +14,33 @@
 // before the launch), launches; the caller commits after reading the step's results. A capture
 // itself runs no kernel, so a slot's owner leaves its state alone while capturing: the launch
 // that follows the capture fills and commits like every later one. Slots are 8-byte aligned.
+// Their device memory is allocated before the capture begins, never from the graph's pool: a
+// pool block may serve as a temporary of an earlier kernel of the same graph, which would
+// overwrite the values copied in before the launch.
+//
+//
+// Note [Staged inputs]
+// A replay's inputs (a batch and its targets) live at fixed addresses the graph reads. They sit
+// beside the slots in one device area, with a page-locked host twin: replay(stream, sources)
+// writes the sources and the slots' values into the host twin and moves all of it with one
+// asynchronous copy, so a replayed step costs the host one copy and one launch before its read.
+// The host twin is rewritten at every replay: replay again only after the stream has passed
+// the previous replay's copy (the Pipe reads each step's losses, a host wait, before the next).
 //
 // Usage (what pipeline/ does for a training step):
 //   DeviceGraph graph(device);
+//   auto inputs = graph.stage_inputs({{x.shape(), x.dtype()}, {y.shape(), y.dtype()}});
 //   graph.begin_capture(stream);   // work issued on `stream`, and on streams that wait for
-//   ... issue the step ...         // its events, is recorded, not run
+//   ... issue the step on inputs ...  // its events, is recorded, not run
 //   graph.end_capture();
-//   for each step: copy inputs into the captured step's input tensors (on `stream`);
-//                  graph.replay(stream); read results; graph.commit();
+//   for each step: graph.replay(stream, {x, y}); read results; graph.commit();
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "tensor/stream.h"
@@ -63,9 +76,18 @@ class DeviceGraph {
   bool capturing() const { return capturing_; }
   bool captured() const { return exec_ != nullptr; }
 
-  /// Fills the per-replay scalars (Note [Per-replay scalars]), copies them to the device on
-  /// `stream` and launches the graph there. Throws std::logic_error before end_capture().
-  void replay(const Stream& stream);
+  /// Before begin_capture, at most once: tensors of these shapes and dtypes on the graph's
+  /// device, at addresses fixed for the graph's life, which replay() fills from its sources
+  /// (Note [Staged inputs]). Throws std::logic_error when called late or twice.
+  std::vector<Tensor> stage_inputs(const std::vector<std::pair<Shape, DType>>& specs);
+
+  /// Writes `sources` (one per staged input, same shape and dtype, on the CPU or on this
+  /// graph's device; none: the staged inputs keep their values) and the per-replay scalars
+  /// (Note [Per-replay scalars]) to the device with one copy on `stream` (a source already
+  /// on the device: its own device copy), then launches the graph on `stream`, which should
+  /// be the calling thread's current stream of the device. Throws std::logic_error before
+  /// end_capture(), std::invalid_argument for sources that do not match.
+  void replay(const Stream& stream, const std::vector<Tensor>& sources = {});
   /// Runs every slot's commit, in the order the slots were made. Call once per replay that
   /// succeeded.
   void commit();
@@ -73,8 +95,11 @@ class DeviceGraph {
   /// During a capture on this graph's device: device memory for `bytes` bytes that every
   /// replay refills by `fill` before its launch (Note [Per-replay scalars]); `commit` runs at
   /// commit(). The pointer is valid, at the same address, for the graph's life. Thread-safe.
-  /// Throws std::logic_error when the graph is not capturing.
+  /// Throws std::logic_error when the graph is not capturing, std::length_error when the
+  /// graph's kSlotBytes are used up (the capture then fails).
   void* scalar_slot(size_t bytes, Fill fill, Commit commit);
+  /// The slots' capacity: 64 KiB (2,048 Adam parameters).
+  static constexpr size_t kSlotBytes = size_t{64} << 10;
 
   /// The graph capturing on `device` now, or nullptr (the one place kernels learn that
   /// their launch is being captured).
@@ -88,14 +113,9 @@ class DeviceGraph {
 
  private:
   struct Slot {
-    size_t chunk, offset, bytes;
+    size_t offset, bytes;  // offset in bytes into the area
     Fill fill;
     Commit commit;
-  };
-  struct Chunk {
-    Tensor device;                // float64 words on the device, from the graph's pool
-    std::vector<double> host;     // the values the next replay copies there
-    size_t used = 0;              // bytes
   };
 
   Device device_;
@@ -103,8 +123,20 @@ class DeviceGraph {
   void* exec_ = nullptr;
   bool capturing_ = false;
   Stream stream_;                 // the capture's stream
-  std::mutex mutex_;              // slots and chunks (scalar_slot runs on worker threads)
-  std::vector<Chunk> chunks_;
+  struct Staged {
+    Tensor tensor;      // a view of area_
+    size_t offset;      // bytes into the area
+  };
+  void make_area(size_t input_bytes);
+
+  std::mutex mutex_;              // the slots (scalar_slot runs on worker threads)
+  Tensor area_;                   // [staged inputs | slots] on the device, made before the
+                                  // capture (Note [Per-replay scalars], [Staged inputs])
+  void* area_host_ = nullptr;     // its page-locked twin
+  size_t area_bytes_ = 0;
+  size_t slots_offset_ = 0;       // bytes: where the slots begin
+  size_t slots_used_ = 0;         // bytes
+  std::vector<Staged> staged_;
   std::vector<Slot> slots_;
 };
 

@@ -67,7 +67,8 @@ void DeviceBackend::record_stream(int, void*, int, void*) {}
 namespace {
 [[noreturn]] void no_graphs(const char* what) {
   throw std::invalid_argument(std::string(what) +
-                              ": graphs (stream capture) exist for CUDA devices only");
+                              ": graphs (stream capture) and their host memory exist for CUDA "
+                              "devices only");
 }
 }  // namespace
 
@@ -76,6 +77,11 @@ void* DeviceBackend::end_capture(int, void*) { no_graphs("end_capture"); }
 void DeviceBackend::launch_graph(int, void*, void*) { no_graphs("launch_graph"); }
 void DeviceBackend::destroy_graph(int, void*, int64_t) {}
 int64_t DeviceBackend::graph_pool_bytes(int, int64_t) { return 0; }
+void* DeviceBackend::allocate_host(int, size_t) { no_graphs("allocate_host"); }
+void DeviceBackend::free_host(int, void*) {}
+void DeviceBackend::copy_from_host(void*, const void*, size_t, int, void*) {
+  no_graphs("copy_from_host");
+}
 
 int device_count(DeviceType type) {
   DeviceBackend* backend = backends()[static_cast<int>(type)].load(std::memory_order_acquire);

@@ -66,6 +66,16 @@ class DeviceBackend {
   virtual void destroy_graph(int device_index, void* graph, int64_t pool);
   /// Bytes graph pool `pool` of the device's allocator holds.
   virtual int64_t graph_pool_bytes(int device_index, int64_t pool);
+  /// Page-locked host memory of `bytes` bytes, from which copy_from_host() copies to device
+  /// `device_index` asynchronously (CUDA: cudaMallocHost); released by free_host.
+  virtual void* allocate_host(int device_index, size_t bytes);
+  /// Releases allocate_host's memory. Never throws.
+  virtual void free_host(int device_index, void* ptr);
+  /// Copies `bytes` from `src` (memory from allocate_host) to `dst` on device `device_index`,
+  /// asynchronously on `stream`: one call, no staging; the host must not rewrite `src` until
+  /// the stream has passed the copy.
+  virtual void copy_from_host(void* dst, const void* src, size_t bytes, int device_index,
+                              void* stream);
 };
 
 /// The backend of `type`; throws std::runtime_error "no backend for cuda: built without
