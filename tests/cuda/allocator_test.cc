@@ -244,3 +244,69 @@ TEST_CASE("direct mode: every allocation is its own cudaMalloc of exactly its si
 
 }  // namespace
 }  // namespace pipewright::testing
+
+namespace pipewright::testing {
+namespace {
+
+// Note [Graph pools]: allocations of a capturing stream come from the pool, without a query or
+// an event; a block of the capture freed on its own stream serves that stream again at once;
+// one freed with another stream's use, or allocated before the capture, waits for the
+// capture's end; pool blocks never go back to the cache while the pool lives; release hands
+// the free ones back to the driver.
+TEST_CASE("graph pools: what a capture allocates stays the graph's", "[cuda][allocator][graph]") {
+  if (!gpu_available_or_skip()) return;
+  CachingAllocator& a = cuda0_allocator();
+  const Stream s = Stream::create(gpu()), other = Stream::create(gpu());
+  cudaStream_t cs = static_cast<cudaStream_t>(s.handle());
+  constexpr int64_t kPool = 9001;
+  void* before = a.allocate(4096, s.handle());  // an ordinary block, freed during the capture
+  const int64_t cached = a.cached_blocks();
+
+  a.begin_graph_pool(kPool);
+  CHECK_THROWS_AS(a.begin_graph_pool(kPool + 1), std::logic_error);  // one capture per GPU
+  REQUIRE(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  void* p = a.allocate(4096, s.handle());  // a new block (cudaMalloc in relaxed mode)
+  CHECK(a.graph_pool_bytes(kPool) == 4096);
+  a.deallocate(p, 4096);
+  CHECK(a.allocate(4096, s.handle()) == p);  // its own stream, at once
+  a.record_stream(p, 0, static_cast<cudaStream_t>(other.handle()));
+  a.deallocate(p, 4096);                     // used by another stream: pending
+  void* q = a.allocate(4096, s.handle());
+  CHECK(q != p);
+  a.deallocate(before, 4096);                // allocated before the capture: joins the pool
+  CHECK(a.cached_blocks() == cached);        // nothing went to the cache
+  void* r = a.allocate(4096, s.handle());
+  CHECK(r != before);
+  cudaGraph_t graph = nullptr;
+  REQUIRE(cudaStreamEndCapture(cs, &graph) == cudaSuccess);  // nothing refused
+  a.end_graph_pool();
+  REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+  CHECK(a.graph_pool_bytes(kPool) == 4 * 4096);  // p, q, r and `before`
+
+  // Between captures, a pool block freed by its tensor goes back to the pool, not the cache.
+  a.deallocate(q, 4096);
+  CHECK(a.cached_blocks() == cached);
+  // The next capture of the pool may take any of its free blocks, on any stream.
+  a.begin_graph_pool(kPool);
+  cudaStream_t co = static_cast<cudaStream_t>(other.handle());
+  REQUIRE(cudaStreamBeginCapture(co, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  void* reused = a.allocate(4096, other.handle());
+  CHECK((reused == p || reused == q || reused == before));
+  const int64_t mallocs = a.device_mallocs();
+  REQUIRE(cudaStreamEndCapture(co, &graph) == cudaSuccess);
+  a.end_graph_pool();
+  REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+  CHECK(a.device_mallocs() == mallocs);
+
+  // Release: free blocks to the driver, live ones (r, reused) become ordinary blocks.
+  const int64_t reserved = a.reserved();
+  a.release_graph_pool(kPool);
+  CHECK(a.graph_pool_bytes(kPool) == 0);
+  CHECK(a.reserved() == reserved - 2 * 4096);
+  a.deallocate(r, 4096);
+  a.deallocate(reused, 4096);
+  CHECK(a.cached_blocks() == cached + 2);  // the cache's now
+}
+
+}  // namespace
+}  // namespace pipewright::testing
