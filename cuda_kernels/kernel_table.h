@@ -12,7 +12,8 @@
 //   cross_entropy.cu  cross_entropy, cross_entropy_backward
 //   batch_norm.cu     batch_norm_train, batch_norm_eval, batch_norm_backward
 //   batch_norm_running.cu  batch_norm_accumulate, batch_norm_commit
-//   random.cu         philox_uniform, philox_normal, dropout (bit-identical to the CPU: philox.h)
+//   random.cu         philox_uniform, philox_normal, dropout, dropout_indirect (bit-identical
+//                     to the CPU: philox.h)
 //   index_select.cu   index_select (src of any dtype)
 //   optim.cu          sgd_step, adam_step, adam_step_indirect
 //   gemm.cc           gemm_batched (cuBLAS strided-batched)

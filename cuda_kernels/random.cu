@@ -44,7 +44,8 @@ __global__ void uniform_kernel(uint64_t seed, uint64_t offset, double lo, double
 
 template <class T>
 __global__ void dropout_kernel(uint64_t seed, uint64_t offset, double p, const T* x, T* out,
-                               T* mask, int64_t n, BlockRange blocks) {
+                               T* mask, int64_t n, BlockRange blocks, const uint64_t* seed_at) {
+  if (seed_at != nullptr) seed = *seed_at;  // dropout_indirect
   PW_GRID_STRIDE_LOOP(b, blocks.count) {
     const uint64_t c = blocks.first + b;
     const philox::Block block = philox::stream_block(seed, c);
@@ -121,7 +122,22 @@ void dropout(uint64_t seed, uint64_t offset, double p, const Tensor& x, Tensor& 
   dispatch_floating(x.dtype(), "dropout", [&](auto zero) {
     using T = decltype(zero);
     PW_LAUNCH(dropout_kernel<T>, grid_for(blocks.count), kBlock, 0, ctx.stream)(
-        seed, offset, p, x.data<T>(), out.data<T>(), mask.data<T>(), n, blocks);
+        seed, offset, p, x.data<T>(), out.data<T>(), mask.data<T>(), n, blocks, nullptr);
+  });
+  PW_CUDA_CHECK_LAUNCH("dropout_kernel");
+}
+
+void dropout_indirect(const void* seed, uint64_t offset, double p, const Tensor& x, Tensor& out,
+                      Tensor& mask) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  LaunchContext ctx(out);
+  const BlockRange blocks = blocks_for(offset, static_cast<uint64_t>(n));
+  dispatch_floating(x.dtype(), "dropout_indirect", [&](auto zero) {
+    using T = decltype(zero);
+    PW_LAUNCH(dropout_kernel<T>, grid_for(blocks.count), kBlock, 0, ctx.stream)(
+        0, offset, p, x.data<T>(), out.data<T>(), mask.data<T>(), n, blocks,
+        static_cast<const uint64_t*>(seed));
   });
   PW_CUDA_CHECK_LAUNCH("dropout_kernel");
 }

@@ -1,12 +1,15 @@
 // Dropout (see dropout.h).
 #include "nn/dropout.h"
 
+#include <cstdint>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 
 #include "autograd/dropout.h"
 #include "nn/random_key.h"
 #include "tensor/generator.h"
+#include "tensor/graph.h"
 
 namespace pipewright::nn {
 
@@ -20,6 +23,19 @@ Tensor Dropout::forward(const Tensor& x) {
   if (!is_training() || p_ == 0.0) return x;
   if (random_key_active()) {
     const KeyedDraw draw = next_keyed_draw(x);
+    if (DeviceGraph* graph = DeviceGraph::capturing_on(x.device())) {
+      // Note [Per-replay scalars]: replay k (0: the captured step's own launch) draws the
+      // mask of step key.step + k, as the eager steps would (the Pipe advances its key's step
+      // by one per step).
+      auto replays = std::make_shared<uint64_t>(0);
+      void* slot = graph->scalar_slot(
+          sizeof(uint64_t),
+          [draw, replays](void* bytes) {
+            *static_cast<uint64_t*>(bytes) = keyed_seed(draw, draw.key.step + *replays);
+          },
+          [replays] { ++*replays; });
+      return autograd::dropout(x, p_, draw.seed, draw.offset, slot);
+    }
     return autograd::dropout(x, p_, draw.seed, draw.offset);
   }
   Generator& generator = current_generator();

@@ -68,12 +68,21 @@ LayerScope::~LayerScope() {
 KeyedDraw next_keyed_draw(const Tensor& x) {
   if (!state.active) throw std::logic_error("next_keyed_draw outside a RandomKeyGuard");
   const RandomKey& key = state.key;
-  uint64_t h = mix(key.seed, key.step);
-  h = mix(h, static_cast<uint64_t>(state.layer));
-  h = mix(h, state.draw++);
+  KeyedDraw d;
+  d.key = key;
+  d.layer = state.layer;
+  d.draw = state.draw++;
+  d.seed = keyed_seed(d, key.step);
   const int64_t rows = x.dim() == 0 ? 1 : x.size(0);
   const uint64_t per_row = rows > 0 ? static_cast<uint64_t>(x.numel() / rows) : 0;
-  return {h, static_cast<uint64_t>(key.first_sample) * per_row};
+  d.offset = static_cast<uint64_t>(key.first_sample) * per_row;
+  return d;
+}
+
+uint64_t keyed_seed(const KeyedDraw& draw, uint64_t step) {
+  uint64_t h = mix(draw.key.seed, step);
+  h = mix(h, static_cast<uint64_t>(draw.layer));
+  return mix(h, draw.draw);
 }
 
 }  // namespace pipewright::nn

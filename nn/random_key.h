@@ -92,7 +92,16 @@ class LayerScope {
 struct KeyedDraw {
   uint64_t seed = 0;
   uint64_t offset = 0;
+  // What `seed` was made of, so a replayed graph can make the same draw's seed for a later
+  // step (keyed_seed):
+  RandomKey key = {};
+  int64_t layer = 0;
+  uint32_t draw = 0;
 };
+
+/// The seed `draw` would have had at step `step` of its key (Note [Keyed randomness]):
+/// draw.seed when step == draw.key.step.
+uint64_t keyed_seed(const KeyedDraw& draw, uint64_t step);
 
 /// For a random layer about to draw one stream value per element of `x` (rows = samples on
 /// dim 0; a rank-0 tensor is one row): the next draw of the current layer, counted, as in

@@ -122,6 +122,10 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax };
   /* Philox uniform stream at (seed, offset); out = x * mask. */                                   \
   X(dropout, (uint64_t seed, uint64_t offset, double p, const Tensor& x, Tensor& out,              \
               Tensor& mask))                                                                       \
+  /* dropout with its seed a uint64 read from `seed` (memory of x's device) when the kernel */     \
+  /* runs: a replayed graph's mask (Note [Per-replay scalars], tensor/graph.h). */                 \
+  X(dropout_indirect, (const void* seed, uint64_t offset, double p, const Tensor& x, Tensor& out,  \
+                       Tensor& mask))                                                              \
   /* out[i, ...] = src[index[i], ...] along dim 0; index int64. Throws std::out_of_range. */       \
   X(index_select, (const Tensor& src, const Tensor& index, Tensor& out))                           \
   /* SGD (torch.optim.SGD): g = grad + wd*p; if momentum: buf = first ? g : momentum*buf + */      \

@@ -191,4 +191,9 @@ void dropout(uint64_t seed, uint64_t offset, double p, const Tensor& x, Tensor& 
   });
 }
 
+void dropout_indirect(const void* seed, uint64_t offset, double p, const Tensor& x, Tensor& out,
+                      Tensor& mask) {
+  dropout(*static_cast<const uint64_t*>(seed), offset, p, x, out, mask);
+}
+
 }  // namespace pipewright::cpu

@@ -76,6 +76,33 @@ TEST_CASE("cuda dropout mask and output are bit-identical to cpu", "[cuda][rando
   }
 }
 
+TEST_CASE("dropout_indirect (the seed read from memory when the kernel runs) equals dropout, "
+          "on the cpu and on cuda",
+          "[cuda][random][graph]") {
+  if (!gpu_available_or_skip()) return;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (uint64_t offset : kOffsets) {
+      INFO(dtype_name(dtype) << " offset " << offset);
+      const Tensor x = random_tensor({37, 91}, dtype, 62);
+      const Tensor seed = Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(kSeed)});
+      const Tensor seed_g = seed.to(gpu());
+      Tensor out = Tensor::empty(x.shape(), {dtype, Device::cpu(0)});
+      Tensor mask = Tensor::empty(x.shape(), {dtype, Device::cpu(0)});
+      Tensor out2 = Tensor::empty(x.shape(), {dtype, Device::cpu(0)});
+      Tensor mask2 = Tensor::empty(x.shape(), {dtype, Device::cpu(0)});
+      Tensor out_g = Tensor::empty(x.shape(), {dtype, gpu()});
+      Tensor mask_g = Tensor::empty(x.shape(), {dtype, gpu()});
+      cpu_kernels().dropout(kSeed, offset, 0.3, x, out, mask);
+      cpu_kernels().dropout_indirect(seed.raw_data(), offset, 0.3, x, out2, mask2);
+      gpu_kernels().dropout_indirect(seed_g.raw_data(), offset, 0.3, x.to(gpu()), out_g, mask_g);
+      check_bitwise_equal(out2, out);
+      check_bitwise_equal(mask2, mask);
+      check_bitwise_equal(out_g, out);
+      check_bitwise_equal(mask_g, mask);
+    }
+  }
+}
+
 TEST_CASE("cuda philox fills and dropout are bit-identical to cpu past the grid (small caps)",
           "[cuda][random][limits]") {
   if (!gpu_available_or_skip()) return;
