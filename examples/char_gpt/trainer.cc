@@ -275,23 +275,26 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
   double loss_sum = 0, train_seconds = 0;
   int64_t steps_since = 0;
   nn::GradScaler scaler = grad_scaler_for(run);  // --precision fp16
+  const bool graphed = graphed_steps(run, processes.get(), config.grad_clip, log);
   for (int64_t step = first_step; step < last_step; ++step) {
     const auto start = Clock::now();
     schedule.set_last_step(step);
-    optimizer.zero_grad();
+    if (!graphed) optimizer.zero_grad();
     auto [x, y] = corpus.window_batch(data::TextSplit::kTrain, step, run.batch_size,
                                       config.context, run.seed, host);
     const bool trace_now = tracer.before(step - first_step + 1);
     if (plan) step_peaks.before_step();
     const auto step_start = Clock::now();
-    const pipeline::StepResult r = train_one_step(pipe, processes.get(), x, y, loss_fn, log,
-                                                  {.loss_scale = scaler.scale()});
+    const pipeline::StepResult r =
+        graphed ? graphed_step(pipe, optimizer, x, y, loss_fn, log)
+                : train_one_step(pipe, processes.get(), x, y, loss_fn, log,
+                                 {.loss_scale = scaler.scale()});
     if (plan && step > first_step) {
       planned_step_seconds += seconds_since(step_start);
       ++planned_steps;
       step_peaks.after_step();
     }
-    optimizer_step(pipe, optimizer, scaler, config.grad_clip);
+    if (!graphed) optimizer_step(pipe, optimizer, scaler, config.grad_clip);
     train_seconds += seconds_since(start);
     if (trace_now) tracer.after(r);
     meter->add(r);
@@ -307,6 +310,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
     rep.tokens_per_second = static_cast<double>(steps_since * run.batch_size * config.context) /
                             train_seconds;
     PipelineStats stats = meter->finish();
+    stats.graph_pool_bytes = pipe.graph_pool_bytes();
     if (plan) step_peaks.fold_stretch(stats.peak_bytes);
     rep.val_loss = validation_loss(pipe, corpus, config, config.eval_windows, host);
     log << "step " << rep.step << "/" << config.steps << ": train loss "

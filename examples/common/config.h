@@ -62,6 +62,9 @@ struct TrainConfig {
   // The stages' matrix products in float32 or with bfloat16 / float16 operands and float32
   // sums (PipeOptions::precision; Note [The precision policy] in autograd/precision.h)
   autograd::Precision precision = autograd::Precision::kFloat32;
+  // --cuda-graphs: whole steps captured once and replayed as CUDA graphs (PipeOptions::
+  // cuda_graphs, Note [A step as one graph] in pipeline/step_graph.h), where a step allows it
+  bool cuda_graphs = false;
   // Across processes (main() sets `distributed` when started by mpirun): one MPI rank per
   // worker and replica, workers x data_parallel ranks in all (distributed/mpi_processes.h).
   int data_parallel = 1;                  // replicas of the pipeline, each on its batch share

@@ -158,6 +158,10 @@ void TrainFlags::add_pipeline_flags(CLI::App& app, TrainConfig& c) {
                  "fp32, or bf16 / fp16: matrix products on 16-bit operands with float32 sums, "
                  "float32 master weights and optimizer (docs/precision.md)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_flag("--cuda-graphs", c.cuda_graphs,
+               "On one GPU: capture a whole training step (the optimizer's included) as a CUDA "
+               "graph once and replay it, a few host calls a step (not with --precision fp16, "
+               "--grad-clip or across processes)");
 }
 
 void TrainFlags::apply() {

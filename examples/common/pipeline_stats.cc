@@ -25,6 +25,12 @@ PipelineMeter::PipelineMeter(const std::vector<Device>& devices,
 }
 
 void PipelineMeter::add(const pipeline::StepResult& step) {
+  // A step replayed from a CUDA graph (--cuda-graphs) ran as one unit: it has no per-action
+  // timings, so the bubble is the mean over the steps that have them.
+  if (step.trace.events().empty()) {
+    ++replayed_steps_;
+    return;
+  }
   if (processes_ != nullptr) {
     const int worker = processes_->worker();
     bubble_sum_ += local_idle_fraction(step.trace, worker);
@@ -42,8 +48,9 @@ void PipelineMeter::add(const pipeline::StepResult& step) {
 PipelineStats PipelineMeter::finish() const {
   PipelineStats stats;
   const double steps = static_cast<double>(std::max<int64_t>(1, steps_));
-  stats.bubble = bubble_sum_ / steps;
-  stats.bubble_replayed = processes_ ? std::nan("") : replayed_sum_ / steps;
+  stats.bubble = steps_ > 0 ? bubble_sum_ / steps : std::nan("");
+  stats.replayed_steps = replayed_steps_;
+  stats.bubble_replayed = processes_ || steps_ == 0 ? std::nan("") : replayed_sum_ / steps;
   for (double b : busy_us_) stats.busy_ms.push_back(b / 1000.0 / steps);
   for (const Device& d : devices_) stats.peak_bytes.push_back(allocator_for(d).peak());
   if (processes_ != nullptr) {
@@ -60,9 +67,15 @@ PipelineStats PipelineMeter::finish() const {
 }
 
 std::string bubble_and_memory(const PipelineStats& stats, const std::vector<Device>& devices) {
-  std::string out = " | bubble " + format_fixed(stats.bubble, 3) + " | peak mem";
+  std::string out = " | bubble " +
+                    (std::isnan(stats.bubble) ? std::string("n/a (graph replays)")
+                                              : format_fixed(stats.bubble, 3)) +
+                    " | peak mem";
   for (size_t s = 0; s < stats.peak_bytes.size(); ++s) {
     out += (s ? ", " : " ") + devices[s].str() + " " + format_bytes(stats.peak_bytes[s]);
+  }
+  if (stats.graph_pool_bytes > 0) {
+    out += " (graph pool " + format_bytes(stats.graph_pool_bytes) + ")";
   }
   return out;
 }
@@ -90,7 +103,7 @@ void print_steady_state(std::ostream& out, const std::vector<PipelineStats>& str
   if (busy.size() > 1) {  // one worker has no bubble to explain
     const auto [least, most] = std::minmax_element(busy.begin(), busy.end());
     out << " (least/most " << format_fixed(*most > 0 ? *least / *most : 1.0, 2) << ") | bubble "
-        << format_fixed(bubble, 3);
+        << (std::isnan(bubble) ? std::string("n/a (graph replays)") : format_fixed(bubble, 3));
     if (!std::isnan(replayed)) {
       out << ", replayed with the measured durations " << format_fixed(replayed, 3);
       if (replayed > 0) out << " (measured/replayed " << format_fixed(bubble / replayed, 2) << ")";

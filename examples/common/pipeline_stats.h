@@ -28,6 +28,10 @@ struct PipelineStats {
   std::vector<double> busy_ms;        // per worker: mean milliseconds computing per step
   std::vector<int64_t> peak_bytes;    // per worker: peak allocated bytes of its device (all
                                       // its stages: several under interleaving)
+  int64_t replayed_steps = 0;         // steps replayed from a CUDA graph (no action timings:
+                                      // the bubble is over the others; NaN if none)
+  int64_t graph_pool_bytes = 0;       // --cuda-graphs: the graph's memory pool (part of the
+                                      // peaks), set by the trainer
 };
 
 class PipelineMeter {
@@ -47,6 +51,7 @@ class PipelineMeter {
   double bubble_sum_ = 0, replayed_sum_ = 0;
   std::vector<double> busy_us_;
   int64_t steps_ = 0;
+  int64_t replayed_steps_ = 0;
 };
 
 /// " | bubble 0.281 | peak mem cpu:0 9.0 MiB, cpu:1 6.0 MiB": the tail of a report line.

@@ -47,6 +47,7 @@ pipeline::PipeOptions pipe_options(const TrainConfig& config, const std::vector<
   options.seed = config.seed;
   options.threads_per_worker = config.threads;
   options.precision = config.precision;
+  options.cuda_graphs = config.cuda_graphs;
   options.processes = std::move(processes);
   return options;
 }
@@ -117,6 +118,30 @@ pipeline::StepResult train_one_step(pipeline::Pipe& pipe, distributed::MpiProces
     if (processes) return distributed::train_step(pipe, input, target, loss_fn, options);
     return pipe.train_step(input, target, loss_fn, options);
   } catch (...) {  // the exception is unchanged; say where in the pipeline it began
+    if (auto failure = pipe.last_failure()) log << "\nstep failed at " << failure->str() << "\n";
+    throw;
+  }
+}
+
+bool graphed_steps(const TrainConfig& config, const distributed::MpiProcesses* processes,
+                   double grad_clip, std::ostream& log) {
+  if (!config.cuda_graphs) return false;
+  std::string why;
+  if (processes != nullptr) why = "across processes";
+  if (config.precision == autograd::Precision::kFloat16) why = "with --precision fp16";
+  if (grad_clip > 0) why = "with --grad-clip";
+  if (why.empty()) return true;
+  log << "--cuda-graphs: steps run eagerly " << why
+      << " (the loss scale and the clipping norm are read on the host mid-step)\n";
+  return false;
+}
+
+pipeline::StepResult graphed_step(pipeline::Pipe& pipe, nn::Optimizer& optimizer,
+                                  const Tensor& input, const Tensor& target,
+                                  const pipeline::LossFn& loss_fn, std::ostream& log) {
+  try {
+    return pipe.train_step(input, target, loss_fn, optimizer);
+  } catch (...) {
     if (auto failure = pipe.last_failure()) log << "\nstep failed at " << failure->str() << "\n";
     throw;
   }

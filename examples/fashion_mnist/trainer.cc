@@ -288,6 +288,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   StepPeaks step_peaks({devices.begin(), devices.begin() + config.workers});  // and its peaks
   const int last_epoch = config.stop_after > 0 ? std::min(config.stop_after, config.epochs) : config.epochs;
   nn::GradScaler scaler = grad_scaler_for(config);  // --precision fp16
+  const bool graphed = graphed_steps(config, processes.get(), 0.0, log);  // --cuda-graphs
   for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
     EpochStats stats;
     PipelineMeter meter({devices.begin(), devices.begin() + config.workers}, processes.get());
@@ -298,7 +299,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
     const auto start = Clock::now();
     for (const data::Batch& batch : loader) {
       schedule->set_last_step(epoch * loader.num_batches() + steps);
-      optimizer->zero_grad();
+      if (!graphed) optimizer->zero_grad();
       const auto [input, target] =
           task.make_step ? task.make_step(config, batch, epoch * loader.num_batches() + steps)
                          : std::pair(batch.inputs, batch.targets);
@@ -308,16 +309,17 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       // plan predicts the former).
       if (plan) step_peaks.before_step();
       const auto step_start = Clock::now();
-      const pipeline::StepResult step = train_one_step(pipe, processes.get(), input, target,
-                                                       loss_fn, log,
-                                                       {.loss_scale = scaler.scale()});
+      const pipeline::StepResult step =
+          graphed ? graphed_step(pipe, *optimizer, input, target, loss_fn, log)
+                  : train_one_step(pipe, processes.get(), input, target, loss_fn, log,
+                                   {.loss_scale = scaler.scale()});
       // The steady state's full mini-batches (not the run's first step) time the plan.
       if (plan && (epoch > first_epoch || steps > 0) && input.size(0) == config.batch_size) {
         planned_step_seconds += seconds_since(step_start);
         ++planned_steps;
         step_peaks.after_step();
       }
-      optimizer_step(pipe, *optimizer, scaler);
+      if (!graphed) optimizer_step(pipe, *optimizer, scaler);
       if (trace_now) tracer.after(step);
       stats.step_losses.push_back(step.loss);
       loss_sum += step.loss * static_cast<double>(batch.size());
@@ -332,6 +334,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
     stats.train_loss = loss_sum / static_cast<double>(samples);
     stats.samples_per_second = static_cast<double>(samples) / stats.seconds;
     static_cast<PipelineStats&>(stats) = meter.finish();
+    stats.graph_pool_bytes = pipe.graph_pool_bytes();
     if (plan) step_peaks.fold_stretch(stats.peak_bytes);
     stretches.push_back(stats);
     epoch_numbers.push_back(stats.epoch);
