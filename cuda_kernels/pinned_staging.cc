@@ -2,6 +2,8 @@
 
 #include <bit>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "cuda_kernels/check.h"
 #include "cuda_kernels/device_guard.h"
@@ -57,6 +59,16 @@ PinnedStaging::Block PinnedStaging::acquire(int device, size_t size) {
 void PinnedStaging::copy_to_device(void* dst, const void* src, size_t bytes, int device,
                                    cudaStream_t stream) {
   DeviceGuard guard(device);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  PW_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) {
+    // A graph would copy from the staging block at every replay, long after it is reused.
+    throw std::logic_error("a copy of " + std::to_string(bytes) + " bytes from host memory to "
+                           "cuda:" + std::to_string(device) + " inside a graph capture: a "
+                           "replay would copy stale bytes (make the tensor on the device once, "
+                           "before the captured step; Note [A step as one graph], "
+                           "pipeline/step_graph.h)");
+  }
   if (bytes > kMaxStagedBytes) {  // a one-off bulk copy: the driver's own staging
     PW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
     return;

@@ -29,8 +29,13 @@ Tensor TokenPositionEmbedding::forward(const Tensor& tokens) {
                                 "), expected int64 [B, T] with 1 <= T <= " +
                                 std::to_string(context_));
   }
-  const Tensor positions =
-      Tensor::arange(tokens.size(1), {.dtype = DType::kInt64, .device = tokens.device()});
+  // 0 .. context-1 made once per device (not a copy from the host every forward, which a
+  // graph capture could not hold), the first T of them used.
+  Tensor& all = positions_[tokens.device()];
+  if (!all.defined()) {
+    all = Tensor::arange(context_, {.dtype = DType::kInt64, .device = tokens.device()});
+  }
+  const Tensor positions = all.slice(0, tokens.size(1));
   return drop_->forward(autograd::add(wte_->forward(tokens), wpe_->forward(positions)));
 }
 

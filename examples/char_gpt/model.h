@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,7 @@ class TokenPositionEmbedding : public nn::Module {
 
  private:
   int64_t context_, dim_;
+  std::map<Device, Tensor> positions_;  // arange(context) per device, made on first use
   std::shared_ptr<nn::Embedding> wte_, wpe_;
   std::shared_ptr<nn::Dropout> drop_;
 };
