@@ -13,7 +13,13 @@ reshuffled every epoch, Adam (lr 1e-3) with a per-step cosine learning rate to 0
                  pipeline::balance_by_parameters cuts it),
                  --chunks 4, checkpoint 'never' (ours: --checkpoint never)
 
-  --device cuda  (eager only) the model on the GPU, as ours with --devices cuda:0: the data set
+  --mode graph   (cuda only) the whole step — forward, backward, Adam(capturable=True) with the
+                 learning rate a device tensor — captured once with torch.cuda.graph after
+                 three eager warm-up steps and replayed (PyTorch's recipe for whole-network
+                 capture), the peer of ours with --cuda-graphs; full batches only (the last,
+                 smaller batch of an epoch is dropped: a graph has static shapes)
+
+  --device cuda  (eager and graph) the model on the GPU, as ours with --devices cuda:0: the data set
                  stays on the CPU, each mini-batch is gathered there and copied to the GPU;
                  full FP32 matrix products (PyTorch's default: torch.backends.cuda.matmul.
                  allow_tf32 is False); run by tools/gpu/check.sh on the same card as ours
@@ -86,7 +92,7 @@ def blas_name():
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mode", choices=["eager", "pipe"], default="eager")
+    p.add_argument("--mode", choices=["eager", "pipe", "graph"], default="eager")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -101,8 +107,10 @@ def main():
     p.add_argument("--data-dir", default=DATA_DIR)
     args = p.parse_args()
     device = torch.device(args.device)
-    if device.type != "cpu" and args.mode != "eager":
-        sys.exit("--device cuda runs --mode eager only")
+    if device.type != "cpu" and args.mode == "pipe":
+        sys.exit("--device cuda runs --mode eager or graph")
+    if args.mode == "graph" and device.type != "cuda":
+        sys.exit("--mode graph needs --device cuda")
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
@@ -130,7 +138,15 @@ def main():
         model = nn.Sequential(*layers).to(device)
         forward = lambda x: model(x.to(device))
 
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    graph = args.mode == "graph"
+    if graph:  # the learning rate lives on the device, so a replay reads each step's value
+        optimizer = torch.optim.Adam(model.parameters(), lr=torch.tensor(args.lr, device=device),
+                                     capturable=True)
+        static_x = torch.zeros(args.batch_size, x_train.shape[1], device=device)
+        static_y = torch.zeros(args.batch_size, dtype=torch.long, device=device)
+        captured, static_loss, warmup = None, None, 3
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     n = len(x_train)
     steps_per_epoch = math.ceil(n / args.batch_size)
     total_steps = args.epochs * steps_per_epoch
@@ -152,6 +168,37 @@ def main():
             xb, yb = x_train[idx], y_train[idx]
             progress = (epoch * steps_per_epoch + step) / total_steps
             lr = args.lr * 0.5 * (1 + math.cos(math.pi * progress))
+            if graph:
+                step += 1
+                if len(idx) != args.batch_size:
+                    continue  # static shapes: the smaller last batch is dropped
+                optimizer.param_groups[0]["lr"].fill_(lr)
+                static_x.copy_(xb, non_blocking=True)
+                static_y.copy_(yb, non_blocking=True)
+                if captured is None and warmup > 0:  # eager steps on a side stream first
+                    side = torch.cuda.Stream()
+                    side.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(side):
+                        optimizer.zero_grad(set_to_none=True)
+                        loss = F.cross_entropy(model(static_x), static_y)
+                        loss.backward()
+                        optimizer.step()
+                    torch.cuda.current_stream().wait_stream(side)
+                    warmup -= 1
+                elif captured is None:  # capture this step, then run it by replaying
+                    captured = torch.cuda.CUDAGraph()
+                    optimizer.zero_grad(set_to_none=True)
+                    with torch.cuda.graph(captured):
+                        static_loss = F.cross_entropy(model(static_x), static_y)
+                        static_loss.backward()
+                        optimizer.step()
+                    captured.replay()
+                    loss = static_loss
+                else:
+                    captured.replay()
+                    loss = static_loss
+                loss_sum += loss.item() * len(idx)
+                continue
             for group in optimizer.param_groups:
                 group["lr"] = lr
             optimizer.zero_grad(set_to_none=True)

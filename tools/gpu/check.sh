@@ -7,7 +7,7 @@
 #                     another folder)
 #
 # Each step runs under `timeout`, the whole in at most --budget seconds (default 480), and
-# writes one file to OUTDIR (10 in all, summary.txt last):
+# writes one file to OUTDIR (11 in all, summary.txt last):
 #   gpu.txt        nvidia-smi, the toolkit, where each CUDA library and compute-sanitizer were
 #                  found
 #   tests.txt      every bundled test with PIPEWRIGHT_REQUIRE_GPU=1, its output and a line
@@ -29,6 +29,9 @@
 #                  the main job with --chunks 1 (no micro-batches, like PyTorch eager's step)
 #   peer.txt       PyTorch eager (bench/peers/torch_fashion_mnist.py) on the same card, the
 #                  same two models
+#   graphs.txt     the main job with --cuda-graphs (whole steps replayed as CUDA graphs) on
+#                  cuda:0 and cuda:0,cuda:0, against our eager runs, PyTorch eager and PyTorch
+#                  with its whole step captured by torch.cuda.graph (--mode graph of the peer)
 #   plan.txt       the main job with --plan auto on cuda:0, without and with memory caps: the
 #                  plan's predicted step, bubble and peak beside the measured ones
 #   bench.txt      //tests/cuda:cuda_bench's tables (GEMM, copy bandwidth, ReLU, BatchNorm, Adam)
@@ -45,7 +48,7 @@
 # first; a run the phase has no time left for is reported as not started. Everything after
 # them runs one at a time.
 # --steps: a comma-separated subset of tests, memcheck, racecheck, synccheck, initcheck,
-# apicount, main, peer, plan, bench (default all; `sanitizer` is the four tools), for a second
+# apicount, main, peer, graphs, plan, bench (default all; `sanitizer` is the four tools), for a second
 # call that re-checks only what a fix touched, and gpt2 (never by default; give it a budget:
 # `--steps gpt2 --budget 560`); --tests: only the test binaries whose name
 # matches REGEX (e.g. 'gemm|pipe'), for the tests and the sanitizer runs alike.
@@ -60,7 +63,7 @@ cd "$(dirname "$0")/../.."
 
 out=${1:?usage: tools/gpu/check.sh OUTDIR [--quick] [--budget SECONDS] [--steps LIST] [--tests REGEX]}
 shift
-all_steps=tests,memcheck,racecheck,synccheck,initcheck,apicount,main,peer,plan,bench
+all_steps=tests,memcheck,racecheck,synccheck,initcheck,apicount,main,peer,graphs,plan,bench
 known_steps=$all_steps,gpt2  # gpt2 runs only when asked for (--steps gpt2)
 quick=0 budget=480 steps=$all_steps test_filter=.
 while (($#)); do
@@ -420,6 +423,37 @@ elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; th
 else
   echo "(no python3 with a CUDA-capable torch)" >"$out/peer.txt"
   note "PyTorch peer: no python3 with CUDA torch here"
+fi
+
+# ---- whole steps as CUDA graphs (issue 42): ours --cuda-graphs against ours eager, PyTorch
+# eager and PyTorch with its whole step captured by torch.cuda.graph, on the same card ----
+if want graphs; then
+  {
+    run_main graph1 60 --epochs 2 --workers 1 --devices cuda:0 --cuda-graphs
+    run_main graph2 60 --epochs 2 --workers 2 --devices cuda:0,cuda:0 --cuda-graphs
+    # The eager runs again when the main step was not asked for (the same flags).
+    if ! want main; then
+      run_main gpu1 60 --epochs 2 --workers 1 --devices cuda:0
+      run_main gpu2 60 --epochs 2 --workers 2 --devices cuda:0,cuda:0
+    fi
+    if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+      for mode in graph eager; do
+        echo "== torch $mode cuda --epochs 2"
+        PYTHONUNBUFFERED=1 timeout "$(cap 90)" python3 "$bundle/peers/torch_fashion_mnist.py" \
+          --mode "$mode" --device cuda --data-dir "$bundle/fashion-mnist" --epochs 2 2>&1 |
+          tail -n 4
+      done
+    fi
+  } >"$out/graphs.txt" 2>&1
+  gresult() { sed -n "s/^RESULT $1 accuracy \([^ ]*\) samples_per_s \([^ ]*\)/\\$2/p" \
+    "$out/graphs.txt" "$out/mainjob.txt" 2>/dev/null | tail -n 1; }
+  torch_mode() { sed -n "s/^RESULT mode=$1 .* last_epoch_samples_per_s=\([0-9.]*\).*/\1/p" \
+    "$out/graphs.txt" | tail -n 1; }
+  gratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "n/a" }'; }
+  for stages in 1 2; do
+    g=$(gresult "graph$stages" 2) e=$(gresult "gpu$stages" 2)
+    note "main job --cuda-graphs $stages stage(s): test acc $(gresult "graph$stages" 1), ${g:-n/a} samples/s; ours eager $(gratio "$g" "$e"), torch eager $(gratio "$g" "$(torch_mode eager)"), torch.cuda.graph $(gratio "$g" "$(torch_mode graph)") (issue 42's goals: >= 2.0x torch eager, >= 1.0x torch graphed)"
+  done
 fi
 
 # ---- the planner on the card (--plan auto: profiled, probed and timed on cuda:0) ----
