@@ -17,10 +17,10 @@ Tensor apply_mask(const Tensor& x, double p, uint64_t seed, uint64_t offset,
                   const void* seed_slot) {
   if (seed_slot == nullptr && DeviceGraph::capturing_on(x.device()) != nullptr) {
     // The seed would be a kernel argument: every replay would draw this mask again.
+    // (Only keyed dropout has a slot: Note [A step as one graph], pipeline/step_graph.h.)
     throw std::logic_error("dropout on " + x.device().str() +
                            " inside a graph capture without a seed slot: a replay would repeat "
-                           "this step's mask (only keyed dropout replays, Note [A step as one "
-                           "graph], pipeline/step_graph.h)");
+                           "this step's mask (use keyed randomness, nn/random_key.h)");
   }
   Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), options_of(x));

@@ -29,13 +29,19 @@ Tensor TokenPositionEmbedding::forward(const Tensor& tokens) {
                                 "), expected int64 [B, T] with 1 <= T <= " +
                                 std::to_string(context_));
   }
-  // 0 .. context-1 made once per device (not a copy from the host every forward, which a
-  // graph capture could not hold), the first T of them used.
-  Tensor& all = positions_[tokens.device()];
-  if (!all.defined()) {
-    all = Tensor::arange(context_, {.dtype = DType::kInt64, .device = tokens.device()});
+  // On a GPU, 0 .. context-1 are made once per device and the first T used: arange fills on
+  // the host, and a copy from the host every forward is one a graph capture cannot hold. On
+  // the CPU they are made each forward (no copy; the step's memory stays what the planner
+  // measures).
+  const TensorOptions options{.dtype = DType::kInt64, .device = tokens.device()};
+  Tensor positions;
+  if (tokens.device().is_cpu()) {
+    positions = Tensor::arange(tokens.size(1), options);
+  } else {
+    Tensor& all = positions_[tokens.device()];
+    if (!all.defined()) all = Tensor::arange(context_, options);
+    positions = all.slice(0, tokens.size(1));
   }
-  const Tensor positions = all.slice(0, tokens.size(1));
   return drop_->forward(autograd::add(wte_->forward(tokens), wpe_->forward(positions)));
 }
 

@@ -52,7 +52,7 @@ class TokenPositionEmbedding : public nn::Module {
 
  private:
   int64_t context_, dim_;
-  std::map<Device, Tensor> positions_;  // arange(context) per device, made on first use
+  std::map<Device, Tensor> positions_;  // arange(context) per GPU, made on first use
   std::shared_ptr<nn::Embedding> wte_, wpe_;
   std::shared_ptr<nn::Dropout> drop_;
 };
