@@ -118,6 +118,13 @@ struct StepOptions {
   /// unscaled. train_step only: forward and eval_step refuse another value than 1. Throws
   /// std::invalid_argument unless positive and finite.
   double loss_scale = 1.0;
+  /// train_step with an optimizer only: before the update, clip the gradients' global 2-norm
+  /// to this (torch's clip_grad_norm_: coef = min(1, max_norm / (norm + 1e-6))) with device
+  /// ops alone, so a CUDA graph can hold it (Note [Clipping without a host read],
+  /// pipe_clip_grad.cc). 0: no clipping. Throws std::invalid_argument for a negative or
+  /// non-finite value, or a non-zero one without an optimizer or across processes (use
+  /// Pipe::clip_grad_norm there).
+  double max_grad_norm = 0.0;
 };
 
 class Pipe {
@@ -366,6 +373,8 @@ class Pipe {
                           const TupleLossFn& loss_fn, nn::Optimizer& optimizer,
                           const StepOptions& options);
   StepResult replay_step(const nn::Tensors& inputs, const nn::Tensors& targets);
+  /// StepOptions::max_grad_norm (Note [Clipping without a host read], pipe_clip_grad.cc).
+  void clip_grads_on_device(double max_norm);
   /// Why this step cannot be a graph ("" when it can).
   std::string why_not_graphed(const nn::Tensors& inputs, const nn::Tensors& targets,
                               nn::Optimizer& optimizer, const StepOptions& options) const;

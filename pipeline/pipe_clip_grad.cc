@@ -7,6 +7,7 @@
 #include "pipeline/processes.h"
 #include "pipeline/runtime.h"
 #include "pipeline/tied_parameters.h"
+#include "tensor/ops.h"
 
 namespace pipewright::pipeline {
 
@@ -32,6 +33,39 @@ double Pipe::clip_grad_norm(double max_norm, double norm_type) {
   const double norm = nn::norm_from_share(share, norm_type);
   nn::clip_grads_with_norm(local, max_norm, norm);
   return norm;
+}
+
+// Note [Clipping without a host read]
+// StepOptions::max_grad_norm clips inside the whole step (train_step with an optimizer) by
+// device ops alone, so a CUDA graph can hold it: per gradient Σg² in its dtype, cast to
+// float64 and summed on the first stage's device, norm = sqrt, coef = min(1, max_norm /
+// (norm + 1e-6)) (torch's clip_coef, clamped as torch clamps it: min as -max(-a, -1), NaN
+// passing through), every gradient multiplied by coef cast to its dtype. Eager and graphed
+// whole steps run these same ops, so they agree bit for bit; the result differs from
+// clip_grad_norm's (a host sum in another order) by rounding.
+void Pipe::clip_grads_on_device(double max_norm) {
+  nn::Tensors local;
+  for (int s = 0; s < num_stages(); ++s) {
+    const nn::Tensors stage = runtime_->partition(s).parameters();
+    local.insert(local.end(), stage.begin(), stage.end());
+  }
+  const Device device = runtime_->stage_devices().front();
+  Tensor total;
+  for (const Tensor& p : local) {
+    const Tensor g = p.grad();
+    if (!g.defined() || tied_->is_extra_copy(p)) continue;  // a tied parameter counts once
+    const Tensor share = ops::sum(ops::square(g)).to(DType::kFloat64).to(device);
+    total = total.defined() ? ops::add(total, share) : share;
+  }
+  if (!total.defined()) return;
+  const Tensor ratio = ops::rdiv(ops::add(ops::sqrt(total), 1e-6), max_norm);  // max_norm / x
+  const Tensor minus_one = Tensor::full({1}, -1.0, {.dtype = DType::kFloat64, .device = device});
+  const Tensor coef = ops::neg(ops::max(cat({ops::neg(ratio).reshape({1}), minus_one}), 0));
+  for (Tensor p : local) {
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    p.set_grad(ops::mul(g, coef.to(g.dtype()).to(g.device()).reshape({})));
+  }
 }
 
 // Every copy of a tied parameter holds the group's gradient (scaled alike), so each is

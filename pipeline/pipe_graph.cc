@@ -1,5 +1,6 @@
 // Pipe::train_step with an optimizer: the whole step, eagerly or as a replayed CUDA graph
 // (Note [A step as one graph], step_graph.h).
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <set>
@@ -52,6 +53,7 @@ StepGraph::Key make_key(const nn::Tensors& inputs, const nn::Tensors& targets,
   key.optimizer = &optimizer;
   key.reduction = static_cast<int>(options.reduction);
   key.loss_scale = options.loss_scale;
+  key.max_grad_norm = options.max_grad_norm;
   key.first_sample = options.first_sample;
   key.training = module.is_training();
   return key;
@@ -68,11 +70,21 @@ StepResult Pipe::train_step(const Tensor& input, const Tensor& target, const Los
                     options);
 }
 
+namespace {
+/// The options a plain train_step gets: clipping is the whole step's (max_grad_norm).
+StepOptions without_clipping(const StepOptions& options) {
+  StepOptions plain = options;
+  plain.max_grad_norm = 0.0;
+  return plain;
+}
+}  // namespace
+
 StepResult Pipe::eager_step(const nn::Tensors& inputs, const nn::Tensors& targets,
                             const TupleLossFn& loss_fn, nn::Optimizer& optimizer,
                             const StepOptions& options) {
   optimizer.zero_grad();
-  StepResult result = train_step(inputs, targets, loss_fn, options);
+  StepResult result = train_step(inputs, targets, loss_fn, without_clipping(options));
+  if (options.max_grad_norm > 0) clip_grads_on_device(options.max_grad_norm);
   step(optimizer);
   return result;
 }
@@ -105,6 +117,15 @@ StepResult Pipe::train_step(const nn::Tensors& inputs, const nn::Tensors& target
                             const TupleLossFn& loss_fn, nn::Optimizer& optimizer,
                             const StepOptions& options) {
   check_not_moved_from();
+  if (!(options.max_grad_norm >= 0) || std::isinf(options.max_grad_norm)) {
+    throw std::invalid_argument("train_step: StepOptions::max_grad_norm must be >= 0 and "
+                                "finite, got " + std::to_string(options.max_grad_norm));
+  }
+  if (options.max_grad_norm > 0 && options_.processes != nullptr) {
+    throw std::invalid_argument("train_step: StepOptions::max_grad_norm clips within one "
+                                "process; across processes use Pipe::clip_grad_norm between "
+                                "train_step and step");
+  }
   if (!options_.cuda_graphs) return eager_step(inputs, targets, loss_fn, optimizer, options);
   if (graph_ == nullptr) graph_ = std::make_unique<StepGraph>();
   const std::string why_not = why_not_graphed(inputs, targets, optimizer, options);
@@ -160,7 +181,8 @@ StepResult Pipe::capture_step(const nn::Tensors& inputs, const nn::Tensors& targ
     graph->begin_capture(*g.stream);
     try {
       optimizer.zero_grad();
-      result = run_step(g.inputs, g.targets, loss_fn, options, true, &step);
+      result = run_step(g.inputs, g.targets, loss_fn, without_clipping(options), true, &step);
+      if (options.max_grad_norm > 0) clip_grads_on_device(options.max_grad_norm);
       this->step(optimizer);
       graph->end_capture();
     } catch (...) {

@@ -78,6 +78,12 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
   const char* what = with_backward ? "train_step" : "eval_step";
   if (!loss_fn) throw std::invalid_argument(std::string(what) + ": loss_fn is empty");
   check_loss_scale(what, options.loss_scale, with_backward);
+  if (options.max_grad_norm != 0.0) {
+    throw std::invalid_argument(std::string(what) + ": StepOptions::max_grad_norm is " +
+                                std::to_string(options.max_grad_norm) +
+                                ": clipping belongs to the whole step, train_step with an "
+                                "optimizer (or call Pipe::clip_grad_norm before step)");
+  }
   MicroBatches batches = scatter(inputs, options.input_chunks, options_.chunks);
   std::vector<nn::Tensors> target_pieces =
       split_to(targets, options.target_chunks, batches.sizes, "target");

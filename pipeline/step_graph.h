@@ -59,6 +59,7 @@ class StepGraph {
     const void* optimizer = nullptr;
     int reduction = 0;
     double loss_scale = 1.0;
+    double max_grad_norm = 0.0;
     int64_t first_sample = 0;
     bool training = true;
     bool operator==(const Key&) const = default;

@@ -275,7 +275,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
   double loss_sum = 0, train_seconds = 0;
   int64_t steps_since = 0;
   nn::GradScaler scaler = grad_scaler_for(run);  // --precision fp16
-  const bool graphed = graphed_steps(run, processes.get(), config.grad_clip, log);
+  const bool graphed = graphed_steps(run, processes.get(), log);  // --cuda-graphs
   for (int64_t step = first_step; step < last_step; ++step) {
     const auto start = Clock::now();
     schedule.set_last_step(step);
@@ -286,7 +286,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
     if (plan) step_peaks.before_step();
     const auto step_start = Clock::now();
     const pipeline::StepResult r =
-        graphed ? graphed_step(pipe, optimizer, x, y, loss_fn, log)
+        graphed ? graphed_step(pipe, optimizer, x, y, loss_fn, log, config.grad_clip)
                 : train_one_step(pipe, processes.get(), x, y, loss_fn, log,
                                  {.loss_scale = scaler.scale()});
     if (plan && step > first_step) {

@@ -124,23 +124,24 @@ pipeline::StepResult train_one_step(pipeline::Pipe& pipe, distributed::MpiProces
 }
 
 bool graphed_steps(const TrainConfig& config, const distributed::MpiProcesses* processes,
-                   double grad_clip, std::ostream& log) {
+                   std::ostream& log) {
   if (!config.cuda_graphs) return false;
   std::string why;
-  if (processes != nullptr) why = "across processes";
-  if (config.precision == autograd::Precision::kFloat16) why = "with --precision fp16";
-  if (grad_clip > 0) why = "with --grad-clip";
+  if (processes != nullptr) why = "across processes (one graph holds one process's step)";
+  if (config.precision == autograd::Precision::kFloat16) {
+    why = "with --precision fp16 (the loss scale's overflow check is read on the host)";
+  }
   if (why.empty()) return true;
-  log << "--cuda-graphs: steps run eagerly " << why
-      << " (the loss scale and the clipping norm are read on the host mid-step)\n";
+  log << "--cuda-graphs: steps run eagerly " << why << "\n";
   return false;
 }
 
 pipeline::StepResult graphed_step(pipeline::Pipe& pipe, nn::Optimizer& optimizer,
                                   const Tensor& input, const Tensor& target,
-                                  const pipeline::LossFn& loss_fn, std::ostream& log) {
+                                  const pipeline::LossFn& loss_fn, std::ostream& log,
+                                  double grad_clip) {
   try {
-    return pipe.train_step(input, target, loss_fn, optimizer);
+    return pipe.train_step(input, target, loss_fn, optimizer, {.max_grad_norm = grad_clip});
   } catch (...) {
     if (auto failure = pipe.last_failure()) log << "\nstep failed at " << failure->str() << "\n";
     throw;

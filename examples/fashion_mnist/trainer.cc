@@ -288,7 +288,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
   StepPeaks step_peaks({devices.begin(), devices.begin() + config.workers});  // and its peaks
   const int last_epoch = config.stop_after > 0 ? std::min(config.stop_after, config.epochs) : config.epochs;
   nn::GradScaler scaler = grad_scaler_for(config);  // --precision fp16
-  const bool graphed = graphed_steps(config, processes.get(), 0.0, log);  // --cuda-graphs
+  const bool graphed = graphed_steps(config, processes.get(), log);  // --cuda-graphs
   for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
     EpochStats stats;
     PipelineMeter meter({devices.begin(), devices.begin() + config.workers}, processes.get());

@@ -1,8 +1,8 @@
 // PipeOptions::cuda_graphs (Note [A step as one graph], pipeline/step_graph.h): every
 // schedule, 1 and 2 workers on one GPU, with and without checkpointing, deferred BatchNorm and
-// AdamW with a learning rate that changes every step: the graphed steps (one eager, one
-// captured, the rest replayed) equal the eager steps bit for bit — losses, weights,
-// BatchNorm's running statistics, the optimizer's state. Under cudasim the race detector
+// AdamW with a learning rate that changes every step (Dropout and clipping too): the graphed
+// steps (one eager, one captured, the rest replayed) equal the eager steps bit for bit —
+// losses, weights, BatchNorm's running statistics, the optimizer's state. Under cudasim the race detector
 // checks every replay and the capture refuses what CUDA would refuse.
 #include <catch2/catch.hpp>
 
@@ -64,7 +64,8 @@ struct Run {
   int64_t replays = 0, captures = 0, pool_bytes = 0;
 };
 
-Run train(const Config& c, bool graphs, const std::vector<Batch>& data, double dropout = 0.0) {
+Run train(const Config& c, bool graphs, const std::vector<Batch>& data, double dropout = 0.0,
+          double max_grad_norm = 0.0) {
   const int stages = c.workers * c.virtual_stages;
   const std::vector<int> balance = stages == 1   ? std::vector<int>{7}
                                    : stages == 2 ? std::vector<int>{4, 3}
@@ -85,7 +86,8 @@ Run train(const Config& c, bool graphs, const std::vector<Batch>& data, double d
   Run run;
   for (size_t s = 0; s < data.size(); ++s) {
     adam.set_lr(1e-2 / (1.0 + static_cast<double>(s)));
-    run.losses.push_back(pipe.train_step(data[s].x, data[s].y, loss, adam).loss);
+    run.losses.push_back(
+        pipe.train_step(data[s].x, data[s].y, loss, adam, {.max_grad_norm = max_grad_norm}).loss);
   }
   run.model_state = pipe.module().state_dict();
   run.optimizer_state = adam.state_dict();
@@ -151,6 +153,16 @@ TEST_CASE("dropout in a graph draws every step's own mask; another kind of step 
     }
   }
   const Config config{"1f1b", 2, 1, Checkpoint::kExceptLast};
+  SECTION("clipping by the gradients' global norm, on the device inside the graph") {
+    const std::vector<Batch> data = batches(6);
+    const Run eager = train(config, false, data, 0.25, 0.05);
+    const Run graphed = train(config, true, data, 0.25, 0.05);
+    const Run unclipped = train(config, true, data, 0.25, 0.0);
+    CHECK(graphed.captures == 1);
+    CHECK(graphed.replays == 5);
+    check_equal(graphed, eager);
+    CHECK_FALSE(graphed.losses.back() == unclipped.losses.back());  // it clipped
+  }
   SECTION("a smaller last batch is another kind: eager, then the graph starts over") {
     std::vector<Batch> data = batches(6);
     data[3].x = data[3].x.slice(0, 12).contiguous();
