@@ -6,6 +6,7 @@
 #include <string>
 
 #include "autograd/function_node.h"
+#include "tensor/graph.h"
 #include "tensor/kernels.h"
 #include "tensor/ops.h"
 
@@ -179,9 +180,12 @@ void commit_running_stats(const Tensor& mean, const Tensor& m2, int64_t count,
                    num_batches_tracked.shape().str() + " on " + num_batches_tracked.device().str()
              : std::string("an undefined tensor")));
   }
+  // Inside a graph capture, a commit after the step's values are gathered reads the step's
+  // gate: a replay whose step failed commits nothing (DeviceGraph::set_gate).
+  const DeviceGraph* graph = DeviceGraph::capturing_on(device);
   PW_KERNEL(device, batch_norm_commit)(mean, m2, static_cast<double>(count),
                                        momentum ? *momentum : -1.0, running_mean, running_var,
-                                       num_batches_tracked);
+                                       num_batches_tracked, graph ? graph->gate() : nullptr);
 }
 
 Tensor batch_norm_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,

@@ -25,7 +25,9 @@ __global__ void batch_norm_accumulate_kernel(const T* mean, const double* var, d
 template <class T>
 __global__ void batch_norm_commit_kernel(const double* mean, const double* m2, double count,
                                          double momentum, T* running_mean, T* running_var,
-                                         int64_t* num_batches_tracked, int64_t c) {
+                                         int64_t* num_batches_tracked, int64_t c,
+                                         const double* gate) {
+  if (gate != nullptr && !(*gate == 0.0)) return;  // a failed step commits nothing
   const int64_t tracked = *num_batches_tracked;
   const double f = momentum >= 0 ? momentum : 1.0 / static_cast<double>(tracked + 1);
   const double unbiased = count > 1 ? count - 1 : count;
@@ -56,14 +58,16 @@ void batch_norm_accumulate(const Tensor& mean, const Tensor& var, double count, 
 }
 
 void batch_norm_commit(const Tensor& mean, const Tensor& m2, double count, double momentum,
-                       Tensor& running_mean, Tensor& running_var, Tensor& num_batches_tracked) {
+                       Tensor& running_mean, Tensor& running_var, Tensor& num_batches_tracked,
+                       const void* gate) {
   LaunchContext ctx(running_mean);
   const int64_t c = running_mean.numel();
   dispatch_floating(running_mean.dtype(), "batch_norm_commit", [&](auto zero) {
     using T = decltype(zero);
     PW_LAUNCH(batch_norm_commit_kernel<T>, dim3(1), kBlock, 0, ctx.stream)(
         mean.data<double>(), m2.data<double>(), count, momentum, running_mean.data<T>(),
-        running_var.data<T>(), num_batches_tracked.data<int64_t>(), c);
+        running_var.data<T>(), num_batches_tracked.data<int64_t>(), c,
+        static_cast<const double*>(gate));
   });
   PW_CUDA_CHECK_LAUNCH("batch_norm_commit_kernel");
 }

@@ -44,7 +44,8 @@ struct AdamCoefficients {
 // kernel runs (adam_step_indirect); the arithmetic is the same either way.
 template <class T>
 __global__ void adam_kernel(T* p, const T* grad, T* m, T* v, int64_t n, AdamCoefficients<T> k,
-                            const T* step_values) {
+                            const T* step_values, const double* gate) {
+  if (gate != nullptr && !(*gate == 0.0)) return;  // a failed step: no update
   if (step_values != nullptr) {
     k.lr = step_values[0];
     k.bias1 = step_values[1];
@@ -117,14 +118,15 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
                                 decoupled,
                                 weight_decay != 0.0};
     PW_LAUNCH(adam_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
-        param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(), n, k, nullptr);
+        param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(), n, k, nullptr,
+        nullptr);
   });
   PW_CUDA_CHECK_LAUNCH("adam_kernel");
 }
 
 void adam_step_indirect(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                        const void* coefficients, double beta1, double beta2, double eps,
-                        double weight_decay, bool decoupled) {
+                        const void* coefficients, const void* gate, double beta1, double beta2,
+                        double eps, double weight_decay, bool decoupled) {
   const int64_t n = param.numel();
   if (n == 0) return;
   LaunchContext ctx(param);
@@ -142,7 +144,7 @@ void adam_step_indirect(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tens
                                 weight_decay != 0.0};
     PW_LAUNCH(adam_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
         param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(), n, k,
-        static_cast<const T*>(coefficients));
+        static_cast<const T*>(coefficients), static_cast<const double*>(gate));
   });
   PW_CUDA_CHECK_LAUNCH("adam_kernel");
 }

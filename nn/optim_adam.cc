@@ -148,8 +148,9 @@ void Adam::update_replayed(DeviceGraph& graph, size_t i, size_t group, const Ten
       [this, i] { state_[i].step += 1; });
   State& s = state_[i];
   PW_KERNEL(param.device(), adam_step_indirect)(param, grad, s.exp_avg, s.exp_avg_sq, slot,
-                                                options_.betas.first, options_.betas.second,
-                                                options_.eps, decay, options_.decoupled);
+                                                graph.gate(), options_.betas.first,
+                                                options_.betas.second, options_.eps, decay,
+                                                options_.decoupled);
 }
 
 std::vector<std::string> Adam::state_names() const { return {"step", "exp_avg", "exp_avg_sq"}; }

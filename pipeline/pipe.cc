@@ -21,6 +21,7 @@
 #include "pipeline/step.h"
 #include "pipeline/step_graph.h"
 #include "pipeline/tied_parameters.h"
+#include "tensor/graph.h"
 #include "tensor/threads.h"
 
 namespace pipewright::pipeline {
@@ -220,6 +221,13 @@ void Pipe::run(Step& step, const std::vector<std::vector<Action>>& actions) {
   } catch (...) {
     if (deferred_ != nullptr) deferred_->discard();
     throw;
+  }
+  // Captured (Note [A step as one graph]): what follows — the commit below, clipping, the
+  // optimizer — reads the step's gate, so a replay whose step failed changes nothing.
+  if (step.gathered.gate.defined()) {
+    if (DeviceGraph* graph = DeviceGraph::capturing_on(step.gathered.gate.device())) {
+      graph->set_gate(step.gathered.gate.raw_data());
+    }
   }
   if (deferred_ != nullptr && module_.is_training()) deferred_->commit();
 }

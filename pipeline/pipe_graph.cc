@@ -219,7 +219,11 @@ StepResult Pipe::replay_step(const nn::Tensors& inputs, const nn::Tensors& targe
   Step& step = *g.step;
   read_step_values(step, step.gathered);  // the step's one wait
   if (std::exception_ptr error = step.error()) {
-    g.reset(*g.key);  // the captured step now carries the failure: start over
+    // The step ran, as a failed eager step does (its key's step advances); its gate kept the
+    // parameters, BatchNorm's statistics and the optimizer's state as they were. The captured
+    // step now carries the failure: start over.
+    ++random_step_;
+    g.reset(*g.key);
     std::rethrow_exception(error);
   }
   g.graph->commit();

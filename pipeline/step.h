@@ -49,6 +49,9 @@ struct GatheredValues {
   };
   std::vector<Tensor> tensors;
   std::vector<std::vector<Value>> values;  // [device][element]
+  /// With Step::defer_read: a float64 on the first device, 0 when every loss is finite and no
+  /// check failed, else not 0 (a graph's updates read it: DeviceGraph::set_gate).
+  Tensor gate;
 };
 
 class Step {

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "tensor/ops.h"
 #include "tensor/stream.h"
 
 namespace pipewright::pipeline {
@@ -52,6 +53,14 @@ GatheredValues gather_step_values(Step& step) {
         order.push_back(v.what);
       }
       groups.push_back(cat(parts).to(DType::kFloat64));
+      if (step.defer_read) {  // the gate: Σ loss·0 (NaN for a non-finite loss) + relu(max flag + 1)
+        const Tensor& group = groups.back();
+        const bool losses = values.front().what.loss >= 0;  // a dtype holds losses or flags
+        Tensor part = losses ? ops::sum(ops::mul(group, 0.0))
+                             : ops::relu(ops::add(ops::max(group, 0), 1.0));
+        part = part.to(by_device.begin()->first);
+        gathered.gate = gathered.gate.defined() ? ops::add(gathered.gate, part) : part;
+      }
     }
     gathered.tensors.push_back(cat(groups));
     gathered.values.push_back(std::move(order));

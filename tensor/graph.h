@@ -101,6 +101,14 @@ class DeviceGraph {
   /// The slots' capacity: 64 KiB (2,048 Adam parameters).
   static constexpr size_t kSlotBytes = size_t{64} << 10;
 
+  /// During a capture: a float64 on the device that the captured step computes (0: the step
+  /// went well) before its updates, which updating kernels read (adam_step_indirect's gate):
+  /// a replayed step that failed (a non-finite loss) then changes no parameter, as its eager
+  /// step would not have (the host finds the failure after the launch). Not owned; it must
+  /// live as long as the graph. nullptr: no gate.
+  void set_gate(const void* gate) { gate_ = gate; }
+  const void* gate() const { return gate_; }
+
   /// The graph capturing on `device` now, or nullptr (the one place kernels learn that
   /// their launch is being captured).
   static DeviceGraph* capturing_on(Device device);
@@ -121,6 +129,7 @@ class DeviceGraph {
   Device device_;
   int64_t pool_;                  // the allocator's graph pool id (unique per DeviceGraph)
   void* exec_ = nullptr;
+  const void* gate_ = nullptr;
   bool capturing_ = false;
   Stream stream_;                 // the capture's stream
   struct Staged {

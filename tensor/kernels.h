@@ -111,9 +111,12 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax };
   /* BatchNorm's running statistics from those over `count` values, in double, rounded once: */   \
   /* f = momentum, or 1/(num_batches_tracked + 1) when momentum < 0 (torch's momentum=None); */    \
   /* running_mean = (1-f) running_mean + f mean; running_var = (1-f) running_var + f m2 / */       \
-  /* (count - 1) (m2 / count when count is 1); num_batches_tracked (int64 [1]) += 1. */            \
+  /* (count - 1) (m2 / count when count is 1); num_batches_tracked (int64 [1]) += 1. `gate` */     \
+  /* (nullable, a float64 on the device): nothing changes unless it is 0 (a replayed graph's */    \
+  /* failed step, DeviceGraph::set_gate). */                                                       \
   X(batch_norm_commit, (const Tensor& mean, const Tensor& m2, double count, double momentum,       \
-                        Tensor& running_mean, Tensor& running_var, Tensor& num_batches_tracked))   \
+                        Tensor& running_mean, Tensor& running_var, Tensor& num_batches_tracked,    \
+                        const void* gate))                                                         \
   /* Philox4x32-10 fills (see tensor/generator.h for the exact stream layout): uniform in */       \
   /* [lo, hi), or normal(mean, std) by Box-Muller. Bit-identical across devices. */                \
   X(philox_uniform, (uint64_t seed, uint64_t offset, double lo, double hi, Tensor& out))           \
@@ -142,9 +145,10 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax };
   /* adam_step with its per-step values lr, 1-b1^t, 1-b2^t and 1-lr*wd read, as 4 values of */    \
   /* param's dtype, from `coefficients` (memory of param's device) when the kernel runs, not */    \
   /* when it is issued: a replayed graph's update (Note [Per-replay scalars], tensor/graph.h). */  \
+  /* `gate` (nullable, a float64 there): nothing is written unless it is 0 (a failed step). */     \
   X(adam_step_indirect, (Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,   \
-                         const void* coefficients, double beta1, double beta2, double eps,         \
-                         double weight_decay, bool decoupled))                                     \
+                         const void* coefficients, const void* gate, double beta1, double beta2,   \
+                         double eps, double weight_decay, bool decoupled))                         \
   /* ---- transformer blocks (tensor/batched_matmul.h, masking.h, gelu.h, normalization.h, */      \
   /* index_add.h) ---- */                                                                          \
   /* c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for i < B, op as in gemm: a [Ba, ., .], */   \

@@ -154,8 +154,9 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
 }
 
 void adam_step_indirect(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                        const void* coefficients, double beta1, double beta2, double eps,
-                        double weight_decay, bool decoupled) {
+                        const void* coefficients, const void* gate, double beta1, double beta2,
+                        double eps, double weight_decay, bool decoupled) {
+  if (gate != nullptr && !(*static_cast<const double*>(gate) == 0.0)) return;
   dispatch_floating(param.dtype(), "adam_step_indirect", [&](auto zero) {
     using T = decltype(zero);
     const T* c = static_cast<const T*>(coefficients);

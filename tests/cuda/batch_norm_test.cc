@@ -283,9 +283,10 @@ TEST_CASE("cuda batch_norm_accumulate and batch_norm_commit match cpu and the cl
         Tensor rm = rm0.clone(), rv = rv0.clone(), rm_g = rm0.to(gpu()), rv_g = rv0.to(gpu());
         Tensor tracked = Tensor::full({1}, 7.0, {DType::kInt64, Device::cpu(0)});
         Tensor tracked_g = tracked.to(gpu());
-        cpu_kernels().batch_norm_commit(acc_mean, acc_m2, 256.0, momentum, rm, rv, tracked);
+        cpu_kernels().batch_norm_commit(acc_mean, acc_m2, 256.0, momentum, rm, rv, tracked,
+                                        nullptr);
         gpu_kernels().batch_norm_commit(acc_mean_g, acc_m2_g, 256.0, momentum, rm_g, rv_g,
-                                        tracked_g);
+                                        tracked_g, nullptr);
         const double f = momentum >= 0 ? momentum : 1.0 / 8.0;
         const Tensor rm0d = rm0.to(DType::kFloat64), rv0d = rv0.to(DType::kFloat64);
         const Tensor rmd = rm.to(DType::kFloat64), rvd = rv.to(DType::kFloat64);

@@ -103,12 +103,12 @@ TEST_CASE("adam_step_indirect (values read when the kernel runs) equals adam_ste
         const Tensor values = adam_step_values(lr, step, wd, dtype, Device::cpu(0));
         const Tensor values_g = values.to(gpu());
         cpu_kernels().adam_step(p, grad, m, v, lr, 0.9, 0.999, 1e-8, wd, decoupled, step);
-        cpu_kernels().adam_step_indirect(p2, grad, m2, v2, values.raw_data(), 0.9, 0.999, 1e-8,
-                                         wd, decoupled);
+        cpu_kernels().adam_step_indirect(p2, grad, m2, v2, values.raw_data(), nullptr, 0.9,
+                                         0.999, 1e-8, wd, decoupled);
         gpu_kernels().adam_step(p_g, grad.to(gpu()), m_g, v_g, lr, 0.9, 0.999, 1e-8, wd,
                                 decoupled, step);
         gpu_kernels().adam_step_indirect(p2_g, grad.to(gpu()), m2_g, v2_g, values_g.raw_data(),
-                                         0.9, 0.999, 1e-8, wd, decoupled);
+                                         nullptr, 0.9, 0.999, 1e-8, wd, decoupled);
       }
       check_bitwise_equal(p2, p);
       check_bitwise_equal(m2, m);
