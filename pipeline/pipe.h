@@ -238,7 +238,9 @@ class Pipe {
   /// launched on the caller's current stream, the losses are read (Note [A step as one
   /// graph], step_graph.h). A replayed step's StepResult has no trace (last_trace() keeps the
   /// captured step's). Errors as train_step; a replayed step that fails (a non-finite loss, a
-  /// bad index) has also run its optimizer step, and the graph is dropped.
+  /// bad index) changes no parameter, statistic or optimizer state, as the eager step would
+  /// not (DeviceGraph::set_gate), throws what the eager step throws and drops the graph.
+  /// options.max_grad_norm clips before the update (on the device, see StepOptions).
   StepResult train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
                         nn::Optimizer& optimizer, const StepOptions& options = {});
   StepResult train_step(const nn::Tensors& inputs, const nn::Tensors& targets,
