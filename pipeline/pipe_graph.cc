@@ -177,10 +177,13 @@ StepResult Pipe::capture_step(const nn::Tensors& inputs, const nn::Tensors& targ
   std::shared_ptr<Step> step;
   StepResult result;
   try {
+    // Before the capture: the gradients it drops were the eager step's, which no captured
+    // kernel reads, so their blocks go back to the cache instead of joining the graph's pool
+    // (Note [Graph pools]); every replay makes the gradients anew, as after a zero_grad.
+    optimizer.zero_grad();
     StreamGuard on_capture_stream(*g.stream);
     graph->begin_capture(*g.stream);
     try {
-      optimizer.zero_grad();
       result = run_step(g.inputs, g.targets, loss_fn, without_clipping(options), true, &step);
       if (options.max_grad_norm > 0) clip_grads_on_device(options.max_grad_norm);
       this->step(optimizer);

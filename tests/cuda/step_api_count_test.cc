@@ -192,6 +192,8 @@ std::vector<std::map<std::string, int64_t>> count_replayed_steps(int stages) {
   }
   REQUIRE(pipe.graph_captures() == 1);
   REQUIRE(pipe.graph_replays() == 5);
+  std::cout << stages << " stage(s) on cuda:0: the graph's pool holds "
+            << pipe.graph_pool_bytes() << " bytes\n";
   for (const auto& c : counts) {
     std::cout << stages << " stage(s) on cuda:0, a replayed step:";
     for (const auto& [api, n] : c) std::cout << " " << api << " " << n << ",";
