@@ -93,60 +93,57 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double
   PW_CUDA_CHECK_LAUNCH("sgd_kernel");
 }
 
+namespace {
+
+/// One fused Adam launch. `bias1`, `bias2`, `lr` and `decay` are the step's values, or ignored
+/// when `step_values` (device memory) holds them; `gate`: see adam_step_indirect.
+void launch_adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                 double beta1, double beta2, double eps, double weight_decay, bool decoupled,
+                 double bias1, double bias2, double lr, double decay, const void* step_values,
+                 const void* gate, const char* name) {
+  const int64_t n = param.numel();
+  if (n == 0) return;
+  LaunchContext ctx(param);
+  dispatch_floating(param.dtype(), name, [&](auto zero) {
+    using T = decltype(zero);
+    const AdamCoefficients<T> k{static_cast<T>(beta1),
+                                static_cast<T>(beta2),
+                                static_cast<T>(1.0 - beta1),
+                                static_cast<T>(1.0 - beta2),
+                                static_cast<T>(bias1),
+                                static_cast<T>(bias2),
+                                static_cast<T>(lr),
+                                static_cast<T>(eps),
+                                static_cast<T>(weight_decay),
+                                static_cast<T>(decay),
+                                decoupled,
+                                weight_decay != 0.0};
+    PW_LAUNCH(adam_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
+        param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(), n, k,
+        static_cast<const T*>(step_values), static_cast<const double*>(gate));
+  });
+  PW_CUDA_CHECK_LAUNCH("adam_kernel");
+}
+
+}  // namespace
+
 void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                double lr, double beta1, double beta2, double eps, double weight_decay,
                bool decoupled, int64_t step) {
   if (step < 1) {
     throw std::invalid_argument("adam_step: step must be >= 1, got " + std::to_string(step));
   }
-  const int64_t n = param.numel();
-  if (n == 0) return;
-  LaunchContext ctx(param);
   const double t = static_cast<double>(step);
-  dispatch_floating(param.dtype(), "adam_step", [&](auto zero) {
-    using T = decltype(zero);
-    const AdamCoefficients<T> k{static_cast<T>(beta1),
-                                static_cast<T>(beta2),
-                                static_cast<T>(1.0 - beta1),
-                                static_cast<T>(1.0 - beta2),
-                                static_cast<T>(1.0 - std::pow(beta1, t)),
-                                static_cast<T>(1.0 - std::pow(beta2, t)),
-                                static_cast<T>(lr),
-                                static_cast<T>(eps),
-                                static_cast<T>(weight_decay),
-                                static_cast<T>(1.0 - lr * weight_decay),
-                                decoupled,
-                                weight_decay != 0.0};
-    PW_LAUNCH(adam_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
-        param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(), n, k, nullptr,
-        nullptr);
-  });
-  PW_CUDA_CHECK_LAUNCH("adam_kernel");
+  launch_adam(param, grad, exp_avg, exp_avg_sq, beta1, beta2, eps, weight_decay, decoupled,
+              1.0 - std::pow(beta1, t), 1.0 - std::pow(beta2, t), lr, 1.0 - lr * weight_decay,
+              nullptr, nullptr, "adam_step");
 }
 
 void adam_step_indirect(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                         const void* coefficients, const void* gate, double beta1, double beta2,
                         double eps, double weight_decay, bool decoupled) {
-  const int64_t n = param.numel();
-  if (n == 0) return;
-  LaunchContext ctx(param);
-  dispatch_floating(param.dtype(), "adam_step_indirect", [&](auto zero) {
-    using T = decltype(zero);
-    const AdamCoefficients<T> k{static_cast<T>(beta1),
-                                static_cast<T>(beta2),
-                                static_cast<T>(1.0 - beta1),
-                                static_cast<T>(1.0 - beta2),
-                                T(1), T(1), T(0),  // bias1, bias2, lr: from memory
-                                static_cast<T>(eps),
-                                static_cast<T>(weight_decay),
-                                T(1),  // decay: from memory
-                                decoupled,
-                                weight_decay != 0.0};
-    PW_LAUNCH(adam_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
-        param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(), n, k,
-        static_cast<const T*>(coefficients), static_cast<const double*>(gate));
-  });
-  PW_CUDA_CHECK_LAUNCH("adam_kernel");
+  launch_adam(param, grad, exp_avg, exp_avg_sq, beta1, beta2, eps, weight_decay, decoupled, 1.0,
+              1.0, 0.0, 1.0, coefficients, gate, "adam_step_indirect");  // values from memory
 }
 
 }  // namespace pipewright::cuda

@@ -113,33 +113,32 @@ void philox_normal(uint64_t seed, uint64_t offset, double mean, double std, Tens
   PW_CUDA_CHECK_LAUNCH("normal_kernel");
 }
 
-void dropout(uint64_t seed, uint64_t offset, double p, const Tensor& x, Tensor& out,
-             Tensor& mask) {
+namespace {
+/// One dropout launch; the seed read from `seed_at` (device memory) when given.
+void launch_dropout(uint64_t seed, const void* seed_at, uint64_t offset, double p,
+                    const Tensor& x, Tensor& out, Tensor& mask, const char* name) {
   const int64_t n = x.numel();
   if (n == 0) return;
   LaunchContext ctx(out);
   const BlockRange blocks = blocks_for(offset, static_cast<uint64_t>(n));
-  dispatch_floating(x.dtype(), "dropout", [&](auto zero) {
+  dispatch_floating(x.dtype(), name, [&](auto zero) {
     using T = decltype(zero);
     PW_LAUNCH(dropout_kernel<T>, grid_for(blocks.count), kBlock, 0, ctx.stream)(
-        seed, offset, p, x.data<T>(), out.data<T>(), mask.data<T>(), n, blocks, nullptr);
+        seed, offset, p, x.data<T>(), out.data<T>(), mask.data<T>(), n, blocks,
+        static_cast<const uint64_t*>(seed_at));
   });
   PW_CUDA_CHECK_LAUNCH("dropout_kernel");
+}
+}  // namespace
+
+void dropout(uint64_t seed, uint64_t offset, double p, const Tensor& x, Tensor& out,
+             Tensor& mask) {
+  launch_dropout(seed, nullptr, offset, p, x, out, mask, "dropout");
 }
 
 void dropout_indirect(const void* seed, uint64_t offset, double p, const Tensor& x, Tensor& out,
                       Tensor& mask) {
-  const int64_t n = x.numel();
-  if (n == 0) return;
-  LaunchContext ctx(out);
-  const BlockRange blocks = blocks_for(offset, static_cast<uint64_t>(n));
-  dispatch_floating(x.dtype(), "dropout_indirect", [&](auto zero) {
-    using T = decltype(zero);
-    PW_LAUNCH(dropout_kernel<T>, grid_for(blocks.count), kBlock, 0, ctx.stream)(
-        0, offset, p, x.data<T>(), out.data<T>(), mask.data<T>(), n, blocks,
-        static_cast<const uint64_t*>(seed));
-  });
-  PW_CUDA_CHECK_LAUNCH("dropout_kernel");
+  launch_dropout(0, seed, offset, p, x, out, mask, "dropout_indirect");
 }
 
 }  // namespace pipewright::cuda

@@ -32,24 +32,38 @@ namespace {
 
 using namespace pipewright;
 
-// The API calls of each of the warm steps 5 .. 9 (steps 0-4 warm the caches up).
-std::vector<std::map<std::string, int64_t>> count_warm_steps(int stages) {
+// The main job's Pipe (its model, chunks 4, deferred BatchNorm) on `stages` stages of cuda:0.
+pipeline::Pipe main_job_pipe(int stages, bool cuda_graphs) {
   nn::Sequential model = examples::build_model({512, 512}, 0.2, 0);
   const std::vector<int> balance = pipeline::balance_by_parameters(stages, model);
-  pipeline::Pipe pipe(std::move(model),
-                      {.balance = balance,
-                       .devices = std::vector<Device>(static_cast<size_t>(stages), Device::cuda(0)),
-                       .chunks = 4,
-                       .deferred_batch_norm = true});
-  nn::Adam adam(pipe.parameters(), {.lr = 1e-3});
+  return pipeline::Pipe(
+      std::move(model),
+      {.balance = balance,
+       .devices = std::vector<Device>(static_cast<size_t>(stages), Device::cuda(0)),
+       .chunks = 4,
+       .cuda_graphs = cuda_graphs,
+       .deferred_batch_norm = true});
+}
+
+// `batches` of the main job's 256 images.
+data::DataLoader main_job_batches(int batches) {
   data::FashionMnistOptions images;
-  images.limit = 256 * 10;
-  data::DataLoader loader(
+  images.limit = 256 * batches;
+  return data::DataLoader(
       data::load_fashion_mnist(data::kDefaultFashionMnistDir, data::Split::kTrain, images),
       {.batch_size = 256, .shuffle = true, .seed = 0});
-  const pipeline::LossFn loss = [](const Tensor& out, const Tensor& target) {
-    return nn::cross_entropy(out, target);
-  };
+}
+
+Tensor main_job_loss(const Tensor& out, const Tensor& target) {
+  return nn::cross_entropy(out, target);
+}
+
+// The API calls of each of the warm steps 5 .. 9 (steps 0-4 warm the caches up).
+std::vector<std::map<std::string, int64_t>> count_warm_steps(int stages) {
+  pipeline::Pipe pipe = main_job_pipe(stages, false);
+  nn::Adam adam(pipe.parameters(), {.lr = 1e-3});
+  data::DataLoader loader = main_job_batches(10);
+  const pipeline::LossFn loss = main_job_loss;
   int step = 0;
   std::vector<std::map<std::string, int64_t>> counts;
   for (const data::Batch& batch : loader) {
@@ -162,30 +176,14 @@ namespace {
 // wait. Counted for the main job's model (its Dropout's seeds are per-replay slots too), on
 // one and on two stages of cuda:0.
 std::vector<std::map<std::string, int64_t>> count_replayed_steps(int stages) {
-  nn::Sequential model = examples::build_model({512, 512}, 0.2, 0);
-  const std::vector<int> balance = pipeline::balance_by_parameters(stages, model);
-  pipeline::Pipe pipe(std::move(model),
-                      {.balance = balance,
-                       .devices = std::vector<Device>(static_cast<size_t>(stages), Device::cuda(0)),
-                       .chunks = 4,
-                       .cuda_graphs = true,
-                       .deferred_batch_norm = true});
-  nn::AdamW adam(pipe.parameters(), {.lr = 1e-3});
-  data::FashionMnistOptions images;
-  images.limit = 256 * 6;
-  data::DataLoader loader(
-      data::load_fashion_mnist(data::kDefaultFashionMnistDir, data::Split::kTrain, images),
-      {.batch_size = 256, .shuffle = true, .seed = 0});
-  const pipeline::LossFn loss = [](const Tensor& out, const Tensor& target) {
-    return nn::cross_entropy(out, target);
-  };
+  pipeline::Pipe pipe = main_job_pipe(stages, true);
+  nn::Adam adam(pipe.parameters(), {.lr = 1e-3});
+  data::DataLoader loader = main_job_batches(6);
   std::vector<std::map<std::string, int64_t>> counts;
   int step = 0;
   for (const data::Batch& batch : loader) {
     cudasim::reset_api_counts();
-
-    const double l = pipe.train_step(batch.inputs, batch.targets, loss, adam).loss;
-
+    const double l = pipe.train_step(batch.inputs, batch.targets, main_job_loss, adam).loss;
     if (step >= 2) counts.push_back(cudasim::api_counts());  // 0 eager, 1 captured
     REQUIRE(std::isfinite(l));
     ++step;
