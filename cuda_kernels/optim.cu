@@ -20,8 +20,13 @@ struct SgdCoefficients {
   bool use_weight_decay, use_momentum, nesterov, first_step;
 };
 
+// `lr_at` (or nullptr): lr read from device memory when the kernel runs; `gate`: nothing is
+// written unless it holds 0 (sgd_step_indirect).
 template <class T>
-__global__ void sgd_kernel(T* p, const T* grad, T* buf, int64_t n, SgdCoefficients<T> k) {
+__global__ void sgd_kernel(T* p, const T* grad, T* buf, int64_t n, SgdCoefficients<T> k,
+                           const T* lr_at, const double* gate) {
+  if (gate != nullptr && !(*gate == 0.0)) return;
+  if (lr_at != nullptr) k.lr = *lr_at;
   PW_GRID_STRIDE_LOOP(i, n) {
     T g = grad[i];
     if (k.use_weight_decay) g += k.weight_decay * p[i];
@@ -70,13 +75,16 @@ __global__ void adam_kernel(T* p, const T* grad, T* m, T* v, int64_t n, AdamCoef
 
 }  // namespace
 
-void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double lr,
-              double momentum, double dampening, double weight_decay, bool nesterov,
-              bool first_step) {
+namespace {
+
+/// One fused SGD launch; lr read from `lr_at` (device memory) when given.
+void launch_sgd(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double lr,
+                double momentum, double dampening, double weight_decay, bool nesterov,
+                bool first_step, const void* lr_at, const void* gate, const char* name) {
   const int64_t n = param.numel();
   if (n == 0) return;
   LaunchContext ctx(param);
-  dispatch_floating(param.dtype(), "sgd_step", [&](auto zero) {
+  dispatch_floating(param.dtype(), name, [&](auto zero) {
     using T = decltype(zero);
     const SgdCoefficients<T> k{static_cast<T>(lr),
                                static_cast<T>(weight_decay),
@@ -88,9 +96,25 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double
                                first_step};
     PW_LAUNCH(sgd_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
         param.data<T>(), grad.data<T>(), momentum != 0.0 ? momentum_buffer.data<T>() : nullptr,
-        n, k);
+        n, k, static_cast<const T*>(lr_at), static_cast<const double*>(gate));
   });
   PW_CUDA_CHECK_LAUNCH("sgd_kernel");
+}
+
+}  // namespace
+
+void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double lr,
+              double momentum, double dampening, double weight_decay, bool nesterov,
+              bool first_step) {
+  launch_sgd(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay, nesterov,
+             first_step, nullptr, nullptr, "sgd_step");
+}
+
+void sgd_step_indirect(Tensor& param, const Tensor& grad, Tensor& momentum_buffer,
+                       const void* lr, const void* gate, double momentum, double dampening,
+                       double weight_decay, bool nesterov) {
+  launch_sgd(param, grad, momentum_buffer, 0.0, momentum, dampening, weight_decay, nesterov,
+             false, lr, gate, "sgd_step_indirect");
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "tensor/graph.h"
 #include "tensor/kernels.h"
 
 namespace pipewright::nn {
@@ -63,6 +64,31 @@ void SGD::update(size_t i, const Tensor& grad) {
   const SGDOptions& o = options_;
   Tensor param = params()[i];
   Tensor& buffer = momentum_buffers_[i];
+  if (DeviceGraph* graph = DeviceGraph::capturing_on(param.device())) {
+    // Note [Per-replay scalars] (tensor/graph.h): the learning rate a replay reads is the one
+    // set now, at its fill; the first step (which makes the buffer) is never captured.
+    if (o.momentum != 0 && !buffer.defined()) {
+      throw std::logic_error("SGD: parameter " + std::to_string(i) +
+                             " takes its first step inside a graph capture; its momentum "
+                             "buffer would be made again at every replay. Run one step eagerly "
+                             "before capturing");
+    }
+    void* lr = graph->scalar_slot(
+        sizeof(double),
+        [this, dtype = param.dtype()](void* bytes) {
+          if (dtype == DType::kFloat32) {
+            *static_cast<float*>(bytes) = static_cast<float>(options_.lr);
+          } else {
+            *static_cast<double*>(bytes) = options_.lr;
+          }
+        },
+        nullptr);
+    Tensor no_buffer;
+    PW_KERNEL(param.device(), sgd_step_indirect)(param, grad, o.momentum != 0 ? buffer : no_buffer,
+                                                 lr, graph->gate(), o.momentum, o.dampening,
+                                                 o.weight_decay, o.nesterov);
+    return;
+  }
   bool first_step = false;
   if (o.momentum != 0) {
     if (!buffer.defined()) {

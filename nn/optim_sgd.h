@@ -35,7 +35,11 @@ class SGD : public Optimizer {
   /// everything Optimizer's constructor throws.
   SGD(std::vector<Tensor> params, SGDOptions options);
 
+  /// Inside a graph capture on the parameter's device (tensor/graph.h) the update reads the
+  /// learning rate from a slot every replay refills; throws std::logic_error there for a
+  /// parameter whose momentum buffer does not exist yet.
   void update(size_t i, const Tensor& grad) override;
+  bool capturable() const override { return true; }
   double lr() const override { return options_.lr; }
   void set_lr(double lr) override;
   const char* name() const override { return "SGD"; }

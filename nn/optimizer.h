@@ -88,7 +88,7 @@ class Optimizer {
 
   /// Whether update() may run inside a graph capture (tensor/graph.h): its per-step values
   /// (step count, learning rate) read from per-replay slots rather than baked into the
-  /// kernels (Note [Per-replay scalars]). Adam and AdamW: yes; the others: not yet.
+  /// kernels (Note [Per-replay scalars]). Adam, AdamW and SGD: yes.
   virtual bool capturable() const { return false; }
 
   /// Where each per-parameter state tensor on a device other than the CPU keeps its data, in

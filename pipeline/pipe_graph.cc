@@ -98,7 +98,7 @@ std::string Pipe::why_not_graphed(const nn::Tensors& inputs, const nn::Tensors& 
   }
   if (options_.processes != nullptr) return "a Pipe over processes: steps run eagerly";
   if (!optimizer.capturable()) {
-    return std::string(optimizer.name()) + " cannot be captured yet (Adam and AdamW can): "
+    return std::string(optimizer.name()) + " cannot be captured yet (Adam, AdamW and SGD can): "
            "steps run eagerly";
   }
   if (options.return_outputs || !options.arguments.empty() || options.schedule.has_value()) {

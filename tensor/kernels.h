@@ -136,6 +136,12 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax };
   X(sgd_step, (Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double lr,              \
                double momentum, double dampening, double weight_decay, bool nesterov,              \
                bool first_step))                                                                   \
+  /* sgd_step after the first step (first_step false), with lr read as one value of param's */    \
+  /* dtype from `lr` (memory of param's device) when the kernel runs, and nothing written */       \
+  /* unless `gate` (nullable, a float64) is 0: a replayed graph's update (tensor/graph.h). */      \
+  X(sgd_step_indirect, (Tensor& param, const Tensor& grad, Tensor& momentum_buffer,                \
+                        const void* lr, const void* gate, double momentum, double dampening,       \
+                        double weight_decay, bool nesterov))                                       \
   /* Adam / AdamW (torch.optim): step t >= 1; decoupled = AdamW (p *= 1 - lr*wd) else */           \
   /* g += wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g²; */                                      \
   /* p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps). */                                     \

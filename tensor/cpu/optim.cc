@@ -138,6 +138,18 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double
   });
 }
 
+void sgd_step_indirect(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const void* lr,
+                       const void* gate, double momentum, double dampening, double weight_decay,
+                       bool nesterov) {
+  if (gate != nullptr && !(*static_cast<const double*>(gate) == 0.0)) return;
+  dispatch_floating(param.dtype(), "sgd_step_indirect", [&](auto zero) {
+    using T = decltype(zero);
+    // The value rounded to T is exact in double: sgd_typed rounds it back to the same T.
+    sgd_typed<T>(param, grad, momentum_buffer, static_cast<double>(*static_cast<const T*>(lr)),
+                 momentum, dampening, weight_decay, nesterov, false);
+  });
+}
+
 void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, double lr,
                double beta1, double beta2, double eps, double weight_decay, bool decoupled,
                int64_t step) {

@@ -4,6 +4,8 @@
 // (kSmallLaunchLimits), where 1,237 elements wrap the grid-stride loops.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "cuda_kernels/launch_limits.h"
 #include "tests/cuda/gpu_test.h"
 
@@ -117,6 +119,48 @@ TEST_CASE("adam_step_indirect (values read when the kernel runs) equals adam_ste
       check_bitwise_equal(m2_g, m_g);
       check_bitwise_equal(v2_g, v_g);
       check_close(p2_g, p, tol(dtype, 1e-5, 1e-13), tol(dtype, 1e-6, 1e-14));
+    }
+  }
+}
+
+TEST_CASE("sgd_step_indirect (lr read when the kernel runs, a gate) equals sgd_step after its "
+          "first step, on the cpu and on cuda",
+          "[cuda][optim][graph]") {
+  if (!gpu_available_or_skip()) return;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (bool nesterov : {false, true}) {
+      INFO(dtype_name(dtype) << " nesterov " << nesterov);
+      Tensor p = random_tensor({777}, dtype, 95);
+      Tensor buf = Tensor::zeros(p.shape(), {dtype, Device::cpu(0)});
+      Tensor p2 = p.clone(), buf2 = buf.clone();
+      Tensor p_g = p.to(gpu()), buf_g = buf.to(gpu());
+      const Tensor open_gate = Tensor::zeros({1}, {DType::kFloat64, Device::cpu(0)});
+      const Tensor shut_gate = Tensor::full({1}, std::nan(""), {DType::kFloat64, Device::cpu(0)});
+      const Tensor open_g = open_gate.to(gpu()), shut_g = shut_gate.to(gpu());
+      for (int step = 0; step < kSteps; ++step) {
+        const double lr = 0.1 / (1 + step);
+        const Tensor grad = random_tensor(p.shape(), dtype, 96 + step);
+        cpu_kernels().sgd_step(p, grad, buf, lr, 0.9, 0.0, 1e-2, nesterov, step == 0);
+        if (step == 0) {  // the first step makes the buffer: never replayed
+          cpu_kernels().sgd_step(p2, grad, buf2, lr, 0.9, 0.0, 1e-2, nesterov, true);
+          gpu_kernels().sgd_step(p_g, grad.to(gpu()), buf_g, lr, 0.9, 0.0, 1e-2, nesterov, true);
+          continue;
+        }
+        const Tensor lr_value = Tensor::full({1}, lr, {dtype, Device::cpu(0)});
+        cpu_kernels().sgd_step_indirect(p2, grad, buf2, lr_value.raw_data(), open_gate.raw_data(),
+                                        0.9, 0.0, 1e-2, nesterov);
+        const Tensor lr_g = lr_value.to(gpu());
+        gpu_kernels().sgd_step_indirect(p_g, grad.to(gpu()), buf_g, lr_g.raw_data(),
+                                        open_g.raw_data(), 0.9, 0.0, 1e-2, nesterov);
+        // A shut gate (NaN: a failed step) writes nothing.
+        cpu_kernels().sgd_step_indirect(p2, grad, buf2, lr_value.raw_data(), shut_gate.raw_data(),
+                                        0.9, 0.0, 1e-2, nesterov);
+        gpu_kernels().sgd_step_indirect(p_g, grad.to(gpu()), buf_g, lr_g.raw_data(),
+                                        shut_g.raw_data(), 0.9, 0.0, 1e-2, nesterov);
+      }
+      check_bitwise_equal(p2, p);
+      check_bitwise_equal(buf2, buf);
+      check_close(p_g, p, tol(dtype, 1e-5, 1e-13), tol(dtype, 1e-6, 1e-14));
     }
   }
 }

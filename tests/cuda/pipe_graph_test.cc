@@ -16,6 +16,7 @@
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "nn/optim_adam.h"
+#include "nn/optim_sgd.h"
 #include "pipeline/pipe.h"
 #include "tensor/generator.h"
 #include "tests/cuda/gpu_test.h"
@@ -66,7 +67,7 @@ struct Run {
 };
 
 Run train(const Config& c, bool graphs, const std::vector<Batch>& data, double dropout = 0.0,
-          double max_grad_norm = 0.0) {
+          double max_grad_norm = 0.0, bool sgd = false) {
   const int stages = c.workers * c.virtual_stages;
   const std::vector<int> balance = stages == 1   ? std::vector<int>{7}
                                    : stages == 2 ? std::vector<int>{4, 3}
@@ -80,7 +81,9 @@ Run train(const Config& c, bool graphs, const std::vector<Batch>& data, double d
                                      .recompute = c.checkpoint},
                         .cuda_graphs = graphs,
                         .deferred_batch_norm = true});
-  nn::AdamW adam(pipe.parameters(), {.lr = 1e-2, .weight_decay = 1e-2});
+  nn::AdamW adamw(pipe.parameters(), {.lr = 1e-2, .weight_decay = 1e-2});
+  nn::SGD momentum(pipe.parameters(), {.lr = 1e-2, .momentum = 0.9, .nesterov = true});
+  nn::Optimizer& adam = sgd ? static_cast<nn::Optimizer&>(momentum) : adamw;
   const pipeline::LossFn loss = [](const Tensor& out, const Tensor& target) {
     return nn::cross_entropy(out, target);
   };
@@ -168,6 +171,14 @@ TEST_CASE("dropout in a graph draws every step's own mask; another kind of step 
     CHECK(graphed.replays == 5);
     check_equal(graphed, eager);
     CHECK_FALSE(graphed.losses.back() == unclipped.losses.back());  // it clipped
+  }
+  SECTION("SGD with Nesterov momentum: its learning rate a slot too") {
+    const std::vector<Batch> data = batches(6);
+    const Run eager = train(config, false, data, 0.25, 0.0, true);
+    const Run graphed = train(config, true, data, 0.25, 0.0, true);
+    CHECK(graphed.captures == 1);
+    CHECK(graphed.replays == 5);
+    check_equal(graphed, eager);
   }
   SECTION("a replayed step that fails (a target out of range) changes nothing, as the eager "
           "one") {
