@@ -156,19 +156,19 @@ void CachingAllocator::release_graph_pool(int64_t id) {
   auto it = graph_pools_.find(id);
   if (it == graph_pools_.end()) return;
   if (capturing_pool_ == id) capturing_pool_ = -1;
-  for (auto& [ptr, block] : live_) {
-    if (block.pool == id) block.pool = -1;  // an ordinary block from now on
-  }
   GraphPool& pool = it->second;
   pool.pending.clear();  // (only a capture that never ended leaves some; they are lost)
-  if (!pool.free.empty()) {
-    // The graph's last replay may still run: wait for the GPU, then give the memory back.
-    DeviceGuard guard(device());
-    PW_CUDA_REPORT(cudaDeviceSynchronize());
-    for (const auto& [size, block] : pool.free) {
-      PW_CUDA_REPORT(cudaFree(block.ptr));
-      reserved_.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
-    }
+  // The graph's last replay may still run, on whatever stream launched it (not the streams
+  // its blocks record): wait for the GPU before its live blocks become ordinary ones, reused
+  // by their recorded stream's order alone, and before the free ones go back to the driver.
+  DeviceGuard guard(device());
+  PW_CUDA_REPORT(cudaDeviceSynchronize());
+  for (const auto& [size, block] : pool.free) {
+    PW_CUDA_REPORT(cudaFree(block.ptr));
+    reserved_.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
+  }
+  for (auto& [ptr, block] : live_) {
+    if (block.pool == id) block.pool = -1;  // an ordinary block from now on
   }
   graph_pools_.erase(it);
 }

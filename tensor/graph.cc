@@ -115,7 +115,6 @@ void DeviceGraph::abandon_capture() noexcept {
   slots_used_ = 0;
 }
 
-
 void* DeviceGraph::scalar_slot(size_t bytes, Fill fill, Commit commit) {
   if (!capturing_) {
     throw std::logic_error("DeviceGraph::scalar_slot: the graph of " + device_.str() +

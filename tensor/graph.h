@@ -36,6 +36,7 @@
 //   for each step: graph.replay(stream, {x, y}); read results; graph.commit();
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -73,7 +74,7 @@ class DeviceGraph {
   void end_capture();
   /// Ends a capture that failed on the caller's side, discarding it. Never throws.
   void abandon_capture() noexcept;
-  bool capturing() const { return capturing_; }
+  bool capturing() const { return capturing_.load(std::memory_order_acquire); }
   bool captured() const { return exec_ != nullptr; }
 
   /// Before begin_capture, at most once: tensors of these shapes and dtypes on the graph's
@@ -130,7 +131,7 @@ class DeviceGraph {
   int64_t pool_;                  // the allocator's graph pool id (unique per DeviceGraph)
   void* exec_ = nullptr;
   const void* gate_ = nullptr;
-  bool capturing_ = false;
+  std::atomic<bool> capturing_{false};  // read by workers' scalar_slot calls
   Stream stream_;                 // the capture's stream
   struct Staged {
     Tensor tensor;      // a view of area_
