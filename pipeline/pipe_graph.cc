@@ -33,6 +33,7 @@ void StepGraph::reset(Key new_key) {
   targets.clear();
   key = std::move(new_key);
   eager_steps = 0;
+  stays_eager = false;
 }
 
 namespace {
@@ -142,6 +143,7 @@ StepResult Pipe::train_step(const nn::Tensors& inputs, const nn::Tensors& target
     }
     graph_->reset(std::move(key));
   }
+  if (graph_->stays_eager) return eager_step(inputs, targets, loss_fn, optimizer, options);
   if (graph_->eager_steps == 0) {
     StepResult result = eager_step(inputs, targets, loss_fn, optimizer, options);
     graph_->eager_steps = 1;
@@ -196,7 +198,7 @@ StepResult Pipe::capture_step(const nn::Tensors& inputs, const nn::Tensors& targ
     random_step_ = random_step;
     graph.reset();
     g.reset(*g.key);
-    g.eager_steps = 1 << 30;  // this kind stays eager
+    g.stays_eager = true;  // this kind is not tried again
     g.say_once(std::string("a step could not be captured (") + e.what() +
                "): steps of its kind run eagerly");
     return eager_step(inputs, targets, loss_fn, optimizer, options);

@@ -72,6 +72,7 @@ class StepGraph {
 
   std::optional<Key> key;
   int eager_steps = 0;                     // steps of `key` run eagerly so far
+  bool stays_eager = false;                // its capture failed: steps of `key` run eagerly
   std::unique_ptr<DeviceGraph> graph;
   std::shared_ptr<Step> step;              // the captured step: its losses' places, checks
   StepResult result;                       // the captured step's result, without values

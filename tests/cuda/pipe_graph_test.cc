@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/functions.h"
 #include "nn/activation.h"
 #include "nn/batch_norm.h"
 #include "nn/dropout.h"
@@ -38,6 +39,17 @@ nn::Sequential model(double dropout) {
   return nn::Sequential(nn::Linear(4, 16), nn::BatchNorm1d(16), nn::ReLU(), nn::Dropout(dropout),
                         nn::Linear(16, 16), nn::ReLU(), nn::Linear(16, 3));
 }
+
+/// Adds a constant made on the host at every forward: a copy from host memory, which a
+/// capture refuses (its replays would copy stale bytes).
+class AddHostConstant : public nn::Module {
+ public:
+  using Module::forward;
+  Tensor forward(const Tensor& x) override {
+    return autograd::add(x, Tensor::full({x.size(-1)}, 0.5).to(x.device()));
+  }
+  std::string str() const override { return "AddHostConstant()"; }
+};
 
 struct Batch {
   Tensor x, y;
@@ -194,6 +206,27 @@ TEST_CASE("dropout in a graph draws every step's own mask; another kind of step 
     CHECK(graphed.captures == 2);
     CHECK(graphed.replays == 3);
     check_equal(graphed, eager);
+  }
+  SECTION("a step that cannot be captured (a host copy in a forward) runs eagerly, every step") {
+    const std::vector<Batch> data = batches(5);
+    auto run = [&](bool graphs) {
+      Generator init(5);
+      GeneratorGuard guard(init);
+      Pipe pipe(nn::Sequential(nn::Linear(4, 8), AddHostConstant(), nn::ReLU(), nn::Linear(8, 3)),
+                PipeOptions{.balance = {2, 2},
+                            .devices = {gpu(), gpu()},
+                            .chunks = 2,
+                            .cuda_graphs = graphs});
+      nn::AdamW adamw(pipe.parameters(), {.lr = 1e-2});
+      std::vector<double> losses;
+      for (const Batch& b : data) {
+        losses.push_back(pipe.train_step(b.x, b.y, nn::cross_entropy, adamw).loss);
+      }
+      CHECK(pipe.graph_captures() == 0);
+      CHECK(pipe.graph_replays() == 0);
+      return losses;
+    };
+    CHECK(run(true) == run(false));
   }
   SECTION("a smaller last batch is another kind: eager, then the graph starts over") {
     std::vector<Batch> data = batches(6);
