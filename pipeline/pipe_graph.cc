@@ -28,7 +28,7 @@ void StepGraph::say_once(const std::string& message) {
 void StepGraph::reset(Key new_key) {
   graph.reset();  // first: its pool's blocks return while the tensors below still hold theirs
   step.reset();
-  result = StepResult{};
+  result = StepResult();
   inputs.clear();
   targets.clear();
   key = std::move(new_key);
