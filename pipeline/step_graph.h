@@ -4,21 +4,22 @@
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A warm step issues ~280 CUDA calls from the host (kernels, cuBLAS, events) for ~1 ms of GPU
 // work, so a small model's step is bound by the host. Pipe::train_step(..., optimizer) can
-// instead capture the whole step — zero_grad, every worker's actions of the schedule, the
-// loss, the optimizer's update on each stage's worker, the gather of the losses and deferred
-// checks — as one graph (tensor/graph.h) and replay it:
+// instead capture the whole step — every worker's actions of the schedule, the loss, the
+// gather of the losses and deferred checks, clipping (StepOptions::max_grad_norm), the
+// optimizer's update on each stage's worker — as one graph (tensor/graph.h) and replay it:
 //
 //   step 1 of a kind   eagerly (Adam's state is made; caches, cuBLAS workspaces warm up)
-//   step 2             captured on a stream of the Pipe: the caller's thread begins the
-//                      capture; each worker's stream joins it by waiting for the entry fence's
-//                      event (Note [The caller's streams], runtime.cc) and is joined back by
-//                      the exit fence, so every stream's work is in the one graph; memory
-//                      comes from the graph's pool (Note [Graph pools]); nothing runs
-//   every step from 2  the inputs copied into the captured step's own input tensors, the
-//                      per-replay scalars (Adam's lr and bias corrections, Note [Per-replay
-//                      scalars]) copied in one go, the graph launched on the caller's current
-//                      stream, the gathered losses and flags read (the step's one wait), the
-//                      slots' host state committed: 6 host CUDA calls
+//   step 2             zero_grad, then captured on a stream of the Pipe: the caller's thread
+//                      begins the capture; each worker's stream joins it by waiting for the
+//                      entry fence's event (Note [The caller's streams], runtime.cc) and is
+//                      joined back by the exit fence, so every stream's work is in the one
+//                      graph; memory comes from the graph's pool (Note [Graph pools]); nothing
+//                      runs; then launched as below
+//   every step from 2  the batch, its targets and the per-replay scalars (Adam's lr and bias
+//                      corrections, SGD's lr, Dropout's seeds: Note [Per-replay scalars]) sent
+//                      in one copy (Note [Staged inputs]), the graph launched on the caller's
+//                      current stream, the gathered losses and flags read (the step's one
+//                      wait), the slots' host state committed: 4 host CUDA calls
 //
 // A kind is a key: the inputs' and targets' shapes, dtypes and devices, the step's options,
 // the optimizer, and where every parameter, buffer and optimizer state lives (a graph reads
@@ -30,9 +31,11 @@
 // (the backend names the call CUDA refused, e.g. a host wait inside a kernel wrapper).
 //
 // What a replay cannot redo on the host is either the same every step (micro-batch sizes,
-// loss weights, the schedule) or read from device memory (the slots). Keyed random layers
-// would repeat one mask: Dropout refuses to be captured (its capture then fails, and the step
-// runs eagerly) until its key is a slot too.
+// loss weights, the schedule) or read from device memory (the slots: keyed Dropout's seed
+// included, so every replay draws its step's mask; a layer drawing from a Generator would
+// repeat one and is refused). A replay that fails is found by the host after the launch: the
+// captured step computes a gate from its gathered values first, which the updates read
+// (DeviceGraph::set_gate), so it changes nothing, as its eager step would not.
 #pragma once
 
 #include <cstdint>
