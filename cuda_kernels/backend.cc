@@ -197,7 +197,8 @@ class CudaBackend final : public DeviceBackend {
     CachingAllocator& allocator = caching_allocator(device_index);
     DeviceGuard guard(device_index);
     allocator.begin_graph_pool(pool);
-    const cudaError_t status = cudaStreamBeginCapture(as_stream(stream), cudaStreamCaptureModeGlobal);
+    const cudaError_t status =
+        cudaStreamBeginCapture(as_stream(stream), cudaStreamCaptureModeGlobal);
     if (status != cudaSuccess) {
       allocator.end_graph_pool();
       check(status, "cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal)", __FILE__,
@@ -227,7 +228,9 @@ class CudaBackend final : public DeviceBackend {
   void destroy_graph(int device_index, void* graph, int64_t pool) override {
     try {
       DeviceGuard guard(device_index);
-      if (graph != nullptr) PW_CUDA_REPORT(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)));
+      if (graph != nullptr) {
+        PW_CUDA_REPORT(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)));
+      }
       caching_allocator(device_index).release_graph_pool(pool);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "pipewright: destroying a graph of cuda:%d: %s\n", device_index,

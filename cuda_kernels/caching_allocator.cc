@@ -140,7 +140,9 @@ void CachingAllocator::end_graph_pool() {
   if (capturing_pool_ < 0) return;
   GraphPool& pool = graph_pools_[capturing_pool_];
   try {
-    for (const auto& [size, ptr] : pool.pending) pool.free.emplace(size, PoolBlock{ptr, nullptr, true});
+    for (const auto& [size, ptr] : pool.pending) {
+      pool.free.emplace(size, PoolBlock{ptr, nullptr, true});
+    }
   } catch (...) {
     // Out of host memory for an entry: that block stays the pool's, unused (counted).
   }

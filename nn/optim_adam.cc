@@ -137,13 +137,7 @@ void Adam::update_replayed(DeviceGraph& graph, size_t i, size_t group, const Ten
         const double t = static_cast<double>(state_[i].step + 1);
         const double values[4] = {o.lr, 1.0 - std::pow(o.betas.first, t),
                                   1.0 - std::pow(o.betas.second, t), 1.0 - o.lr * decay};
-        for (int k = 0; k < 4; ++k) {  // rounded once to the parameter's dtype, as eagerly
-          if (dtype == DType::kFloat32) {
-            static_cast<float*>(bytes)[k] = static_cast<float>(values[k]);
-          } else {
-            static_cast<double*>(bytes)[k] = values[k];
-          }
-        }
+        for (size_t k = 0; k < 4; ++k) store_scalar(bytes, k, values[k], dtype);  // as eagerly
       },
       [this, i] { state_[i].step += 1; });
   State& s = state_[i];
@@ -151,6 +145,16 @@ void Adam::update_replayed(DeviceGraph& graph, size_t i, size_t group, const Ten
                                                 graph.gate(), options_.betas.first,
                                                 options_.betas.second, options_.eps, decay,
                                                 options_.decoupled);
+}
+
+std::vector<const void*> Adam::state_addresses() const {
+  std::vector<const void*> out;
+  for (const State& s : state_) {
+    for (const Tensor* t : {&s.exp_avg, &s.exp_avg_sq}) {
+      if (t->defined() && !t->device().is_cpu()) out.push_back(t->raw_data());
+    }
+  }
+  return out;
 }
 
 std::vector<std::string> Adam::state_names() const { return {"step", "exp_avg", "exp_avg_sq"}; }

@@ -62,6 +62,7 @@ class Adam : public Optimizer {
   void update(size_t i, const Tensor& grad) override;
   double lr() const override { return options_.lr; }
   bool capturable() const override { return true; }
+  std::vector<const void*> state_addresses() const override;
   void set_lr(double lr) override;
   const char* name() const override { return options_.decoupled ? "AdamW" : "Adam"; }
   const AdamOptions& options() const { return options_; }

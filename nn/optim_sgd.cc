@@ -75,13 +75,7 @@ void SGD::update(size_t i, const Tensor& grad) {
     }
     void* lr = graph->scalar_slot(
         sizeof(double),
-        [this, dtype = param.dtype()](void* bytes) {
-          if (dtype == DType::kFloat32) {
-            *static_cast<float*>(bytes) = static_cast<float>(options_.lr);
-          } else {
-            *static_cast<double*>(bytes) = options_.lr;
-          }
-        },
+        [this, dtype = param.dtype()](void* bytes) { store_scalar(bytes, 0, options_.lr, dtype); },
         nullptr);
     Tensor no_buffer;
     PW_KERNEL(param.device(), sgd_step_indirect)(param, grad, o.momentum != 0 ? buffer : no_buffer,

@@ -93,8 +93,9 @@ class Optimizer {
 
   /// Where each per-parameter state tensor on a device other than the CPU keeps its data, in
   /// order (what a captured graph reads; a load_state_dict or a parameter's first step moves
-  /// them). No copies are made.
-  std::vector<const void*> state_addresses() const;
+  /// them). No copies are made. Default: from param_state(); Adam skips its per-call "step"
+  /// tensors (a replayed step asks every step).
+  virtual std::vector<const void*> state_addresses() const;
 
   /// Sets every parameter's .grad to undefined (PyTorch's zero_grad(set_to_none=True)).
   void zero_grad();

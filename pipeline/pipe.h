@@ -221,15 +221,6 @@ class Pipe {
   StepResult train_step(const nn::Tensors& inputs, const nn::Tensors& targets,
                         const TupleLossFn& loss_fn, const StepOptions& options = {});
 
-  /// Forward and loss of one mini-batch, no backward (torch.distributed.pipelining's
-  /// schedule.eval()): the forward actions of the fill-drain schedule (GPipe; looped BFS over
-  /// the placement when workers hold several stages), no autograd graph kept, no .grad
-  /// touched. The modules run in their current mode: call eval() first for BatchNorm's
-  /// running statistics and no Dropout (in training mode, deferred BatchNorm commits as in a
-  /// training step). Returns loss and micro-batch losses as train_step (a NaN/inf loss is
-  /// returned, not thrown: there is no backward to protect) and, with return_outputs, the
-  /// outputs. Errors as train_step, and std::invalid_argument for a StepOptions::schedule
-  /// (an evaluation runs forwards only).
   /// A whole training step: optimizer.zero_grad(), train_step(input, target, loss_fn,
   /// options), step(optimizer); the same result and the same bits. With
   /// PipeOptions::cuda_graphs, on one CUDA device, the second step of a kind (the same
@@ -253,6 +244,15 @@ class Pipe {
   int64_t graph_replays() const;
   int64_t graph_captures() const;
 
+  /// Forward and loss of one mini-batch, no backward (torch.distributed.pipelining's
+  /// schedule.eval()): the forward actions of the fill-drain schedule (GPipe; looped BFS over
+  /// the placement when workers hold several stages), no autograd graph kept, no .grad
+  /// touched. The modules run in their current mode: call eval() first for BatchNorm's
+  /// running statistics and no Dropout (in training mode, deferred BatchNorm commits as in a
+  /// training step). Returns loss and micro-batch losses as train_step (a NaN/inf loss is
+  /// returned, not thrown: there is no backward to protect) and, with return_outputs, the
+  /// outputs. Errors as train_step, and std::invalid_argument for a StepOptions::schedule
+  /// (an evaluation runs forwards only).
   StepResult eval_step(const nn::Tensors& inputs, const nn::Tensors& targets,
                        const TupleLossFn& loss_fn, const StepOptions& options = {});
   StepResult eval_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
@@ -375,11 +375,13 @@ class Pipe {
                           const TupleLossFn& loss_fn, nn::Optimizer& optimizer,
                           const StepOptions& options);
   StepResult replay_step(const nn::Tensors& inputs, const nn::Tensors& targets);
+  /// The parameters of the stages this process runs (every stage in one process).
+  nn::Tensors local_parameters() const;
   /// StepOptions::max_grad_norm (Note [Clipping without a host read], pipe_clip_grad.cc).
   void clip_grads_on_device(double max_norm);
   /// Why this step cannot be a graph ("" when it can).
-  std::string why_not_graphed(const nn::Tensors& inputs, const nn::Tensors& targets,
-                              nn::Optimizer& optimizer, const StepOptions& options) const;
+  std::string why_not_graphed(const nn::Tensors& inputs, const nn::Optimizer& optimizer,
+                              const StepOptions& options) const;
   Schedule fill_drain_schedule(int microbatches) const;
   void run(Step& step, const std::vector<std::vector<Action>>& actions);
   /// Throws std::logic_error when this Pipe was moved from: every public function but the

@@ -11,16 +11,21 @@
 
 namespace pipewright::pipeline {
 
-// Each process holds the gradients of the stages its workers run (in one process: all of
-// them). Its share of the norm (Σ|g|^p, or max|g|) is combined over the processes of the
-// pipeline, so every process gets the same total and scales its own gradients by it.
-double Pipe::clip_grad_norm(double max_norm, double norm_type) {
+nn::Tensors Pipe::local_parameters() const {
   nn::Tensors local;
   for (int s = 0; s < num_stages(); ++s) {
     if (!runs_stage(s)) continue;
     const nn::Tensors stage = runtime_->partition(s).parameters();
     local.insert(local.end(), stage.begin(), stage.end());
   }
+  return local;
+}
+
+// Each process holds the gradients of the stages its workers run (in one process: all of
+// them). Its share of the norm (Σ|g|^p, or max|g|) is combined over the processes of the
+// pipeline, so every process gets the same total and scales its own gradients by it.
+double Pipe::clip_grad_norm(double max_norm, double norm_type) {
+  const nn::Tensors local = local_parameters();
   // A tied parameter counts once (Note [Tied parameters]): its first copy's gradient.
   nn::Tensors counted;
   for (const Tensor& p : local) {
@@ -44,11 +49,7 @@ double Pipe::clip_grad_norm(double max_norm, double norm_type) {
 // whole steps run these same ops, so they agree bit for bit; the result differs from
 // clip_grad_norm's (a host sum in another order) by rounding.
 void Pipe::clip_grads_on_device(double max_norm) {
-  nn::Tensors local;
-  for (int s = 0; s < num_stages(); ++s) {
-    const nn::Tensors stage = runtime_->partition(s).parameters();
-    local.insert(local.end(), stage.begin(), stage.end());
-  }
+  const nn::Tensors local = local_parameters();  // every stage: one process (checked)
   const Device device = runtime_->stage_devices().front();
   Tensor total;
   for (const Tensor& p : local) {
@@ -71,12 +72,7 @@ void Pipe::clip_grads_on_device(double max_norm) {
 // Every copy of a tied parameter holds the group's gradient (scaled alike), so each is
 // unscaled; the finding is the maximum over the processes' (1 or 0).
 bool Pipe::unscale_grads(nn::GradScaler& scaler) {
-  nn::Tensors local;
-  for (int s = 0; s < num_stages(); ++s) {
-    if (!runs_stage(s)) continue;
-    const nn::Tensors stage = runtime_->partition(s).parameters();
-    local.insert(local.end(), stage.begin(), stage.end());
-  }
+  const nn::Tensors local = local_parameters();
   Processes* processes = options_.processes.get();
   if (processes == nullptr) return scaler.unscale(local);
   return scaler.unscale(local, [processes](double found) {

@@ -32,7 +32,7 @@ void StepGraph::reset(Key new_key) {
   inputs.clear();
   targets.clear();
   key = std::move(new_key);
-  eager_steps = 0;
+  ran_eagerly = false;
   stays_eager = false;
 }
 
@@ -90,8 +90,8 @@ StepResult Pipe::eager_step(const nn::Tensors& inputs, const nn::Tensors& target
   return result;
 }
 
-std::string Pipe::why_not_graphed(const nn::Tensors& inputs, const nn::Tensors& targets,
-                                  nn::Optimizer& optimizer, const StepOptions& options) const {
+std::string Pipe::why_not_graphed(const nn::Tensors& inputs, const nn::Optimizer& optimizer,
+                                  const StepOptions& options) const {
   const std::vector<Device>& devices = runtime().stage_devices();
   std::set<Device> distinct(devices.begin(), devices.end());
   if (distinct.size() != 1 || !devices.front().is_cuda()) {
@@ -110,7 +110,6 @@ std::string Pipe::why_not_graphed(const nn::Tensors& inputs, const nn::Tensors& 
       return "an input that requires grad: steps run eagerly";
     }
   }
-  (void)targets;
   return "";
 }
 
@@ -129,7 +128,7 @@ StepResult Pipe::train_step(const nn::Tensors& inputs, const nn::Tensors& target
   }
   if (!options_.cuda_graphs) return eager_step(inputs, targets, loss_fn, optimizer, options);
   if (graph_ == nullptr) graph_ = std::make_unique<StepGraph>();
-  const std::string why_not = why_not_graphed(inputs, targets, optimizer, options);
+  const std::string why_not = why_not_graphed(inputs, optimizer, options);
   if (!why_not.empty()) {
     graph_->say_once(why_not);
     if (graph_->graph != nullptr) graph_->reset({});
@@ -144,9 +143,9 @@ StepResult Pipe::train_step(const nn::Tensors& inputs, const nn::Tensors& target
     graph_->reset(std::move(key));
   }
   if (graph_->stays_eager) return eager_step(inputs, targets, loss_fn, optimizer, options);
-  if (graph_->eager_steps == 0) {
+  if (!graph_->ran_eagerly) {
     StepResult result = eager_step(inputs, targets, loss_fn, optimizer, options);
-    graph_->eager_steps = 1;
+    graph_->ran_eagerly = true;
     // The step may have made tensors (the optimizer's state): the next step's kind is what
     // this one left behind.
     graph_->key = make_key(inputs, targets, module(), optimizer, options);

@@ -74,7 +74,7 @@ class StepGraph {
   void reset(Key key);
 
   std::optional<Key> key;
-  int eager_steps = 0;                     // steps of `key` run eagerly so far
+  bool ran_eagerly = false;                // a step of `key` ran eagerly (next: capture)
   bool stays_eager = false;                // its capture failed: steps of `key` run eagerly
   std::unique_ptr<DeviceGraph> graph;
   std::shared_ptr<Step> step;              // the captured step: its losses' places, checks

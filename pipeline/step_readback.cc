@@ -53,7 +53,8 @@ GatheredValues gather_step_values(Step& step) {
         order.push_back(v.what);
       }
       groups.push_back(cat(parts).to(DType::kFloat64));
-      if (step.defer_read) {  // the gate: Σ loss·0 (NaN for a non-finite loss) + relu(max flag + 1)
+      // With defer_read, the gate: Σ loss·0 (NaN for a non-finite loss) + relu(max flag + 1).
+      if (step.defer_read) {
         const Tensor& group = groups.back();
         const bool losses = values.front().what.loss >= 0;  // a dtype holds losses or flags
         Tensor part = losses ? ops::sum(ops::mul(group, 0.0))

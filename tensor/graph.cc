@@ -27,6 +27,14 @@ int64_t new_pool_id() {
 
 }  // namespace
 
+void store_scalar(void* bytes, size_t index, double value, DType dtype) {
+  if (dtype == DType::kFloat32) {
+    static_cast<float*>(bytes)[index] = static_cast<float>(value);
+  } else {
+    static_cast<double*>(bytes)[index] = value;
+  }
+}
+
 DeviceGraph::DeviceGraph(Device device)
     : device_(device), pool_(new_pool_id()), stream_(Stream::default_stream(device)) {}
 

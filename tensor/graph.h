@@ -49,6 +49,17 @@
 
 namespace pipewright {
 
+/// Writes `value` rounded once to `dtype` (float32, else float64) as element `index` of
+/// `bytes`: a slot's fill for a kernel that reads its values in a parameter's dtype.
+void store_scalar(void* bytes, size_t index, double value, DType dtype);
+
+/// Whether `gate` (a float64 on the kernel's device that a captured step computed; nullptr:
+/// no gate) says the step failed, so an update reading it writes nothing
+/// (DeviceGraph::set_gate). For the CPU kernels; CUDA kernels test the same on the device.
+inline bool gate_closed(const void* gate) {
+  return gate != nullptr && !(*static_cast<const double*>(gate) == 0.0);
+}
+
 class DeviceGraph {
  public:
   using Fill = std::function<void(void* bytes)>;

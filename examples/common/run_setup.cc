@@ -110,17 +110,27 @@ Tensor whole_model_forward(pipeline::Pipe& pipe, const Tensor& x,
   return y;
 }
 
-pipeline::StepResult train_one_step(pipeline::Pipe& pipe, distributed::MpiProcesses* processes,
-                                    const Tensor& input, const Tensor& target,
-                                    const pipeline::LossFn& loss_fn, std::ostream& log,
-                                    const pipeline::StepOptions& options) {
+namespace {
+/// `step()`, and on failure "step failed at <where>" on `log`, the exception unchanged.
+template <class Step>
+pipeline::StepResult reporting_failure(pipeline::Pipe& pipe, std::ostream& log, Step step) {
   try {
-    if (processes) return distributed::train_step(pipe, input, target, loss_fn, options);
-    return pipe.train_step(input, target, loss_fn, options);
+    return step();
   } catch (...) {  // the exception is unchanged; say where in the pipeline it began
     if (auto failure = pipe.last_failure()) log << "\nstep failed at " << failure->str() << "\n";
     throw;
   }
+}
+}  // namespace
+
+pipeline::StepResult train_one_step(pipeline::Pipe& pipe, distributed::MpiProcesses* processes,
+                                    const Tensor& input, const Tensor& target,
+                                    const pipeline::LossFn& loss_fn, std::ostream& log,
+                                    const pipeline::StepOptions& options) {
+  return reporting_failure(pipe, log, [&] {
+    return processes ? distributed::train_step(pipe, input, target, loss_fn, options)
+                     : pipe.train_step(input, target, loss_fn, options);
+  });
 }
 
 bool graphed_steps(const TrainConfig& config, const distributed::MpiProcesses* processes,
@@ -140,12 +150,9 @@ pipeline::StepResult graphed_step(pipeline::Pipe& pipe, nn::Optimizer& optimizer
                                   const Tensor& input, const Tensor& target,
                                   const pipeline::LossFn& loss_fn, std::ostream& log,
                                   double grad_clip) {
-  try {
+  return reporting_failure(pipe, log, [&] {
     return pipe.train_step(input, target, loss_fn, optimizer, {.max_grad_norm = grad_clip});
-  } catch (...) {
-    if (auto failure = pipe.last_failure()) log << "\nstep failed at " << failure->str() << "\n";
-    throw;
-  }
+  });
 }
 
 bool optimizer_step(pipeline::Pipe& pipe, nn::Optimizer& optimizer, nn::GradScaler& scaler,

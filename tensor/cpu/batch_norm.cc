@@ -21,6 +21,7 @@
 
 #include "tensor/cpu/common.h"
 #include "tensor/cpu/kernel_table.h"
+#include "tensor/graph.h"
 
 namespace pipewright::cpu {
 namespace {
@@ -247,7 +248,7 @@ void batch_norm_accumulate(const Tensor& mean, const Tensor& var, double count, 
 void batch_norm_commit(const Tensor& mean, const Tensor& m2, double count, double momentum,
                        Tensor& running_mean, Tensor& running_var, Tensor& num_batches_tracked,
                        const void* gate) {
-  if (gate != nullptr && !(*static_cast<const double*>(gate) == 0.0)) return;
+  if (gate_closed(gate)) return;  // a replayed step that failed
   int64_t* tracked = num_batches_tracked.data<int64_t>();
   const double f = momentum >= 0 ? momentum : 1.0 / static_cast<double>(*tracked + 1);
   const double unbiased = count > 1 ? count - 1 : count;

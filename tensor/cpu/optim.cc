@@ -6,6 +6,7 @@
 
 #include "tensor/cpu/common.h"
 #include "tensor/cpu/kernel_table.h"
+#include "tensor/graph.h"
 
 namespace pipewright::cpu {
 namespace {
@@ -141,7 +142,7 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double
 void sgd_step_indirect(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const void* lr,
                        const void* gate, double momentum, double dampening, double weight_decay,
                        bool nesterov) {
-  if (gate != nullptr && !(*static_cast<const double*>(gate) == 0.0)) return;
+  if (gate_closed(gate)) return;  // a replayed step that failed
   dispatch_floating(param.dtype(), "sgd_step_indirect", [&](auto zero) {
     using T = decltype(zero);
     // The value rounded to T is exact in double: sgd_typed rounds it back to the same T.
@@ -168,7 +169,7 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
 void adam_step_indirect(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                         const void* coefficients, const void* gate, double beta1, double beta2,
                         double eps, double weight_decay, bool decoupled) {
-  if (gate != nullptr && !(*static_cast<const double*>(gate) == 0.0)) return;
+  if (gate_closed(gate)) return;  // a replayed step that failed
   dispatch_floating(param.dtype(), "adam_step_indirect", [&](auto zero) {
     using T = decltype(zero);
     const T* c = static_cast<const T*>(coefficients);

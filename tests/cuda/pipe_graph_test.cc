@@ -60,7 +60,8 @@ std::vector<Batch> batches(int steps) {
   for (int s = 0; s < steps; ++s) {
     std::vector<int64_t> labels;
     for (int64_t r = 0; r < kRows; ++r) labels.push_back((r * 5 + s) % 3);
-    out.push_back({pipeline::testing::randn({kRows, 4}, 300 + s), Tensor::from_vector(labels, {kRows})});
+    out.push_back(
+        {pipeline::testing::randn({kRows, 4}, 300 + s), Tensor::from_vector(labels, {kRows})});
   }
   return out;
 }

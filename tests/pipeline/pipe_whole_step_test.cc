@@ -1,7 +1,8 @@
 // Pipe::train_step(x, y, loss_fn, optimizer): the whole step in one call (zero_grad, the step,
 // the optimizer on each stage's worker) equals the three calls bit for bit; its
 // StepOptions::max_grad_norm clips on the device to what clip_grad_norm gives, up to rounding;
-// the options are checked; PipeOptions::cuda_graphs on CPU devices leaves every step eager. (Graphs themselves: tests/cuda:pipe_graph_test.)
+// the options are checked; PipeOptions::cuda_graphs on CPU devices leaves every step eager.
+// (Graphs themselves: tests/cuda:pipe_graph_test.)
 #include <catch2/catch.hpp>
 
 #include <cmath>
