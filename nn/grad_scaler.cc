@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
+#include <string>
 
 #include "nn/clip_grad.h"
 #include "tensor/ops.h"
@@ -32,13 +33,19 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(op
   }
 }
 
+namespace {
+void check_not_unscaled(bool unscaled, const char* what) {
+  if (unscaled) {
+    throw std::logic_error(std::string("GradScaler::") + what + ": this step was already "
+                           "unscaled since the last update(); unscale once per step");
+  }
+}
+}  // namespace
+
 bool GradScaler::unscale(const std::vector<Tensor>& params,
                          const std::function<double(double)>& combine) {
   if (!options_.enabled) return false;
-  if (unscaled_) {
-    throw std::logic_error("GradScaler::unscale: already called since the last update(); "
-                           "unscale once per step");
-  }
+  check_not_unscaled(unscaled_, "unscale");
   const double inverse = 1.0 / scale_;
   for (const Tensor& p : params) {
     Tensor g = p.defined() ? p.grad() : Tensor();
@@ -58,6 +65,13 @@ bool GradScaler::unscale(const std::vector<Tensor>& params,
   unscaled_ = true;
   found_inf_ = found != 0.0;
   return found_inf_;
+}
+
+void GradScaler::set_found_inf(bool found_inf) {
+  if (!options_.enabled) return;
+  check_not_unscaled(unscaled_, "set_found_inf");
+  unscaled_ = true;
+  found_inf_ = found_inf;
 }
 
 bool GradScaler::step(Optimizer& optimizer) {

@@ -18,6 +18,10 @@
 //     scaler.update();
 //     optimizer.zero_grad();
 //   }
+// or, the same in one call (unscaled on the device, so a CUDA graph can hold it; pipe.h):
+//   StepResult r = pipe.train_step(x, y, loss_fn, optimizer,
+//                                  {.grad_scaler = &scaler, .max_grad_norm = 1.0});
+//   (r.skipped: the step overflowed; nothing was updated and the scale backed off)
 // In a pipeline the decision is one for the whole model: Pipe::unscale_grads combines every
 // stage's and every process's finding before any optimizer steps (pipeline/pipe.h).
 #pragma once
@@ -47,6 +51,8 @@ class GradScaler {
 
   /// The factor to multiply this step's loss by (1 when disabled).
   double scale() const { return options_.enabled ? scale_ : 1.0; }
+  /// GradScalerOptions::enabled.
+  bool enabled() const { return options_.enabled; }
 
   /// Divides each parameter's .grad by scale(), in place (float32 or float64 gradients), and
   /// finds whether any gradient is inf or NaN. `combine` merges this process's finding (1 or
@@ -55,6 +61,13 @@ class GradScaler {
   /// update() throws std::logic_error (torch's "unscale_() has already been called").
   bool unscale(const std::vector<Tensor>& params,
                const std::function<double(double)>& combine = {});
+
+  /// Records the finding of an unscale done elsewhere (Pipe::train_step's whole step with
+  /// StepOptions::grad_scaler divides the gradients on the device and reads the finding with
+  /// the step's losses), as unscale() would have: update() then backs off or grows from it.
+  /// Does nothing when disabled. Throws std::logic_error, as unscale() does, when this step
+  /// was already unscaled.
+  void set_found_inf(bool found_inf);
 
   /// optimizer.step() unless a gradient overflowed, after unscale(optimizer.params()) when
   /// this step has not been unscaled yet. Returns whether the optimizer stepped.

@@ -139,7 +139,7 @@ void Adam::update_replayed(DeviceGraph& graph, size_t i, size_t group, const Ten
                                   1.0 - std::pow(o.betas.second, t), 1.0 - o.lr * decay};
         for (size_t k = 0; k < 4; ++k) store_scalar(bytes, k, values[k], dtype);  // as eagerly
       },
-      [this, i] { state_[i].step += 1; });
+      [this, i] { state_[i].step += 1; }, /*gated=*/true);  // a skipped step keeps `step`
   State& s = state_[i];
   PW_KERNEL(param.device(), adam_step_indirect)(param, grad, s.exp_avg, s.exp_avg_sq, slot,
                                                 graph.gate(), options_.betas.first,

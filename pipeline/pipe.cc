@@ -47,6 +47,9 @@ void refuse_step_only_options(const StepOptions& options) {
   if (!options.target_chunks.empty()) add("target_chunks (forward takes no targets)");
   if (options.reduction != LossReduction::kMean) add("reduction (the loss is the caller's)");
   if (options.loss_scale != 1.0) add("loss_scale (scale the loss you backpropagate)");
+  if (options.max_grad_norm != 0.0) add("max_grad_norm (clip before step: clip_grad_norm)");
+  if (options.grad_scaler != nullptr) add("grad_scaler (the whole step's: train_step with an "
+                                          "optimizer)");
   if (!refused.empty()) {
     throw std::invalid_argument("Pipe::forward: StepOptions fields it cannot honour are set: " +
                                 refused);

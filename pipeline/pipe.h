@@ -125,6 +125,18 @@ struct StepOptions {
   /// non-finite value, or a non-zero one without an optimizer or across processes (use
   /// Pipe::clip_grad_norm there).
   double max_grad_norm = 0.0;
+  /// train_step with an optimizer only: dynamic loss scaling inside the whole step
+  /// (nn/grad_scaler.h; torch.amp.GradScaler's semantics): the backward starts from the loss
+  /// times grad_scaler->scale(), every gradient is then divided by it and checked for inf/NaN
+  /// on the device (Note [Loss scaling without a host read], pipe_clip_grad.cc), clipped
+  /// when max_grad_norm is set, and the optimizer steps unless a gradient anywhere overflowed;
+  /// then grad_scaler->update() (the scale backs off after an overflow, grows after
+  /// growth_interval clean steps). StepResult::skipped says whether the update was skipped.
+  /// With PipeOptions::processes the finding is combined over the pipeline's processes.
+  /// A disabled scaler changes nothing. Not owned: it must outlive the call. Throws
+  /// std::invalid_argument when set with loss_scale != 1, or on a train_step without an
+  /// optimizer (use loss_scale and unscale_grads there).
+  nn::GradScaler* grad_scaler = nullptr;
 };
 
 class Pipe {
@@ -365,20 +377,30 @@ class Pipe {
 
   /// `captured`: when given, the step's values are gathered but not read (Step::defer_read)
   /// and the Step is handed out (a graph capture reads them after each replay).
+  /// `loss_scale`: the whole step's loss scale as a one-element float64 tensor on a device
+  /// (StepOptions::grad_scaler; undefined: options.loss_scale, a number).
   StepResult run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
                       const TupleLossFn& loss_fn, const StepOptions& options,
-                      bool with_backward, std::shared_ptr<Step>* captured = nullptr);
+                      bool with_backward, std::shared_ptr<Step>* captured = nullptr,
+                      const Tensor& loss_scale = Tensor());
   StepResult eager_step(const nn::Tensors& inputs, const nn::Tensors& targets,
                         const TupleLossFn& loss_fn, nn::Optimizer& optimizer,
                         const StepOptions& options);
   StepResult capture_step(const nn::Tensors& inputs, const nn::Tensors& targets,
                           const TupleLossFn& loss_fn, nn::Optimizer& optimizer,
                           const StepOptions& options);
-  StepResult replay_step(const nn::Tensors& inputs, const nn::Tensors& targets);
+  StepResult replay_step(const nn::Tensors& inputs, const nn::Tensors& targets,
+                         nn::GradScaler* scaler);
   /// The parameters of the stages this process runs (every stage in one process).
   nn::Tensors local_parameters() const;
   /// StepOptions::max_grad_norm (Note [Clipping without a host read], pipe_clip_grad.cc).
   void clip_grads_on_device(double max_norm);
+  /// StepOptions::grad_scaler (Note [Loss scaling without a host read], pipe_clip_grad.cc):
+  /// divides this process's gradients by `scale` (one float64 on a device) and returns the
+  /// finding, a float64 on home_device(): 0, or NaN when a gradient is inf or NaN.
+  Tensor unscale_grads_on_device(const Tensor& scale);
+  /// The device of the first stage this process runs (where the whole step's scalars live).
+  Device home_device() const;
   /// Why this step cannot be a graph ("" when it can).
   std::string why_not_graphed(const nn::Tensors& inputs, const nn::Optimizer& optimizer,
                               const StepOptions& options) const;

@@ -50,7 +50,7 @@ double Pipe::clip_grad_norm(double max_norm, double norm_type) {
 // clip_grad_norm's (a host sum in another order) by rounding.
 void Pipe::clip_grads_on_device(double max_norm) {
   const nn::Tensors local = local_parameters();  // every stage: one process (checked)
-  const Device device = runtime_->stage_devices().front();
+  const Device device = home_device();
   Tensor total;
   for (const Tensor& p : local) {
     const Tensor g = p.grad();
@@ -67,6 +67,42 @@ void Pipe::clip_grads_on_device(double max_norm) {
     if (!g.defined()) continue;
     p.set_grad(ops::mul(g, coef.to(g.dtype()).to(g.device()).reshape({})));
   }
+}
+
+Device Pipe::home_device() const {
+  for (int s = 0; s < num_stages(); ++s) {
+    if (runs_stage(s)) return runtime_->stage_devices()[static_cast<size_t>(s)];
+  }
+  return runtime_->stage_devices().front();
+}
+
+// Note [Loss scaling without a host read]
+// StepOptions::grad_scaler runs GradScaler's unscale inside the whole step by device ops, so
+// a CUDA graph can hold it: the scale S is a one-element float64 on the device (the whole
+// step's own input: a replay copies this step's S in with the batch), the backward starts
+// from n_j/N times S cast to the loss's dtype (pipe_train_step.cc), every gradient is then
+// multiplied by 1/S (computed in float64 on the device, cast to its dtype: GradScaler::unscale
+// multiplies by the same rounded value), and the finding is Σ_g Σ|g| (float64, on the home
+// device) times 0: 0 when every gradient is finite, NaN otherwise (inf·0 and NaN·0 are NaN;
+// a finite sum that overflows float64 counts as an overflow, as in unscale). The optimizer's
+// kernels read gate + finding (DeviceGraph::set_gate), so a replay that overflowed changes
+// no parameter and no optimizer state; the finding comes to the host with the step's losses
+// (its one read) and tells the scaler (GradScaler::set_found_inf, update) and the slots
+// whose state only a real update advances (Adam's step count: DeviceGraph::commit(false)).
+// The eager whole step runs the same ops and reads the finding itself, combined over the
+// pipeline's processes, before it decides to step.
+Tensor Pipe::unscale_grads_on_device(const Tensor& scale) {
+  const Device device = home_device();
+  const Tensor inverse = ops::rdiv(scale.to(device), 1.0);  // 1/S in float64
+  Tensor total = Tensor::zeros({1}, {.dtype = DType::kFloat64, .device = device});
+  for (Tensor p : local_parameters()) {
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    const Tensor unscaled = ops::mul(g, inverse.to(g.device()).to(g.dtype()).reshape({}));
+    p.set_grad(unscaled);
+    total = ops::add(total, ops::sum(ops::abs(unscaled)).to(DType::kFloat64).to(device));
+  }
+  return ops::mul(total, 0.0);
 }
 
 // Every copy of a tied parameter holds the group's gradient (scaled alike), so each is

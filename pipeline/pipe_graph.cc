@@ -14,6 +14,7 @@
 #include "pipeline/runtime.h"
 #include "pipeline/step_graph.h"
 #include "pipeline/step_readback.h"
+#include "tensor/ops.h"
 
 namespace pipewright::pipeline {
 
@@ -31,12 +32,19 @@ void StepGraph::reset(Key new_key) {
   result = StepResult();
   inputs.clear();
   targets.clear();
+  loss_scale = Tensor();
+  update_gate = Tensor();
   key = std::move(new_key);
   ran_eagerly = false;
   stays_eager = false;
 }
 
 namespace {
+
+/// Whether the whole step scales its loss (StepOptions::grad_scaler, enabled).
+bool scaling(const StepOptions& options) {
+  return options.grad_scaler != nullptr && options.grad_scaler->enabled();
+}
 
 StepGraph::Key make_key(const nn::Tensors& inputs, const nn::Tensors& targets,
                         const nn::Sequential& module, nn::Optimizer& optimizer,
@@ -55,6 +63,7 @@ StepGraph::Key make_key(const nn::Tensors& inputs, const nn::Tensors& targets,
   key.reduction = static_cast<int>(options.reduction);
   key.loss_scale = options.loss_scale;
   key.max_grad_norm = options.max_grad_norm;
+  key.loss_scaling = scaling(options);
   key.first_sample = options.first_sample;
   key.training = module.is_training();
   return key;
@@ -72,10 +81,11 @@ StepResult Pipe::train_step(const Tensor& input, const Tensor& target, const Los
 }
 
 namespace {
-/// The options a plain train_step gets: clipping is the whole step's (max_grad_norm).
-StepOptions without_clipping(const StepOptions& options) {
+/// The options a plain train_step gets: clipping and loss scaling are the whole step's.
+StepOptions plain_options(const StepOptions& options) {
   StepOptions plain = options;
   plain.max_grad_norm = 0.0;
+  plain.grad_scaler = nullptr;
   return plain;
 }
 }  // namespace
@@ -84,9 +94,28 @@ StepResult Pipe::eager_step(const nn::Tensors& inputs, const nn::Tensors& target
                             const TupleLossFn& loss_fn, nn::Optimizer& optimizer,
                             const StepOptions& options) {
   optimizer.zero_grad();
-  StepResult result = train_step(inputs, targets, loss_fn, without_clipping(options));
+  if (!scaling(options)) {
+    StepResult result = train_step(inputs, targets, loss_fn, plain_options(options));
+    if (options.max_grad_norm > 0) clip_grads_on_device(options.max_grad_norm);
+    step(optimizer);
+    return result;
+  }
+  // Note [Loss scaling without a host read] (pipe_clip_grad.cc): the ops a graph captures,
+  // with the finding read here, before the decision.
+  nn::GradScaler& scaler = *options.grad_scaler;
+  const Tensor scale = Tensor::full({1}, scaler.scale(),
+                                    {.dtype = DType::kFloat64, .device = home_device()});
+  StepResult result = run_step(inputs, targets, loss_fn, plain_options(options), true,
+                               nullptr, scale);
+  double found = unscale_grads_on_device(scale).item() == 0.0 ? 0.0 : 1.0;
+  if (options_.processes != nullptr) {
+    found = options_.processes->combine_over_pipeline(found, /*max=*/true);
+  }
   if (options.max_grad_norm > 0) clip_grads_on_device(options.max_grad_norm);
-  step(optimizer);
+  result.skipped = found != 0.0;
+  if (!result.skipped) step(optimizer);
+  scaler.set_found_inf(result.skipped);
+  scaler.update();
   return result;
 }
 
@@ -121,6 +150,11 @@ StepResult Pipe::train_step(const nn::Tensors& inputs, const nn::Tensors& target
     throw std::invalid_argument("train_step: StepOptions::max_grad_norm must be >= 0 and "
                                 "finite, got " + std::to_string(options.max_grad_norm));
   }
+  if (options.grad_scaler != nullptr && options.loss_scale != 1.0) {
+    throw std::invalid_argument("train_step: StepOptions::grad_scaler scales the loss itself; "
+                                "leave loss_scale 1 (got " + std::to_string(options.loss_scale) +
+                                ")");
+  }
   if (options.max_grad_norm > 0 && options_.processes != nullptr) {
     throw std::invalid_argument("train_step: StepOptions::max_grad_norm clips within one "
                                 "process; across processes use Pipe::clip_grad_norm between "
@@ -152,7 +186,7 @@ StepResult Pipe::train_step(const nn::Tensors& inputs, const nn::Tensors& target
     return result;
   }
   if (graph_->graph == nullptr) return capture_step(inputs, targets, loss_fn, optimizer, options);
-  return replay_step(inputs, targets);
+  return replay_step(inputs, targets, options.grad_scaler);
 }
 
 StepResult Pipe::capture_step(const nn::Tensors& inputs, const nn::Tensors& targets,
@@ -170,10 +204,13 @@ StepResult Pipe::capture_step(const nn::Tensors& inputs, const nn::Tensors& targ
       if (t.defined()) specs.emplace_back(t.shape(), t.dtype());
     }
   }
+  const bool scaled = scaling(options);
+  if (scaled) specs.emplace_back(Shape({1}), DType::kFloat64);  // the loss scale, last
   const std::vector<Tensor> staged = graph->stage_inputs(specs);
   size_t next = 0;
   for (const Tensor& t : inputs) g.inputs.push_back(t.defined() ? staged[next++] : Tensor());
   for (const Tensor& t : targets) g.targets.push_back(t.defined() ? staged[next++] : Tensor());
+  if (scaled) g.loss_scale = staged[next++];
   const uint64_t random_step = random_step_;
   std::shared_ptr<Step> step;
   StepResult result;
@@ -185,7 +222,17 @@ StepResult Pipe::capture_step(const nn::Tensors& inputs, const nn::Tensors& targ
     StreamGuard on_capture_stream(*g.stream);
     graph->begin_capture(*g.stream);
     try {
-      result = run_step(g.inputs, g.targets, loss_fn, without_clipping(options), true, &step);
+      result = run_step(g.inputs, g.targets, loss_fn, plain_options(options), true, &step,
+                        g.loss_scale);
+      if (scaled) {
+        // Note [Loss scaling without a host read]: the updates read the step's gate plus the
+        // finding; the finding is read with the losses.
+        const Tensor finding = unscale_grads_on_device(g.loss_scale);
+        add_overflow_finding(step->gathered, finding);
+        const Tensor& gate = step->gathered.gate;
+        g.update_gate = gate.defined() ? ops::add(gate, finding.to(gate.device())) : finding;
+        graph->set_gate(g.update_gate.raw_data());
+      }
       if (options.max_grad_norm > 0) clip_grads_on_device(options.max_grad_norm);
       this->step(optimizer);
       graph->end_capture();
@@ -207,10 +254,11 @@ StepResult Pipe::capture_step(const nn::Tensors& inputs, const nn::Tensors& targ
   g.graph = std::move(graph);
   g.step = std::move(step);
   g.result = std::move(result);
-  return replay_step(inputs, targets);
+  return replay_step(inputs, targets, options.grad_scaler);
 }
 
-StepResult Pipe::replay_step(const nn::Tensors& inputs, const nn::Tensors& targets) {
+StepResult Pipe::replay_step(const nn::Tensors& inputs, const nn::Tensors& targets,
+                             nn::GradScaler* scaler) {
   StepGraph& g = *graph_;
   const Device device = g.graph->device();
   std::vector<Tensor> sources;
@@ -218,6 +266,9 @@ StepResult Pipe::replay_step(const nn::Tensors& inputs, const nn::Tensors& targe
     for (const Tensor& t : *list) {
       if (t.defined()) sources.push_back(t);
     }
+  }
+  if (g.loss_scale.defined()) {  // this step's scale (Note [Loss scaling without a host read])
+    sources.push_back(Tensor::full({1}, scaler->scale(), {.dtype = DType::kFloat64}));
   }
   g.graph->replay(Stream::current(device), sources);  // on the caller's stream
   Step& step = *g.step;
@@ -230,10 +281,15 @@ StepResult Pipe::replay_step(const nn::Tensors& inputs, const nn::Tensors& targe
     g.reset(*g.key);
     std::rethrow_exception(error);
   }
-  g.graph->commit();
+  StepResult result;
+  result.skipped = g.loss_scale.defined() && step.found_inf;
+  g.graph->commit(/*updated=*/!result.skipped);
+  if (g.loss_scale.defined()) {
+    scaler->set_found_inf(result.skipped);
+    scaler->update();
+  }
   ++random_step_;
   ++g.replays;
-  StepResult result;
   result.microbatch_sizes = g.result.microbatch_sizes;
   result.microbatch_losses = step.losses;
   for (int j = 0; j < step.num_microbatches; ++j) {

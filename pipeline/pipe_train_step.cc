@@ -73,7 +73,8 @@ StepResult Pipe::eval_step(const Tensor& input, const Tensor& target, const Loss
 
 StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
                           const TupleLossFn& loss_fn, const StepOptions& options,
-                          bool with_backward, std::shared_ptr<Step>* captured) {
+                          bool with_backward, std::shared_ptr<Step>* captured,
+                          const Tensor& loss_scale) {
   check_not_moved_from();
   const char* what = with_backward ? "train_step" : "eval_step";
   if (!loss_fn) throw std::invalid_argument(std::string(what) + ": loss_fn is empty");
@@ -83,6 +84,11 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
                                 std::to_string(options.max_grad_norm) +
                                 ": clipping belongs to the whole step, train_step with an "
                                 "optimizer (or call Pipe::clip_grad_norm before step)");
+  }
+  if (options.grad_scaler != nullptr) {
+    throw std::invalid_argument(std::string(what) + ": StepOptions::grad_scaler belongs to the "
+                                "whole step, train_step with an optimizer (or pass "
+                                "loss_scale = scaler.scale() and call Pipe::unscale_grads)");
   }
   MicroBatches batches = scatter(inputs, options.input_chunks, options_.chunks);
   std::vector<nn::Tensors> target_pieces =
@@ -119,9 +125,9 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
   for (nn::Tensors& piece : target_pieces) {
     for (Tensor& t : piece) t = t.defined() ? t.to(last_device) : t;
   }
-  step->loss = std::make_unique<StepLoss>(loss_fn, std::move(target_pieces), sizes,
-                                          options.reduction, options.return_outputs,
-                                          options.loss_scale);
+  step->loss = std::make_unique<StepLoss>(
+      loss_fn, std::move(target_pieces), sizes, options.reduction, options.return_outputs,
+      options.loss_scale, loss_scale.defined() ? loss_scale.to(last_device) : Tensor());
   step->arguments = options.arguments;
   step->precision = options_.precision;
   step->random_key = random_key();

@@ -46,6 +46,7 @@ struct GatheredValues {
   struct Value {
     int loss = -1;                                                // its micro-batch, or
     const std::pair<DeferredCheck, ActionSite>* check = nullptr;  // the check it is the flag of
+    bool overflow = false;  // or the whole step's loss-scaling finding (add_overflow_finding)
   };
   std::vector<Tensor> tensors;
   std::vector<std::vector<Value>> values;  // [device][element]
@@ -97,6 +98,8 @@ class Step {
   std::vector<double> losses;                            // with a loss: per micro-batch, read
                                                          // at the end (Note [One read per
                                                          // step]); processes share them
+  bool found_inf = false;                                // read with them: the whole step's
+                                                         // loss-scaling finding, when gathered
   /// Each worker's deferred checks (Note [Deferred checks], tensor/deferred_check.h) and the
   /// action that made them, so a failure found at the end names that action.
   std::vector<std::vector<std::pair<DeferredCheck, ActionSite>>> deferred_checks;  // per worker

@@ -63,6 +63,7 @@ class StepGraph {
     int reduction = 0;
     double loss_scale = 1.0;
     double max_grad_norm = 0.0;
+    bool loss_scaling = false;  // StepOptions::grad_scaler (its scale is an input)
     int64_t first_sample = 0;
     bool training = true;
     bool operator==(const Key&) const = default;
@@ -80,6 +81,8 @@ class StepGraph {
   std::shared_ptr<Step> step;              // the captured step: its losses' places, checks
   StepResult result;                       // the captured step's result, without values
   nn::Tensors inputs, targets;             // the graph's own input tensors
+  Tensor loss_scale;                       // and its loss scale (StepOptions::grad_scaler)
+  Tensor update_gate;                      // the optimizer's gate: the step's + the finding
   std::optional<Stream> stream;            // the capture's stream (the Pipe's own)
   int64_t replays = 0, captures = 0;
 

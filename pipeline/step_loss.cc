@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "tensor/ops.h"
+
 namespace pipewright::pipeline {
 
 TupleLossFn as_tuple_loss(const LossFn& loss_fn) {
@@ -21,12 +23,13 @@ TupleLossFn as_tuple_loss(const LossFn& loss_fn) {
 
 StepLoss::StepLoss(TupleLossFn loss_fn, std::vector<nn::Tensors> targets,
                    std::vector<int64_t> sizes, LossReduction reduction, bool keep_outputs,
-                   double loss_scale)
+                   double loss_scale, Tensor loss_scale_tensor)
     : loss_fn_(std::move(loss_fn)),
       targets_(std::move(targets)),
       sizes_(std::move(sizes)),
       batch_size_(std::accumulate(sizes_.begin(), sizes_.end(), int64_t{0})),
       loss_scale_(loss_scale),
+      loss_scale_tensor_(std::move(loss_scale_tensor)),
       reduction_(reduction),
       keep_outputs_(keep_outputs),
       values_(sizes_.size()),
@@ -41,8 +44,12 @@ void StepLoss::made(int j, const Tensor& loss, bool with_backward) {
   const auto i = static_cast<size_t>(j);
   values_.at(i) = loss.detach();  // read with the step's other values at its end
   if (with_backward) {
-    grads_.at(i) =
+    Tensor grad =
         Tensor::full(loss.shape(), scale(j) * loss_scale_, {loss.dtype(), loss.device()});
+    if (loss_scale_tensor_.defined()) {
+      grad = ops::mul(grad, loss_scale_tensor_.to(loss.dtype()).reshape({}));
+    }
+    grads_.at(i) = std::move(grad);
   }
 }
 

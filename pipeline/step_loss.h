@@ -29,9 +29,13 @@ class StepLoss {
  public:
   /// `targets[j]`: micro-batch j's targets, on the last stage's device; `sizes[j]`: its rows.
   /// `keep_outputs`: also keep the last stage's outputs, detached (StepOptions::return_outputs).
-  /// `loss_scale`: StepOptions::loss_scale, multiplying every gradient made().
+  /// `loss_scale`: StepOptions::loss_scale, multiplying every gradient made();
+  /// `loss_scale_tensor` (a one-element float64 on the last stage's device, or undefined):
+  /// a scale read on the device, multiplying them too (the whole step's GradScaler, whose
+  /// value a replayed graph reads anew every step).
   StepLoss(TupleLossFn loss_fn, std::vector<nn::Tensors> targets, std::vector<int64_t> sizes,
-           LossReduction reduction, bool keep_outputs, double loss_scale = 1.0);
+           LossReduction reduction, bool keep_outputs, double loss_scale = 1.0,
+           Tensor loss_scale_tensor = Tensor());
 
   /// What the last stage's cell of micro-batch j computes after its layers; `outputs`
   /// receives the outputs when they are kept.
@@ -60,6 +64,7 @@ class StepLoss {
   std::vector<int64_t> sizes_;
   int64_t batch_size_ = 0;
   double loss_scale_ = 1.0;
+  Tensor loss_scale_tensor_;
   LossReduction reduction_;
   bool keep_outputs_;
   nn::Tensors values_;     // each loss, detached, on the last stage's device

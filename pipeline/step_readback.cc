@@ -74,6 +74,18 @@ GatheredValues gather_step_values(Step& step) {
 
 void read_step_values(Step& step) { read_step_values(step, gather_step_values(step)); }
 
+void add_overflow_finding(GatheredValues& gathered, const Tensor& finding) {
+  const GatheredValues::Value what{.overflow = true};
+  if (gathered.tensors.empty()) {
+    gathered.tensors.push_back(finding.reshape({1}));
+    gathered.values.push_back({what});
+    return;
+  }
+  Tensor& first = gathered.tensors.front();
+  first = cat({first, finding.to(first.device()).reshape({1})});
+  gathered.values.front().push_back(what);
+}
+
 void read_step_values(Step& step, const GatheredValues& gathered) {
   const std::pair<DeferredCheck, ActionSite>* failed_check = nullptr;
   int64_t failed_position = -1;
@@ -83,6 +95,8 @@ void read_step_values(Step& step, const GatheredValues& gathered) {
     for (size_t k = 0; k < order.size(); ++k) {
       if (order[k].loss >= 0) {
         step.losses[static_cast<size_t>(order[k].loss)] = host[k];
+      } else if (order[k].overflow) {
+        step.found_inf = !(host[k] == 0.0);
       } else if (host[k] >= 0 && failed_check == nullptr) {
         failed_check = order[k].check;
         failed_position = static_cast<int64_t>(host[k]);

@@ -19,6 +19,11 @@ void read_step_values(Step& step);
 /// kernels throw.
 GatheredValues gather_step_values(Step& step);
 
+/// Adds `finding` (one float64 on a device: 0, or NaN when a gradient overflowed; Note [Loss
+/// scaling without a host read], pipe_clip_grad.cc) to `gathered`, on the caller's current
+/// stream, so the read that follows sets step.found_inf with no copy of its own.
+void add_overflow_finding(GatheredValues& gathered, const Tensor& finding);
+
 /// The host half: one copy to the host per device of `gathered` (made by gather_step_values
 /// for this step, or by a replay of the graph that captured it), then as read_step_values.
 void read_step_values(Step& step, const GatheredValues& gathered);

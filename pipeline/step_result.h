@@ -71,6 +71,9 @@ struct StepResult {
   Schedule schedule;                       // the schedule that ran (R actions included)
   Trace trace;                             // every action's timing
   StepCounters counters;                   // actions run per stage
+  bool skipped = false;                    // the whole step with StepOptions::grad_scaler:
+                                           // a gradient overflowed, so no parameter or
+                                           // optimizer state changed (the scale backed off)
 };
 
 }  // namespace pipewright::pipeline

@@ -123,7 +123,7 @@ void DeviceGraph::abandon_capture() noexcept {
   slots_used_ = 0;
 }
 
-void* DeviceGraph::scalar_slot(size_t bytes, Fill fill, Commit commit) {
+void* DeviceGraph::scalar_slot(size_t bytes, Fill fill, Commit commit, bool gated) {
   if (!capturing_) {
     throw std::logic_error("DeviceGraph::scalar_slot: the graph of " + device_.str() +
                            " is not capturing");
@@ -137,7 +137,7 @@ void* DeviceGraph::scalar_slot(size_t bytes, Fill fill, Commit commit) {
   }
   const size_t offset = slots_offset_ + slots_used_;
   slots_used_ += rounded;
-  slots_.push_back({offset, bytes, std::move(fill), std::move(commit)});
+  slots_.push_back({offset, bytes, std::move(fill), std::move(commit), gated});
   return static_cast<char*>(area_.raw_data()) + offset;
 }
 
@@ -230,9 +230,9 @@ void DeviceGraph::replay(const Stream& stream, const std::vector<Tensor>& source
   backend.launch_graph(device_.index, exec_, stream.handle());
 }
 
-void DeviceGraph::commit() {
+void DeviceGraph::commit(bool updated) {
   for (const Slot& slot : slots_) {
-    if (slot.commit) slot.commit();
+    if (slot.commit && (updated || !slot.gated)) slot.commit();
   }
 }
 

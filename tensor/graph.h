@@ -100,24 +100,29 @@ class DeviceGraph {
   /// be the calling thread's current stream of the device. Throws std::logic_error before
   /// end_capture(), std::invalid_argument for sources that do not match.
   void replay(const Stream& stream, const std::vector<Tensor>& sources = {});
-  /// Runs every slot's commit, in the order the slots were made. Call once per replay that
-  /// succeeded.
-  void commit();
+  /// Runs the slots' commits, in the order the slots were made. Call once per replay that
+  /// succeeded; `updated` false when its gate held the updates back although the step ran
+  /// (a loss-scaling overflow skipped the optimizer): the gated slots' commits do not run.
+  void commit(bool updated = true);
 
   /// During a capture on this graph's device: device memory for `bytes` bytes that every
   /// replay refills by `fill` before its launch (Note [Per-replay scalars]); `commit` runs at
-  /// commit(). The pointer is valid, at the same address, for the graph's life. Thread-safe.
-  /// Throws std::logic_error when the graph is not capturing, std::length_error when the
-  /// graph's kSlotBytes are used up (the capture then fails).
-  void* scalar_slot(size_t bytes, Fill fill, Commit commit);
+  /// commit(). `gated`: the slot's kernel is an update that reads gate(), so its commit runs
+  /// only for a replay whose update happened (commit(true)). The pointer is valid, at the
+  /// same address, for the graph's life. Thread-safe. Throws std::logic_error when the graph
+  /// is not capturing, std::length_error when the graph's kSlotBytes are used up (the capture
+  /// then fails).
+  void* scalar_slot(size_t bytes, Fill fill, Commit commit, bool gated = false);
   /// The slots' capacity: 64 KiB (2,048 Adam parameters).
   static constexpr size_t kSlotBytes = size_t{64} << 10;
 
   /// During a capture: a float64 on the device that the captured step computes (0: the step
   /// went well) before its updates, which updating kernels read (adam_step_indirect's gate):
   /// a replayed step that failed (a non-finite loss) then changes no parameter, as its eager
-  /// step would not have (the host finds the failure after the launch). Not owned; it must
-  /// live as long as the graph. nullptr: no gate.
+  /// step would not have (the host finds the failure after the launch). The gate a kernel
+  /// reads is the one set when it was captured (the optimizer's may add a loss-scaling
+  /// overflow to the step's). Not owned; it must live as long as the graph. nullptr: no
+  /// gate.
   void set_gate(const void* gate) { gate_ = gate; }
   const void* gate() const { return gate_; }
 
@@ -136,6 +141,7 @@ class DeviceGraph {
     size_t offset, bytes;  // offset in bytes into the area
     Fill fill;
     Commit commit;
+    bool gated;
   };
 
   Device device_;

@@ -14,6 +14,7 @@
 #include "nn/activation.h"
 #include "nn/batch_norm.h"
 #include "nn/dropout.h"
+#include "nn/grad_scaler.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "nn/optim_adam.h"
@@ -240,6 +241,68 @@ TEST_CASE("dropout in a graph draws every step's own mask; another kind of step 
     CHECK(graphed.replays == 3);
     check_equal(graphed, eager);
   }
+}
+
+TEST_CASE("fp16 with a GradScaler in the graph: an overflowing replay updates nothing on any "
+          "stage, and the scale moves as in the eager steps", "[cuda][pipe][graph]") {
+  if (!gpu_available_or_skip()) return;
+  const std::vector<Batch> data = batches(kSteps);
+  struct Scaled {
+    Run run;
+    std::vector<char> skipped;
+    std::vector<double> scales;  // before each step
+    nn::NamedTensors state_before_skip, state_after_skip;
+  };
+  auto train_scaled = [&](bool graphs) {
+    Pipe pipe(model(0.25), PipeOptions{.balance = {4, 3},
+                                       .devices = {gpu(), gpu()},
+                                       .chunks = 4,
+                                       .schedule = {.name = "1f1b"},
+                                       .precision = autograd::Precision::kFloat16,
+                                       .cuda_graphs = graphs,
+                                       .deferred_batch_norm = true});
+    nn::AdamW adamw(pipe.parameters(), {.lr = 1e-2, .weight_decay = 1e-2});
+    // float16's gradients hold at 2^16 and overflow at 2^28 (its largest value is 65504):
+    // every clean step grows the scale to 2^28, every overflow backs it off to 2^16.
+    nn::GradScaler scaler({.init_scale = 65536.0,
+                           .growth_factor = 4096.0,
+                           .backoff_factor = 1.0 / 4096.0,
+                           .growth_interval = 1});
+    Scaled out;
+    for (size_t s = 0; s < data.size(); ++s) {
+      adamw.set_lr(1e-2 / (1.0 + static_cast<double>(s)));
+      out.scales.push_back(scaler.scale());
+      if (s == 5) out.state_before_skip = adamw.state_dict();
+      const pipeline::StepResult r =
+          pipe.train_step(data[s].x, data[s].y, nn::cross_entropy, adamw,
+                          {.max_grad_norm = 1.0, .grad_scaler = &scaler});
+      if (s == 5) out.state_after_skip = adamw.state_dict();
+      out.run.losses.push_back(r.loss);
+      out.skipped.push_back(r.skipped ? 1 : 0);
+    }
+    out.run.model_state = pipe.module().state_dict();
+    out.run.optimizer_state = adamw.state_dict();
+    out.run.replays = pipe.graph_replays();
+    out.run.captures = pipe.graph_captures();
+    return out;
+  };
+  const Scaled eager = train_scaled(false), graphed = train_scaled(true);
+  CHECK(graphed.run.captures == 1);
+  CHECK(graphed.run.replays == kSteps - 1);
+  CHECK(graphed.skipped == eager.skipped);
+  CHECK(graphed.scales == eager.scales);
+  // Not vacuous: steps 1, 3, 5, ... overflowed (in the graph: the capture's own launch too).
+  for (size_t s = 0; s < eager.skipped.size(); ++s) {
+    INFO("step " << s);
+    CHECK(eager.skipped[s] == (s % 2 == 1 ? 1 : 0));
+  }
+  for (const Scaled* run : {&eager, &graphed}) {  // Adam's state (step count too) kept
+    REQUIRE(run->state_after_skip.size() == run->state_before_skip.size());
+    for (size_t i = 0; i < run->state_before_skip.size(); ++i) {
+      check_bitwise_equal(run->state_after_skip[i].second, run->state_before_skip[i].second);
+    }
+  }
+  check_equal(graphed.run, eager.run);
 }
 
 }  // namespace

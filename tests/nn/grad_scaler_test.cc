@@ -35,7 +35,7 @@ TEST_CASE("unscale divides every gradient by the scale, exactly, and finds no ov
   CHECK_FALSE(scaler.unscale({a, b}));
   CHECK(a.grad().to_vector<float>() == std::vector<float>{1, -2, 0.5f, 3});
   CHECK(b.grad().to_vector<float>() == std::vector<float>{1, -2, 0.5f, 3});
-  CHECK_THROWS_WITH(scaler.unscale({a}), Catch::Contains("already called"));
+  CHECK_THROWS_WITH(scaler.unscale({a}), Catch::Contains("already unscaled"));
 }
 
 TEST_CASE("an inf or NaN anywhere is found; combine decides for every process") {
