@@ -40,6 +40,19 @@ double Pipe::clip_grad_norm(double max_norm, double norm_type) {
   return norm;
 }
 
+namespace {
+/// p.grad() *= factor (one element of its dtype on its device), in place when contiguous (a
+/// graph's pool then holds one copy of the gradients, not one per pass over them).
+void scale_grad(Tensor& p, const Tensor& factor) {
+  Tensor g = p.grad();
+  if (g.is_contiguous()) {
+    ops::mul_(g, factor);
+  } else {
+    p.set_grad(ops::mul(g, factor));
+  }
+}
+}  // namespace
+
 // Note [Clipping without a host read]
 // StepOptions::max_grad_norm clips inside the whole step (train_step with an optimizer) by
 // device ops alone, so a CUDA graph can hold it: per gradient Σg² in its dtype, cast to
@@ -65,7 +78,7 @@ void Pipe::clip_grads_on_device(double max_norm) {
   for (Tensor p : local) {
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    p.set_grad(ops::mul(g, coef.to(g.dtype()).to(g.device()).reshape({})));
+    scale_grad(p, coef.to(g.dtype()).to(g.device()).reshape({}));
   }
 }
 
@@ -96,11 +109,10 @@ Tensor Pipe::unscale_grads_on_device(const Tensor& scale) {
   const Tensor inverse = ops::rdiv(scale.to(device), 1.0);  // 1/S in float64
   Tensor total = Tensor::zeros({1}, {.dtype = DType::kFloat64, .device = device});
   for (Tensor p : local_parameters()) {
-    const Tensor g = p.grad();
+    Tensor g = p.grad();
     if (!g.defined()) continue;
-    const Tensor unscaled = ops::mul(g, inverse.to(g.device()).to(g.dtype()).reshape({}));
-    p.set_grad(unscaled);
-    total = ops::add(total, ops::sum(ops::abs(unscaled)).to(DType::kFloat64).to(device));
+    scale_grad(p, inverse.to(g.device()).to(g.dtype()).reshape({}));
+    total = ops::add(total, ops::sum(ops::abs(p.grad())).to(DType::kFloat64).to(device));
   }
   return ops::mul(total, 0.0);
 }

@@ -209,6 +209,17 @@ void mul_(Tensor& dst, double s) {
   PW_KERNEL(dst.device(), binary_scalar)(BinaryOp::kMul, dst, s, dst);
 }
 
+void mul_(Tensor& dst, const Tensor& b) {
+  check_contiguous_destination("mul_", dst);
+  check_same_device_dtype("mul_", dst, b);
+  check_floating("mul_", dst);
+  if (!broadcasts_over(b.shape(), dst.shape())) {
+    throw std::invalid_argument("mul_: cannot broadcast " + b.shape().str() + " over the "
+                                "destination " + describe(dst));
+  }
+  PW_KERNEL(dst.device(), binary)(BinaryOp::kMul, dst, b.contiguous(), dst);
+}
+
 // ---- reductions ----
 
 Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {

@@ -51,6 +51,10 @@ void fill_(Tensor& dst, double value);
 void add_(Tensor& dst, const Tensor& src, double alpha = 1.0);
 /// dst *= s.
 void mul_(Tensor& dst, double s);
+/// dst *= b, b broadcasting over dst as in mul (dst's shape, one element, or its trailing
+/// dims); same device and dtype. Throws std::invalid_argument as mul does, and when b does
+/// not broadcast over dst (dst keeps its shape).
+void mul_(Tensor& dst, const Tensor& b);
 
 // ---- reductions ----
 /// Sum / mean / max over dimension `dim` (negative counts from the end); keepdim keeps it as

@@ -286,7 +286,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
     if (plan) step_peaks.before_step();
     const auto step_start = Clock::now();
     const pipeline::StepResult r =
-        graphed ? graphed_step(pipe, optimizer, x, y, loss_fn, log, config.grad_clip)
+        graphed ? graphed_step(pipe, optimizer, scaler, x, y, loss_fn, log, config.grad_clip)
                 : train_one_step(pipe, processes.get(), x, y, loss_fn, log,
                                  {.loss_scale = scaler.scale()});
     if (plan && step > first_step) {

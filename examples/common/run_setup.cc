@@ -136,22 +136,19 @@ pipeline::StepResult train_one_step(pipeline::Pipe& pipe, distributed::MpiProces
 bool graphed_steps(const TrainConfig& config, const distributed::MpiProcesses* processes,
                    std::ostream& log) {
   if (!config.cuda_graphs) return false;
-  std::string why;
-  if (processes != nullptr) why = "across processes (one graph holds one process's step)";
-  if (config.precision == autograd::Precision::kFloat16) {
-    why = "with --precision fp16 (the loss scale's overflow check is read on the host)";
-  }
-  if (why.empty()) return true;
-  log << "--cuda-graphs: steps run eagerly " << why << "\n";
+  if (processes == nullptr) return true;
+  log << "--cuda-graphs: steps run eagerly across processes (one graph holds one process's "
+         "step)\n";
   return false;
 }
 
 pipeline::StepResult graphed_step(pipeline::Pipe& pipe, nn::Optimizer& optimizer,
-                                  const Tensor& input, const Tensor& target,
-                                  const pipeline::LossFn& loss_fn, std::ostream& log,
-                                  double grad_clip) {
+                                  nn::GradScaler& scaler, const Tensor& input,
+                                  const Tensor& target, const pipeline::LossFn& loss_fn,
+                                  std::ostream& log, double grad_clip) {
   return reporting_failure(pipe, log, [&] {
-    return pipe.train_step(input, target, loss_fn, optimizer, {.max_grad_norm = grad_clip});
+    return pipe.train_step(input, target, loss_fn, optimizer,
+                           {.max_grad_norm = grad_clip, .grad_scaler = &scaler});
   });
 }
 

@@ -73,20 +73,22 @@ pipeline::StepResult train_one_step(pipeline::Pipe& pipe, distributed::MpiProces
 bool optimizer_step(pipeline::Pipe& pipe, nn::Optimizer& optimizer, nn::GradScaler& scaler,
                     double grad_clip = 0.0);
 
-/// --cuda-graphs where a graph can hold the whole step: one process and no float16 loss
-/// scaling (its overflow check is read on the host mid-step). Says on `log` why not otherwise.
+/// --cuda-graphs where a graph can hold the whole step: one process. Says on `log` why not
+/// otherwise.
 bool graphed_steps(const TrainConfig& config, const distributed::MpiProcesses* processes,
                    std::ostream& log);
 
-/// The whole step (zero_grad, train_step, clipping to `grad_clip` when positive, the
-/// optimizer on every stage) as one call, pipe.train_step(input, target, loss_fn, optimizer,
-/// {.max_grad_norm = grad_clip}), which PipeOptions::cuda_graphs captures and replays. Its
-/// clipping is computed on the device (Note [Clipping without a host read]): the same up to
-/// rounding as optimizer_step's. A failure is reported on `log` as train_one_step does.
+/// The whole step (zero_grad, train_step, float16's loss scaling by `scaler`, clipping to
+/// `grad_clip` when positive, the optimizer on every stage) as one call,
+/// pipe.train_step(input, target, loss_fn, optimizer, {.max_grad_norm = grad_clip,
+/// .grad_scaler = &scaler}), which PipeOptions::cuda_graphs captures and replays. Its
+/// unscaling and clipping are computed on the device (Notes [Loss scaling without a host
+/// read], [Clipping without a host read]): the same up to rounding as optimizer_step's. A
+/// failure is reported on `log` as train_one_step does.
 pipeline::StepResult graphed_step(pipeline::Pipe& pipe, nn::Optimizer& optimizer,
-                                  const Tensor& input, const Tensor& target,
-                                  const pipeline::LossFn& loss_fn, std::ostream& log,
-                                  double grad_clip = 0.0);
+                                  nn::GradScaler& scaler, const Tensor& input,
+                                  const Tensor& target, const pipeline::LossFn& loss_fn,
+                                  std::ostream& log, double grad_clip = 0.0);
 
 /// A GradScaler that scales float16 runs only (torch.amp.GradScaler's defaults).
 nn::GradScaler grad_scaler_for(const TrainConfig& config);

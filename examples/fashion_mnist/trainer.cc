@@ -310,7 +310,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       if (plan) step_peaks.before_step();
       const auto step_start = Clock::now();
       const pipeline::StepResult step =
-          graphed ? graphed_step(pipe, *optimizer, input, target, loss_fn, log)
+          graphed ? graphed_step(pipe, *optimizer, scaler, input, target, loss_fn, log)
                   : train_one_step(pipe, processes.get(), input, target, loss_fn, log,
                                    {.loss_scale = scaler.scale()});
       // The steady state's full mini-batches (not the run's first step) time the plan.

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "cuda_kernels/launch_limits.h"
+#include "tensor/ops.h"
 #include "tests/cuda/gpu_test.h"
 
 namespace pipewright::testing {
@@ -61,6 +62,23 @@ TEST_CASE("cuda binary matches cpu for every op and broadcast form", "[cuda][ele
         gpu_kernels().binary(op, a.to(gpu()), b.to(gpu()), actual);
         check_bitwise_equal(actual, expected);  // IEEE +-*/ are correctly rounded everywhere
       }
+    }
+  }
+}
+
+TEST_CASE("cuda mul_ by a tensor (the output is the first operand) matches cpu",
+          "[cuda][elementwise]") {
+  if (!gpu_available_or_skip()) return;
+  for (DType dtype : kFloatTypes) {
+    const Shape b_shapes[] = {{37, 129}, {1}, {129}, {}};
+    for (const Shape& b_shape : b_shapes) {
+      INFO("dtype " << dtype_name(dtype) << ", b " << b_shape.str());
+      Tensor expected = random_tensor({37, 129}, dtype, 3, 0.5, 2.0);
+      Tensor actual = expected.to(gpu());
+      const Tensor b = random_tensor(b_shape, dtype, 4, 0.5, 2.0);
+      ops::mul_(expected, b);
+      ops::mul_(actual, b.to(gpu()));
+      check_bitwise_equal(actual, expected);
     }
   }
 }

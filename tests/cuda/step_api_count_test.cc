@@ -22,6 +22,7 @@
 #include "data/dataloader.h"
 #include "data/fashion_mnist.h"
 #include "examples/fashion_mnist/trainer.h"
+#include "nn/grad_scaler.h"
 #include "nn/loss.h"
 #include "nn/optim_adam.h"
 #include "pipeline/balance.h"
@@ -33,7 +34,8 @@ namespace {
 using namespace pipewright;
 
 // The main job's Pipe (its model, chunks 4, deferred BatchNorm) on `stages` stages of cuda:0.
-pipeline::Pipe main_job_pipe(int stages, bool cuda_graphs) {
+pipeline::Pipe main_job_pipe(int stages, bool cuda_graphs,
+                             autograd::Precision precision = autograd::Precision::kFloat32) {
   nn::Sequential model = examples::build_model({512, 512}, 0.2, 0);
   const std::vector<int> balance = pipeline::balance_by_parameters(stages, model);
   return pipeline::Pipe(
@@ -41,6 +43,7 @@ pipeline::Pipe main_job_pipe(int stages, bool cuda_graphs) {
       {.balance = balance,
        .devices = std::vector<Device>(static_cast<size_t>(stages), Device::cuda(0)),
        .chunks = 4,
+       .precision = precision,
        .cuda_graphs = cuda_graphs,
        .deferred_batch_norm = true});
 }
@@ -174,16 +177,24 @@ namespace {
 // things: one copy of the batch, its targets and the per-replay scalars (Note [Staged
 // inputs], tensor/graph.h), the launch, the read of the gathered losses and checks, and its
 // wait. Counted for the main job's model (its Dropout's seeds are per-replay slots too), on
-// one and on two stages of cuda:0.
-std::vector<std::map<std::string, int64_t>> count_replayed_steps(int stages) {
-  pipeline::Pipe pipe = main_job_pipe(stages, true);
+// one and on two stages of cuda:0. `fp16`: under float16 with a GradScaler and clipping in
+// the step (Note [Loss scaling without a host read]: the scale travels in the same copy, the
+// finding in the same read).
+std::vector<std::map<std::string, int64_t>> count_replayed_steps(int stages, bool fp16 = false) {
+  pipeline::Pipe pipe = main_job_pipe(
+      stages, true, fp16 ? autograd::Precision::kFloat16 : autograd::Precision::kFloat32);
   nn::Adam adam(pipe.parameters(), {.lr = 1e-3});
+  nn::GradScaler scaler({.enabled = fp16});
   data::DataLoader loader = main_job_batches(6);
   std::vector<std::map<std::string, int64_t>> counts;
   int step = 0;
   for (const data::Batch& batch : loader) {
     cudasim::reset_api_counts();
-    const double l = pipe.train_step(batch.inputs, batch.targets, main_job_loss, adam).loss;
+    const pipeline::StepResult r = pipe.train_step(
+        batch.inputs, batch.targets, main_job_loss, adam,
+        {.max_grad_norm = fp16 ? 1.0 : 0.0, .grad_scaler = &scaler});
+    const double l = r.loss;
+    REQUIRE_FALSE(r.skipped);
     if (step >= 2) counts.push_back(cudasim::api_counts());  // 0 eager, 1 captured
     REQUIRE(std::isfinite(l));
     ++step;
@@ -223,4 +234,10 @@ TEST_CASE("a replayed graph step on two GPU stages of one device: four host call
           "[cuda][pipe][api][graph]") {
   if (!testing::gpu_available_or_skip()) return;
   for (const auto& c : count_replayed_steps(2)) check_replayed(c);
+}
+
+TEST_CASE("a replayed float16 graph step with loss scaling and clipping: four host calls",
+          "[cuda][pipe][api][graph]") {
+  if (!testing::gpu_available_or_skip()) return;
+  for (const auto& c : count_replayed_steps(2, true)) check_replayed(c);
 }

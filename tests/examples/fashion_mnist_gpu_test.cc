@@ -25,6 +25,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include <catch2/catch.hpp>
 
@@ -349,14 +350,20 @@ TEST_CASE("a whole run of the example: GPU as close to CPU as two correct GEMMs 
 // The example's own run with --cuda-graphs (two stages on one GPU: whole steps captured and
 // replayed, Note [A step as one graph]) equals its eager run bit for bit: every step's loss,
 // the test accuracy, the final state (BatchNorm's statistics included). The last, smaller
-// batch of the epoch (2048 = 32 x 64: none here) would run eagerly.
+// batch of the epoch (2048 = 32 x 64: none here) would run eagerly. With --precision fp16 the
+// graphed steps scale, unscale and check for overflow on the device (Note [Loss scaling
+// without a host read]); the eager ones on the host: with a power-of-two scale, the same bits.
 TEST_CASE("a whole run of the example with --cuda-graphs equals its eager run bit for bit") {
   if (!testing::gpu_available_or_skip()) return;
   const std::vector<Device> one_gpu{Device::cuda(0), Device::cuda(0)};
-  for (const char* optimizer : {"adam", "sgd"}) {
-    INFO(optimizer);
+  for (const auto& [optimizer, precision] :
+       {std::pair{"adam", autograd::Precision::kFloat32},
+        std::pair{"sgd", autograd::Precision::kFloat32},
+        std::pair{"adam", autograd::Precision::kFloat16}}) {
+    INFO(optimizer << (precision == autograd::Precision::kFloat16 ? " fp16" : ""));
     examples::TrainConfig config =
         testing::cross_run_config(one_gpu, "zb-h1", Checkpoint::kNever, optimizer);
+    config.precision = precision;
     std::ostringstream log;
     const TrainResult eager = examples::train(config, log, examples::classifier_task());
     config.cuda_graphs = true;

@@ -112,3 +112,19 @@ TEST_CASE("bad options and update without a finding are refused; a disabled scal
   Tensor p = param_with_grad(1.0, std::numeric_limits<float>::infinity());
   CHECK_FALSE(off.unscale({p}));
 }
+
+TEST_CASE("set_found_inf records an unscale done elsewhere, once per step") {
+  nn::GradScaler scaler({.init_scale = 8.0, .growth_interval = 1});
+  scaler.set_found_inf(false);
+  CHECK_THROWS_WITH(scaler.set_found_inf(false), Catch::Contains("already unscaled"));
+  scaler.update();
+  CHECK(scaler.scale() == 16.0);  // a clean step grows it (growth_interval 1)
+  scaler.set_found_inf(true);
+  CHECK(scaler.found_inf());
+  scaler.update();
+  CHECK(scaler.scale() == 8.0);  // an overflow backs it off
+  nn::GradScaler off({.enabled = false});
+  off.set_found_inf(true);  // ignored: nothing is ever skipped
+  CHECK_FALSE(off.found_inf());
+  CHECK_FALSE(off.enabled());
+}

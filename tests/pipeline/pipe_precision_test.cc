@@ -194,6 +194,72 @@ TEST_CASE("an overflow in one stage's gradients skips the step on every stage",
   CHECK(scaler.scale() == 32768.0);
 }
 
+TEST_CASE("the whole step's grad_scaler equals loss_scale, unscale_grads and scaler.step bit "
+          "for bit, skipped steps included", "[pipe][precision]") {
+  struct Run {
+    std::vector<double> losses, scales;
+    std::vector<bool> stepped;
+    nn::NamedTensors params, state;
+  };
+  // This model's float16 gradients hold at 2^16 and overflow at 2^40: every clean step grows
+  // the scale to 2^40, every overflow backs it off to 2^16.
+  const nn::GradScalerOptions alternating{.init_scale = 65536.0,
+                                          .growth_factor = std::ldexp(1.0, 24),
+                                          .backoff_factor = std::ldexp(1.0, -24),
+                                          .growth_interval = 1};
+  auto train = [&](bool whole) {
+    Pipe pipe(model(), {.balance = {4, 4}, .devices = cpus(0, 2), .chunks = 4,
+                        .schedule = {.name = "1f1b"}, .precision = Precision::kFloat16});
+    nn::Adam adam(pipe.parameters(), {.lr = 0.01});
+    nn::GradScaler scaler(alternating);
+    Run run;
+    for (int s = 0; s < 5; ++s) {
+      const Tensor x = randn({kBatch, kSeq, kDim}, 60 + s);
+      const Tensor target = randn({kBatch, kSeq, kDim}, 70 + s);
+      run.scales.push_back(scaler.scale());
+      if (whole) {
+        const StepResult r = pipe.train_step(x, target, mse, adam, {.grad_scaler = &scaler});
+        run.losses.push_back(r.loss);
+        run.stepped.push_back(!r.skipped);
+      } else {
+        adam.zero_grad();
+        run.losses.push_back(pipe.train_step(x, target, mse, {.loss_scale = scaler.scale()}).loss);
+        pipe.unscale_grads(scaler);
+        run.stepped.push_back(scaler.step(adam));
+        scaler.update();
+      }
+    }
+    run.params = params_of(pipe.module());
+    run.state = adam.state_dict();
+    return run;
+  };
+  const Run three = train(false), one = train(true);
+  CHECK(three.stepped == std::vector<bool>{true, false, true, false, true});  // not vacuous
+  CHECK(one.stepped == three.stepped);
+  CHECK(one.scales == three.scales);
+  CHECK(one.losses == three.losses);
+  CHECK(bitwise_equal(one.params, three.params));
+  CHECK(bitwise_equal(one.state, three.state));
+}
+
+TEST_CASE("grad_scaler belongs to the whole step, and replaces loss_scale", "[pipe][precision]") {
+  Pipe pipe(model(), {.balance = {4, 4}, .devices = cpus(0, 2), .chunks = 2});
+  nn::Adam adam(pipe.parameters(), {.lr = 0.01});
+  nn::GradScaler scaler;
+  const Tensor x = randn({kBatch, kSeq, kDim}, 19), target = randn({kBatch, kSeq, kDim}, 20);
+  CHECK_THROWS_WITH(pipe.train_step(x, target, mse, adam,
+                                    {.loss_scale = 2.0, .grad_scaler = &scaler}),
+                    Catch::Contains("leave loss_scale 1"));
+  CHECK_THROWS_WITH(pipe.train_step(x, target, mse, {.grad_scaler = &scaler}),
+                    Catch::Contains("grad_scaler belongs to the whole step"));
+  CHECK_THROWS_WITH(pipe.forward({x}, {.grad_scaler = &scaler}), Catch::Contains("grad_scaler"));
+  CHECK_THROWS_WITH(pipe.forward({x}, {.max_grad_norm = 1.0}), Catch::Contains("max_grad_norm"));
+  // A disabled scaler changes nothing.
+  nn::GradScaler off({.enabled = false});
+  CHECK_FALSE(pipe.train_step(x, target, mse, adam, {.grad_scaler = &off}).skipped);
+  CHECK(off.scale() == 1.0);
+}
+
 TEST_CASE("under fp16 a scale too large overflows the 16-bit gradients, and is found",
           "[pipe][precision]") {
   const Tensor x = randn({kBatch, kSeq, kDim}, 15), target = randn({kBatch, kSeq, kDim}, 16);

@@ -159,6 +159,30 @@ TEMPLATE_TEST_CASE("in-place fill_, add_, mul_", "[elementwise]", float, double)
   REQUIRE(equal_values(dst.template to_vector<double>(), std::vector<double>(n, 3.0)));
 }
 
+TEMPLATE_TEST_CASE("mul_ by a tensor broadcasts it over the destination, in place",
+                   "[elementwise]", float, double) {
+  const auto dv = random_values(12, 9);
+  const Shape b_shapes[] = {{3, 4}, {4}, {1}, {}};
+  for (const Shape& b_shape : b_shapes) {
+    INFO("b " << b_shape.str());
+    Tensor dst = tensor_of<TestType>(dv, {3, 4});
+    const TestType* memory = dst.template data<TestType>();
+    const auto bv = random_values(b_shape.numel(), 10);
+    const Tensor b = tensor_of<TestType>(bv, b_shape);
+    const Tensor want = ops::mul(dst, b);
+    ops::mul_(dst, b);
+    REQUIRE(dst.template data<TestType>() == memory);
+    REQUIRE(equal_values(dst.template to_vector<double>(), want.template to_vector<double>()));
+  }
+  Tensor dst = Tensor::zeros({3, 4});
+  REQUIRE_THROWS_WITH(ops::mul_(dst, Tensor::zeros({3})),
+                      Catch::Contains("mul_: cannot broadcast [3] over the destination"));
+  REQUIRE_THROWS_WITH(ops::mul_(dst, Tensor::zeros({2, 3, 4})),
+                      Catch::Contains("cannot broadcast [2, 3, 4]"));
+  Tensor column = transposed_view(Tensor::zeros({4, 3}));
+  REQUIRE_THROWS_WITH(ops::mul_(column, Tensor::zeros({1})), Catch::Contains("not contiguous"));
+}
+
 TEST_CASE("elementwise ops accept non-contiguous inputs") {
   const Tensor a = Tensor::from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3});
   const Tensor at = transposed_view(a);  // [3, 2]: 1 4 / 2 5 / 3 6
