@@ -30,6 +30,9 @@
 // returned outputs or non-tensor arguments (both baked into a graph); a capture that failed
 // (the backend names the call CUDA refused, e.g. a host wait inside a kernel wrapper).
 //
+// With StepOptions::grad_scaler the scale is one more staged input and the overflow finding
+// one more gathered value (Note [Loss scaling without a host read], pipe_clip_grad.cc).
+//
 // What a replay cannot redo on the host is either the same every step (micro-batch sizes,
 // loss weights, the schedule) or read from device memory (the slots: keyed Dropout's seed
 // included, so every replay draws its step's mask; a layer drawing from a Generator would
