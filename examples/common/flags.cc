@@ -160,8 +160,7 @@ void TrainFlags::add_pipeline_flags(CLI::App& app, TrainConfig& c) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_flag("--cuda-graphs", c.cuda_graphs,
                "On one GPU: capture a whole training step (the optimizer's included) as a CUDA "
-               "graph once and replay it, a few host calls a step (not with --precision fp16 "
-               "or across processes)");
+               "graph once and replay it, a few host calls a step (not across processes)");
 }
 
 void TrainFlags::apply() {

@@ -21,6 +21,7 @@
 #include "nn/clip_grad.h"
 #include "nn/grad_scaler.h"
 #include "nn/loss.h"
+#include "nn/optim_adam.h"
 #include "nn/transformer.h"
 #include "pipeline/pipe.h"
 #include "pipeline/schedule/generators.h"
@@ -167,6 +168,56 @@ void run_loss_scaling(int workers, int replicas) {
   expect(pipe.unscale_grads(scaler), where + ": stage 0's overflow not found on this rank");
 }
 
+// The whole step with StepOptions::grad_scaler across processes (one replica: the batch is
+// the pipeline's own): under float16 a scale of 2^40 overflows, so every rank skips (its
+// stages keep their parameters and Adam stays without state) and backs off to 2^16, whose
+// step is clean on every rank. The finding is combined over the pipeline's processes.
+void run_whole_step_loss_scaling(int workers) {
+  const std::string where = "whole step with grad_scaler (" + std::to_string(workers) +
+                            " workers)";
+  std::vector<Device> devices;
+  for (int w = 0; w < workers; ++w) devices.push_back(Device::cpu(w));
+  auto processes =
+      std::make_shared<distributed::MpiProcesses>(MPI_COMM_WORLD, workers, 1, workers);
+  pipeline::Pipe pipe(model(), {.balance = std::vector<int>(static_cast<size_t>(workers),
+                                                            4 / workers),
+                                .devices = devices,
+                                .chunks = 2,
+                                .schedule = {.name = "1f1b"},
+                                .precision = autograd::Precision::kFloat16,
+                                .threads_per_worker = 1,
+                                .processes = processes});
+  nn::Adam adam(pipe.parameters(), {.lr = 0.01});
+  nn::GradScaler scaler(
+      {.init_scale = std::ldexp(1.0, 40), .backoff_factor = std::ldexp(1.0, -24)});
+  Tensor x = Tensor::empty({4, 5, 16}), y = Tensor::empty({4, 5, 16});
+  Generator(25).normal_(x);
+  Generator(26).normal_(y);
+  const pipeline::LossFn loss_fn = [](const Tensor& out, const Tensor& t) {
+    return nn::mse_loss(out, t);
+  };
+  const nn::Tensors mine = pipe.partitions()[static_cast<size_t>(processes->worker())]
+                               .parameters();
+  std::vector<Tensor> before;
+  for (const Tensor& p : mine) before.push_back(p.clone());
+  auto unchanged = [&] {
+    for (size_t i = 0; i < mine.size(); ++i) {
+      if (rel_diff(mine[i], before[i]) != 0.0) return false;
+    }
+    return true;
+  };
+  const pipeline::StepResult skipped =
+      pipe.train_step(x, y, loss_fn, adam, {.grad_scaler = &scaler});
+  expect(skipped.skipped, where + ": a scale of 2^40 did not skip the step on this rank");
+  expect(unchanged(), where + ": a skipped step changed this rank's parameters");
+  expect(adam.state_dict().empty(), where + ": a skipped step gave Adam state");
+  expect(scaler.scale() == 65536.0, where + ": the scale did not back off to 2^16");
+  const pipeline::StepResult clean =
+      pipe.train_step(x, y, loss_fn, adam, {.grad_scaler = &scaler});
+  expect(!clean.skipped, where + ": a scale of 2^16 skipped the step on this rank");
+  expect(!unchanged(), where + ": a clean step left this rank's parameters as they were");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -180,6 +231,7 @@ int main(int argc, char** argv) {
     run("zb-v", 2, workers, replicas, norm_type);
   }
   run_loss_scaling(workers, replicas);
+  if (replicas == 1) run_whole_step_loss_scaling(workers);
   if (failures == 0) std::cout << "rank " << rank << ": all clip_grad_norm comparisons passed\n";
   return failures == 0 ? 0 : 1;
 }
