@@ -111,7 +111,8 @@ std::vector<Tensor> unpack_message(const std::vector<char>& bytes) {
   for (int64_t i = 0; i < count; ++i) {
     Entry e{checked_word(r, 0, 1, "defined flag") != 0, DType::kFloat32, Shape()};
     if (e.defined) {
-      e.dtype = static_cast<DType>(checked_word(r, 0, 2, "dtype"));
+      e.dtype = static_cast<DType>(
+          checked_word(r, 0, static_cast<int64_t>(DType::kFloat16), "dtype"));  // the last
       const int64_t rank = checked_word(r, 0, 64, "rank");
       std::vector<int64_t> dims;
       int64_t span = 1, numel = 1;

@@ -35,6 +35,19 @@ TEST_CASE("a message round-trips dtypes, shapes, scalars and undefined entries")
   CHECK(got[4].to_vector<float>() == std::vector<float>{4, 5, 6});
 }
 
+TEST_CASE("16-bit tensors travel as they are (the precision policy's messages)") {
+  const Tensor a = Tensor::from_vector(std::vector<float>{1.5f, -2.25f, 65504.0f});
+  const std::vector<Tensor> sent = {a.to(DType::kBFloat16), a.to(DType::kFloat16)};
+  const std::vector<Tensor> got =
+      unpack_message(pack_message({1, 0, 0, 0}, sent, Device::cpu(0)));
+  REQUIRE(got.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(got[i].dtype() == sent[i].dtype());
+    CHECK(got[i].to(DType::kFloat32).to_vector<float>() ==
+          sent[i].to(DType::kFloat32).to_vector<float>());
+  }
+}
+
 TEST_CASE("the key is written as its words, and names the receiving stage") {
   const MessageKey activation{2, 7, Direction::kActivation};
   const MessageKey gradient{2, 7, Direction::kGradient};
@@ -61,6 +74,15 @@ TEST_CASE("malformed messages are refused, naming what is wrong") {
   std::vector<char> bad_magic = bytes;
   bad_magic[0] ^= 1;
   CHECK_THROWS_WITH(message_id(bad_magic), Catch::Contains("magic"));
+  std::vector<int64_t> words(bytes.size() / sizeof(int64_t));
+  std::memcpy(words.data(), bytes.data(), bytes.size());
+  // magic, step, key length, 3 key words, device type and index, count, defined flag, dtype
+  const size_t dtype_at = 10;
+  REQUIRE(words[dtype_at] == static_cast<int64_t>(DType::kFloat32));
+  words[dtype_at] = 5;
+  std::vector<char> bad_dtype(bytes.size());
+  std::memcpy(bad_dtype.data(), words.data(), bytes.size());
+  CHECK_THROWS_WITH(unpack_message(bad_dtype), Catch::Contains("dtype 5 outside [0, 4]"));
 }
 
 // A header of int64 words: magic, step 1, no key words, cpu:0, one defined float64 tensor of
