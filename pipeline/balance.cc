@@ -12,9 +12,9 @@
 
 #include "autograd/engine.h"
 #include "nn/skip.h"
-#include "pipeline/median.h"
 #include "pipeline/min_max_cut.h"
 #include "pipeline/partition.h"
+#include "pipeline/layer_timing.h"
 #include "pipeline/profile_state.h"
 #include "tensor/allocator.h"
 #include "tensor/stream.h"
@@ -175,48 +175,19 @@ std::vector<int64_t> profile_times(nn::Sequential& module, const nn::Tensors& sa
                                 std::to_string(options.repetitions) + ")");
   }
   ProfileStateGuard state(module);
-  const nn::Tensors parameters = [&] {
-    nn::Tensors ps;
-    for (const Tensor& p : module.parameters()) {
-      if (p.requires_grad()) ps.push_back(p);
-    }
-    return ps;
-  }();
-  const Stream stream = Stream::current(options.device);
-  const size_t n = module.size();
-  std::vector<std::vector<int64_t>> times(n);
-
-  for (int pass = 0; pass < options.warmup + options.repetitions; ++pass) {
-    nn::Tensors x = detach_like(sample);
-    for (size_t i = 0; i < n; ++i) {
-      stream.synchronize();
-      const auto start = std::chrono::steady_clock::now();
-      nn::Tensors y = module[i].forward(x);
-      // Backward from every recorded output, with the output as its own gradient. Passing the
-      // input and ALL the module's parameters as `inputs` makes the engine return their
-      // gradients instead of accumulating .grad (the same work, no side effect).
-      nn::Tensors roots, grads, inputs = parameters;
-      for (const Tensor& t : y) {
-        if (t.requires_grad() && t.grad_fn() != nullptr) {
-          roots.push_back(t);
-          grads.push_back(t.detach());
-        }
-      }
-      for (const Tensor& t : x) {
-        if (t.requires_grad()) inputs.push_back(t);
-      }
-      if (!roots.empty()) autograd::backward(roots, grads, inputs);
-      stream.synchronize();
-      const auto end = std::chrono::steady_clock::now();
-      if (pass >= options.warmup) {
-        times[i].push_back(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count());
-      }
-      x = detach_like(y);
+  std::vector<ProfiledLayer> layers;
+  std::vector<nn::Tensors> parameters(module.size());
+  for (size_t i = 0; i < module.size(); ++i) {
+    layers.push_back([&module, i](const nn::Tensors& x) { return module[i].forward(x); });
+    for (const Tensor& p : module[i].parameters()) {
+      if (p.requires_grad()) parameters[i].push_back(p);
     }
   }
-  std::vector<int64_t> costs(n);
-  for (size_t i = 0; i < n; ++i) costs[i] = median(times[i]);
+  const std::vector<LayerTimes> times = time_layers(
+      layers, parameters, [&] { return detach_like(sample); }, options.device,
+      {.warmup = options.warmup, .repetitions = options.repetitions, .split_backward = false});
+  std::vector<int64_t> costs;
+  for (const LayerTimes& t : times) costs.push_back(std::llround((t.forward + t.backward) * 1e3));
   return costs;
 }
 

@@ -99,15 +99,17 @@ struct BalanceByTimeOptions {
   int repetitions = 5;
 };
 
-/// Per-layer forward + backward time in nanoseconds (steady clock; the current stream is
-/// synchronised around each layer), the median over options.repetitions passes after
-/// options.warmup untimed ones. `sample` is one micro-batch: layer 0 gets it, layer i gets
-/// layer i-1's output, detached and requiring grad exactly when that output did. The
-/// backward of a layer runs from every output that requires grad, with the output's own
-/// values as its gradient (torchgpipe's profile_times did the same; the values do not change
-/// the work); a layer whose outputs do not require grad (no parameters, input without grad)
-/// is timed forward only. Leaves the module as it was (Note [Profiling leaves the module as
-/// it was]).
+/// Per-layer forward + backward time in nanoseconds (steady clock), as the planner's profile
+/// times layers (time_layers, pipeline/layer_timing.h): every layer's forward, then every
+/// backward from the last layer to the first, as a step runs them (on a GPU each part queued
+/// 8 times between two synchronisations); F and B each the median over options.repetitions
+/// passes after options.warmup untimed ones. `sample` is one micro-batch: layer 0 gets it,
+/// layer i gets layer i-1's output, detached and requiring grad exactly when that output did.
+/// The backward of a layer runs from ones at every output that requires grad (torchgpipe's
+/// profile_times started from the outputs' values; the values do not change the work); a
+/// layer whose outputs do not require grad (no parameters, input without grad) is timed
+/// forward only. Leaves the module as it was (Note [Profiling leaves the module as it
+/// was]).
 /// Throws std::invalid_argument for an empty module, an undefined sample, a sample or a
 /// parameter/buffer not on options.device (naming both devices and the tensor),
 /// warmup < 0 or repetitions <= 0 (naming the value); and whatever a layer throws.

@@ -15,6 +15,7 @@
 #include "autograd/engine.h"
 #include "nn/skip.h"
 #include "pipeline/deferred_batch_norm.h"
+#include "pipeline/layer_timing.h"
 #include "pipeline/median.h"
 #include "pipeline/profile_state.h"
 #include "pipeline/skip_layout.h"
@@ -27,25 +28,6 @@ namespace pipewright::pipeline {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Note [Timing layers on a GPU]
-// On the CPU a layer's time is its wall time. A GPU worker queues a layer's kernels and goes on
-// to queue the next layer's while the device runs them, so inside a step a layer costs about
-// the longer of its host time (launches, cuBLAS calls) and its device time, not their sum plus
-// a wait for the device. Timed alone between two synchronisations, a small layer's time was
-// mostly that wait: the main job's profile on an H200 put a step at 1.4x its measured time,
-// and 2x with 24 micro-batches. So on a GPU each timed part (F, B, I, W) runs kDeviceRepeats
-// times back to back between two synchronisations, on graphs made beforehand, and its time is
-// the total over the repeats; the one wait is spread over them.
-constexpr int kDeviceRepeats = 8;
-
-// Note [Profiling in a step's order]
-// A layer's backward in a step runs after the later layers' backwards, long after its own
-// forward: its saved activations and weights have left the core's caches. Timed right after
-// its forward, as each layer once was, a backward found them there, and the main job's step on
-// two workers ran 6-12 % longer than the plan said (docs/BENCHMARKS.md, 2026-11-26 23:04). So
-// a pass runs F through every layer, then B from the last layer to the first, then the split
-// halves on fresh graphs: every I from the last layer to the first, then every W.
 
 double micros_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
@@ -64,55 +46,6 @@ struct Sample {
   bool frees_input = false;
 };
 
-// The gradient a layer's outputs receive: ones where an output requires grad.
-void roots_of(const nn::Tensors& outputs, nn::Tensors& roots, nn::Tensors& grads) {
-  for (const Tensor& t : outputs) {
-    if (t.defined() && t.requires_grad() && t.grad_fn() != nullptr) {
-      roots.push_back(t);
-      grads.push_back(Tensor::ones(t.shape(), {t.dtype(), t.device()}));
-    }
-  }
-}
-
-nn::Tensors requiring_grad(const nn::Tensors& tensors) {
-  nn::Tensors out;
-  for (const Tensor& t : tensors) {
-    if (t.defined() && t.requires_grad()) out.push_back(t);
-  }
-  return out;
-}
-
-// A layer as the profile runs it: the loss entry takes the targets as well.
-using Step1 = std::function<nn::Tensors(const nn::Tensors&)>;
-
-// Note [Skips in the profile]
-// The profile runs a layer more than once per pass (its B/W split on a fresh graph) and
-// alone (the memory pass's backwards), so a layer that pops a skip must find it again. This
-// tracker stores as the default one does — the chain's pop takes the stashed tensor, graph and
-// all — and remembers what was popped, detached (requires_grad as it was), for the layer's
-// later runs: their backward then stops at the skip, as each layer's own backward stops at
-// its detached input.
-class ProfileSkipTracker final : public nn::SkipTracker {
- public:
-  void stash(const nn::Module&, const nn::SkipKey& key, const Tensor& tensor) override {
-    stashed_[key] = tensor;
-  }
-  Tensor pop(const nn::Module& layer, const nn::SkipKey& key) override {
-    if (auto it = stashed_.find(key); it != stashed_.end()) {
-      Tensor t = std::move(it->second);
-      stashed_.erase(it);
-      popped_[key] = detach_like({t}).front();
-      return t;
-    }
-    if (auto it = popped_.find(key); it != popped_.end()) return it->second;
-    throw std::logic_error("profile: " + layer.str() + " pops " + key.str() +
-                           ", which no earlier layer stashed");
-  }
-
- private:
-  std::map<nn::SkipKey, Tensor> stashed_, popped_;
-};
-
 class Profiler {
  public:
   Profiler(nn::Sequential& model, const Tensor& input, const Tensor& target,
@@ -127,7 +60,7 @@ class Profiler {
     const size_t n = model_.size();
     std::vector<Sample> samples(n + 1);
     const Tensor target = target_.slice(0, rows).to(device_);
-    std::vector<Step1> layers;
+    std::vector<ProfiledLayer> layers;  // the model's, then the loss (with the targets)
     for (size_t i = 0; i < n; ++i) {
       layers.push_back([this, i](const nn::Tensors& x) { return model_[i].forward(x); });
     }
@@ -153,7 +86,7 @@ class Profiler {
   // creates the parameters' .grad, the second, measured, accumulates into them, as every
   // backward of a step but a stage's first does (the estimate adds the gradients' bytes to
   // the first: stage_estimate.cc).
-  void measure_memory(int64_t rows, const std::vector<Step1>& layers,
+  void measure_memory(int64_t rows, const std::vector<ProfiledLayer>& layers,
                       std::vector<Sample>& samples) {
     std::unique_ptr<DeferredBatchNorm> deferred;
     if (options_.deferred_batch_norm) deferred = std::make_unique<DeferredBatchNorm>(model_);
@@ -214,100 +147,21 @@ class Profiler {
     return out;
   }
 
-  // Medians of options.repetitions timed passes after options.warmup untimed ones. Each layer
-  // gets the previous one's output, detached, as balance.h's profile_times does, and the
-  // parts run in a step's order (Note [Profiling in a step's order]); on a GPU each part runs
-  // kDeviceRepeats times between two synchronisations (Note [Timing layers on a GPU]).
-  void measure_times(int64_t rows, const std::vector<Step1>& layers,
+  // Medians of options.repetitions timed passes after options.warmup untimed ones, each
+  // layer fed the previous one's output, detached, in a step's order and on a GPU repeated
+  // (time_layers, pipeline/layer_timing.h: the timing balance_by_time runs too).
+  void measure_times(int64_t rows, const std::vector<ProfiledLayer>& layers,
                      std::vector<Sample>& samples) {
-    const Stream stream = Stream::current(device_);
-    const int repeats = device_.is_cpu() ? 1 : kDeviceRepeats;
-    const size_t n = layers.size();
-    // The wall time of part(0) ... part(repeats - 1), queued back to back, per part.
-    const auto time_parts = [&](const std::function<void(int)>& part) {
-      stream.synchronize();
-      const auto t0 = Clock::now();
-      for (int r = 0; r < repeats; ++r) part(r);
-      stream.synchronize();
-      return micros_between(t0, Clock::now()) / repeats;
-    };
-    struct Graph {
-      nn::Tensors roots, grads;
-    };
-    std::vector<nn::Tensors> inputs(n);                          // layer i's (detached) input
-    std::vector<std::vector<Graph>> graphs(n, std::vector<Graph>(static_cast<size_t>(repeats)));
-    // Graph r of layer i: from `out` (a forward already run) or from a fresh forward.
-    const auto set_graph = [&](size_t i, int r, const nn::Tensors& out) {
-      Graph& g = graphs[i][static_cast<size_t>(r)];
-      g = Graph{};
-      roots_of(out, g.roots, g.grads);
-    };
-    // On a GPU, graphs 1 .. repeats - 1 of layer i, made just before its backward is timed
-    // (one layer's extra graphs at a time, not the whole model's).
-    const auto add_repeat_graphs = [&](size_t i) {
-      for (int r = 1; r < repeats; ++r) set_graph(i, r, layers[i](inputs[i]));
-    };
-    std::vector<std::vector<double>> f(n), b(n), in(n), w(n);
-    for (int pass = 0; pass < options_.warmup + options_.repetitions; ++pass) {
-      const bool timed = pass >= options_.warmup;
-      std::vector<double> forward(n, 0), whole(n, 0), input_half(n, 0), weight_half(n, 0);
-      // F through every layer; each keeps its graph for B.
-      nn::Tensors x = first_input(rows);
-      for (size_t i = 0; i < n; ++i) {
-        inputs[i] = x;
-        nn::Tensors y;
-        forward[i] = time_parts([&](int) { y = layers[i](x); });
-        set_graph(i, 0, y);
-        x = detach_like(y);
-      }
-      // B from the last layer to the first (parameter gradients returned, not kept).
-      for (size_t i = n; i-- > 0;) {
-        if (graphs[i][0].roots.empty()) continue;
-        add_repeat_graphs(i);
-        nn::Tensors all = requiring_grad(inputs[i]);
-        const nn::Tensors params = model_params(i);
-        all.insert(all.end(), params.begin(), params.end());
-        whole[i] = time_parts([&](int r) {
-          const Graph& g = graphs[i][static_cast<size_t>(r)];
-          autograd::backward(g.roots, g.grads, all);
-        });
-      }
-      // The B/W split on fresh graphs: every I from the last layer to the first, then every W
-      // from the queues (into .grad, cleared after).
-      for (size_t i = 0; i < n; ++i) set_graph(i, 0, layers[i](inputs[i]));
-      std::vector<std::vector<autograd::WeightGradQueue>> queues(n);
-      for (size_t i = n; i-- > 0;) {
-        queues[i].resize(static_cast<size_t>(repeats));
-        if (graphs[i][0].roots.empty()) continue;
-        add_repeat_graphs(i);
-        const nn::Tensors wanted = requiring_grad(inputs[i]);
-        input_half[i] = time_parts([&](int r) {
-          const Graph& g = graphs[i][static_cast<size_t>(r)];
-          autograd::backward(g.roots, g.grads, wanted,
-                             {.defer_weight_grads = &queues[i][static_cast<size_t>(r)]});
-        });
-      }
-      for (size_t i = n; i-- > 0;) {
-        if (graphs[i][0].roots.empty()) continue;
-        weight_half[i] = time_parts([&](int r) { queues[i][static_cast<size_t>(r)].run(); });
-        for (Tensor p : model_params(i)) p.set_grad(Tensor());
-      }
-      for (auto& layer_graphs : graphs) {
-        for (Graph& g : layer_graphs) g = Graph{};
-      }
-      if (!timed) continue;
-      for (size_t i = 0; i < n; ++i) {
-        f[i].push_back(forward[i]);
-        b[i].push_back(whole[i]);
-        in[i].push_back(input_half[i]);
-        w[i].push_back(weight_half[i]);
-      }
-    }
-    for (size_t i = 0; i < n; ++i) {
-      samples[i].forward = median(f[i]);
-      samples[i].backward = median(b[i]);
-      samples[i].backward_input = median(in[i]);
-      samples[i].backward_weight = median(w[i]);
+    std::vector<nn::Tensors> parameters;
+    for (size_t i = 0; i < layers.size(); ++i) parameters.push_back(model_params(i));
+    const std::vector<LayerTimes> times =
+        time_layers(layers, parameters, [&] { return first_input(rows); }, device_,
+                    {.warmup = options_.warmup, .repetitions = options_.repetitions});
+    for (size_t i = 0; i < layers.size(); ++i) {
+      samples[i].forward = times[i].forward;
+      samples[i].backward = times[i].backward;
+      samples[i].backward_input = times[i].backward_input;
+      samples[i].backward_weight = times[i].backward_weight;
     }
   }
 
