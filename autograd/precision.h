@@ -35,12 +35,10 @@
 #include <string>
 #include <utility>
 
+#include "autograd/precision_kind.h"
 #include "tensor/tensor.h"
 
 namespace pipewright::autograd {
-
-/// The dtype matrix products take their operands in (Note [The precision policy]).
-enum class Precision : uint8_t { kFloat32, kBFloat16, kFloat16 };
 
 /// "fp32", "bf16", "fp16" (the spelling of the examples' --precision flag).
 const char* precision_name(Precision p);

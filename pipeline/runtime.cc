@@ -219,10 +219,10 @@ StageFn Runtime::stage_fn(Step& step, int s, int j) {
   // its forward and its recompute, and whatever the cut, the worker or the micro-batching.
   // Under a precision policy the stage's working copies are made by its first cell of the
   // step and reused by the others and by recomputes (Note [The precision policy]).
-  return [run = std::move(run), key = step.microbatch_key(j), precision = step.precision,
-          copies = &step.working_copies.at(static_cast<size_t>(s))](const nn::Tensors& in) {
+  return [run = under_precision(std::move(run), step.precision,
+                                &step.working_copies.at(static_cast<size_t>(s))),
+          key = step.microbatch_key(j)](const nn::Tensors& in) {
     nn::RandomKeyGuard keyed(key);
-    autograd::PrecisionScope scope(precision, copies);
     return run(in);
   };
 }
@@ -249,36 +249,6 @@ nn::Tensors Runtime::recv_portals(Step& step, int worker, const std::vector<int>
   return tensors;
 }
 
-namespace {
-
-// Note [16-bit messages]
-// Under a precision policy every layer hands on 16-bit values and their gradients are rounded
-// to 16-bit values on the way back (Note [The precision policy], autograd/precision.h). A
-// stage's outputs are its last layer's, so the activations crossing to the next stage are
-// 16-bit values: they travel in the 16-bit dtype, half the bytes, and are widened back to
-// float32 on arrival, exactly. The input gradient a stage sends back meets the rounding of
-// the sender's last layer first thing, so rounding it before it travels changes nothing (a
-// rounded value rounds to itself) and it too travels in half the bytes. Portals carry what a
-// layer stashed mid-way, not a layer's output: they travel as they are.
-nn::Tensors narrowed(nn::Tensors tensors, autograd::Precision precision) {
-  if (precision == autograd::Precision::kFloat32) return tensors;
-  for (Tensor& t : tensors) {
-    if (t.defined() && t.dtype() == DType::kFloat32) t = t.to(autograd::precision_dtype(precision));
-  }
-  return tensors;
-}
-
-nn::Tensors widened(nn::Tensors tensors, autograd::Precision precision) {
-  if (precision == autograd::Precision::kFloat32) return tensors;
-  for (Tensor& t : tensors) {
-    if (t.defined() && t.dtype() == autograd::precision_dtype(precision)) {
-      t = t.to(DType::kFloat32);
-    }
-  }
-  return tensors;
-}
-
-}  // namespace
 
 void Runtime::send(Step& step, const MessageKey& key, nn::Tensors tensors) {
   const int to = key.receiver();
@@ -349,7 +319,7 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
   const int s = action.stage, j = action.microbatch;
   const Device device = stage_devices_[s];
   nn::Tensors in = s == 0 ? step.inputs.batches[j]
-                          : widened(receive(step, worker,
+                          : widen_message(receive(step, worker,
                                             MessageKey::to(s, j, Direction::kActivation)),
                                     step.precision);  // Note [16-bit messages]
   const std::vector<int>& portals_in = skips_.portals_in(s);
@@ -370,7 +340,7 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
   send_portals(step, skips_.portals_out(s), j, Direction::kActivation, out);
   if (!step.is_last(s)) {
     send(step, MessageKey::to(s + 1, j, Direction::kActivation),
-         narrowed(std::move(out), step.precision));
+         narrow_message(std::move(out), step.precision));
   } else if (step.loss) {
     step.loss->made(j, out.at(0), step.mode != CellMode::kNoGrad);
   } else {
@@ -386,7 +356,7 @@ void Runtime::backward(Step& step, int worker, const Action& action, TraceEvent&
   const int s = action.stage, j = action.microbatch;
   nn::Tensors grads;
   if (!step.is_last(s)) {
-    grads = widened(receive(step, worker, MessageKey::to(s, j, Direction::kGradient)),
+    grads = widen_message(receive(step, worker, MessageKey::to(s, j, Direction::kGradient)),
                     step.precision);
   } else if (step.loss) {
     grads = {step.loss->take_grad(j)};
@@ -408,7 +378,7 @@ void Runtime::backward(Step& step, int worker, const Action& action, TraceEvent&
     step.input_grads[j] = std::move(grad_inputs);
   } else {
     send(step, MessageKey::to(s - 1, j, Direction::kGradient),
-         narrowed(std::move(grad_inputs), step.precision));
+         narrow_message(std::move(grad_inputs), step.precision));
   }
   ++step.counters.backwards[s];
 }

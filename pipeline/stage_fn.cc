@@ -112,4 +112,42 @@ std::function<nn::Tensors(const nn::Tensors&)> stage_function(nn::Sequential& mo
   };
 }
 
+std::function<nn::Tensors(const nn::Tensors&)> under_precision(
+    std::function<nn::Tensors(const nn::Tensors&)> run, autograd::Precision precision,
+    autograd::WorkingCopies* copies) {
+  if (precision == autograd::Precision::kFloat32) return run;
+  return [run = std::move(run), precision, copies](const nn::Tensors& in) {
+    autograd::PrecisionScope scope(precision, copies);
+    return run(in);
+  };
+}
+
+// Note [16-bit messages]
+// Under a precision policy every layer hands on 16-bit values and their gradients are rounded
+// to 16-bit values on the way back (Note [The precision policy], autograd/precision.h). A
+// stage's outputs are its last layer's, so the activations crossing to the next stage are
+// 16-bit values: they travel in the 16-bit dtype, half the bytes, and are widened back to
+// float32 on arrival, exactly. The input gradient a stage sends back meets the rounding of
+// the sender's last layer first thing, so rounding it before it travels changes nothing (a
+// rounded value rounds to itself) and it too travels in half the bytes. Portals carry what a
+// layer stashed mid-way, not a layer's output: they travel as they are. The runtime narrows
+// what a cell sends and widens what it receives; the planner's stage probe does the same.
+nn::Tensors narrow_message(nn::Tensors tensors, autograd::Precision precision) {
+  if (precision == autograd::Precision::kFloat32) return tensors;
+  for (Tensor& t : tensors) {
+    if (t.defined() && t.dtype() == DType::kFloat32) t = t.to(autograd::precision_dtype(precision));
+  }
+  return tensors;
+}
+
+nn::Tensors widen_message(nn::Tensors tensors, autograd::Precision precision) {
+  if (precision == autograd::Precision::kFloat32) return tensors;
+  for (Tensor& t : tensors) {
+    if (t.defined() && t.dtype() == autograd::precision_dtype(precision)) {
+      t = t.to(DType::kFloat32);
+    }
+  }
+  return tensors;
+}
+
 }  // namespace pipewright::pipeline

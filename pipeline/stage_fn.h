@@ -6,6 +6,7 @@
 
 #include <functional>
 
+#include "autograd/precision.h"
 #include "nn/arguments.h"
 #include "nn/sequential.h"
 #include "pipeline/skip_layout.h"
@@ -35,5 +36,21 @@ std::function<nn::Tensors(const nn::Tensors&)> stage_function(nn::Sequential& mo
                                                               const SkipLayout& skips, int s,
                                                               int j, const nn::Arguments& arguments,
                                                               StageLoss loss);
+
+/// `run` under the precision policy `precision`, with `copies` as the stage's working copies
+/// (made by the first call that needs them and reused by the later ones: a step's first cell
+/// of the stage makes them, its other cells and recomputes reuse them; Note [The precision
+/// policy], autograd/precision.h). `copies` must outlive the function. `run` itself under
+/// kFloat32.
+std::function<nn::Tensors(const nn::Tensors&)> under_precision(
+    std::function<nn::Tensors(const nn::Tensors&)> run, autograd::Precision precision,
+    autograd::WorkingCopies* copies);
+
+/// A message as it travels under `precision` (Note [16-bit messages], stage_fn.cc): the
+/// float32 tensors of a stage's outputs, or of its input gradients, in the 16-bit dtype;
+/// everything as it is under kFloat32.
+nn::Tensors narrow_message(nn::Tensors tensors, autograd::Precision precision);
+/// The receiving side: the 16-bit tensors widened back to float32, exactly.
+nn::Tensors widen_message(nn::Tensors tensors, autograd::Precision precision);
 
 }  // namespace pipewright::pipeline

@@ -54,6 +54,7 @@ pipeline::PipeOptions pipe_options(const TrainConfig& config, const std::vector<
 
 pipeline::PlanOptions plan_options(const TrainConfig& config) {
   pipeline::PlanOptions options{.memory_cap_bytes = config.memory_cap,
+                                .precision = config.precision,
                                 .threads_per_worker = config.threads,
                                 .cache = config.plan_cache};
   if (config.plan_trials >= 0) options.trials = config.plan_trials;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/precision_kind.h"
 #include "pipeline/planner/memory_replay.h"
 #include "pipeline/schedule/replay.h"
 #include "pipeline/schedule/schedule.h"
@@ -66,6 +67,11 @@ struct PlanOptions {
   double optimizer_state_factor = 2.0;
   /// As PipeOptions::deferred_batch_norm.
   bool deferred_batch_norm = false;
+  /// As PipeOptions::precision (Note [The precision policy], autograd/precision.h): the
+  /// profile, the stage probes and the trials run under it, so a bf16 or fp16 plan is timed
+  /// and measured as it will run (16-bit products, working copies, 16-bit messages), and
+  /// Plan::pipe_options carries it.
+  autograd::Precision precision = autograd::Precision::kFloat32;
   /// Intra-op threads per worker (0: max(1, hardware_threads() / devices), the Pipe's).
   int threads_per_worker = 0;
   /// A file holding the profile, the measured stages and the trials' steps: read when it was
@@ -128,6 +134,7 @@ struct Plan {
   bool exact_memory = false;              // peaks from measured stages (stage_probe.h)
   int64_t memory_cap_bytes = 0;
   bool deferred_batch_norm = false;       // PlanOptions'
+  autograd::Precision precision = autograd::Precision::kFloat32;  // PlanOptions'
   std::vector<std::string> devices;       // their names, for the text
   std::vector<PlanAlternative> alternatives;
   int candidates = 0;                     // configurations replayed
@@ -144,7 +151,7 @@ struct Plan {
   /// measuring half, planner.cc; include pipeline/planner/planner.h to call it): balance, chunks,
   /// the schedule (name, virtual stages, placement, and its recomputes as RecomputeCells:
   /// a batch with fewer micro-batches, the short last one, recomputes the same cells of the
-  /// micro-batches it has), deferred BatchNorm and tied parameters. Seed, threads per
+  /// micro-batches it has), deferred BatchNorm, precision and tied parameters. Seed, threads per
   /// worker, worker CPUs and processes are the caller's to add (the defaults: as planned).
   PipeOptions pipe_options(const std::vector<Device>& devices) const;
   /// "1f1b, v 1, chunks 8, balance 4|9, 6 of 16 cells recomputed".

@@ -153,9 +153,9 @@ bool read_or_profile(PlanCache& cache, nn::Sequential& model, const PlanSample& 
                      const PlanOptions& options, int threads, int workers) {
   if (!options.cache.empty()) {
     if (std::optional<PlanCache> read = read_plan_cache(options.cache)) {
-      if (read->profile.fingerprint == profile_fingerprint(model, sample.input, sample.target,
-                                                           threads,
-                                                           options.deferred_batch_norm)) {
+      if (read->profile.fingerprint ==
+          profile_fingerprint(model, sample.input, sample.target, threads,
+                              options.deferred_batch_norm, options.precision)) {
         cache = std::move(*read);
         return true;
       }
@@ -173,7 +173,8 @@ bool read_or_profile(PlanCache& cache, nn::Sequential& model, const PlanSample& 
                                           batch},
                                  .threads = threads,
                                  .workers = workers,
-                                 .deferred_batch_norm = options.deferred_batch_norm});
+                                 .deferred_batch_norm = options.deferred_batch_norm,
+                                 .precision = options.precision});
   return false;
 }
 
@@ -205,7 +206,8 @@ SearchInputs search_inputs(nn::Sequential& model, const PlanSample& sample,
     if (it == measured.end()) {
       it = measured.emplace(key, probe_stage(model, first, last, rows, sample.input,
                                              sample.target, sample.loss,
-                                             {.deferred_batch_norm = options.deferred_batch_norm}))
+                                             {.deferred_batch_norm = options.deferred_batch_norm,
+                                              .precision = options.precision}))
                .first;
     }
     return it->second;
@@ -281,6 +283,7 @@ PipeOptions Plan::pipe_options(const std::vector<Device>& devices) const {
                 .stage_worker = stage_worker,
                 .recompute = RecomputeCells{recomputed_cells(schedule)}};
   o.deferred_batch_norm = deferred_batch_norm;
+  o.precision = precision;
   o.tied_parameters = tied_parameters;
   return o;
 }

@@ -57,12 +57,15 @@ class Profiler {
   std::vector<Sample> measure(int64_t rows) {
     ProfileSkipTracker skips;  // Note [Skips in the profile]
     nn::SkipTrackerGuard guard(skips);
+    // The policy's working copies (made by the first forward) live until the measure's end,
+    // as a stage's live until its step's end.
+    autograd::PrecisionScope policy(options_.precision);
     const size_t n = model_.size();
     std::vector<Sample> samples(n + 1);
     const Tensor target = target_.slice(0, rows).to(device_);
     std::vector<ProfiledLayer> layers;  // the model's, then the loss (with the targets)
     for (size_t i = 0; i < n; ++i) {
-      layers.push_back([this, i](const nn::Tensors& x) { return model_[i].forward(x); });
+      layers.push_back([this, i](const nn::Tensors& x) { return run_layer(i, x); });
     }
     layers.push_back([this, target](const nn::Tensors& x) {
       return nn::Tensors{loss_fn_(x.at(0), target)};
@@ -73,6 +76,16 @@ class Profiler {
   }
 
  private:
+  // Layer i as a stage's Sequential runs it: under a precision policy its outputs are
+  // rounded to the 16-bit values (Note [The precision policy], autograd/precision.h).
+  nn::Tensors run_layer(size_t i, const nn::Tensors& x) {
+    nn::Tensors y = model_[i].forward(x);
+    if (options_.precision != autograd::Precision::kFloat32) {
+      for (Tensor& t : y) t = autograd::round_to_precision(t);
+    }
+    return y;
+  }
+
   nn::Tensors first_input(int64_t rows) const {
     return {input_.slice(0, rows).to(device_).clone()};
   }
@@ -302,17 +315,21 @@ ModelProfile profile_model(nn::Sequential& model, const Tensor& input, const Ten
   profile.target_bytes_per_row = static_cast<int64_t>(target.nbytes()) / batch;
   profile.batch_rows = batch;
   profile.threads = threads;
-  profile.fingerprint =
-      profile_fingerprint(model, input, target, threads, options.deferred_batch_norm);
+  profile.fingerprint = profile_fingerprint(model, input, target, threads,
+                                            options.deferred_batch_norm, options.precision);
   return profile;
 }
 
 std::string profile_fingerprint(const nn::Sequential& model, const Tensor& input,
-                                const Tensor& target, int threads, bool deferred_batch_norm) {
+                                const Tensor& target, int threads, bool deferred_batch_norm,
+                                autograd::Precision precision) {
   return model.str() + " | input " + input.shape().str() + " " + dtype_name(input.dtype()) +
          " | target " + target.shape().str() + " " + dtype_name(target.dtype()) +
          " | threads " + std::to_string(threads) +
-         (deferred_batch_norm ? " | deferred batch norm" : "");
+         (deferred_batch_norm ? " | deferred batch norm" : "") +
+         (precision != autograd::Precision::kFloat32
+              ? std::string(" | precision ") + autograd::precision_name(precision)
+              : std::string());
 }
 
 std::vector<SkipSpan> skip_spans(const nn::Sequential& model) {

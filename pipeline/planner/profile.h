@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/precision.h"
 #include "nn/sequential.h"
 #include "pipeline/planner/cuts.h"
 #include "pipeline/planner/model_profile.h"
@@ -43,6 +44,11 @@ struct ProfileOptions {
   int repetitions = 5;  // timed passes; each time is the median
   /// Deferred BatchNorm as the Pipe will run it (PipeOptions::deferred_batch_norm).
   bool deferred_batch_norm = false;
+  /// The precision policy the Pipe will run (PipeOptions::precision): every layer runs
+  /// under it, its output rounded as a Sequential rounds it, the parameters' working copies
+  /// made by the first forward at each size (so they count as what a step's first forward
+  /// keeps until the step ends).
+  autograd::Precision precision = autograd::Precision::kFloat32;
 };
 
 /// Measures `model` on one sample mini-batch (`input` [N, ...] and `target` [N, ...], any
@@ -56,9 +62,11 @@ ModelProfile profile_model(nn::Sequential& model, const Tensor& input, const Ten
                            const LossFn& loss_fn, const ProfileOptions& options = {});
 
 /// What ModelProfile::fingerprint holds: the model's text, the sample's shapes and dtypes,
-/// the threads and the BatchNorm mode. A cached profile is used only when they match.
+/// the threads, the BatchNorm mode and the precision. A cached profile is used only when they
+/// match.
 std::string profile_fingerprint(const nn::Sequential& model, const Tensor& input,
-                                const Tensor& target, int threads, bool deferred_batch_norm);
+                                const Tensor& target, int threads, bool deferred_batch_norm,
+                                autograd::Precision precision = autograd::Precision::kFloat32);
 
 /// Where a profile of `model` runs: the device of its parameters and buffers (the input's
 /// when it has none). Throws std::invalid_argument naming two tensors on different devices.

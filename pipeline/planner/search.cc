@@ -536,6 +536,7 @@ class Search {
     plan.exact_memory = chosen.exact;
     plan.memory_cap_bytes = cap_;
     plan.deferred_batch_norm = options_.deferred_batch_norm;
+    plan.precision = options_.precision;
     plan.tied_parameters = options_.tied_parameters;
     plan.devices = in_.device_names;
     plan.alternatives = alternatives(chosen, model);

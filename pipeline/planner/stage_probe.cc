@@ -2,9 +2,11 @@
 #include "pipeline/planner/stage_probe.h"
 
 #include <memory>
+#include <iterator>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "autograd/grad_mode.h"
@@ -55,23 +57,29 @@ std::pair<SkipLayout, int> probe_layout(const nn::Sequential& model, int first, 
 class Probe {
  public:
   // `layout` and `s` as probe_layout's; `first_input` ends with the portals popped here.
+  // `precision`: the policy the cells run under, with the probe's working copies (a step's
+  // first cell of the stage makes them; end_series drops them, as a step's end does), and
+  // the messages narrowed and widened as the runtime's (Note [16-bit messages], stage_fn.cc).
   Probe(nn::Sequential& stage, Device device, const SkipLayout& layout, int s,
         nn::Tensors first_input, bool is_first, bool is_last, const LossFn& loss_fn,
-        const nn::Tensors& targets, int64_t rows)
+        const nn::Tensors& targets, int64_t rows, autograd::Precision precision)
       : stage_(stage), device_(device), allocator_(allocator_for(device)),
-        input_(std::move(first_input)), is_first_(is_first) {
+        input_(std::move(first_input)), is_first_(is_first), precision_(precision),
+        portals_in_(layout.portals_in(s).size()), portals_out_(layout.portals_out(s).size()) {
     if (is_last) {
       loss_.emplace(as_tuple_loss(loss_fn), std::vector<nn::Tensors>{targets, targets},
                     std::vector<int64_t>{rows, rows}, LossReduction::kMean,
                     /*keep_outputs=*/false);
     }
     for (int k = 0; k < 2; ++k) {
-      fns_[k] = stage_function(stage, device, layout, s, k, arguments_,
-                               loss_ ? loss_->stage_loss(k, unkept_outputs_) : StageLoss{});
+      fns_[k] = under_precision(
+          stage_function(stage, device, layout, s, k, arguments_,
+                         loss_ ? loss_->stage_loss(k, unkept_outputs_) : StageLoss{}),
+          precision, &working_copies_);
     }
     for (const Tensor& t : input_) needs_grad_.push_back(!is_first || t.requires_grad());
   }
-  Probe(const Probe&) = delete;  // fns_ point into loss_
+  Probe(const Probe&) = delete;  // fns_ point into loss_ and working_copies_
   Probe& operator=(const Probe&) = delete;
 
   // What `action` did to the device's counter.
@@ -87,10 +95,15 @@ class Probe {
   // action runs: stage 0 copies its micro-batch to the device, the cell records or
   // checkpoints, the output leaves (dropped) or the loss stays with its gradient seed.
   ActionBytes forward(int k, CellMode mode) {
-    nn::Tensors in = is_first_ ? input_ : copies(input_);
-    input_message_bytes_ = is_first_ ? 0 : bytes_of(in);
+    // The message as it arrives (16-bit under a policy) and the portals popped here.
+    auto [in, portals] = is_first_ ? std::pair(input_, nn::Tensors{})
+                                   : split_off(copies(input_), portals_in_);
+    if (!is_first_) in = narrow_message(std::move(in), precision_);
+    input_message_bytes_ = is_first_ ? 0 : bytes_of(in) + bytes_of(portals);
     return measure([&] {
-      nn::Tensors args = std::move(in);
+      nn::Tensors args = is_first_ ? std::move(in) : widen_message(std::move(in), precision_);
+      args.insert(args.end(), portals.begin(), portals.end());
+      portals.clear();
       if (is_first_) {
         for (Tensor& t : args) t = t.to(device_);
       }
@@ -102,13 +115,16 @@ class Probe {
       } else {
         // Only the outputs' shapes are kept: a reference would hold the last output past
         // its cell's backward, which the runtime's send does not.
-        output_bytes_ = bytes_of(out);
         output_like_.clear();
         for (const Tensor& t : out) {
           output_like_.push_back(
               {t.defined() && is_floating(t.dtype()), t.defined() ? t.shape() : Shape{},
                t.defined() ? t.dtype() : DType::kFloat32});
         }
+        // Sent: the portals stashed here as they are, then the output, narrowed.
+        auto [sent, stashed] = split_off(std::move(out), portals_out_);
+        sent = narrow_message(std::move(sent), precision_);
+        output_bytes_ = bytes_of(sent) + bytes_of(stashed);
       }
     });
   }
@@ -120,19 +136,28 @@ class Probe {
   // B or I of cell k: the gradient message arrives, the cell backpropagates, its input
   // gradient leaves (dropped).
   ActionBytes backward(int k, bool split) {
-    nn::Tensors grads;
+    nn::Tensors grads, portal_grads;
     if (loss_) {
       grads = {loss_->take_grad(k)};
     } else {
       for (const OutputShape& o : output_like_) {
         grads.push_back(o.floating ? Tensor::ones(o.shape, {o.dtype, device_}) : Tensor());
       }
-      grad_message_bytes_ = bytes_of(grads);
+      // The output's gradient arrives narrowed, the portals' as they are.
+      std::tie(grads, portal_grads) = split_off(std::move(grads), portals_out_);
+      grads = narrow_message(std::move(grads), precision_);
+      grad_message_bytes_ = bytes_of(grads) + bytes_of(portal_grads);
     }
     return measure([&] {
-      nn::Tensors g = std::move(grads);
+      nn::Tensors g = loss_ ? std::move(grads) : widen_message(std::move(grads), precision_);
+      g.insert(g.end(), portal_grads.begin(), portal_grads.end());
+      portal_grads.clear();
       nn::Tensors sent = split ? cells_[k].backward_input(g) : cells_[k].backward(g);
-      if (!is_first_) grad_input_bytes_ = bytes_of(sent);
+      if (!is_first_) {
+        auto [input_grads, to_portals] = split_off(std::move(sent), portals_in_);
+        input_grads = narrow_message(std::move(input_grads), precision_);
+        grad_input_bytes_ = bytes_of(input_grads) + bytes_of(to_portals);
+      }
     });
   }
 
@@ -148,12 +173,21 @@ class Probe {
     }
     if (deferred != nullptr) deferred->discard();
     for (Tensor p : stage_.parameters()) p.set_grad(Tensor());
+    working_copies_.clear();
   }
 
   int64_t input_message_bytes_ = 0, output_bytes_ = 0, grad_message_bytes_ = 0,
           grad_input_bytes_ = 0;
 
  private:
+  // (tensors without their last `n`, those last n).
+  static std::pair<nn::Tensors, nn::Tensors> split_off(nn::Tensors tensors, size_t n) {
+    nn::Tensors last(std::make_move_iterator(tensors.end() - static_cast<std::ptrdiff_t>(n)),
+                     std::make_move_iterator(tensors.end()));
+    tensors.resize(tensors.size() - n);
+    return {std::move(tensors), std::move(last)};
+  }
+
   static nn::Tensors copies(const nn::Tensors& tensors) {
     nn::Tensors out;
     for (const Tensor& t : tensors) out.push_back(t.defined() ? t.clone() : t);
@@ -165,6 +199,9 @@ class Probe {
   Allocator& allocator_;
   nn::Tensors input_;
   bool is_first_;
+  autograd::Precision precision_;
+  size_t portals_in_, portals_out_;       // the skips popped here, stashed here for later
+  autograd::WorkingCopies working_copies_;  // the stage's, for one series (a step's)
   nn::Arguments arguments_;
   std::optional<StepLoss> loss_;  // the last stage's
   nn::Tensors unkept_outputs_;    // StepLoss keeps no outputs here
@@ -236,7 +273,7 @@ StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows
 
   {  // recorded cells, whole backwards
     Probe probe(stage, device, layout, s, stage_input, is_first, is_last, loss_fn, targets,
-                rows);
+                rows, options.precision);
     m.forward_first = probe.forward(0, CellMode::kRecord);
     m.forward = probe.forward(1, CellMode::kRecord);
     m.backward_first = probe.backward(0, false);
@@ -249,7 +286,7 @@ StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows
   }
   {  // checkpointed cells
     Probe probe(stage, device, layout, s, stage_input, is_first, is_last, loss_fn, targets,
-                rows);
+                rows, options.precision);
     m.checkpoint_first = probe.forward(0, CellMode::kCheckpoint);
     m.checkpoint = probe.forward(1, CellMode::kCheckpoint);
     m.recompute = probe.recompute(0);
@@ -260,7 +297,7 @@ StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows
   }
   {  // split backwards
     Probe probe(stage, device, layout, s, stage_input, is_first, is_last, loss_fn, targets,
-                rows);
+                rows, options.precision);
     probe.forward(0, CellMode::kRecord);
     probe.forward(1, CellMode::kRecord);
     m.backward_input = probe.backward(0, true);

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/precision.h"
 #include "nn/sequential.h"
 #include "pipeline/planner/stage_memory.h"
 #include "pipeline/step.h"
@@ -36,6 +37,10 @@ namespace pipewright::pipeline {
 struct ProbeOptions {
   /// Deferred BatchNorm as the Pipe will run it (PipeOptions::deferred_batch_norm).
   bool deferred_batch_norm = false;
+  /// The precision policy the Pipe will run (PipeOptions::precision): the cells run under it
+  /// with the stage's working copies, made by the first cell of a series, and the messages
+  /// travel in 16 bits (Note [16-bit messages], stage_fn.cc), as in a step.
+  autograd::Precision precision = autograd::Precision::kFloat32;
 };
 
 /// Measures the stage made of `model`'s layers [first, last) for micro-batches of `rows` rows

@@ -74,6 +74,16 @@ TEST_CASE("one micro-batch: each device's peak is predicted to the byte") {
                     schedule);
 }
 
+TEST_CASE("under bf16 and fp16 (working copies, 16-bit messages) each device's peak is "
+          "predicted to the byte, and within the bounds with several micro-batches") {
+  const autograd::Precision precision =
+      GENERATE(autograd::Precision::kBFloat16, autograd::Precision::kFloat16);
+  const std::string schedule = GENERATE(as<std::string>{}, "1f1b", "zb-h1");
+  CAPTURE(autograd::precision_name(precision), schedule);
+  check_exact_peaks({Device::cpu(60), Device::cpu(61)}, schedule, precision);
+  check_peaks_within_bounds({Device::cpu(62), Device::cpu(63)}, schedule, 4, precision);
+}
+
 TEST_CASE("several micro-batches: the measured peak lies within the predicted bounds") {
   const std::string schedule = GENERATE(as<std::string>{}, "gpipe", "1f1b", "zb-h2");
   const int chunks = GENERATE(3, 4);

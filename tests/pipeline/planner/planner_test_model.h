@@ -102,7 +102,8 @@ inline Measured train(const Plan& plan, const std::vector<Device>& devices, cons
 }
 
 inline Plan plan_for(const std::vector<Device>& devices, const std::string& schedule, int chunks,
-              int64_t cap = 0, int max_v = 1) {
+              int64_t cap = 0, int max_v = 1,
+              autograd::Precision precision = autograd::Precision::kFloat32) {
   nn::Sequential model = mlp(1, devices.front());
   const Batch b = batch(Device::cpu(99));
   return plan(model, {b.x, b.y, cross_entropy}, devices,
@@ -110,7 +111,8 @@ inline Plan plan_for(const std::vector<Device>& devices, const std::string& sche
                .schedules = {schedule},
                .chunks = {chunks},
                .max_virtual_stages = max_v,
-               .deferred_batch_norm = true});
+               .deferred_batch_norm = true,
+               .precision = precision});
 }
 
 inline int64_t static_bytes(const Plan& p, int w) {
@@ -136,8 +138,10 @@ inline int64_t static_bytes(const Plan& p, int w) {
 // With one micro-batch every message is ordered by the schedule: `schedule` planned and
 // trained on `devices`, each device holds the static part before a step and peaks at the
 // prediction to the byte.
-inline void check_exact_peaks(const std::vector<Device>& devices, const std::string& schedule) {
-  const Plan p = plan_for(devices, schedule, 1);
+inline void check_exact_peaks(const std::vector<Device>& devices, const std::string& schedule,
+                              autograd::Precision precision = autograd::Precision::kFloat32) {
+  const Plan p = plan_for(devices, schedule, 1, 0, 1, precision);
+  REQUIRE(p.pipe_options(devices).precision == precision);
   REQUIRE(p.exact_memory);
   REQUIRE(p.num_microbatches == 1);
   const Measured m = train(p, devices, batch(Device::cpu(99)));
@@ -153,8 +157,9 @@ inline void check_exact_peaks(const std::vector<Device>& devices, const std::str
 // With several micro-batches the messages' timing decides the order: each device's peak lies
 // within the predicted bounds (Note [Replaying a device's memory]).
 inline void check_peaks_within_bounds(const std::vector<Device>& devices,
-                                      const std::string& schedule, int chunks) {
-  const Plan p = plan_for(devices, schedule, chunks);
+                                      const std::string& schedule, int chunks,
+                                      autograd::Precision precision = autograd::Precision::kFloat32) {
+  const Plan p = plan_for(devices, schedule, chunks, 0, 1, precision);
   const Measured m = train(p, devices, batch(Device::cpu(99)));
   for (size_t w = 0; w < devices.size(); ++w) {
     CAPTURE(w, p.explain());
