@@ -131,7 +131,7 @@ std::vector<DevicePeak> replay_memory(const Schedule& s, const ScheduleReplay& s
                                         : (first ? mem.forward_first : mem.forward);
           if (st == 0) break;
           const ActionPosition sender = *index.find(st - 1, ActionKind::kForward, j);
-          if (worker_of(st - 1) != w) {
+          if (worker_of(st - 1) != w || model.copied_handoffs) {
             receive(w, static_cast<int>(k), mem.input_bytes, sender);
           } else if (checkpointed(st - 1, j)) {
             effect_at(sender).extra += model.of(st - 1, j, m).output_bytes;
@@ -153,7 +153,7 @@ std::vector<DevicePeak> replay_memory(const Schedule& s, const ScheduleReplay& s
           }
           if (st == S - 1) break;
           const ActionPosition sender = *backward_of(index, st + 1, j);
-          if (worker_of(st + 1) != w) {
+          if (worker_of(st + 1) != w || model.copied_handoffs) {
             receive(w, static_cast<int>(k), mem.grad_output_bytes, sender);
           } else {
             effect_at(sender).extra += model.of(st + 1, j, m).grad_input_bytes;

@@ -22,7 +22,8 @@
 // its first forward, which is why StageMemory has first and later variants. Two stages of
 // one device pass messages without a copy (the V's turn, a single worker): the receiver's
 // input then stays with the sender's output until the sender's backward, and a gradient
-// stays as the message, which the replay adds to the receiver's backward instead.
+// stays as the message, which the replay adds to the receiver's backward instead (under a
+// 16-bit policy they are copies, replayed as messages: MemoryModel::copied_handoffs).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +44,11 @@ struct MemoryModel {
   double optimizer_state_factor = 2.0;
   /// .grad exists before the step (no zero_grad(set_to_none) between steps).
   bool grads_before_step = false;
+  /// Under a 16-bit precision policy two stages of one worker hand over copies too: the
+  /// sender narrows its output (or input gradient) into a new 16-bit tensor and the receiver
+  /// widens it into another (Note [16-bit messages], stage_fn.cc), so such a hand-off is
+  /// replayed as a message that arrives (PlanOptions::precision != kFloat32).
+  bool copied_handoffs = false;
 
   const StageMemory& of(int stage, int microbatch, int num_microbatches) const {
     return microbatch == num_microbatches - 1 ? tail[static_cast<size_t>(stage)]

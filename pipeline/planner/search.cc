@@ -282,6 +282,7 @@ class Search {
   MemoryModel memory_of(const Config& c, bool exact) {
     MemoryModel model;
     model.optimizer_state_factor = options_.optimizer_state_factor;
+    model.copied_handoffs = options_.precision != autograd::Precision::kFloat32;
     int first = 0;
     for (int b : c.balance) {
       model.full.push_back(stage_memory(first, first + b, c.rows, exact));
