@@ -8,7 +8,7 @@
 // (bound: m·2^-24 relative, with m <= 8, below 1e-6). With one micro-batch the gradients are
 // bitwise equal too. Checkpointed cells recompute the same values from the same working copies.
 // Messages between stages travel as 16-bit tensors (Note [16-bit messages],
-// pipeline/runtime.cc).
+// pipeline/stage_fn.cc).
 #include <catch2/catch.hpp>
 
 #include <cmath>
