@@ -243,7 +243,9 @@ class Pipe {
   /// captured step's). Errors as train_step; a replayed step that fails (a non-finite loss, a
   /// bad index) changes no parameter, statistic or optimizer state, as the eager step would
   /// not (DeviceGraph::set_gate), throws what the eager step throws and drops the graph.
-  /// options.max_grad_norm clips before the update (on the device, see StepOptions).
+  /// options.max_grad_norm clips before the update and options.grad_scaler scales the loss,
+  /// unscales and skips an overflowing update (StepResult::skipped), all on the device (see
+  /// StepOptions), so a graph holds them too.
   StepResult train_step(const Tensor& input, const Tensor& target, const LossFn& loss_fn,
                         nn::Optimizer& optimizer, const StepOptions& options = {});
   StepResult train_step(const nn::Tensors& inputs, const nn::Tensors& targets,

@@ -1,8 +1,8 @@
 // probe_stage: Note [Probing a stage] (stage_probe.h).
 #include "pipeline/planner/stage_probe.h"
 
-#include <memory>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
