@@ -7,10 +7,10 @@
 //                          before OpenBLAS), OpenMP threads = N, at the build's ISA (AVX2)
 //   openblas/tN/...        cblas_sgemm with OpenBLAS's own threads = N (its runtime-dispatched
 //                          kernels: AVX-512 on this CPU unless OPENBLAS_CORETYPE says otherwise)
-//   bf16-amx/tN/...        ops::gemm_ of bfloat16 operands into float32: the AMX tile kernel
-//                          where the CPU has one (tensor/cpu/gemm_amx.cc), else as below
-//   bf16-widened/tN/...    the same product as the CPU ran it before AMX: both operands
-//                          widened to float32 (inside the timed loop), then ours
+//   bf16-K/tN/...          ops::gemm_ of bfloat16 operands into float32 by the bf16 kernel K
+//                          (cpu::Bf16Gemm, tensor/cpu/gemm.h), each this CPU has: amx (our
+//                          AMX tile kernel), avx512-bf16 (our VDPBF16PS kernel), widened (both
+//                          operands widened to float32 inside the call, then ours)
 //   blis/tN/...            bli_sgemm (Debian's BLIS, OpenMP), threads = N; loaded with
 //                          dlopen(RTLD_LOCAL) so its CBLAS symbols never replace OpenBLAS's
 //                          (ours would then run on BLIS); skipped when the library is absent
@@ -38,8 +38,10 @@
 
 #include <Eigen/Core>
 #include <string>
+#include <tuple>
 
 #include "tensor/generator.h"
+#include "tensor/cpu/gemm.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 
@@ -47,7 +49,7 @@ namespace pipewright {
 namespace {
 
 struct Gemm {
-  std::string label;  // fwd, dx, dW or big
+  std::string label;  // fwd, dx, dW, big, or a transformer's product (gpt-*, gpt2-*)
   int64_t m, k, n;
   bool trans_a, trans_b;
   std::string name() const {
@@ -90,16 +92,13 @@ void ours(benchmark::State& state, Gemm g, int threads) {
   set_flops(state, g);
 }
 
-void bf16(benchmark::State& state, Gemm g, int threads, bool widened) {
+void bf16(benchmark::State& state, Gemm g, int threads, cpu::Bf16Gemm kernel) {
   ThreadBudgetGuard budget(threads);
+  cpu::Bf16GemmGuard use(kernel);
   Operands x(g);
   const Tensor a = x.a.to(DType::kBFloat16), b = x.b.to(DType::kBFloat16);
   for (auto _ : state) {
-    if (widened) {
-      ops::gemm_(x.c, a.to(DType::kFloat32), b.to(DType::kFloat32), g.trans_a, g.trans_b);
-    } else {
-      ops::gemm_(x.c, a, b, g.trans_a, g.trans_b);
-    }
+    ops::gemm_(x.c, a, b, g.trans_a, g.trans_b);
     benchmark::ClobberMemory();
   }
   set_flops(state, g);
@@ -233,6 +232,17 @@ std::vector<Gemm> linear_gemms() {
     }
   }
   gemms.push_back({"big", 1024, 1024, 1024, false, false});
+  // The transformers' forward products, x · Wᵀ: the char GPT's (a 512-token micro-batch, width
+  // 128: qkv, MLP up, MLP down) and GPT-2 small's (2048 tokens, width 768).
+  for (const auto& [label, m, k, n] : {std::tuple<const char*, int64_t, int64_t, int64_t>{
+                                           "gpt-qkv", 512, 128, 384},
+                                       {"gpt-up", 512, 128, 512},
+                                       {"gpt-down", 512, 512, 128},
+                                       {"gpt2-qkv", 2048, 768, 2304},
+                                       {"gpt2-up", 2048, 768, 3072},
+                                       {"gpt2-down", 2048, 3072, 768}}) {
+    gemms.push_back({label, m, k, n, false, true});
+  }
   return gemms;
 }
 
@@ -246,12 +256,14 @@ bool register_all() {
       benchmark::RegisterBenchmark(("ours" + suffix).c_str(), ours, g, threads)
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark(("bf16-amx" + suffix).c_str(), bf16, g, threads, false)
-          ->UseRealTime()
-          ->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark(("bf16-widened" + suffix).c_str(), bf16, g, threads, true)
-          ->UseRealTime()
-          ->Unit(benchmark::kMicrosecond);
+      for (auto kernel :
+           {cpu::Bf16Gemm::kAmx, cpu::Bf16Gemm::kAvx512Bf16, cpu::Bf16Gemm::kWidened}) {
+        if (!cpu::bf16_gemm_available(kernel)) continue;
+        const std::string name = std::string("bf16-") + cpu::to_string(kernel) + suffix;
+        benchmark::RegisterBenchmark(name.c_str(), bf16, g, threads, kernel)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
       benchmark::RegisterBenchmark(("eigen" + suffix).c_str(), eigen, g, threads)
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);

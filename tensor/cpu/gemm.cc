@@ -29,10 +29,12 @@
 // and multiplied by the float32 GEMM. That is the product cuBLAS's GemmEx computes with
 // CUBLAS_COMPUTE_32F (each product of two 16-bit values is exact in float32, the sums are
 // float32), up to the order of the sums; widening costs O(MK + KN) beside the O(MNK) product.
-// That gives the numerics of 16 bits, not their speed. Where the CPU has AMX, bfloat16
-// operands go to the tile unit instead (Note [bf16 GEMM on AMX], gemm_amx.cc); float16 ones,
-// which AMX-BF16 does not multiply, and every 16-bit product under the Eigen backend (the
-// reference) are still widened here.
+// That gives the numerics of 16 bits, not their speed. Where the CPU multiplies bfloat16 pairs
+// itself, bfloat16 operands go to a kernel of ours instead (bf16_gemm(), gemm.h): AMX tiles
+// (Note [bf16 GEMM on AMX], gemm_amx.cc), else VDPBF16PS (Note [bf16 GEMM on AVX512-BF16],
+// gemm_avx512_bf16.cc), both on one packed frame (Note [bf16 GEMM blocks], gemm_bf16.cc).
+// float16 operands, which neither multiplies, and every 16-bit product under the Eigen backend
+// (the reference) are still widened here.
 #include "tensor/cpu/gemm.h"
 
 #include <cblas.h>
@@ -50,6 +52,7 @@
 #include <string>
 
 #include "tensor/cpu/common.h"
+#include "tensor/cpu/gemm_bf16.h"
 #include "tensor/cpu/kernel_table.h"
 
 namespace pipewright::cpu {
@@ -137,12 +140,16 @@ void gemm_on_this_thread(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
   }
 }
 
-/// The bfloat16 product on the calling thread: the tile unit's (Note [bf16 GEMM on AMX],
-/// gemm_amx.cc). Only called where amx_bf16_available().
+/// The bfloat16 product on the calling thread, by a kernel of ours: native_bf16() chose one.
+/// (Were the kernel set to kWidened meanwhile, this still runs one this CPU has.)
 void gemm_on_this_thread(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                          const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb,
                          float beta, float* c, int64_t ldc) {
-  gemm_bf16_amx(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (bf16_gemm() == Bf16Gemm::kAmx || !avx512_bf16_available()) {
+    gemm_bf16_amx(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  } else {
+    gemm_bf16_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
 }
 
 /// Throws std::invalid_argument when a size exceeds the 32-bit BLAS interface.
@@ -166,7 +173,9 @@ void gemm_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T a
   }
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * k;
   const bool split_n = n >= m;
-  const int64_t units = split_n ? (n + kColumnAlign - 1) / kColumnAlign : m;
+  // bfloat16 kernels compute C in 32-column blocks (Note [bf16 GEMM blocks], gemm_bf16.cc).
+  constexpr int64_t align = std::is_same_v<In, BFloat16> ? bf16::kBlock : kColumnAlign;
+  const int64_t units = split_n ? (n + align - 1) / align : m;
   const int64_t threads =
       flops < kParallelFlops ? 1 : std::min<int64_t>(intra_op_threads(), units);
   if (threads <= 1) {
@@ -181,7 +190,7 @@ void gemm_split(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T a
     const int64_t lo = units * p / parts, hi = units * (p + 1) / parts;
     if (split_n) {
       // Columns [j0, j1) of C need columns [j0, j1) of op(B): B[:, j0:j1] or rows j0:j1 of Bᵀ.
-      const int64_t j0 = lo * kColumnAlign, j1 = std::min(n, hi * kColumnAlign);
+      const int64_t j0 = lo * align, j1 = std::min(n, hi * align);
       if (j1 <= j0) return;
       const In* b_block = trans_b ? b + j0 * ldb : b + j0;
       gemm_on_this_thread(trans_a, trans_b, m, j1 - j0, k, alpha, a, lda, b_block, ldb, beta,
@@ -257,12 +266,52 @@ void gemm_batched_typed(bool trans_a, bool trans_b, T alpha, const Tensor& a_t, 
   parallel_for(batch, static_cast<int64_t>(flops / kFlopsPerUnit) + 1, products);
 }
 
-/// bfloat16 operands go to the tile unit where there is one, under the default backend; the
-/// Eigen backend (the reference) widens them as before.
-bool use_amx(DType dtype) {
+/// bfloat16 operands go to a kernel of ours where the CPU has one (bf16_gemm(), gemm.h), under
+/// the default backend; the Eigen backend (the reference) widens them as before.
+bool native_bf16(DType dtype) {
   return dtype == DType::kBFloat16 && gemm_backend() == GemmBackend::kOpenBlas &&
-         amx_bf16_available();
+         bf16_gemm() != Bf16Gemm::kWidened;
 }
+
+Bf16Gemm best_bf16_gemm() {
+  if (amx_bf16_available()) return Bf16Gemm::kAmx;
+  if (avx512_bf16_available()) return Bf16Gemm::kAvx512Bf16;
+  return Bf16Gemm::kWidened;
+}
+
+/// The CPU's kernels by name, for messages.
+std::string available_bf16_gemms() {
+  std::string names;
+  for (Bf16Gemm kernel : {Bf16Gemm::kWidened, Bf16Gemm::kAvx512Bf16, Bf16Gemm::kAmx}) {
+    if (!bf16_gemm_available(kernel)) continue;
+    names += std::string(names.empty() ? "" : ", ") + to_string(kernel);
+  }
+  return names;
+}
+
+void check_bf16_gemm(Bf16Gemm kernel, const std::string& origin) {
+  if (!bf16_gemm_available(kernel)) {
+    throw std::invalid_argument(origin + ": this CPU cannot run the " + to_string(kernel) +
+                                " bfloat16 GEMM (it has: " + available_bf16_gemms() + ")");
+  }
+}
+
+Bf16Gemm bf16_gemm_from_environment() {
+  const char* value = std::getenv("PIPEWRIGHT_CPU_BF16_GEMM");
+  if (value == nullptr) return best_bf16_gemm();
+  for (Bf16Gemm kernel : {Bf16Gemm::kWidened, Bf16Gemm::kAvx512Bf16, Bf16Gemm::kAmx}) {
+    if (std::string(value) == to_string(kernel)) {
+      check_bf16_gemm(kernel, "PIPEWRIGHT_CPU_BF16_GEMM");
+      return kernel;
+    }
+  }
+  throw std::invalid_argument(
+      "PIPEWRIGHT_CPU_BF16_GEMM: expected widened, avx512-bf16 or amx, got '" +
+      std::string(value) + "'");
+}
+
+// Unset until the first bf16_gemm() reads the environment.
+std::atomic<int> g_bf16_gemm{-1};
 
 /// OpenBLAS is held to one thread of its own (Note [GEMM backend]).
 void use_one_openblas_thread() {
@@ -301,10 +350,49 @@ void set_gemm_backend(GemmBackend backend) {
   g_backend.store(static_cast<int>(backend), std::memory_order_relaxed);
 }
 
+const char* to_string(Bf16Gemm kernel) {
+  switch (kernel) {
+    case Bf16Gemm::kAvx512Bf16:
+      return "avx512-bf16";
+    case Bf16Gemm::kAmx:
+      return "amx";
+    case Bf16Gemm::kWidened:
+      break;
+  }
+  return "widened";
+}
+
+bool bf16_gemm_available(Bf16Gemm kernel) {
+  switch (kernel) {
+    case Bf16Gemm::kAvx512Bf16:
+      return avx512_bf16_available();
+    case Bf16Gemm::kAmx:
+      return amx_bf16_available();
+    case Bf16Gemm::kWidened:
+      break;
+  }
+  return true;
+}
+
+Bf16Gemm bf16_gemm() {
+  int value = g_bf16_gemm.load(std::memory_order_relaxed);
+  if (value < 0) {
+    value = static_cast<int>(bf16_gemm_from_environment());
+    int unset = -1;  // a concurrent set_bf16_gemm wins
+    if (!g_bf16_gemm.compare_exchange_strong(unset, value)) value = unset;
+  }
+  return static_cast<Bf16Gemm>(value);
+}
+
+void set_bf16_gemm(Bf16Gemm kernel) {
+  check_bf16_gemm(kernel, "set_bf16_gemm");
+  g_bf16_gemm.store(static_cast<int>(kernel), std::memory_order_relaxed);
+}
+
 void gemm_batched(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,
                   double beta, Tensor& c) {
   use_one_openblas_thread();
-  if (use_amx(a.dtype())) {  // Note [bf16 GEMM on AMX], gemm_amx.cc
+  if (native_bf16(a.dtype())) {  // Note [Mixed-precision GEMM on the CPU]
     gemm_batched_typed<float, BFloat16>(trans_a, trans_b, static_cast<float>(alpha), a, b,
                                         static_cast<float>(beta), c);
     return;
@@ -323,7 +411,7 @@ void gemm_batched(bool trans_a, bool trans_b, double alpha, const Tensor& a, con
 void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
           Tensor& c) {
   use_one_openblas_thread();
-  if (use_amx(a.dtype())) {  // Note [bf16 GEMM on AMX], gemm_amx.cc
+  if (native_bf16(a.dtype())) {  // Note [Mixed-precision GEMM on the CPU]
     gemm_typed<float, BFloat16>(trans_a, trans_b, static_cast<float>(alpha), a, b,
                                 static_cast<float>(beta), c);
     return;

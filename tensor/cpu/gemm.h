@@ -45,18 +45,61 @@ class GemmBackendGuard {
   GemmBackend previous_;
 };
 
+/// How a product of two bfloat16 operands into float32 runs on the CPU (Note [Mixed-precision
+/// GEMM on the CPU], gemm.cc). Every kernel sums exact products in float32; they differ in the
+/// order of the sums and in speed.
+enum class Bf16Gemm {
+  kWidened,    // both operands widened to float32, then the float32 GEMM: any CPU
+  kAvx512Bf16, // VDPBF16PS, our kernel (Note [bf16 GEMM on AVX512-BF16], gemm_avx512_bf16.cc)
+  kAmx,        // AMX tiles, our kernel (Note [bf16 GEMM on AMX], gemm_amx.cc)
+};
+
+/// "widened", "avx512-bf16" or "amx".
+const char* to_string(Bf16Gemm kernel);
+
+/// Whether this CPU (and kernel) can run `kernel`; kWidened always. Decided once per process.
+bool bf16_gemm_available(Bf16Gemm kernel);
+
+/// The kernel bfloat16 × bfloat16 products use under the OpenBLAS backend (the Eigen backend,
+/// the reference, always widens): what set_bf16_gemm chose, else what the environment variable
+/// PIPEWRIGHT_CPU_BF16_GEMM (`widened`, `avx512-bf16` or `amx`) names, else the fastest this
+/// CPU has (kAmx, then kAvx512Bf16, then kWidened). Throws std::invalid_argument when the
+/// variable names no kernel or one this CPU lacks (naming it and the CPU's).
+Bf16Gemm bf16_gemm();
+
+/// Sets the process's bfloat16 kernel (for tests and benchmarks, between steps; not per
+/// thread). Throws std::invalid_argument, naming it, when this CPU cannot run it.
+void set_bf16_gemm(Bf16Gemm kernel);
+
+/// Sets the bfloat16 kernel for its lifetime, then restores the previous one.
+class Bf16GemmGuard {
+ public:
+  explicit Bf16GemmGuard(Bf16Gemm kernel) : previous_(bf16_gemm()) { set_bf16_gemm(kernel); }
+  ~Bf16GemmGuard() { set_bf16_gemm(previous_); }
+  Bf16GemmGuard(const Bf16GemmGuard&) = delete;
+  Bf16GemmGuard& operator=(const Bf16GemmGuard&) = delete;
+
+ private:
+  Bf16Gemm previous_;
+};
+
 /// Whether this CPU and kernel run the bfloat16 GEMM on AMX tiles (Note [bf16 GEMM on AMX],
 /// gemm_amx.cc): CPUID has AMX-TILE and AMX-BF16 and Linux grants the tile state. Decided once.
-/// When true, gemm and gemm_batched of two bfloat16 operands run there under the default
-/// backend (the Eigen backend keeps widening them to float32).
 bool amx_bf16_available();
 
-/// C [m, n] = alpha · op(A) · op(B) + beta · C for bfloat16 A, B and float32 C on AMX tiles, on
-/// the calling thread; row-major with leading dimensions as gemm_tile's. Only where
-/// amx_bf16_available().
+/// Whether this CPU has AVX512-BF16 (with AVX-512F and BW) and the OS saves the AVX-512 state
+/// (Note [bf16 GEMM on AVX512-BF16], gemm_avx512_bf16.cc). Decided once.
+bool avx512_bf16_available();
+
+/// C [m, n] = alpha · op(A) · op(B) + beta · C for bfloat16 A, B and float32 C, row-major with
+/// leading dimensions as gemm_tile's, on the calling thread: on AMX tiles (only where
+/// amx_bf16_available()) or by VDPBF16PS (only where avx512_bf16_available()).
 void gemm_bf16_amx(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta,
                    float* c, int64_t ldc);
+void gemm_bf16_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const BFloat16* a, int64_t lda, const BFloat16* b, int64_t ldb, float beta,
+                      float* c, int64_t ldc);
 
 /// C [m, n] = alpha · op(A) · op(B) + beta · C for row-major A, B, C with leading dimensions
 /// lda, ldb, ldc (op(X) = Xᵀ when trans_x), on the calling thread alone, by the process's

@@ -197,85 +197,169 @@ TEST_CASE("matmul errors name both shapes and the flags") {
                       Catch::Contains("[3, 3]") && Catch::Contains("[2, 2]"));
 }
 
-TEST_CASE("bfloat16 operands: float32 sums of exact products, on AMX tiles where the CPU has them") {
+/// The bfloat16 GEMMs this CPU runs (gemm.h): always the widened one, and the kernels of ours
+/// that its instructions allow.
+static std::vector<cpu::Bf16Gemm> bf16_kernels() {
+  std::vector<cpu::Bf16Gemm> kernels;
+  for (auto kernel : {cpu::Bf16Gemm::kWidened, cpu::Bf16Gemm::kAvx512Bf16, cpu::Bf16Gemm::kAmx}) {
+    if (cpu::bf16_gemm_available(kernel)) kernels.push_back(kernel);
+  }
+  return kernels;
+}
+
+TEST_CASE("bfloat16 operands: float32 sums of exact products, by every kernel this CPU has") {
   // Each product of two bf16 values is exact in float32 and the sums are float32, so C is
   // within K float32 roundings of the float64 product of the bf16 values (γ_K Σ|terms|,
-  // Higham §3.1), on AMX (Note [bf16 GEMM on AMX], tensor/cpu/gemm_amx.cc) and when widened
-  // to float32 (the Eigen backend, and CPUs without AMX). Shapes cross the tile kernel's
-  // 32-row, 32-column and 32-deep blocks; batches share an operand; two threads split C.
-  INFO("AMX-BF16 " << (cpu::amx_bf16_available() ? "used" : "absent: the widened path only"));
-  struct Dims {
-    int64_t m, k, n;
-  };
-  bool some_product_differs = false;
-  for (int threads : {1, 2}) {
-    ThreadBudgetGuard budget(threads);
-    for (Dims d : {Dims{1, 1, 1}, Dims{5, 7, 3}, Dims{33, 65, 17}, Dims{64, 96, 128},
-                   Dims{129, 300, 50}}) {
-      for (bool ta : {false, true}) {
-        for (bool tb : {false, true}) {
-          const Shape as = stored(d.m, d.k, ta), bs = stored(d.k, d.n, tb);
-          const Tensor a = tensor_of<float>(random_values(as.numel(), 51, -2, 2), as)
-                               .to(DType::kBFloat16);
-          const Tensor b = tensor_of<float>(random_values(bs.numel(), 52, -2, 2), bs)
-                               .to(DType::kBFloat16);
-          const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
-          const auto cv = random_values(d.m * d.n, 53);
-          // |terms| summed, for the bound.
-          std::vector<double> abs_a(av), abs_b(bv);
-          for (double& x : abs_a) x = std::abs(x);
-          for (double& x : abs_b) x = std::abs(x);
-          const auto magnitude = naive_gemm(abs_a, as, ta, abs_b, bs, tb, 1.0, 0.0, {});
-          for (double beta : {0.0, 1.0}) {
-            INFO("threads=" << threads << " m=" << d.m << " k=" << d.k << " n=" << d.n
-                            << " ta=" << ta << " tb=" << tb << " beta=" << beta);
-            Tensor tiles = tensor_of<float>(cv, {d.m, d.n});
-            Tensor widened = tensor_of<float>(cv, {d.m, d.n});
-            ops::gemm_(tiles, a, b, ta, tb, 1.0, beta);
-            {
-              cpu::GemmBackendGuard backend(cpu::GemmBackend::kEigen);
-              ops::gemm_(widened, a, b, ta, tb, 1.0, beta);
+  // Higham §3.1), by each kernel (tensor/cpu/gemm.h: AMX tiles, VDPBF16PS, widened to float32)
+  // and by the Eigen backend's widened product. Shapes cross the kernels' 32-row, 32-column
+  // and 32-deep blocks; batches share an operand; two threads split C.
+  for (cpu::Bf16Gemm kernel : bf16_kernels()) {
+    cpu::Bf16GemmGuard use(kernel);
+    INFO("bf16 kernel " << cpu::to_string(kernel));
+    struct Dims {
+      int64_t m, k, n;
+    };
+    bool some_product_differs = false;
+    for (int threads : {1, 2}) {
+      ThreadBudgetGuard budget(threads);
+      for (Dims d : {Dims{1, 1, 1}, Dims{5, 7, 3}, Dims{33, 65, 17}, Dims{64, 96, 128},
+                     Dims{129, 300, 50}}) {
+        for (bool ta : {false, true}) {
+          for (bool tb : {false, true}) {
+            const Shape as = stored(d.m, d.k, ta), bs = stored(d.k, d.n, tb);
+            const Tensor a = tensor_of<float>(random_values(as.numel(), 51, -2, 2), as)
+                                 .to(DType::kBFloat16);
+            const Tensor b = tensor_of<float>(random_values(bs.numel(), 52, -2, 2), bs)
+                                 .to(DType::kBFloat16);
+            const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+            const auto cv = random_values(d.m * d.n, 53);
+            // |terms| summed, for the bound.
+            std::vector<double> abs_a(av), abs_b(bv);
+            for (double& x : abs_a) x = std::abs(x);
+            for (double& x : abs_b) x = std::abs(x);
+            const auto magnitude = naive_gemm(abs_a, as, ta, abs_b, bs, tb, 1.0, 0.0, {});
+            for (double beta : {0.0, 1.0}) {
+              INFO("threads=" << threads << " m=" << d.m << " k=" << d.k << " n=" << d.n
+                              << " ta=" << ta << " tb=" << tb << " beta=" << beta);
+              Tensor tiles = tensor_of<float>(cv, {d.m, d.n});
+              Tensor widened = tensor_of<float>(cv, {d.m, d.n});
+              ops::gemm_(tiles, a, b, ta, tb, 1.0, beta);
+              {
+                cpu::GemmBackendGuard backend(cpu::GemmBackend::kEigen);
+                ops::gemm_(widened, a, b, ta, tb, 1.0, beta);
+              }
+              const auto expected =
+                  naive_gemm(av, as, ta, bv, bs, tb, 1.0, beta, rounded<float>(cv));
+              const auto got = tiles.to_vector<double>(), reference = widened.to_vector<double>();
+              for (size_t i = 0; i < expected.size(); ++i) {
+                const double bound = (static_cast<double>(d.k) + 2) * std::ldexp(1.0, -24) *
+                                     (magnitude[i] + std::abs(expected[i]) + 1.0);
+                REQUIRE(std::abs(got[i] - expected[i]) <= bound);
+                REQUIRE(std::abs(reference[i] - expected[i]) <= bound);
+              }
+              if (!ops::equal(tiles, widened)) some_product_differs = true;
             }
-            const auto expected =
-                naive_gemm(av, as, ta, bv, bs, tb, 1.0, beta, rounded<float>(cv));
-            const auto got = tiles.to_vector<double>(), reference = widened.to_vector<double>();
-            for (size_t i = 0; i < expected.size(); ++i) {
-              const double bound = (static_cast<double>(d.k) + 2) * std::ldexp(1.0, -24) *
-                                   (magnitude[i] + std::abs(expected[i]) + 1.0);
-              REQUIRE(std::abs(got[i] - expected[i]) <= bound);
-              REQUIRE(std::abs(reference[i] - expected[i]) <= bound);
-            }
-            if (!ops::equal(tiles, widened)) some_product_differs = true;
           }
         }
       }
     }
+    // Products larger than the kernel packs at once (about 2^20 elements of each operand): K
+    // 1000 packs 1024 rows of A or columns of B at a time. One thread: two would split C first.
+    for (bool wide : {false, true}) {
+      ThreadBudgetGuard budget(1);
+      const int64_t m = wide ? 40 : 1100, k = 1000, n = wide ? 1100 : 40;
+      INFO("m=" << m << " n=" << n << " k=" << k);
+      const Tensor a = tensor_of<float>(random_values(m * k, 56), {m, k}).to(DType::kBFloat16);
+      const Tensor b = tensor_of<float>(random_values(n * k, 57), {n, k}).to(DType::kBFloat16);
+      const Tensor c = ops::matmul(a, b, false, true);
+      const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+      const auto expected = naive_gemm(av, {m, k}, false, bv, {n, k}, true, 1.0, 0.0, {});
+      const auto got = c.to_vector<double>();
+      for (size_t i = 0; i < expected.size(); ++i) {
+        REQUIRE(std::abs(got[i] - expected[i]) <= (k + 2) * std::ldexp(1.0, -24) * (k + 1.0));
+      }
+    }
+    // A batched product with a shared operand: each matrix as its own product.
+    const Tensor x = tensor_of<float>(random_values(3 * 40 * 70, 54), {3, 40, 70})
+                         .to(DType::kBFloat16);
+    const Tensor w = tensor_of<float>(random_values(70 * 33, 55), {1, 70, 33}).to(DType::kBFloat16);
+    Tensor stack = ops::batched_matmul(x, w);
+    for (int64_t i = 0; i < 3; ++i) {
+      const Tensor one = ops::matmul(x.slice(i, i + 1).reshape({40, 70}), w.reshape({70, 33}));
+      CHECK(ops::equal(stack.slice(i, i + 1).reshape({40, 33}), one));
+    }
+    // Where a kernel of ours ran, two implementations really did: some sums differ in the last
+    // bits from the reference's.
+    if (kernel != cpu::Bf16Gemm::kWidened) CHECK(some_product_differs);
   }
-  // Products larger than the kernel packs at once (about 2^20 elements of each operand): K
-  // 1000 packs 1024 rows of A or columns of B at a time. One thread: two would split C first.
-  for (bool wide : {false, true}) {
-    ThreadBudgetGuard budget(1);
-    const int64_t m = wide ? 40 : 1100, k = 1000, n = wide ? 1100 : 40;
-    INFO("m=" << m << " n=" << n << " k=" << k);
-    const Tensor a = tensor_of<float>(random_values(m * k, 56), {m, k}).to(DType::kBFloat16);
-    const Tensor b = tensor_of<float>(random_values(n * k, 57), {n, k}).to(DType::kBFloat16);
-    const Tensor c = ops::matmul(a, b, false, true);
-    const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
-    const auto expected = naive_gemm(av, {m, k}, false, bv, {n, k}, true, 1.0, 0.0, {});
-    const auto got = c.to_vector<double>();
-    for (size_t i = 0; i < expected.size(); ++i) {
-      REQUIRE(std::abs(got[i] - expected[i]) <= (k + 2) * std::ldexp(1.0, -24) * (k + 1.0));
+}
+
+TEST_CASE("bfloat16 kernels of ours: a row's bits do not depend on the rows or threads beside it") {
+  // Note [bf16 GEMM blocks] (tensor/cpu/gemm_bf16.cc): each element of C is summed over K in an
+  // order fixed by K alone, so a micro-batch's rows of a product equal the whole batch's bit
+  // for bit (what lets a pipelined bf16 step match the plain model's), and two threads
+  // splitting C change nothing.
+  const int64_t m = 70, k = 100, n = 45;
+  for (cpu::Bf16Gemm kernel : bf16_kernels()) {
+    if (kernel == cpu::Bf16Gemm::kWidened) continue;  // OpenBLAS promises no such thing
+    cpu::Bf16GemmGuard use(kernel);
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        INFO("bf16 kernel " << cpu::to_string(kernel) << " ta=" << ta << " tb=" << tb);
+        const Shape as = stored(m, k, ta), bs = stored(k, n, tb);
+        const Tensor a = tensor_of<float>(random_values(as.numel(), 61, -2, 2), as)
+                             .to(DType::kBFloat16);
+        const Tensor b = tensor_of<float>(random_values(bs.numel(), 62, -2, 2), bs)
+                             .to(DType::kBFloat16);
+        Tensor whole = Tensor::zeros({m, n});
+        {
+          ThreadBudgetGuard budget(1);
+          ops::gemm_(whole, a, b, ta, tb);
+        }
+        const auto expected = whole.to_vector<float>();
+        const auto av = a.to_vector<double>();
+        // The rows of op(A) in three pieces (each a product of its own), one thread.
+        for (auto [lo, hi] : {std::pair<int64_t, int64_t>{0, 13}, {13, 50}, {50, 70}}) {
+          std::vector<double> piece;  // rows [lo, hi) of op(A), stored as A is
+          const Shape ps = stored(hi - lo, k, ta);
+          for (int64_t r = 0; r < ps[0]; ++r) {
+            for (int64_t c = 0; c < ps[1]; ++c) {
+              piece.push_back(ta ? av[r * m + lo + c] : av[(lo + r) * k + c]);
+            }
+          }
+          const Tensor rows = tensor_of<float>(piece, ps).to(DType::kBFloat16);
+          Tensor part = Tensor::zeros({hi - lo, n});
+          ThreadBudgetGuard budget(1);
+          ops::gemm_(part, rows, b, ta, tb);
+          const auto got = part.to_vector<float>();
+          for (int64_t i = 0; i < (hi - lo) * n; ++i) {
+            INFO("rows [" << lo << ", " << hi << ") element " << i);
+            REQUIRE(got[i] == expected[lo * n + i]);
+          }
+        }
+        // Two threads, each its block of C.
+        Tensor split = Tensor::zeros({m, n});
+        ThreadBudgetGuard budget(2);
+        ops::gemm_(split, a, b, ta, tb);
+        CHECK(ops::equal(split, whole));
+      }
     }
   }
-  // A batched product with a shared operand: each matrix as its own product.
-  const Tensor x = tensor_of<float>(random_values(3 * 40 * 70, 54), {3, 40, 70})
-                       .to(DType::kBFloat16);
-  const Tensor w = tensor_of<float>(random_values(70 * 33, 55), {1, 70, 33}).to(DType::kBFloat16);
-  Tensor stack = ops::batched_matmul(x, w);
-  for (int64_t i = 0; i < 3; ++i) {
-    const Tensor one = ops::matmul(x.slice(i, i + 1).reshape({40, 70}), w.reshape({70, 33}));
-    CHECK(ops::equal(stack.slice(i, i + 1).reshape({40, 33}), one));
+}
+
+TEST_CASE("the bfloat16 kernel is chosen by name, and one this CPU lacks is refused") {
+  CHECK(cpu::bf16_gemm_available(cpu::Bf16Gemm::kWidened));
+  CHECK(std::string(cpu::to_string(cpu::Bf16Gemm::kAvx512Bf16)) == "avx512-bf16");
+  const cpu::Bf16Gemm before = cpu::bf16_gemm();
+  {
+    cpu::Bf16GemmGuard widened(cpu::Bf16Gemm::kWidened);
+    CHECK(cpu::bf16_gemm() == cpu::Bf16Gemm::kWidened);
   }
-  // Where AMX ran, two implementations really did: some float32 sums differ in the last bits.
-  if (cpu::amx_bf16_available()) CHECK(some_product_differs);
+  CHECK(cpu::bf16_gemm() == before);
+  for (auto kernel : {cpu::Bf16Gemm::kAvx512Bf16, cpu::Bf16Gemm::kAmx}) {
+    if (cpu::bf16_gemm_available(kernel)) continue;
+    REQUIRE_THROWS_WITH(cpu::set_bf16_gemm(kernel),
+                        Catch::Contains(cpu::to_string(kernel)) && Catch::Contains("widened"));
+    CHECK(cpu::bf16_gemm() == before);
+  }
 }
