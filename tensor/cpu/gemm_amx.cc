@@ -56,13 +56,13 @@ bool request_amx() {
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 }
 
-/// The 32 × 32 block of C from the packed operands, into `out`: a bf16::BlockProduct
-/// (gemm_bf16.h), all 32 rows and the whole kp (the tile unit multiplies whole tiles). Every
-/// tile load reads 1 KiB that lies contiguous in memory.
+/// The 32 × 32 block of C from the packed operands: a bf16::BlockProduct (gemm_bf16.h), all
+/// 32 rows and the whole kp (the tile unit multiplies whole tiles), stored to a buffer and
+/// added into C from there. Every tile load reads 1 KiB that lies contiguous in memory.
 __attribute__((target("amx-tile,amx-bf16"))) void block_product(const uint16_t* a_tiles,
                                                                  const uint16_t* b_pairs,
                                                                  int64_t /*k*/, int64_t kp,
-                                                                 int64_t /*rows*/, float* out) {
+                                                                 const bf16::BlockOutput& out) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -79,11 +79,13 @@ __attribute__((target("amx-tile,amx-bf16"))) void block_product(const uint16_t* 
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
+  alignas(64) float sums[kBlock * kBlock];
   constexpr int64_t kStride = kBlock * sizeof(float);
-  _tile_stored(0, out, kStride);
-  _tile_stored(1, out + kHalf, kStride);
-  _tile_stored(2, out + kHalf * kBlock, kStride);
-  _tile_stored(3, out + kHalf * kBlock + kHalf, kStride);
+  _tile_stored(0, sums, kStride);
+  _tile_stored(1, sums + kHalf, kStride);
+  _tile_stored(2, sums + kHalf * kBlock, kStride);
+  _tile_stored(3, sums + kHalf * kBlock + kHalf, kStride);
+  bf16::add_block(sums, out);
 }
 
 __attribute__((target("amx-tile,amx-bf16"))) void configure_tiles() {

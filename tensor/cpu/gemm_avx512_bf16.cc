@@ -71,16 +71,22 @@ bool detect_avx512_bf16() {
   return (eax1 & kAvx512Bf16) != 0 && os_saves_avx512_state();
 }
 
-/// The 32 × 32 block of C from the packed operands, into `out`: a bf16::BlockProduct
-/// (gemm_bf16.h), 8 rows at a time, as many as the rows C needs, over the pairs of K that hold
-/// values (the zero pairs past k add nothing).
+/// The 32 × 32 block of C from the packed operands: a bf16::BlockProduct (gemm_bf16.h), 8
+/// rows at a time, as many as C needs, over the pairs of K that hold values (the zero pairs
+/// past k add nothing), added into C from the registers (masked past the block's columns).
 __attribute__((target("avx512f,avx512bf16"))) void block_product(const uint16_t* a_tiles,
                                                                  const uint16_t* b_pairs,
                                                                  int64_t k, int64_t kp,
-                                                                 int64_t rows, float* out) {
+                                                                 const bf16::BlockOutput& out) {
   const uint16_t* b_right = b_pairs + kp * kHalf;  // columns 16 .. 31
   const int64_t pairs = (k + 1) / 2;
-  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+  // The columns of each half that C takes.
+  const auto columns = [](int64_t n) {
+    return static_cast<__mmask16>(n >= kHalf ? 0xffff : n <= 0 ? 0 : (1u << n) - 1);
+  };
+  const __mmask16 left_mask = columns(out.cols), right_mask = columns(out.cols - kHalf);
+  const __m512 alpha = _mm512_set1_ps(out.alpha), beta = _mm512_set1_ps(out.beta);
+  for (int64_t r0 = 0; r0 < out.rows; r0 += kRows) {
     // Rows r0 .. r0 + 7: in the 16-row group r0 / 16, from its row r0 % 16 on.
     const uint16_t* a_rows = a_tiles + (r0 / kHalf) * kp * kHalf + (r0 % kHalf) * kBlock;
     __m512 left[kRows], right[kRows];
@@ -104,10 +110,18 @@ __attribute__((target("avx512f,avx512bf16"))) void block_product(const uint16_t*
         }
       }
     }
+    // Constant indices only (an index the compiler cannot unroll would put the sums in memory).
 #pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
-      _mm512_storeu_ps(out + (r0 + r) * kBlock, left[r]);
-      _mm512_storeu_ps(out + (r0 + r) * kBlock + kHalf, right[r]);
+      if (r0 + r >= out.rows) break;
+      float* c_row = out.c + (r0 + r) * out.ldc;
+      __m512 lo = _mm512_mul_ps(alpha, left[r]), hi = _mm512_mul_ps(alpha, right[r]);
+      if (out.beta != 0.0f) {  // BLAS semantics: with beta 0, C is not read
+        lo = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(left_mask, c_row), lo);
+        hi = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(right_mask, c_row + kHalf), hi);
+      }
+      _mm512_mask_storeu_ps(c_row, left_mask, lo);
+      _mm512_mask_storeu_ps(c_row + kHalf, right_mask, hi);
     }
   }
 }

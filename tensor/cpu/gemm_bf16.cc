@@ -15,12 +15,14 @@
 //   B[2p][j], B[2p + 1][j] (pack_pairs), so that a 16-column pair row is 64 bytes in a row (a
 //   tile row or one AVX-512 register).
 // op(B) = Bᵀ (a Linear's forward, x · Wᵀ) packs 16 × 16 squares of bf16 pairs with an AVX-512
-// register transpose; op(A) = Aᵀ (a weight gradient) one tile column at a time.
+// register transpose; op(A) = Aᵀ (a weight gradient, gyᵀ · x) interleaves pairs of A's rows
+// into such squares and transposes them the same way.
 // gemm_blocks packs rows of A and columns of B about 2^20 elements at a time (a language
-// model's head packs in pieces), computes C in 32 × 32 blocks into a buffer and adds each into
-// C with alpha and beta. Every element of C is summed over K in an order fixed by kp alone,
-// whatever m and n are, so a micro-batch's rows get the bits the whole batch's would (pipelined
-// and plain steps agree; tests/tensor/ops_matmul_test checks it for every kernel).
+// model's head packs in pieces) and has the kernel compute C in 32 × 32 blocks, each added
+// into C with alpha and beta (from registers, or from a buffer by add_block). Every element of
+// C is summed over K in an order fixed by K alone, whatever m and n are, so a micro-batch's
+// rows get the bits the whole batch's would (pipelined and plain steps agree;
+// tests/tensor/ops_matmul_test checks it for every kernel).
 #include "tensor/cpu/gemm_bf16.h"
 
 #include <immintrin.h>
@@ -34,39 +36,12 @@ namespace {
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-/// Rows [0, rows) of op(A) (A row-major with leading dimension lda; op(A) = Aᵀ when trans)
-/// into `out` as tiles: row i, element x at out[((i / 16) · kp/32 + x / 32) · 512 + (i % 16) · 32
-/// + x % 32], i.e. each 16 rows one after another in 16 × 32 tiles along K (zeros past k
-/// already there). Loops run along memory.
-void pack_rows(bool trans, int64_t rows, int64_t k, int64_t kp, const uint16_t* a, int64_t lda,
-               uint16_t* out) {
-  const auto at = [kp](int64_t i, int64_t x) {
-    return (i / kHalf) * kHalf * kp + (x / kBlock) * kHalf * kBlock + (i % kHalf) * kBlock + x % kBlock;
-  };
-  if (!trans) {
-    for (int64_t i = 0; i < rows; ++i) {
-      int64_t x = 0;
-      for (; x + kBlock <= k; x += kBlock) std::memcpy(out + at(i, x), a + i * lda + x, kBlock * 2);
-      if (x < k) std::memcpy(out + at(i, x), a + i * lda + x, (k - x) * 2);
-    }
-    return;
-  }
-  for (int64_t x = 0; x < k; ++x) {
-    const uint16_t* column = a + x * lda;  // row x of A: element i is op(A)[i][x]
-    uint16_t* dst = out + at(0, x);
-    for (int64_t i0 = 0; i0 < rows; i0 += kHalf) {  // 16 rows: one tile's column x % 32
-      uint16_t* tile = dst + i0 * kp;
-      const int64_t end = std::min(kHalf, rows - i0);
-      for (int64_t r = 0; r < end; ++r) tile[r * kBlock] = column[i0 + r];
-    }
-  }
-}
-
 // GCC 12's AVX-512 shuffles start from _mm512_undefined_epi32(), a self-initialised value
-// that -Wuninitialized reports once the shuffles are inlined here (a false positive: every
-// lane is written). Silenced for this function alone.
+// that -Wuninitialized and -Wmaybe-uninitialized report once the shuffles are inlined (a false
+// positive: every lane is written). Silenced for the packing functions, which inline them.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 /// 16 rows of B (leading dimension ldb, from `rows`), 16 pairs of values each, as 16 × 16
 /// 32-bit words transposed into `out` (16 words a pair index): out[c · 16 + i] = pair c of row
 /// i. Three rounds of AVX-512 unpacks and lane shuffles (32-bit, 64-bit, then 128-bit lanes
@@ -97,7 +72,22 @@ __attribute__((target("avx512f"))) void transpose_pairs(const uint16_t* rows, in
     _mm512_storeu_si512(out + (c + 8) * 16, _mm512_shuffle_i32x4(v[c], v[8 + c], 0xdd));
   }
 }
-#pragma GCC diagnostic pop
+
+/// 16 values from `even` and 16 from `odd` (zeros when null) as 16 pairs, one 32-bit word
+/// each: lane 2c takes even[c], lane 2c + 1 odd[c].
+__attribute__((target("avx512f,avx512bw"))) __m512i interleave(const uint16_t* even,
+                                                               const uint16_t* odd) {
+  // The second operand's elements are numbered from 32.
+  alignas(64) static constexpr uint16_t kInterleave[32] = {
+      0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const __m512i e =
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(even)));
+  const __m512i o = odd != nullptr ? _mm512_castsi256_si512(_mm256_loadu_si256(
+                                         reinterpret_cast<const __m256i*>(odd)))
+                                   : _mm512_setzero_si512();
+  return _mm512_permutex2var_epi16(e, _mm512_load_si512(kInterleave), o);
+}
 
 /// Columns [0, cols) of op(B) in the pair layout: column j, rows 2p and 2p + 1 at
 /// out[((j / 16) · kp/2 + p) · 32 + (j % 16) · 2 + 0 / 1] (zeros past k already there). Every
@@ -131,24 +121,14 @@ __attribute__((target("avx512f,avx512bw"))) void pack_pairs(bool trans, int64_t 
     }
     return;
   }
-  // Rows 2p and 2p + 1 of B, 16 columns: lane 2c takes row 2p's column c, lane 2c + 1 row
-  // 2p + 1's (the second operand's elements are numbered from 32).
-  alignas(64) static constexpr uint16_t kInterleave[32] = {
-      0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  const __m512i interleave = _mm512_load_si512(kInterleave);
   const int64_t whole = cols / kHalf * kHalf;
   for (int64_t p = 0; 2 * p < k; ++p) {
     const uint16_t* even = b + 2 * p * ldb;
     const uint16_t* odd = 2 * p + 1 < k ? even + ldb : nullptr;
     uint16_t* dst = out + p * kBlock;
     for (int64_t j = 0; j < whole; j += kHalf) {
-      const __m512i e = _mm512_castsi256_si512(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(even + j)));
-      const __m512i o = odd != nullptr ? _mm512_castsi256_si512(_mm256_loadu_si256(
-                                             reinterpret_cast<const __m256i*>(odd + j)))
-                                       : _mm512_setzero_si512();
-      _mm512_storeu_si512(dst + (j / kHalf) * group, _mm512_permutex2var_epi16(e, interleave, o));
+      _mm512_storeu_si512(dst + (j / kHalf) * group,
+                          interleave(even + j, odd != nullptr ? odd + j : nullptr));
     }
     for (int64_t j = whole; j < cols; ++j) {  // the last, partial 16 columns
       uint16_t* pair = dst + (j / kHalf) * group + (j % kHalf) * 2;
@@ -157,6 +137,48 @@ __attribute__((target("avx512f,avx512bw"))) void pack_pairs(bool trans, int64_t 
     }
   }
 }
+
+/// Rows [0, rows) of op(A) (A row-major with leading dimension lda; op(A) = Aᵀ when trans)
+/// into `out` as tiles: row i, element x at out[((i / 16) · kp/32 + x / 32) · 512 + (i % 16) · 32
+/// + x % 32], i.e. each 16 rows one after another in 16 × 32 tiles along K (zeros past k
+/// already there).
+/// op(A) = A copies rows along memory. op(A) = Aᵀ (a weight gradient, gyᵀ · x) makes each
+/// whole tile, 16 columns of A by 32 of its rows, by interleaving 16 pairs of A's rows into
+/// a square of 16 × 16 pairs and transposing it as pack_pairs does; the tiles that run past
+/// rows or k, one value at a time.
+__attribute__((target("avx512f,avx512bw"))) void pack_rows(bool trans, int64_t rows, int64_t k,
+                                                            int64_t kp, const uint16_t* a,
+                                                            int64_t lda, uint16_t* out) {
+  const auto at = [kp](int64_t i, int64_t x) {
+    return (i / kHalf) * kHalf * kp + (x / kBlock) * kHalf * kBlock + (i % kHalf) * kBlock +
+           x % kBlock;
+  };
+  if (!trans) {
+    for (int64_t i = 0; i < rows; ++i) {
+      int64_t x = 0;
+      for (; x + kBlock <= k; x += kBlock) std::memcpy(out + at(i, x), a + i * lda + x, kBlock * 2);
+      if (x < k) std::memcpy(out + at(i, x), a + i * lda + x, (k - x) * 2);
+    }
+    return;
+  }
+  const int64_t whole_rows = rows / kHalf * kHalf, whole_k = k / kBlock * kBlock;
+  alignas(64) uint16_t square[kHalf * kBlock];  // pair q of 16 columns at square[q · 32]
+  for (int64_t i0 = 0; i0 < whole_rows; i0 += kHalf) {
+    for (int64_t x0 = 0; x0 < whole_k; x0 += kBlock) {
+      for (int64_t q = 0; q < kHalf; ++q) {
+        const uint16_t* even = a + (x0 + 2 * q) * lda + i0;
+        _mm512_storeu_si512(square + q * kBlock, interleave(even, even + lda));
+      }
+      transpose_pairs(square, kBlock, reinterpret_cast<uint32_t*>(out + at(i0, x0)));
+    }
+  }
+  for (int64_t x = 0; x < k; ++x) {  // the rest: rows past whole_rows, or K past whole_k
+    const uint16_t* row = a + x * lda;  // row x of A: element i is op(A)[i][x]
+    for (int64_t i = x < whole_k ? whole_rows : 0; i < rows; ++i) out[at(i, x)] = row[i];
+  }
+}
+
+#pragma GCC diagnostic pop
 
 }  // namespace
 
@@ -171,7 +193,6 @@ void gemm_blocks(BlockProduct product, bool trans_a, bool trans_b, int64_t m, in
   const int64_t chunk = std::max<int64_t>(kBlock, kPackedElements / kp / kBlock * kBlock);
   // Packed operands, reused by the thread's later calls.
   thread_local std::vector<uint16_t> a_rows, b_pairs;
-  alignas(64) float block[kBlock * kBlock];
   for (int64_t i_chunk = 0; i_chunk < m; i_chunk += chunk) {
     const int64_t mc = std::min(chunk, m - i_chunk);
     a_rows.assign(static_cast<size_t>(round_up(mc, kBlock) * kp), 0);
@@ -184,19 +205,27 @@ void gemm_blocks(BlockProduct product, bool trans_a, bool trans_b, int64_t m, in
                                         (trans_b ? j_chunk * ldb : j_chunk), ldb, b_pairs.data());
       for (int64_t i0 = 0; i0 < mc; i0 += kBlock) {
         for (int64_t j0 = 0; j0 < nc; j0 += kBlock) {
-          const int64_t rows = std::min(kBlock, mc - i0), cols = std::min(kBlock, nc - j0);
-          product(a_rows.data() + i0 * kp, b_pairs.data() + j0 * kp, k, kp, rows, block);
-          for (int64_t r = 0; r < rows; ++r) {
-            float* c_row = c + (i_chunk + i0 + r) * ldc + j_chunk + j0;
-            const float* p = block + r * kBlock;
-            if (beta == 0.0f) {  // BLAS semantics: C is not read
-              for (int64_t q = 0; q < cols; ++q) c_row[q] = alpha * p[q];
-            } else {
-              for (int64_t q = 0; q < cols; ++q) c_row[q] = alpha * p[q] + beta * c_row[q];
-            }
-          }
+          const BlockOutput out{.c = c + (i_chunk + i0) * ldc + j_chunk + j0,
+                                .ldc = ldc,
+                                .rows = std::min(kBlock, mc - i0),
+                                .cols = std::min(kBlock, nc - j0),
+                                .alpha = alpha,
+                                .beta = beta};
+          product(a_rows.data() + i0 * kp, b_pairs.data() + j0 * kp, k, kp, out);
         }
       }
+    }
+  }
+}
+
+void add_block(const float* sums, const BlockOutput& out) {
+  for (int64_t r = 0; r < out.rows; ++r) {
+    float* c_row = out.c + r * out.ldc;
+    const float* p = sums + r * kBlock;
+    if (out.beta == 0.0f) {  // BLAS semantics: C is not read
+      for (int64_t q = 0; q < out.cols; ++q) c_row[q] = out.alpha * p[q];
+    } else {
+      for (int64_t q = 0; q < out.cols; ++q) c_row[q] = out.alpha * p[q] + out.beta * c_row[q];
     }
   }
 }
