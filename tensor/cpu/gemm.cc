@@ -273,6 +273,9 @@ bool native_bf16(DType dtype) {
          bf16_gemm() != Bf16Gemm::kWidened;
 }
 
+// Every bfloat16 kernel, for the name lookups below.
+constexpr Bf16Gemm kBf16Gemms[] = {Bf16Gemm::kWidened, Bf16Gemm::kAvx512Bf16, Bf16Gemm::kAmx};
+
 Bf16Gemm best_bf16_gemm() {
   if (amx_bf16_available()) return Bf16Gemm::kAmx;
   if (avx512_bf16_available()) return Bf16Gemm::kAvx512Bf16;
@@ -282,7 +285,7 @@ Bf16Gemm best_bf16_gemm() {
 /// The CPU's kernels by name, for messages.
 std::string available_bf16_gemms() {
   std::string names;
-  for (Bf16Gemm kernel : {Bf16Gemm::kWidened, Bf16Gemm::kAvx512Bf16, Bf16Gemm::kAmx}) {
+  for (Bf16Gemm kernel : kBf16Gemms) {
     if (!bf16_gemm_available(kernel)) continue;
     names += std::string(names.empty() ? "" : ", ") + to_string(kernel);
   }
@@ -299,7 +302,7 @@ void check_bf16_gemm(Bf16Gemm kernel, const std::string& origin) {
 Bf16Gemm bf16_gemm_from_environment() {
   const char* value = std::getenv("PIPEWRIGHT_CPU_BF16_GEMM");
   if (value == nullptr) return best_bf16_gemm();
-  for (Bf16Gemm kernel : {Bf16Gemm::kWidened, Bf16Gemm::kAvx512Bf16, Bf16Gemm::kAmx}) {
+  for (Bf16Gemm kernel : kBf16Gemms) {
     if (std::string(value) == to_string(kernel)) {
       check_bf16_gemm(kernel, "PIPEWRIGHT_CPU_BF16_GEMM");
       return kernel;
