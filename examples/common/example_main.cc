@@ -8,6 +8,8 @@
 #include <string>
 #include <thread>
 
+#include <unistd.h>
+
 #include "distributed/mpi.h"
 
 namespace pipewright::examples {
@@ -33,7 +35,12 @@ int run_example(int* argc, char*** argv, TrainConfig& config, const std::functio
       std::cerr << "error: " << e.what() << "\n";
       return 1;
     }
-    std::cerr << "rank " << mpi->world_rank() << ": error: " << e.what() << "\n" << std::flush;
+    // One write(2) per line: every rank may fail at once, and std::cerr (unbuffered) would send
+    // each << as its own write, so mpirun could print "rank rank 10: error: ..." (CI saw it).
+    const std::string line =
+        "rank " + std::to_string(mpi->world_rank()) + ": error: " + e.what() + "\n";
+    std::cerr.flush();
+    [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, line.data(), line.size());
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     mpi->abort(1);
   }
