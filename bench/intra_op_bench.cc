@@ -9,6 +9,8 @@
 //   philox_uniform             the dropout mask's uniforms (compute-bound: Philox4x32-10)
 //   batch_norm_train/backward  BatchNorm1d(512)'s training forward and backward
 //   gemm x·Wᵀ, dy·W, dyᵀ·x     Linear(512, 512)'s three products
+//   cast →bf16, cast bf16→     x to bfloat16 and back (a bf16 policy's operands and working
+//                              copies; GCC vectorises tensor/half.h's scalar rules)
 //
 //   tools/bazel run //bench:intra_op_bench [-- calls]       (default 400 calls per cell)
 //
@@ -108,6 +110,15 @@ int main(int argc, char** argv) {
     cases.push_back({"gemm dyᵀ·x", rows, [=, &k] {
                        Tensor o = dw;
                        k.gemm(true, false, 1.0, dy, x, 0.0, o);
+                     }});
+    Tensor x16 = x.to(DType::kBFloat16), y16 = x16.clone();
+    cases.push_back({"cast →bf16", rows, [=, &k] {
+                       Tensor o = y16;
+                       k.cast(x, o);
+                     }});
+    cases.push_back({"cast bf16→", rows, [=, &k] {
+                       Tensor o = y;
+                       k.cast(x16, o);
                      }});
   }
 
