@@ -8,9 +8,8 @@
 // (A[i][2p], A[i][2p + 1]) and B's (B[2p][j], B[2p + 1][j]) side by side. So both read the same
 // packed operands and differ only in how they multiply one 32 × 32 block of C (BlockProduct,
 // gemm_bf16.h):
-// - op(A) packed into 16 × 32 tiles, K rounded up to 32 (zeros past k and past m): each 16
-//   rows of op(A) one after another as kp/32 tiles, a tile's row the 32 K values of one row
-//   (pack_rows);
+// - op(A) packed into 16 × 32 tiles, K rounded up to 32 (zeros past k): each 16 rows of op(A)
+//   one after another as kp/32 tiles, a tile's row the 32 K values of one row (pack_rows);
 // - op(B) packed into the pair layout: for each 16 columns, each pair of K rows interleaved,
 //   B[2p][j], B[2p + 1][j] (pack_pairs), so that a 16-column pair row is 64 bytes in a row (a
 //   tile row or one AVX-512 register).
@@ -19,7 +18,11 @@
 // into such squares and transposes them the same way.
 // gemm_blocks packs rows of A and columns of B about 2^20 elements at a time (a language
 // model's head packs in pieces) and has the kernel compute C in 32 × 32 blocks, each added
-// into C with alpha and beta (from registers, or from a buffer by add_block). Every element of
+// into C with alpha and beta (from registers, or from a buffer by add_block). The buffers are
+// reused and never cleared whole: only K's padding must be zero (the kernels multiply whole
+// pairs, or whole tiles), so zero_k_padding clears each 16-row group's last K block before
+// packing; rows of A or columns of B past the operand's in the last group keep old values,
+// which reach only sums that are never stored. Every element of
 // C is summed over K in an order fixed by K alone, whatever m and n are, so a micro-batch's
 // rows get the bits the whole batch's would (pipelined and plain steps agree;
 // tests/tensor/ops_matmul_test checks it for every kernel).
@@ -180,6 +183,16 @@ __attribute__((target("avx512f,avx512bw"))) void pack_rows(bool trans, int64_t r
 
 #pragma GCC diagnostic pop
 
+/// Zeros K's padding [k, kp) in a buffer of `groups` 16-row (or 16-column) groups, either
+/// layout: a group is kp · 16 values, its K blocks 512 values each one after another.
+void zero_k_padding(uint16_t* packed, int64_t groups, int64_t k, int64_t kp) {
+  if (k == kp) return;
+  const int64_t group = kp * kHalf, last_block = (kp / kBlock - 1) * kHalf * kBlock;
+  for (int64_t g = 0; g < groups; ++g) {
+    std::memset(packed + g * group + last_block, 0, kHalf * kBlock * sizeof(uint16_t));
+  }
+}
+
 }  // namespace
 
 void gemm_blocks(BlockProduct product, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
@@ -195,12 +208,14 @@ void gemm_blocks(BlockProduct product, bool trans_a, bool trans_b, int64_t m, in
   thread_local std::vector<uint16_t> a_rows, b_pairs;
   for (int64_t i_chunk = 0; i_chunk < m; i_chunk += chunk) {
     const int64_t mc = std::min(chunk, m - i_chunk);
-    a_rows.assign(static_cast<size_t>(round_up(mc, kBlock) * kp), 0);
+    a_rows.resize(static_cast<size_t>(round_up(mc, kBlock) * kp));
+    zero_k_padding(a_rows.data(), round_up(mc, kHalf) / kHalf, k, kp);
     pack_rows(trans_a, mc, k, kp, reinterpret_cast<const uint16_t*>(a) +
                                       (trans_a ? i_chunk : i_chunk * lda), lda, a_rows.data());
     for (int64_t j_chunk = 0; j_chunk < n; j_chunk += chunk) {
       const int64_t nc = std::min(chunk, n - j_chunk);
-      b_pairs.assign(static_cast<size_t>(round_up(nc, kBlock) * kp), 0);
+      b_pairs.resize(static_cast<size_t>(round_up(nc, kBlock) * kp));
+      zero_k_padding(b_pairs.data(), round_up(nc, kHalf) / kHalf, k, kp);
       pack_pairs(trans_b, nc, k, kp, reinterpret_cast<const uint16_t*>(b) +
                                         (trans_b ? j_chunk * ldb : j_chunk), ldb, b_pairs.data());
       for (int64_t i0 = 0; i0 < mc; i0 += kBlock) {

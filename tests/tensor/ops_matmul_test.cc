@@ -347,6 +347,45 @@ TEST_CASE("bfloat16 kernels of ours: a row's bits do not depend on the rows or t
   }
 }
 
+TEST_CASE("bfloat16 kernels of ours: packing buffers reused by a thread carry nothing into K's "
+          "padding") {
+  // Note [bf16 GEMM blocks]: a thread's packing buffers are reused and only K's padding is
+  // cleared. A product with k = 64 fills them with infinities; then products whose k leaves a
+  // padded last block (odd k: the last pair's second value is padding, inf · 0 a NaN; AMX
+  // multiplies the whole tile) must still give the sums of their own values.
+  for (cpu::Bf16Gemm kernel : bf16_kernels()) {
+    if (kernel == cpu::Bf16Gemm::kWidened) continue;
+    cpu::Bf16GemmGuard use(kernel);
+    ThreadBudgetGuard budget(1);
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (int64_t k : {1, 7, 31, 33, 63}) {
+          INFO("bf16 kernel " << cpu::to_string(kernel) << " ta=" << ta << " tb=" << tb
+                              << " k=" << k);
+          const int64_t m = 40, n = 36;
+          const Tensor fill_a = Tensor::full(stored(m, 64, ta), INFINITY).to(DType::kBFloat16);
+          const Tensor fill_b = Tensor::full(stored(64, n, tb), -INFINITY).to(DType::kBFloat16);
+          Tensor scratch = Tensor::zeros({m, n});
+          ops::gemm_(scratch, fill_a, fill_b, ta, tb);
+          const Shape as = stored(m, k, ta), bs = stored(k, n, tb);
+          const Tensor a = tensor_of<float>(random_values(as.numel(), 71, -2, 2), as)
+                               .to(DType::kBFloat16);
+          const Tensor b = tensor_of<float>(random_values(bs.numel(), 72, -2, 2), bs)
+                               .to(DType::kBFloat16);
+          Tensor c = Tensor::zeros({m, n});
+          ops::gemm_(c, a, b, ta, tb);
+          const auto expected = naive_gemm(a.to_vector<double>(), as, ta, b.to_vector<double>(),
+                                           bs, tb, 1.0, 0.0, {});
+          const auto got = c.to_vector<double>();
+          for (size_t i = 0; i < expected.size(); ++i) {
+            REQUIRE(std::abs(got[i] - expected[i]) <= (k + 2) * std::ldexp(1.0, -24) * 4.0 * k);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("the bfloat16 kernel is chosen by name, and one this CPU lacks is refused") {
   CHECK(cpu::bf16_gemm_available(cpu::Bf16Gemm::kWidened));
   CHECK(std::string(cpu::to_string(cpu::Bf16Gemm::kAvx512Bf16)) == "avx512-bf16");
