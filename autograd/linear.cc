@@ -8,6 +8,7 @@
 #include "autograd/precision.h"
 #include "autograd/shape_ops.h"
 #include "tensor/ops.h"
+#include "tensor/views.h"
 
 namespace pipewright::autograd {
 namespace {
@@ -127,8 +128,21 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                    Shape(out_dims));
   }
   const Tensor x_op = product_operand(x), w_op = weight_operand(weight);
-  Tensor y = ops::matmul(x_op, w_op, false, true);
-  if (bias.defined()) y = ops::add(y, bias);
+  // The product's dtype: float32 sums for 16-bit operands (ops::matmul), else the operands'.
+  const DType y_dtype = is_16_bit(x_op.dtype()) ? DType::kFloat32 : x_op.dtype();
+  Tensor y;
+  if (bias.defined() && bias.dtype() == y_dtype && bias.device() == x_op.device()) {
+    // The bias is C's start and the GEMM adds x·Wᵀ to it (beta = 1, torch's addmm): one pass
+    // over y instead of the product's and the add's two, and no second tensor. The BLAS adds
+    // C where its K loop puts it, so a last bit may differ from a separate add's. clone, not
+    // contiguous(): with one row the expanded view is contiguous, and the GEMM would write
+    // into the bias.
+    y = ops::expand(bias, Shape{x_op.size(0), weight.size(0)}).clone();
+    ops::gemm_(y, x_op, w_op, false, true, 1.0, 1.0);
+  } else {
+    y = ops::matmul(x_op, w_op, false, true);
+    if (bias.defined()) y = ops::add(y, bias);  // throws the add's message for a mismatch
+  }
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
   record_op(inputs, {&y},

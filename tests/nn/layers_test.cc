@@ -51,6 +51,12 @@ TEST_CASE("Linear computes x·Wᵀ + b, also on leading dims") {
   Tensor y3 = layer(x.reshape({1, 2, 2}));
   CHECK(y3.shape() == pw::Shape{1, 2, 2});
   CHECK(y3.to_vector<float>() == std::vector<float>{3.5f, 6, 2.5f, 5});
+  // The output starts as the bias on every row (autograd/linear.cc); with one row, too, it is
+  // a tensor of its own and the bias stays as it was.
+  Tensor one = layer(Tensor::from_vector<float>({1, 1}, {1, 2}));
+  CHECK(one.to_vector<float>() == std::vector<float>{3.5f, 6});
+  CHECK(b.to_vector<float>() == std::vector<float>{0.5f, -1});
+  CHECK(one.raw_data() != b.raw_data());
 }
 
 TEST_CASE("Dropout: inverted scaling, replayable mask, identity in eval") {
