@@ -10,7 +10,8 @@ namespace pipewright::pipeline {
 namespace {
 
 // 2 (2026-11-27): the profile's input_copy_us; the profile's frees and backward peaks remeasured.
-constexpr int kCacheVersion = 2;
+// 3 (2026-12-07): a stage's input_portal_bytes and grad_output_portal_bytes.
+constexpr int kCacheVersion = 3;
 
 using nlohmann::json;
 
@@ -102,6 +103,8 @@ json stage_json(const StageMemory& m) {
             {"output_bytes", m.output_bytes},
             {"grad_output_bytes", m.grad_output_bytes},
             {"grad_input_bytes", m.grad_input_bytes},
+            {"input_portal_bytes", m.input_portal_bytes},
+            {"grad_output_portal_bytes", m.grad_output_portal_bytes},
             {"parameter_bytes", m.parameter_bytes},
             {"buffer_bytes", m.buffer_bytes},
             {"target_bytes", m.target_bytes}};
@@ -121,6 +124,8 @@ StageMemory read_stage(const json& j, const std::string& where) {
   m.output_bytes = field<int64_t>(j, "output_bytes", where);
   m.grad_output_bytes = field<int64_t>(j, "grad_output_bytes", where);
   m.grad_input_bytes = field<int64_t>(j, "grad_input_bytes", where);
+  m.input_portal_bytes = field<int64_t>(j, "input_portal_bytes", where);
+  m.grad_output_portal_bytes = field<int64_t>(j, "grad_output_portal_bytes", where);
   m.parameter_bytes = field<int64_t>(j, "parameter_bytes", where);
   m.buffer_bytes = field<int64_t>(j, "buffer_bytes", where);
   m.target_bytes = field<int64_t>(j, "target_bytes", where);

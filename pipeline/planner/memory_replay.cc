@@ -131,12 +131,20 @@ std::vector<DevicePeak> replay_memory(const Schedule& s, const ScheduleReplay& s
                                         : (first ? mem.forward_first : mem.forward);
           if (st == 0) break;
           const ActionPosition sender = *index.find(st - 1, ActionKind::kForward, j);
-          if (worker_of(st - 1) != w || model.copied_handoffs) {
+          if (worker_of(st - 1) != w) {
             receive(w, static_cast<int>(k), mem.input_bytes, sender);
-          } else if (checkpointed(st - 1, j)) {
-            effect_at(sender).extra += model.of(st - 1, j, m).output_bytes;
+            break;
+          }
+          // One worker: what is handed over without a copy stays with the sender's output.
+          int64_t shared = mem.input_bytes;
+          if (model.copied_handoffs) {  // the message is a copy, its portals are not
+            receive(w, static_cast<int>(k), mem.input_bytes - mem.input_portal_bytes, sender);
+            shared = mem.input_portal_bytes;
+          }
+          if (checkpointed(st - 1, j)) {
+            effect_at(sender).extra += shared;
           } else if (auto b = backward_of(index, st, j)) {
-            effect_at(*b).extra += mem.input_bytes;
+            effect_at(*b).extra += shared;
           }
           break;
         }
@@ -153,8 +161,12 @@ std::vector<DevicePeak> replay_memory(const Schedule& s, const ScheduleReplay& s
           }
           if (st == S - 1) break;
           const ActionPosition sender = *backward_of(index, st + 1, j);
-          if (worker_of(st + 1) != w || model.copied_handoffs) {
+          if (worker_of(st + 1) != w) {
             receive(w, static_cast<int>(k), mem.grad_output_bytes, sender);
+          } else if (model.copied_handoffs) {  // as in F: the portals' gradients are shared
+            receive(w, static_cast<int>(k), mem.grad_output_bytes - mem.grad_output_portal_bytes,
+                    sender);
+            effect_at(sender).extra += mem.grad_output_portal_bytes;
           } else {
             effect_at(sender).extra += model.of(st + 1, j, m).grad_input_bytes;
           }
@@ -219,8 +231,12 @@ std::vector<DevicePeak> replay_memory(const Schedule& s, const ScheduleReplay& s
           if (consumed[i]) continue;
           const ActionPosition sender = messages[i].sender;
           // The sender happens before this action: the message is there. This action
-          // happens before the sender: it cannot be.
-          if (at_k[static_cast<size_t>(sender.worker)] >= sender.index) low += messages[i].bytes;
+          // happens before the sender: it cannot be. (A sender of this worker's own, a copied
+          // hand-off, happens before only when it comes earlier in the list: at_k[w] is k.)
+          const bool before = sender.worker == w
+                                  ? sender.index < static_cast<int>(k)
+                                  : at_k[static_cast<size_t>(sender.worker)] >= sender.index;
+          if (before) low += messages[i].bytes;
           const std::vector<int>& at_sender =
               clock[static_cast<size_t>(sender.worker)][static_cast<size_t>(sender.index)];
           if (at_sender[static_cast<size_t>(w)] < static_cast<int>(k)) high += messages[i].bytes;

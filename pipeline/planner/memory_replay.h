@@ -23,7 +23,8 @@
 // one device pass messages without a copy (the V's turn, a single worker): the receiver's
 // input then stays with the sender's output until the sender's backward, and a gradient
 // stays as the message, which the replay adds to the receiver's backward instead (under a
-// 16-bit policy they are copies, replayed as messages: MemoryModel::copied_handoffs).
+// 16-bit policy they are copies, replayed as messages, but for the portals in them, which
+// are handed over as they are: MemoryModel::copied_handoffs).
 #pragma once
 
 #include <cstdint>
@@ -47,7 +48,8 @@ struct MemoryModel {
   /// Under a 16-bit precision policy two stages of one worker hand over copies too: the
   /// sender narrows its output (or input gradient) into a new 16-bit tensor and the receiver
   /// widens it into another (Note [16-bit messages], stage_fn.cc), so such a hand-off is
-  /// replayed as a message that arrives (PlanOptions::precision != kFloat32).
+  /// replayed as a message that arrives (PlanOptions::precision != kFloat32). Portals
+  /// (StageMemory::input_portal_bytes, grad_output_portal_bytes) are never copied.
   bool copied_handoffs = false;
 
   const StageMemory& of(int stage, int microbatch, int num_microbatches) const {

@@ -86,6 +86,8 @@ StageMemory estimate_stage_memory(const ModelProfile& profile, int first, int la
   m.grad_input_bytes = m.is_first ? 0 : input;
   m.output_bytes = m.is_last ? 0 : stage_input_bytes(profile, skips, last, rows);  // next's
   m.grad_output_bytes = m.output_bytes;
+  m.input_portal_bytes = m.is_first ? 0 : portal_bytes(profile, skips, first, rows);
+  m.grad_output_portal_bytes = m.is_last ? 0 : portal_bytes(profile, skips, last, rows);
   m.target_bytes = m.is_last ? profile.target_bytes_per_row * rows : 0;
 
   int64_t held = input, peak = input, first_forward = 0, backward_peak = 0, kept_for_w = 0;

@@ -26,6 +26,12 @@ struct StageMemory {
   int64_t output_bytes = 0;       // the activation message F sends (0 on the last stage)
   int64_t grad_output_bytes = 0;  // the gradient message arriving before B / I (0 on the last)
   int64_t grad_input_bytes = 0;   // the gradient message B / I sends (0 on stage 0)
+  // Of input_bytes and grad_output_bytes, the portals' part (skips crossing the stage's
+  // first or last cut, Note [Cuts inside a skip], cuts.h): portals travel as they are, never
+  // narrowed, and pass between two stages of one worker without a copy even under a 16-bit
+  // policy (MemoryModel::copied_handoffs).
+  int64_t input_portal_bytes = 0;
+  int64_t grad_output_portal_bytes = 0;
   int64_t parameter_bytes = 0;    // the stage's parameters (each has a .grad of this size too)
   int64_t buffer_bytes = 0;       // its buffers (BatchNorm's running statistics)
   int64_t target_bytes = 0;       // last stage: the micro-batch's targets, there all step

@@ -99,7 +99,8 @@ class Probe {
     auto [in, portals] = is_first_ ? std::pair(input_, nn::Tensors{})
                                    : split_off(copies(input_), portals_in_);
     if (!is_first_) in = narrow_message(std::move(in), precision_);
-    input_message_bytes_ = is_first_ ? 0 : bytes_of(in) + bytes_of(portals);
+    input_portal_bytes_ = bytes_of(portals);
+    input_message_bytes_ = is_first_ ? 0 : bytes_of(in) + input_portal_bytes_;
     return measure([&] {
       nn::Tensors args = is_first_ ? std::move(in) : widen_message(std::move(in), precision_);
       args.insert(args.end(), portals.begin(), portals.end());
@@ -146,7 +147,8 @@ class Probe {
       // The output's gradient arrives narrowed, the portals' as they are.
       std::tie(grads, portal_grads) = split_off(std::move(grads), portals_out_);
       grads = narrow_message(std::move(grads), precision_);
-      grad_message_bytes_ = bytes_of(grads) + bytes_of(portal_grads);
+      grad_portal_bytes_ = bytes_of(portal_grads);
+      grad_message_bytes_ = bytes_of(grads) + grad_portal_bytes_;
     }
     return measure([&] {
       nn::Tensors g = loss_ ? std::move(grads) : widen_message(std::move(grads), precision_);
@@ -178,6 +180,7 @@ class Probe {
 
   int64_t input_message_bytes_ = 0, output_bytes_ = 0, grad_message_bytes_ = 0,
           grad_input_bytes_ = 0;
+  int64_t input_portal_bytes_ = 0, grad_portal_bytes_ = 0;  // of the two arriving messages
 
  private:
   // (tensors without their last `n`, those last n).
@@ -283,6 +286,8 @@ StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows
     m.output_bytes = probe.output_bytes_;
     m.grad_output_bytes = probe.grad_message_bytes_;
     m.grad_input_bytes = probe.grad_input_bytes_;
+    m.input_portal_bytes = probe.input_portal_bytes_;
+    m.grad_output_portal_bytes = probe.grad_portal_bytes_;
   }
   {  // checkpointed cells
     Probe probe(stage, device, layout, s, stage_input, is_first, is_last, loss_fn, targets,

@@ -148,6 +148,38 @@ TEST_CASE("a cut inside a skip connection: its portal's bytes are predicted like
   }
 }
 
+TEST_CASE("one worker, two virtual stages, a cut inside a skip: under a 16-bit policy the "
+          "message is a copy and the portal is not") {
+  // Between two stages of one worker the runtime narrows and widens a message into new
+  // tensors under a 16-bit policy (MemoryModel::copied_handoffs), but hands a portal over as it
+  // is (Note [16-bit messages]): the replay must count the first as an arriving message and
+  // the second as a copy-free hand-off. One worker orders everything: exact peaks.
+  const autograd::Precision precision =
+      GENERATE(autograd::Precision::kFloat32, autograd::Precision::kBFloat16);
+  const int chunks = GENERATE(1, 2);
+  CAPTURE(autograd::precision_name(precision), chunks);
+  const std::vector<Device> devices{Device::cpu(precision == autograd::Precision::kFloat32
+                                                    ? 65 + chunks
+                                                    : 67 + chunks)};
+  const Batch b = batch(Device::cpu(99));
+  const Plan p = [&] {
+    nn::Sequential model = residual(1, devices.front());
+    return plan(model, {b.x, b.y, cross_entropy}, devices,
+                {.schedules = {"interleaved-1f1b"},
+                 .chunks = {chunks},
+                 .virtual_stages = {2},
+                 .precision = precision});
+  }();
+  CAPTURE(p.explain());
+  REQUIRE(p.exact_memory);
+  REQUIRE(p.virtual_stages == 2);
+  REQUIRE(p.balance[0] >= 3);  // stage 0 stashes, stage 1 pops
+  REQUIRE(p.balance[0] <= 6);
+  const Measured m = train(residual(1, devices.front()), p, devices, b);
+  CHECK(p.peaks[0].low == p.peaks[0].high);
+  CHECK(m.peak[0] == p.peaks[0].predicted);
+}
+
 TEST_CASE("probe_stage: a skip passing over the whole stage is refused, naming it") {
   nn::Sequential model = residual(1, Device::cpu(0));
   const Batch b = batch(Device::cpu(99));

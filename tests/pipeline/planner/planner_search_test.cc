@@ -308,6 +308,8 @@ TEST_CASE("the cache's JSON round-trips the profile and the stages") {
   PlanCache cache{synthetic(3, 16), {cell_of(77)}, {}};
   cache.stages[0].first = 1;
   cache.stages[0].last = 3;
+  cache.stages[0].input_portal_bytes = 48;
+  cache.stages[0].grad_output_portal_bytes = 96;
   const PlanCache back = plan_cache_from_json(to_json(cache));
   REQUIRE(back.profile.layers.size() == 3);
   CHECK(back.profile.layers[2].name == "layer 2");
@@ -316,6 +318,8 @@ TEST_CASE("the cache's JSON round-trips the profile and the stages") {
   REQUIRE(back.stages.size() == 1);
   CHECK(back.stages[0].last == 3);
   CHECK(back.stages[0].backward.delta == -77);
+  CHECK(back.stages[0].input_portal_bytes == 48);
+  CHECK(back.stages[0].grad_output_portal_bytes == 96);
   CHECK(back.profile.input_copy_us.fixed == cache.profile.input_copy_us.fixed);
   CHECK(back.profile.input_copy_us.per_row == cache.profile.input_copy_us.per_row);
   CHECK(back.trials.empty());
@@ -332,15 +336,18 @@ TEST_CASE("the cache's JSON round-trips the profile and the stages") {
   old["trials"] = nlohmann::json::array({{{"config", "x"}}});
   CHECK_THROWS_WITH(plan_cache_from_json(old.dump()),
                     "planner cache: trials[0] has no \"measured_us\"");
-  CHECK_THROWS_WITH(plan_cache_from_json("{\"version\": 2}"),
+  CHECK_THROWS_WITH(plan_cache_from_json("{\"version\": 3}"),
                     "planner cache: the file has no \"profile\"");
-  CHECK_THROWS_WITH(plan_cache_from_json("{\"version\": 1}"),
-                    "planner cache: version 1, expected 2");
+  CHECK_THROWS_WITH(plan_cache_from_json("{\"version\": 2}"),
+                    "planner cache: version 2, expected 3");
   // A file an older pipewright wrote is remade, not an error; a damaged one is.
   const char* dir = std::getenv("TEST_TMPDIR");
   const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/old_planner_cache.json";
-  std::ofstream(path) << "{\"version\": 1, \"profile\": {}}";
-  CHECK_FALSE(read_plan_cache(path).has_value());
+  for (const char* older :
+       {"{\"version\": 1, \"profile\": {}}", "{\"version\": 2, \"profile\": {}}"}) {
+    std::ofstream(path) << older;
+    CHECK_FALSE(read_plan_cache(path).has_value());
+  }
   std::ofstream(path) << "{\"version\": 2";
   CHECK_THROWS_WITH(read_plan_cache(path), Catch::StartsWith(path + ": planner cache: not JSON"));
 }
