@@ -40,6 +40,7 @@ ModelProfile synthetic_profile() {
     l.backward_weight_us = {5 * scale, 0.8 * scale};
     l.parameter_bytes = static_cast<int64_t>(1 << 20) * static_cast<int64_t>(scale);
     l.output_bytes = {0, 4096};
+    l.message_bytes = {0, 4096};  // float32: the output as it is
     l.activation_bytes = {0, 8192 * scale};
     l.forward_peak_bytes = {0, 12288 * scale};
     l.backward_peak_bytes = {0, 16384 * scale};

@@ -140,6 +140,17 @@ nn::Tensors narrow_message(nn::Tensors tensors, autograd::Precision precision) {
   return tensors;
 }
 
+int64_t message_bytes(const nn::Tensors& tensors, autograd::Precision precision) {
+  int64_t bytes = 0;
+  for (const Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    const bool narrowed = precision != autograd::Precision::kFloat32 && t.dtype() == DType::kFloat32;
+    bytes += narrowed ? t.numel() * static_cast<int64_t>(element_size(autograd::precision_dtype(precision)))
+                      : static_cast<int64_t>(t.nbytes());
+  }
+  return bytes;
+}
+
 nn::Tensors widen_message(nn::Tensors tensors, autograd::Precision precision) {
   if (precision == autograd::Precision::kFloat32) return tensors;
   for (Tensor& t : tensors) {

@@ -52,5 +52,7 @@ std::function<nn::Tensors(const nn::Tensors&)> under_precision(
 nn::Tensors narrow_message(nn::Tensors tensors, autograd::Precision precision);
 /// The receiving side: the 16-bit tensors widened back to float32, exactly.
 nn::Tensors widen_message(nn::Tensors tensors, autograd::Precision precision);
+/// The bytes narrow_message(tensors, precision) would hold, without making it.
+int64_t message_bytes(const nn::Tensors& tensors, autograd::Precision precision);
 
 }  // namespace pipewright::pipeline

@@ -10,7 +10,8 @@ namespace pipewright::pipeline {
 namespace {
 
 // 2 (2026-11-27): the profile's input_copy_us; the profile's frees and backward peaks remeasured.
-// 3 (2026-12-07): a stage's input_portal_bytes and grad_output_portal_bytes.
+// 3 (2026-12-07): a stage's input_portal_bytes and grad_output_portal_bytes, a layer's
+//   message_bytes.
 constexpr int kCacheVersion = 3;
 
 using nlohmann::json;
@@ -52,6 +53,7 @@ json layer_json(const LayerProfile& l) {
           {"parameter_bytes", l.parameter_bytes},
           {"buffer_bytes", l.buffer_bytes},
           {"output_bytes", affine(l.output_bytes)},
+          {"message_bytes", affine(l.message_bytes)},
           {"activation_bytes", affine(l.activation_bytes)},
           {"forward_peak_bytes", affine(l.forward_peak_bytes)},
           {"backward_peak_bytes", affine(l.backward_peak_bytes)},
@@ -69,6 +71,7 @@ LayerProfile read_layer(const json& j, const std::string& where) {
   l.parameter_bytes = field<int64_t>(j, "parameter_bytes", where);
   l.buffer_bytes = field<int64_t>(j, "buffer_bytes", where);
   l.output_bytes = read_affine(j, "output_bytes", where);
+  l.message_bytes = read_affine(j, "message_bytes", where);
   l.activation_bytes = read_affine(j, "activation_bytes", where);
   l.forward_peak_bytes = read_affine(j, "forward_peak_bytes", where);
   l.backward_peak_bytes = read_affine(j, "backward_peak_bytes", where);

@@ -30,6 +30,9 @@ struct LayerProfile {
   int64_t parameter_bytes = 0;    // Σ nbytes over the layer's parameters that require grad
   int64_t buffer_bytes = 0;       // Σ nbytes over its buffers (BatchNorm's running statistics)
   Affine output_bytes;            // the layer's outputs
+  Affine message_bytes;           // the same as a message crossing a cut after the layer: under
+                                  // a 16-bit policy its float32 tensors travel narrowed
+                                  // (Note [16-bit messages], pipeline/stage_fn.cc)
   Affine activation_bytes;        // kept after a recorded forward, beyond its output (saved
                                   // tensors), with the input counted where it is kept
   Affine forward_peak_bytes;      // the forward's highest allocation above what it starts with

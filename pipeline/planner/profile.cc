@@ -19,6 +19,7 @@
 #include "pipeline/median.h"
 #include "pipeline/profile_state.h"
 #include "pipeline/skip_layout.h"
+#include "pipeline/stage_fn.h"
 #include "pipeline/worker_cpus.h"
 #include "tensor/allocator.h"
 #include "tensor/stream.h"
@@ -42,7 +43,8 @@ int64_t bytes_of(const nn::Tensors& tensors) {
 // One layer (or the loss) measured at one micro-batch size.
 struct Sample {
   double forward = 0, backward = 0, backward_input = 0, backward_weight = 0;  // µs
-  int64_t output = 0, activation = 0, forward_peak = 0, backward_peak = 0, first_forward = 0;
+  int64_t output = 0, message = 0, activation = 0, forward_peak = 0, backward_peak = 0,
+          first_forward = 0;
   bool frees_input = false;
 };
 
@@ -124,6 +126,7 @@ class Profiler {
         s.first_forward -= grown;
         s.forward_peak = allocator_.peak() - before;
         s.output = bytes_of(y);
+        s.message = message_bytes(y, options_.precision);
         s.activation = grown - s.output;
         const int64_t held = allocator_.allocated();
         x = std::move(y);  // drops the handle on layer i's input
@@ -196,6 +199,7 @@ LayerProfile fit(const std::string& name, int64_t r1, const Sample& a, int64_t r
   l.backward_input_us = line(a.backward_input, b.backward_input);
   l.backward_weight_us = line(a.backward_weight, b.backward_weight);
   l.output_bytes = line(static_cast<double>(a.output), static_cast<double>(b.output));
+  l.message_bytes = line(static_cast<double>(a.message), static_cast<double>(b.message));
   l.activation_bytes = line(static_cast<double>(a.activation), static_cast<double>(b.activation));
   l.forward_peak_bytes =
       line(static_cast<double>(a.forward_peak), static_cast<double>(b.forward_peak));

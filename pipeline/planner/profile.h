@@ -8,7 +8,8 @@
 //            again); each an affine function of n fitted to two micro-batch sizes
 //   memory   parameter bytes (+ as many for their gradients; the optimizer state is
 //            PlanOptions::optimizer_state_factor times the parameter bytes), the bytes of
-//            its output (what a cut here sends), the bytes its forward keeps for the backward
+//            its output (what a cut here sends: narrowed under a 16-bit policy, the
+//            message bytes), the bytes its forward keeps for the backward
 //            ("full" activations) and the bytes a checkpointed cell keeps instead (its input),
 //            each exact at the two sizes and affine in n
 // Costs of a range of layers (a stage) are sums: Note [Additive stage costs] in stage_estimate.cc

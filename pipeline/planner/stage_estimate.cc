@@ -19,6 +19,14 @@ int64_t output_of(const ModelProfile& profile, int layer, int64_t rows) {
   return profile.layers[static_cast<size_t>(layer)].output_bytes.bytes(rows);
 }
 
+// The message crossing the cut before layer `first` (> 0): the previous layer's output as it
+// travels (narrowed under a 16-bit policy) and the portals crossing the cut (as they are).
+int64_t message_before(const ModelProfile& profile, const std::vector<SkipSpan>& skips,
+                       int first, int64_t rows) {
+  return profile.layers[static_cast<size_t>(first - 1)].message_bytes.bytes(rows) +
+         portal_bytes(profile, skips, first, rows);
+}
+
 }  // namespace
 
 int64_t portal_bytes(const ModelProfile& profile, const std::vector<SkipSpan>& skips, int cut,
@@ -52,10 +60,10 @@ StageCosts estimate_stage_times(const ModelProfile& profile, int first, int last
   const double speed = std::max(profile.copy_bytes_per_us, 1e-9);
   if (first == 0) c.forward += std::max(0.0, profile.input_copy_us.at(rows));
   if (last < profile.num_layers()) {
-    c.forward += static_cast<double>(stage_input_bytes(profile, skips, last, rows)) / speed;
+    c.forward += static_cast<double>(message_before(profile, skips, last, rows)) / speed;
   }
   if (first > 0) {
-    const double grad = static_cast<double>(stage_input_bytes(profile, skips, first, rows)) / speed;
+    const double grad = static_cast<double>(message_before(profile, skips, first, rows)) / speed;
     c.backward += grad;
     c.backward_input += grad;
   }
@@ -80,11 +88,13 @@ StageMemory estimate_stage_memory(const ModelProfile& profile, int first, int la
   m.rows = rows;
   m.is_first = first == 0;
   m.is_last = last == profile.num_layers();
-  // A portal arriving is held with the input; one leaving is sent with the output.
+  // A portal arriving is held with the input; one leaving is sent with the output. Under a
+  // 16-bit policy the messages (and the gradients sent back) travel narrowed and the cell
+  // holds its input widened (Note [16-bit messages], stage_fn.cc).
   const int64_t input = stage_input_bytes(profile, skips, first, rows);
-  m.input_bytes = m.is_first ? 0 : input;
-  m.grad_input_bytes = m.is_first ? 0 : input;
-  m.output_bytes = m.is_last ? 0 : stage_input_bytes(profile, skips, last, rows);  // next's
+  m.input_bytes = m.is_first ? 0 : message_before(profile, skips, first, rows);
+  m.grad_input_bytes = m.input_bytes;
+  m.output_bytes = m.is_last ? 0 : message_before(profile, skips, last, rows);  // next's
   m.grad_output_bytes = m.output_bytes;
   m.input_portal_bytes = m.is_first ? 0 : portal_bytes(profile, skips, first, rows);
   m.grad_output_portal_bytes = m.is_last ? 0 : portal_bytes(profile, skips, last, rows);

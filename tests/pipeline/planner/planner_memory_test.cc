@@ -198,19 +198,36 @@ TEST_CASE("probe_stage: a skip passing over the whole stage is refused, naming i
 TEST_CASE("the estimate of a stage's recorded forward is the probe's measure, for a chain") {
   // Note [Additive stage costs] (stage_estimate.cc): a chain's forward adds up from the
   // profile's layers, each layer's output dropped where the next layer keeps nothing of it
-  // (ReLU after BatchNorm: BatchNorm's output goes once ReLU has run).
+  // (ReLU after BatchNorm: BatchNorm's output goes once ReLU has run). Under a 16-bit
+  // policy the messages are the narrowed outputs (LayerProfile::message_bytes), the cell
+  // holds its input widened, and the message sizes and every delta stay exact.
+  const autograd::Precision precision =
+      GENERATE(autograd::Precision::kFloat32, autograd::Precision::kBFloat16);
+  CAPTURE(autograd::precision_name(precision));
   nn::Sequential model = mlp(1, Device::cpu(53));
   const Batch b = batch(Device::cpu(99));
-  const ModelProfile profile = profile_model(model, b.x, b.y, cross_entropy,
-                                             {.rows = {4, kRows}, .deferred_batch_norm = true});
+  const ModelProfile profile = profile_model(
+      model, b.x, b.y, cross_entropy,
+      {.rows = {4, kRows}, .deferred_batch_norm = true, .precision = precision});
   for (const auto& [first, last] : {std::pair{0, 4}, std::pair{2, 7}, std::pair{4, 9}}) {
     for (int64_t rows : {int64_t{4}, int64_t{16}, kRows}) {
       CAPTURE(first, last, rows);
       const StageMemory estimate = estimate_stage_memory(profile, first, last, rows);
-      const StageMemory measured = probe_stage(model, first, last, rows, b.x, b.y, cross_entropy,
-                                               {.deferred_batch_norm = true});
+      const StageMemory measured =
+          probe_stage(model, first, last, rows, b.x, b.y, cross_entropy,
+                      {.deferred_batch_norm = true, .precision = precision});
+      CHECK(estimate.input_bytes == measured.input_bytes);
+      CHECK(estimate.output_bytes == measured.output_bytes);
+      CHECK(estimate.grad_output_bytes == measured.grad_output_bytes);
+      CHECK(estimate.grad_input_bytes == measured.grad_input_bytes);
       CHECK(estimate.forward.delta == measured.forward.delta);
-      CHECK(estimate.forward.peak == measured.forward.peak);
+      if (precision == autograd::Precision::kFloat32) {
+        CHECK(estimate.forward.peak == measured.forward.peak);
+      } else {
+        // The profile rounds a layer's output while the layer's input is still held, a
+        // stage's Sequential after dropping it: the estimate's peak errs high, never low.
+        CHECK(estimate.forward.peak >= measured.forward.peak);
+      }
       CHECK(estimate.forward_first.delta == measured.forward_first.delta);
       CHECK(estimate.recompute.delta == measured.recompute.delta);
       CHECK(estimate.checkpoint.delta == measured.checkpoint.delta);

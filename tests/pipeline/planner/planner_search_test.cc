@@ -42,6 +42,7 @@ ModelProfile synthetic(int layers, int64_t batch) {
     l.backward_weight_us = {1, 0.1};
     l.parameter_bytes = 4096;
     l.output_bytes = {0, 256};
+    l.message_bytes = {0, 256};  // float32: the output as it is
     l.activation_bytes = {0, 1024};
     l.forward_peak_bytes = {0, 1536};
     l.backward_peak_bytes = {0, 2048};
@@ -308,12 +309,15 @@ TEST_CASE("the cache's JSON round-trips the profile and the stages") {
   PlanCache cache{synthetic(3, 16), {cell_of(77)}, {}};
   cache.stages[0].first = 1;
   cache.stages[0].last = 3;
+  cache.profile.layers[1].message_bytes = {.fixed = 8, .per_row = 512};
   cache.stages[0].input_portal_bytes = 48;
   cache.stages[0].grad_output_portal_bytes = 96;
   const PlanCache back = plan_cache_from_json(to_json(cache));
   REQUIRE(back.profile.layers.size() == 3);
   CHECK(back.profile.layers[2].name == "layer 2");
   CHECK(back.profile.layers[1].activation_bytes.per_row == 1024);
+  CHECK(back.profile.layers[1].message_bytes.fixed == 8);
+  CHECK(back.profile.layers[1].message_bytes.per_row == 512);
   CHECK(back.profile.fingerprint == "synthetic");
   REQUIRE(back.stages.size() == 1);
   CHECK(back.stages[0].last == 3);
