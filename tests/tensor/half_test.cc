@@ -122,18 +122,30 @@ TEST_CASE("float32 rounds to the nearest float16, ties to even, past 65520 to in
   REQUIRE(checked > 250000);
 }
 
-TEST_CASE("the CPU kernel's to(float16) and back, vectorised, follow the scalar rules bit for "
-          "bit, NaN included") {
-  // Every float16 pattern widened (lengths not a multiple of 8 run the scalar tail too).
-  std::vector<Half> all(65536 + 5);
-  for (uint32_t b = 0; b < all.size(); ++b) all[b] = Half::from_bits(static_cast<uint16_t>(b));
-  const Tensor h = Tensor::from_vector(all, Shape{static_cast<int64_t>(all.size())});
-  const Tensor wide = h.to(DType::kFloat32);
+namespace {
+
+// Every pattern of the 16-bit type H, then `extra` more from 0, widened by the CPU kernel's
+// to(float32): each bit for bit the scalar rule's (tensor/half.h). Returns the widened tensor.
+template <class H>
+Tensor every_pattern_widened(uint32_t extra) {
+  std::vector<H> all(65536 + extra);
+  for (uint32_t b = 0; b < all.size(); ++b) all[b] = H::from_bits(static_cast<uint16_t>(b));
+  const Tensor wide = Tensor::from_vector(all, Shape{static_cast<int64_t>(all.size())})
+                          .to(DType::kFloat32);
   const auto* w = static_cast<const uint32_t*>(wide.raw_data());
   for (size_t i = 0; i < all.size(); ++i) {
     CAPTURE(i);
     REQUIRE(w[i] == bits_of(static_cast<float>(all[i])));
   }
+  return wide;
+}
+
+}  // namespace
+
+TEST_CASE("the CPU kernel's to(float16) and back, vectorised, follow the scalar rules bit for "
+          "bit, NaN included") {
+  // Every float16 pattern widened (lengths not a multiple of 8 run the scalar tail too).
+  const Tensor wide = every_pattern_widened<Half>(5);
   // Rounding: the probes around every float16 value and its midpoints, every NaN kind, and the
   // float16 patterns' own floats.
   std::vector<double> values;
@@ -156,15 +168,7 @@ TEST_CASE("the CPU kernel's to(float16) and back, vectorised, follow the scalar 
 TEST_CASE("the CPU kernel's to(bfloat16) and back (loops the compiler vectorises) follow the "
           "scalar rules bit for bit, NaN included") {
   // Every bfloat16 pattern widened (lengths not a multiple of 8 or 16 run the scalar tail too).
-  std::vector<BFloat16> all(65536 + 13);
-  for (uint32_t b = 0; b < all.size(); ++b) all[b] = BFloat16::from_bits(static_cast<uint16_t>(b));
-  const Tensor h = Tensor::from_vector(all, Shape{static_cast<int64_t>(all.size())});
-  const Tensor wide = h.to(DType::kFloat32);
-  const auto* w = static_cast<const uint32_t*>(wide.raw_data());
-  for (size_t i = 0; i < all.size(); ++i) {
-    CAPTURE(i);
-    REQUIRE(w[i] == bits_of(static_cast<float>(all[i])));
-  }
+  every_pattern_widened<BFloat16>(13);
   // Rounding: every bfloat16 value, its neighbours one float32 ulp away, its midpoints to the
   // next value and one ulp around them (the ties), both signs; every NaN kind; random patterns.
   std::vector<float> x;

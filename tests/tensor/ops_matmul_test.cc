@@ -197,6 +197,11 @@ TEST_CASE("matmul errors name both shapes and the flags") {
                       Catch::Contains("[3, 3]") && Catch::Contains("[2, 2]"));
 }
 
+/// A tensor of `shape` with values uniform in [-2, 2) from `seed`, rounded to bfloat16.
+static Tensor random_bf16(const Shape& shape, uint32_t seed) {
+  return random_tensor<float>(shape, seed, -2, 2).to(DType::kBFloat16);
+}
+
 /// The bfloat16 GEMMs this CPU runs (gemm.h): always the widened one, and the kernels of ours
 /// that its instructions allow.
 static std::vector<cpu::Bf16Gemm> bf16_kernels() {
@@ -227,10 +232,8 @@ TEST_CASE("bfloat16 operands: float32 sums of exact products, by every kernel th
         for (bool ta : {false, true}) {
           for (bool tb : {false, true}) {
             const Shape as = stored(d.m, d.k, ta), bs = stored(d.k, d.n, tb);
-            const Tensor a = tensor_of<float>(random_values(as.numel(), 51, -2, 2), as)
-                                 .to(DType::kBFloat16);
-            const Tensor b = tensor_of<float>(random_values(bs.numel(), 52, -2, 2), bs)
-                                 .to(DType::kBFloat16);
+            const Tensor a = random_bf16(as, 51);
+            const Tensor b = random_bf16(bs, 52);
             const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
             const auto cv = random_values(d.m * d.n, 53);
             // |terms| summed, for the bound.
@@ -307,10 +310,8 @@ TEST_CASE("bfloat16 kernels of ours: a row's bits do not depend on the rows or t
       for (bool tb : {false, true}) {
         INFO("bf16 kernel " << cpu::to_string(kernel) << " ta=" << ta << " tb=" << tb);
         const Shape as = stored(m, k, ta), bs = stored(k, n, tb);
-        const Tensor a = tensor_of<float>(random_values(as.numel(), 61, -2, 2), as)
-                             .to(DType::kBFloat16);
-        const Tensor b = tensor_of<float>(random_values(bs.numel(), 62, -2, 2), bs)
-                             .to(DType::kBFloat16);
+        const Tensor a = random_bf16(as, 61);
+        const Tensor b = random_bf16(bs, 62);
         Tensor whole = Tensor::zeros({m, n});
         {
           ThreadBudgetGuard budget(1);
@@ -368,10 +369,8 @@ TEST_CASE("bfloat16 kernels of ours: packing buffers reused by a thread carry no
           Tensor scratch = Tensor::zeros({m, n});
           ops::gemm_(scratch, fill_a, fill_b, ta, tb);
           const Shape as = stored(m, k, ta), bs = stored(k, n, tb);
-          const Tensor a = tensor_of<float>(random_values(as.numel(), 71, -2, 2), as)
-                               .to(DType::kBFloat16);
-          const Tensor b = tensor_of<float>(random_values(bs.numel(), 72, -2, 2), bs)
-                               .to(DType::kBFloat16);
+          const Tensor a = random_bf16(as, 71);
+          const Tensor b = random_bf16(bs, 72);
           Tensor c = Tensor::zeros({m, n});
           ops::gemm_(c, a, b, ta, tb);
           const auto expected = naive_gemm(a.to_vector<double>(), as, ta, b.to_vector<double>(),
