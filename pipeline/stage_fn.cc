@@ -132,21 +132,29 @@ std::function<nn::Tensors(const nn::Tensors&)> under_precision(
 // rounded value rounds to itself) and it too travels in half the bytes. Portals carry what a
 // layer stashed mid-way, not a layer's output: they travel as they are. The runtime narrows
 // what a cell sends and widens what it receives; the planner's stage probe does the same.
+namespace {
+
+/// Whether a message narrows `t` under `precision`: its float32 tensors, under a 16-bit policy.
+bool narrows(const Tensor& t, autograd::Precision precision) {
+  return precision != autograd::Precision::kFloat32 && t.defined() &&
+         t.dtype() == DType::kFloat32;
+}
+
+}  // namespace
+
 nn::Tensors narrow_message(nn::Tensors tensors, autograd::Precision precision) {
-  if (precision == autograd::Precision::kFloat32) return tensors;
   for (Tensor& t : tensors) {
-    if (t.defined() && t.dtype() == DType::kFloat32) t = t.to(autograd::precision_dtype(precision));
+    if (narrows(t, precision)) t = t.to(autograd::precision_dtype(precision));
   }
   return tensors;
 }
 
 int64_t message_bytes(const nn::Tensors& tensors, autograd::Precision precision) {
+  const auto narrowed = static_cast<int64_t>(element_size(autograd::precision_dtype(precision)));
   int64_t bytes = 0;
   for (const Tensor& t : tensors) {
     if (!t.defined()) continue;
-    const bool narrowed = precision != autograd::Precision::kFloat32 && t.dtype() == DType::kFloat32;
-    bytes += narrowed ? t.numel() * static_cast<int64_t>(element_size(autograd::precision_dtype(precision)))
-                      : static_cast<int64_t>(t.nbytes());
+    bytes += narrows(t, precision) ? t.numel() * narrowed : static_cast<int64_t>(t.nbytes());
   }
   return bytes;
 }
