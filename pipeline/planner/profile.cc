@@ -81,7 +81,10 @@ class Profiler {
   // Layer i as a stage's Sequential runs it: under a precision policy its outputs are
   // rounded to the 16-bit values (Note [The precision policy], autograd/precision.h).
   nn::Tensors run_layer(size_t i, const nn::Tensors& x) {
-    nn::Tensors y = model_[i].forward(x);
+    return round_outputs(model_[i].forward(x));
+  }
+
+  nn::Tensors round_outputs(nn::Tensors y) const {
     if (options_.precision != autograd::Precision::kFloat32) {
       for (Tensor& t : y) t = autograd::round_to_precision(t);
     }
@@ -115,22 +118,34 @@ class Profiler {
         if (pass == 0) chain_inputs[i] = detach_like(x);
         const int64_t before = allocator_.allocated();
         allocator_.reset_peak();
-        nn::Tensors y = layers[i](x);
-        const int64_t grown = allocator_.allocated() - before;
+        const bool model_layer = i < model_.size();
+        nn::Tensors y = model_layer ? model_[i].forward(x) : layers[i](x);
+        int64_t peak = allocator_.peak() - before;
+        // As a Sequential: the handle on the input goes (the graph, through x, keeps what
+        // the layers saved), then under a precision policy each output is rounded, the
+        // input already freed if nothing kept it. `freed` is added back to what the layer
+        // grew by: the estimate subtracts it where frees_input says (Note [Additive stage
+        // costs], stage_estimate.cc).
+        const int64_t held = allocator_.allocated();
+        x = std::move(y);
+        const int64_t freed = held - allocator_.allocated();
+        if (model_layer) {
+          allocator_.reset_peak();
+          x = round_outputs(std::move(x));
+          peak = std::max(peak, allocator_.peak() - before);
+        }
+        const int64_t grown = allocator_.allocated() - before + freed;
         Sample& s = samples[i];
         if (pass == 0) {
           s.first_forward = grown;
-          x = std::move(y);  // the graph, through x, keeps what the layers saved
           continue;
         }
         s.first_forward -= grown;
-        s.forward_peak = allocator_.peak() - before;
-        s.output = bytes_of(y);
-        s.message = message_bytes(y, options_.precision);
+        s.forward_peak = peak;
+        s.output = bytes_of(x);
+        s.message = message_bytes(x, options_.precision);
         s.activation = grown - s.output;
-        const int64_t held = allocator_.allocated();
-        x = std::move(y);  // drops the handle on layer i's input
-        s.frees_input = i > 0 && allocator_.allocated() < held;
+        s.frees_input = i > 0 && freed > 0;
       }
     }
     if (deferred != nullptr) deferred->discard();
