@@ -128,10 +128,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                    Shape(out_dims));
   }
   const Tensor x_op = product_operand(x), w_op = weight_operand(weight);
-  // The product's dtype: float32 sums for 16-bit operands (ops::matmul), else the operands'.
-  const DType y_dtype = is_16_bit(x_op.dtype()) ? DType::kFloat32 : x_op.dtype();
   Tensor y;
-  if (bias.defined() && bias.dtype() == y_dtype && bias.device() == x_op.device()) {
+  if (bias.defined() && bias.dtype() == gemm_result_dtype(x_op.dtype()) &&
+      bias.device() == x_op.device()) {
     // The bias is C's start and the GEMM adds x·Wᵀ to it (beta = 1, torch's addmm): one pass
     // over y instead of the product's and the add's two, and no second tensor. The BLAS adds
     // C where its K loop puts it, so a last bit may differ from a separate add's. clone, not

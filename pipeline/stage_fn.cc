@@ -122,16 +122,6 @@ std::function<nn::Tensors(const nn::Tensors&)> under_precision(
   };
 }
 
-// Note [16-bit messages]
-// Under a precision policy every layer hands on 16-bit values and their gradients are rounded
-// to 16-bit values on the way back (Note [The precision policy], autograd/precision.h). A
-// stage's outputs are its last layer's, so the activations crossing to the next stage are
-// 16-bit values: they travel in the 16-bit dtype, half the bytes, and are widened back to
-// float32 on arrival, exactly. The input gradient a stage sends back meets the rounding of
-// the sender's last layer first thing, so rounding it before it travels changes nothing (a
-// rounded value rounds to itself) and it too travels in half the bytes. Portals carry what a
-// layer stashed mid-way, not a layer's output: they travel as they are. The runtime narrows
-// what a cell sends and widens what it receives; the planner's stage probe does the same.
 namespace {
 
 /// Whether a message narrows `t` under `precision`: its float32 tensors, under a 16-bit policy.
@@ -142,6 +132,16 @@ bool narrows(const Tensor& t, autograd::Precision precision) {
 
 }  // namespace
 
+// Note [16-bit messages]
+// Under a precision policy every layer hands on 16-bit values and their gradients are rounded
+// to 16-bit values on the way back (Note [The precision policy], autograd/precision.h). A
+// stage's outputs are its last layer's, so the activations crossing to the next stage are
+// 16-bit values: they travel in the 16-bit dtype, half the bytes, and are widened back to
+// float32 on arrival, exactly. The input gradient a stage sends back meets the rounding of
+// the sender's last layer first thing, so rounding it before it travels changes nothing (a
+// rounded value rounds to itself) and it too travels in half the bytes. Portals carry what a
+// layer stashed mid-way, not a layer's output: they travel as they are. The runtime narrows
+// what a cell sends and widens what it receives; the planner's stage probe does the same.
 nn::Tensors narrow_message(nn::Tensors tensors, autograd::Precision precision) {
   for (Tensor& t : tensors) {
     if (narrows(t, precision)) t = t.to(autograd::precision_dtype(precision));

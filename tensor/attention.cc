@@ -45,7 +45,7 @@ Tensor as_stack(const Tensor& t) { return detail::as_matrices("flash_attention",
 AttentionResult flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                                 bool causal) {
   check_inputs("flash_attention", q, k, v);
-  const TensorOptions result{detail::gemm_result_dtype(q.dtype()), q.device()};
+  const TensorOptions result{gemm_result_dtype(q.dtype()), q.device()};
   const Tensor q3 = as_stack(q), k3 = as_stack(k), v3 = as_stack(v);
   Tensor out = Tensor::empty(q3.shape(), result);
   Tensor lse = Tensor::empty(Shape{q3.size(0), q3.size(1)}, result);
@@ -62,7 +62,7 @@ std::vector<Tensor> flash_attention_backward(const Tensor& q, const Tensor& k, c
   const char* op = "flash_attention_backward";
   check_inputs(op, q, k, v);
   for (const Tensor* t : {&out, &grad_out, &lse}) detail::check_defined(op, *t);
-  const DType result = detail::gemm_result_dtype(q.dtype());
+  const DType result = gemm_result_dtype(q.dtype());
   std::vector<int64_t> lse_dims(q.shape().dims().begin(), q.shape().dims().end() - 1);
   if (out.shape() != q.shape() || grad_out.shape() != q.shape() ||
       lse.shape() != Shape(lse_dims) || out.dtype() != result || lse.dtype() != result ||

@@ -67,7 +67,7 @@ Tensor batched_matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans
   std::vector<int64_t> out_dims = batch.dims();
   out_dims.push_back(m);
   out_dims.push_back(n);
-  Tensor c = Tensor::empty(Shape(out_dims), {detail::gemm_result_dtype(a.dtype()), a.device()});
+  Tensor c = Tensor::empty(Shape(out_dims), {gemm_result_dtype(a.dtype()), a.device()});
   if (c.numel() == 0 && batch.numel() == 0) return c;
   Tensor c3 = c.reshape(Shape{batch.numel(), m, n});
   PW_KERNEL(a.device(), gemm_batched)(trans_a, trans_b, 1.0, as_stack(a, batch),

@@ -42,6 +42,9 @@ DType dtype_from_safetensors_name(const std::string& name);
 bool is_floating(DType t);
 /// bfloat16 and float16.
 constexpr bool is_16_bit(DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; }
+/// The dtype of a matrix product (matmul, gemm_, attention) of operands of dtype t: float32
+/// for 16-bit operands (accumulated in float32), else t.
+constexpr DType gemm_result_dtype(DType t) { return is_16_bit(t) ? DType::kFloat32 : t; }
 
 /// The C++ type of a DType, and back.
 template <class T> struct DTypeOf;

@@ -28,10 +28,6 @@ inline void check_floating(const char* op, const Tensor& t) {
   }
 }
 
-/// The dtype of a product of operands of dtype t: float32 for 16-bit operands (accumulated in
-/// float32), else t.
-inline DType gemm_result_dtype(DType t) { return is_16_bit(t) ? DType::kFloat32 : t; }
-
 /// Both defined, same device and dtype.
 inline void check_like(const char* op, const Tensor& a, const Tensor& b) {
   check_defined(op, a);

@@ -251,7 +251,7 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   Tensor c = Tensor::empty(matmul_shape("matmul", a, b, trans_a, trans_b),
-                           {detail::gemm_result_dtype(a.dtype()), a.device()});
+                           {gemm_result_dtype(a.dtype()), a.device()});
   PW_KERNEL(a.device(), gemm)(trans_a, trans_b, 1.0, a.contiguous(), b.contiguous(), 0.0, c);
   return c;
 }
@@ -260,7 +260,7 @@ void gemm_(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans
            double alpha, double beta) {
   const Shape expected = matmul_shape("gemm_", a, b, trans_a, trans_b);
   check_contiguous_destination("gemm_", c);
-  if (c.device() != a.device() || c.dtype() != detail::gemm_result_dtype(a.dtype())) {
+  if (c.device() != a.device() || c.dtype() != gemm_result_dtype(a.dtype())) {
     throw std::invalid_argument("gemm_: c is " + describe(c) + " but the operands are " +
                                 describe(a) + " (c takes their device, and float32 for " +
                                 "16-bit operands)");
