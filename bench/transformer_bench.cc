@@ -12,7 +12,9 @@
 //                         4 and 16 times fewer than T: the scores' T² shows), fused and flash
 //   parts/...             the block's pieces alone (forward + backward of each), to see where
 //                         the time goes: layer_norm, gelu, the MLP, causal_softmax, the two
-//                         batched products of attention
+//                         batched products of attention, and sdpa: the tiled attention's core
+//                         (autograd::scaled_dot_product_attention of q, k, v [B, 4, T, 64])
+//                         at B 16, T 128 and B 2, T 1024
 //
 // Each iteration: zero the gradients, forward, backward from a fixed random gradient; the
 // input requires grad, as a pipeline stage's does.
@@ -23,6 +25,7 @@
 
 #include <memory>
 
+#include "autograd/attention.h"
 #include "autograd/engine.h"
 #include "autograd/functions.h"
 #include "nn/transformer.h"
@@ -111,6 +114,15 @@ void BM_CausalSoftmax(benchmark::State& state) {
       [](const Tensor& x) { return autograd::causal_softmax(x, 0.125); });
 }
 
+void BM_Sdpa(benchmark::State& state) {  // the tiled core alone: q, k, v [B, H, T, D] given
+  const int64_t batch = state.range(0), seq = state.range(1), d = kDim / kHeads;
+  const Tensor k = randn({batch, kHeads, seq, d}, 3, true);
+  const Tensor v = randn({batch, kHeads, seq, d}, 4, true);
+  run(state, nullptr, {batch, kHeads, seq, d},
+      [&](const Tensor& q) { return autograd::scaled_dot_product_attention(q, k, v); },
+      batch * seq);
+}
+
 void BM_AttentionProducts(benchmark::State& state) {  // q·kᵀ then (·)·v, as attention runs them
   const Tensor k = randn({kBatch, kHeads, kSeq, kDim / kHeads}, 3, true);
   run(state, nullptr, {kBatch, kHeads, kSeq, kDim / kHeads}, [&](const Tensor& q) {
@@ -130,6 +142,7 @@ PW_TRANSFORMER_BENCH(BM_Gelu, "parts/gelu");
 PW_TRANSFORMER_BENCH(BM_Mlp, "parts/mlp");
 PW_TRANSFORMER_BENCH(BM_CausalSoftmax, "parts/causal_softmax");
 PW_TRANSFORMER_BENCH(BM_AttentionProducts, "parts/attention_products");
+PW_TRANSFORMER_BENCH(BM_Sdpa, "parts/sdpa")->ArgNames({"B", "T"})->Args({16, 128})->Args({2, 1024});
 
 }  // namespace
 }  // namespace pipewright

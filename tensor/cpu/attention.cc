@@ -19,11 +19,15 @@
 //   dv = pᵀ grad_out,  dp = grad_out vᵀ,  ds = p ⊙ (dp - Δ),  dq = scale · ds k,
 //   dk = scale · dsᵀ q.
 // FlashAttention-2 adds dq into global memory with atomics from the key tiles' workers; here
-// two passes keep every sum in one thread and in a fixed order, so the result is bitwise the
-// same for any thread count: pass 1, one task per key tile, sums dk and dv over its query
-// tiles; pass 2, one task per query tile, sums dq over its key tiles. The scores are computed
-// twice in the backward (three times in all), against once in the unfused path; memory stays
-// O(N (L + S) D).
+// every sum stays in one thread and in a fixed order, so the result is bitwise the same for any
+// thread count. With at least as many heads (N) as threads, one task per head walks the key
+// tiles and, for each, the query tiles that see it: one score tile serves dv, dk and dq, so
+// the backward computes the scores once (twice in all) and makes 5 tile products per pair.
+// With fewer heads than that, two passes give every thread work: pass 1, one task per key
+// tile, sums dk and dv over its query tiles; pass 2, one task per query tile, sums dq over its
+// key tiles; the scores and grad_out vᵀ are computed in both (7 products per pair). Both ways
+// add the same products in the same order (dk and dv over ascending query tiles, dq over
+// ascending key tiles), so they give the same bits. Memory stays O(N (L + S) D).
 //
 // 16-bit q, k, v (and grad_out) are widened to float32 first, exactly (Note [Mixed-precision
 // GEMM on the CPU], tensor/cpu/gemm.cc): the products are those of a float32 kernel, as
@@ -36,6 +40,7 @@
 #include "tensor/cpu/common.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/kernel_table.h"
+#include "tensor/threads.h"
 
 namespace pipewright::cpu {
 namespace {
@@ -165,28 +170,49 @@ void backward_typed(const Dims& dims, const T* q, const T* k, const T* v, const 
     }
   });
 
-  // Pass 1: dk and dv, one task per key tile, summing over the query tiles that see it.
   const int64_t key_tiles = Dims::tiles(dims.s);
+  // dk and dv of key tile c0 of head n (zeroed first), summing over the query tiles that see
+  // it; with `also_dq`, each pair's ds also goes into dq (zeroed by the caller).
+  auto key_tile = [&](int64_t n, int64_t c0, bool also_dq, ScoreTile<T>& p, ScoreTile<T>& dp) {
+    const int64_t cols = std::min(kTile, dims.s - c0), kv = n * dims.s + c0;
+    T* dk = grad_k + kv * d;
+    T* dv = grad_v + kv * d;
+    Rows<T>(dk, cols, d).setZero();
+    Rows<T>(dv, cols, d).setZero();
+    for (int64_t r0 = dims.rows_begin(c0); r0 < dims.l; r0 += kTile) {
+      const int64_t rows = std::min(kTile, dims.l - r0), at = n * dims.l + r0;
+      recompute_probabilities(dims, q + at * d, k + kv * d, lse + at, scale, r0, rows, c0, cols,
+                              p);
+      gemm_tile<T>(true, false, cols, d, rows, T(1), p.data.data(), cols, grad_out + at * d, d,
+                   T(1), dv, d);  // dv += pᵀ grad_out
+      to_score_gradient(dims, grad_out + at * d, v + kv * d, delta.data() + at, rows, cols, p,
+                        dp);
+      gemm_tile<T>(true, false, cols, d, rows, scale, p.data.data(), cols, q + at * d, d, T(1),
+                   dk, d);  // dk += scale · dsᵀ q
+      if (also_dq) {
+        gemm_tile<T>(false, false, rows, d, cols, scale, p.data.data(), cols, k + kv * d, d,
+                     T(1), grad_q + at * d, d);  // dq += scale · ds k
+      }
+    }
+  };
+
+  if (dims.n >= intra_op_threads()) {
+    // One pass, one task per head (Note [Tiled attention]).
+    parallel_for(dims.n, dims.l * dims.s * d, [&](int64_t n, int64_t end) {
+      ScoreTile<T> p, dp;
+      for (; n < end; ++n) {
+        Rows<T>(grad_q + n * dims.l * d, dims.l, d).setZero();
+        for (int64_t c0 = 0; c0 < dims.s; c0 += kTile) key_tile(n, c0, true, p, dp);
+      }
+    });
+    return;
+  }
+
+  // Pass 1: dk and dv, one task per key tile, summing over the query tiles that see it.
   parallel_for(dims.n * key_tiles, kTile * dims.l * d, [&](int64_t task, int64_t end) {
     ScoreTile<T> p, dp;
     for (; task < end; ++task) {
-      const int64_t n = task / key_tiles, c0 = task % key_tiles * kTile;
-      const int64_t cols = std::min(kTile, dims.s - c0), kv = n * dims.s + c0;
-      T* dk = grad_k + kv * d;
-      T* dv = grad_v + kv * d;
-      Rows<T>(dk, cols, d).setZero();
-      Rows<T>(dv, cols, d).setZero();
-      for (int64_t r0 = dims.rows_begin(c0); r0 < dims.l; r0 += kTile) {
-        const int64_t rows = std::min(kTile, dims.l - r0), at = n * dims.l + r0;
-        recompute_probabilities(dims, q + at * d, k + kv * d, lse + at, scale, r0, rows, c0,
-                                cols, p);
-        gemm_tile<T>(true, false, cols, d, rows, T(1), p.data.data(), cols, grad_out + at * d, d,
-                     T(1), dv, d);  // dv += pᵀ grad_out
-        to_score_gradient(dims, grad_out + at * d, v + kv * d, delta.data() + at, rows, cols, p,
-                          dp);
-        gemm_tile<T>(true, false, cols, d, rows, scale, p.data.data(), cols, q + at * d, d, T(1),
-                     dk, d);  // dk += scale · dsᵀ q
-      }
+      key_tile(task / key_tiles, task % key_tiles * kTile, false, p, dp);
     }
   });
 
