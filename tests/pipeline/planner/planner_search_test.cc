@@ -184,6 +184,41 @@ TEST_CASE("replay_memory: GPipe and 1F1B hold m and p - s cells, messages within
   }
 }
 
+TEST_CASE("replay_memory: two stages of one worker hand over copies under a 16-bit policy, "
+          "portals as they are") {
+  // One worker, two virtual stages, one micro-batch: F0 F1 B1 B0. Stage 1's input gradient is
+  // 400 bytes; the message stage 0 receives is 200 (narrowed to 16 bits), 50 of it a portal.
+  const Schedule s = make_schedule("interleaved-1f1b", 1, 1, 2);
+  REQUIRE(s.actions[0].size() == 4);
+  REQUIRE(s.actions[0][2].stage == 1);  // B1 before B0
+  MemoryModel model;
+  model.optimizer_state_factor = 0;
+  StageMemory first, second;
+  first.forward = first.forward_first = {10, 10};
+  first.backward = first.backward_first = {1000, -10};  // the peak: stage 0's backward
+  first.grad_output_bytes = 200;
+  first.grad_output_portal_bytes = 50;
+  second.input_bytes = 100;
+  second.forward = second.forward_first = {20, 20};
+  second.backward = second.backward_first = {0, -120};  // its activations and its input go
+  second.grad_input_bytes = 400;
+  model.full = model.tail = {first, second};
+  const ScheduleReplay sim = replay_schedule(s, Costs::unit());
+  // Copies: F1 takes its 100-byte message; B1 leaves the 50-byte portal with stage 0, which
+  // receives the other 150: before B0 the worker holds 10 + 100 + 20 - 120 + 50, and B0's
+  // level adds the 150-byte message and its own peak.
+  model.copied_handoffs = true;
+  const DevicePeak copied = replay_memory(s, sim, model, true)[0];
+  CHECK(copied.predicted == 10 + 100 + 20 - 120 + 50 + 150 + 1000);
+  CHECK(copied.low == copied.predicted);
+  CHECK(copied.high == copied.predicted);
+  // float32: stage 1's input stays the sender's output, and its 400-byte input gradient is
+  // stage 0's message as it is, both held from B1 on.
+  model.copied_handoffs = false;
+  const DevicePeak shared = replay_memory(s, sim, model, true)[0];
+  CHECK(shared.predicted == 10 + 20 - 120 + 100 + 400 + 1000);
+}
+
 TEST_CASE("recompute placement: some cells, only where the cap needs them") {
   const Schedule s = make_schedule("1f1b", 3, 6);
   MemoryModel model;
