@@ -24,7 +24,6 @@
 // streams per device actually paired (a few per worker); each is kBlasWorkspaceBytes.
 #include "cuda_kernels/blas.h"
 
-#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
@@ -32,11 +31,11 @@
 #include <vector>
 
 #include "cuda_kernels/check.h"
+#include "tensor/matmul_precision.h"
 
 namespace pipewright::cuda {
 namespace {
 
-std::atomic<bool> g_allow_tf32{false};
 
 /// Idle handles per device. Leaked on purpose: see blas.h.
 struct Pool {
@@ -125,13 +124,15 @@ cublasHandle_t blas_handle(int device_index, cudaStream_t stream) {
   // After cublasSetStream, which resets the workspace (Note [One workspace per handle and
   // stream]).
   PW_CUDA_CHECK(cublasSetWorkspace(h, workspace(device_index, h, stream), kBlasWorkspaceBytes));
-  PW_CUDA_CHECK(cublasSetMathMode(
-      h, g_allow_tf32.load(std::memory_order_relaxed) ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                      : CUBLAS_DEFAULT_MATH));
+  PW_CUDA_CHECK(cublasSetMathMode(h, allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                   : CUBLAS_DEFAULT_MATH));
   return h;
 }
 
-void set_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
-bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
+void set_allow_tf32(bool allow) {
+  set_float32_matmul_precision(allow ? Float32MatmulPrecision::kHigh
+                                     : Float32MatmulPrecision::kHighest);
+}
+bool allow_tf32() { return float32_matmul_precision() == Float32MatmulPrecision::kHigh; }
 
 }  // namespace pipewright::cuda

@@ -28,7 +28,9 @@ inline constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
 /// Number of (handle, stream) workspaces allocated so far on all devices (tests).
 size_t blas_workspace_count();
 
-/// TF32 for float32 GEMMs (process-wide, default false).
+/// TF32 for float32 GEMMs (process-wide, default false): the same setting as
+/// set_float32_matmul_precision (tensor/matmul_precision.h), true meaning kHigh, as
+/// torch.backends.cuda.matmul.allow_tf32 is torch.set_float32_matmul_precision's "high".
 ///
 /// false (default): cuBLAS's CUBLAS_DEFAULT_MATH, full float32 products and sums, so results
 ///   match the CPU to float32 rounding (about 1e-6 relative per accumulated term).

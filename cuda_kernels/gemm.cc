@@ -12,7 +12,8 @@
 // flags, and each leading dimension is the row length of the buffer as stored:
 //     ld(b) = trans_b ? K : N,   ld(a) = trans_a ? M : K,   ld(c) = N.
 //
-// Precision: float32 uses full FP32 math unless set_allow_tf32(true) (blas.h); float64 uses
+// Precision: float32 uses full FP32 math unless the float32 matmul precision is "high" (TF32;
+// tensor/matmul_precision.h, read by blas_handle's math mode); float64 uses
 // cublasDgemm. Mixed precision, a and b both bfloat16 or both float16 with c float32, goes to
 // cublasGemmEx / cublasGemmStridedBatchedEx with Atype = Btype = CUDA_R_16BF or CUDA_R_16F,
 // Ctype CUDA_R_32F, CUBLAS_COMPUTE_32F and float alpha, beta (cuBLAS documentation,

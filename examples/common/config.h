@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "autograd/precision.h"
+#include "tensor/matmul_precision.h"
 #include "pipeline/schedule/checkpoint_mode.h"
 #include "tensor/device.h"
 
@@ -62,6 +63,9 @@ struct TrainConfig {
   // The stages' matrix products in float32 or with bfloat16 / float16 operands and float32
   // sums (PipeOptions::precision; Note [The precision policy] in autograd/precision.h)
   autograd::Precision precision = autograd::Precision::kFloat32;
+  // How float32 products may compute on a GPU: "highest" (float32) or "high" (TF32;
+  // tensor/matmul_precision.h), set for the process before the run (run_example)
+  Float32MatmulPrecision float32_matmul_precision = Float32MatmulPrecision::kHighest;
   // --cuda-graphs: whole steps captured once and replayed as CUDA graphs (PipeOptions::
   // cuda_graphs, Note [A step as one graph] in pipeline/step_graph.h), where a step allows it
   bool cuda_graphs = false;

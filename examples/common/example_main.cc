@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "distributed/mpi.h"
+#include "tensor/matmul_precision.h"
 
 namespace pipewright::examples {
 
@@ -29,6 +30,7 @@ int run_example(int* argc, char*** argv, TrainConfig& config, const std::functio
             " (mpirun -np " + std::to_string(needed) + ")");
       }
     }
+    set_float32_matmul_precision(config.float32_matmul_precision);
     body();
   } catch (const std::exception& e) {
     if (mpi == nullptr) {

@@ -58,7 +58,8 @@ std::string join_commas(const std::vector<std::string>& parts) {
 TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config, unsigned groups)
     : config_(config),
       checkpoint_(pipeline::to_string(config.checkpoint)),
-      precision_(autograd::precision_name(config.precision)) {
+      precision_(autograd::precision_name(config.precision)),
+      float32_matmul_precision_(float32_matmul_precision_name(config.float32_matmul_precision)) {
   std::vector<std::string> parts;
   for (const Device& d : config.devices) parts.push_back(d.str());
   devices_ = join_commas(parts);
@@ -158,6 +159,10 @@ void TrainFlags::add_pipeline_flags(CLI::App& app, TrainConfig& c) {
                  "fp32, or bf16 / fp16: matrix products on 16-bit operands with float32 sums, "
                  "float32 master weights and optimizer (docs/precision.md)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--float32-matmul-precision", float32_matmul_precision_,
+                 "On GPUs, float32 matrix products in float32 (highest) or TF32 on the tensor "
+                 "cores (high), as torch.set_float32_matmul_precision; the CPU ignores it")
+      ->check(CLI::IsMember({"highest", "high"}));
   app.add_flag("--cuda-graphs", c.cuda_graphs,
                "On one GPU: capture a whole training step (the optimizer's included) as a CUDA "
                "graph once and replay it, a few host calls a step (not across processes)");
@@ -166,6 +171,7 @@ void TrainFlags::add_pipeline_flags(CLI::App& app, TrainConfig& c) {
 void TrainFlags::apply() {
   config_.checkpoint = pipeline::parse_checkpoint(checkpoint_);
   config_.precision = autograd::precision_from_name(precision_);
+  config_.float32_matmul_precision = float32_matmul_precision_from_name(float32_matmul_precision_);
   config_.devices.clear();
   const std::vector<std::string> devices = split_commas(devices_);
   for (size_t i = 0; i < devices.size(); ++i) {

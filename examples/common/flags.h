@@ -49,6 +49,7 @@ class TrainFlags {
   TrainConfig& config_;
   std::string checkpoint_;
   std::string precision_;
+  std::string float32_matmul_precision_;
   std::string devices_;
   std::string balance_;
   std::string memory_cap_;

@@ -93,6 +93,10 @@ void print_pipeline_header(std::ostream& out, const TrainConfig& config,
   if (config.precision != autograd::Precision::kFloat32) {
     out << " | precision " << autograd::precision_name(config.precision);
   }
+  if (config.float32_matmul_precision != Float32MatmulPrecision::kHighest) {
+    out << " | float32 matmuls "
+        << float32_matmul_precision_name(config.float32_matmul_precision) << " (TF32)";
+  }
   out << "\n";
 }
 

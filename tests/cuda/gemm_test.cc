@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "cuda_kernels/blas.h"
+#include "tensor/batched_matmul.h"
+#include "tensor/matmul_precision.h"
 #include "tests/cuda/gpu_test.h"
 
 namespace pipewright::testing {
@@ -116,6 +118,19 @@ TEST_CASE("cuda gemm TF32 opt-in stays within TF32 accuracy and is off by defaul
   CHECK(tf32_err > 30 * fp32_err);
   CHECK(tf32_err < 2e-3);
   CHECK(max_tf32 < 1e-2 * rms);
+
+  // torch.set_float32_matmul_precision("high") is the same switch (tensor/matmul_precision.h),
+  // for plain and batched products; "highest" turns it off again.
+  set_float32_matmul_precision(Float32MatmulPrecision::kHigh);
+  CHECK(cuda::allow_tf32());
+  Tensor high = Tensor::empty({d.m, d.n}, {DType::kFloat32, gpu()});
+  gpu_kernels().gemm(false, false, 1.0, a.to(gpu()), b.to(gpu()), 0.0, high);
+  const Tensor batched = ops::batched_matmul(a.reshape({1, d.m, d.k}).to(gpu()),
+                                             b.reshape({1, d.k, d.n}).to(gpu()));
+  set_float32_matmul_precision(Float32MatmulPrecision::kHighest);
+  CHECK_FALSE(cuda::allow_tf32());
+  check_bitwise_equal(high, tf32);
+  check_bitwise_equal(batched.reshape({d.m, d.n}), tf32);
 }
 
 }  // namespace

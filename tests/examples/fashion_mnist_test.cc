@@ -12,11 +12,13 @@
 
 #include <catch2/catch.hpp>
 
+#include "examples/common/example_main.h"
 #include "examples/common/flags.h"
 #include "examples/fashion_mnist/trainer.h"
 #include "nn/linear.h"
 #include "nn/activation.h"
 #include "nn/safetensors.h"
+#include "tensor/matmul_precision.h"
 #include "tensor/ops.h"
 #include "tests/compare.h"
 
@@ -329,6 +331,25 @@ TEST_CASE("--workers sets the pipeline's workers; the retired --stages is refuse
   CHECK(workers == 3);
   CHECK_THROWS_WITH(parse_flags({"--stages", "4"}),
                     Catch::Contains("--stages: retired: it is --workers now (the same number)"));
+}
+
+TEST_CASE("--float32-matmul-precision takes torch's names; the run sets it for the process") {
+  CHECK(parse_flags({}).float32_matmul_precision == pipewright::Float32MatmulPrecision::kHighest);
+  CHECK(parse_flags({"--float32-matmul-precision", "high"}).float32_matmul_precision ==
+        pipewright::Float32MatmulPrecision::kHigh);
+  CHECK_THROWS_WITH(parse_flags({"--float32-matmul-precision", "medium"}),
+                    Catch::Contains("--float32-matmul-precision") && Catch::Contains("medium"));
+  TrainConfig config = parse_flags({"--float32-matmul-precision", "high"});
+  int argc = 1;
+  char name[] = "fashion_mnist";
+  char* args[] = {name, nullptr};
+  char** argv = args;
+  pipewright::Float32MatmulPrecision during = pipewright::Float32MatmulPrecision::kHighest;
+  CHECK(pipewright::examples::run_example(&argc, &argv, config, [&] {
+          during = pipewright::float32_matmul_precision();
+        }) == 0);
+  pipewright::set_float32_matmul_precision(pipewright::Float32MatmulPrecision::kHighest);
+  CHECK(during == pipewright::Float32MatmulPrecision::kHigh);
 }
 
 TEST_CASE("--optimizer sgd takes --momentum") {

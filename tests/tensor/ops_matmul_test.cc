@@ -5,8 +5,10 @@
 
 #include "tensor/batched_matmul.h"
 #include "tensor/cpu/gemm.h"
+#include "tensor/matmul_precision.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
+#include "tests/compare.h"
 #include "tests/tensor/test_util.h"
 
 using namespace pipewright;
@@ -400,4 +402,28 @@ TEST_CASE("the bfloat16 kernel is chosen by name, and one this CPU lacks is refu
                         Catch::Contains(cpu::to_string(kernel)) && Catch::Contains("widened"));
     CHECK(cpu::bf16_gemm() == before);
   }
+}
+
+TEST_CASE("float32 matmul precision: torch's names, clear errors, the CPU's products unchanged",
+          "[matmul]") {
+  CHECK(float32_matmul_precision() == Float32MatmulPrecision::kHighest);  // the default
+  for (const Float32MatmulPrecision p :
+       {Float32MatmulPrecision::kHighest, Float32MatmulPrecision::kHigh}) {
+    CHECK(float32_matmul_precision_from_name(float32_matmul_precision_name(p)) == p);
+  }
+  CHECK(float32_matmul_precision_name(Float32MatmulPrecision::kHigh) == "high");
+  CHECK_THROWS_WITH(float32_matmul_precision_from_name("HIGH"),
+                    "float32 matmul precision 'HIGH': expected 'highest' (float32) or 'high' "
+                    "(TF32)");
+  CHECK_THROWS_WITH(float32_matmul_precision_from_name("medium"),
+                    Catch::Contains("'medium' (bfloat16 inside float32 products) is not offered") &&
+                        Catch::Contains("--precision bf16"));
+  // "high" is for GPUs: OpenBLAS's float32 products stay as they are, bit for bit.
+  const Tensor a = random_tensor<float>({33, 65}, 61), b = random_tensor<float>({65, 17}, 62);
+  const Tensor highest = ops::matmul(a, b);
+  set_float32_matmul_precision(Float32MatmulPrecision::kHigh);
+  CHECK(float32_matmul_precision() == Float32MatmulPrecision::kHigh);
+  const Tensor high = ops::matmul(a, b);
+  set_float32_matmul_precision(Float32MatmulPrecision::kHighest);
+  CHECK(testing::bitwise_equal(high, highest));
 }

@@ -40,7 +40,9 @@
 #                  1024, batch 8, the fortunes corpus's vocabulary) training on cuda:0, ours in
 #                  fp32 and bf16 (the precision policy, tiled attention) against PyTorch eager
 #                  fp32, TF32 and bf16 autocast with F.scaled_dot_product_attention
-#                  (bench/peers/torch_char_gpt.py): tokens/s, step time, peak memory and MFU
+#                  (bench/peers/torch_char_gpt.py), then ours in TF32
+#                  (--float32-matmul-precision high) and bf16 with the unfused attention:
+#                  tokens/s, step time, peak memory and MFU
 #   logs.tar.gz    the whole output of every test, compute-sanitizer run and counted run
 #   summary.txt    one line per check, and the ratios
 # Tests and compute-sanitizer only judge correctness, so they run side by side (as many at once
@@ -520,6 +522,11 @@ if want gpt2; then
     else
       echo "(no python3 with a CUDA-capable torch: no PyTorch runs)"
     fi
+    # After the peers (the baseline first, should the budget run out): ours with TF32, and bf16
+    # with the unfused attention (cuBLAS's batched products, tensor cores) against the tiled
+    # kernel (CUDA cores), which says what the next attention kernel must beat.
+    gpt_run_ours tf32 --precision fp32 --float32-matmul-precision high --attention flash
+    gpt_run_ours bf16-fused --precision bf16 --attention fused
   } >"$out/gpt2.txt" 2>&1
   shape_value() { local i; for ((i = 0; i < ${#shape[@]} - 1; ++i)); do [[ "${shape[i]}" == "$1" ]] && echo "${shape[i + 1]}"; done; }
   vocab=$(sed -n 's/.*(vocabulary \([0-9]*\)).*/\1/p' "$work/gpt.log" | head -n 1)
@@ -532,7 +539,7 @@ if want gpt2; then
   done < <(grep '^RESULT \(ours\|torch\) ' "$out/gpt2.txt")
   gpt_tokens() { sed -n "s/^RESULT $1 $2 \([0-9.]*\) .*/\1/p" "$out/gpt2.txt" | tail -n 1; }
   gpt_ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "n/a" }'; }
-  note "gpt2 ratios: ours bf16 / torch bf16+SDPA $(gpt_ratio "$(gpt_tokens ours bf16)" "$(gpt_tokens torch bf16-sdpa)"), ours bf16 / ours fp32 $(gpt_ratio "$(gpt_tokens ours bf16)" "$(gpt_tokens ours fp32)"), ours fp32 / torch fp32 $(gpt_ratio "$(gpt_tokens ours fp32)" "$(gpt_tokens torch fp32)") (${flops_per_token} FLOPs a token)"
+  note "gpt2 ratios: ours bf16 / torch bf16+SDPA $(gpt_ratio "$(gpt_tokens ours bf16)" "$(gpt_tokens torch bf16-sdpa)"), ours bf16 / ours fp32 $(gpt_ratio "$(gpt_tokens ours bf16)" "$(gpt_tokens ours fp32)"), ours fp32 / torch fp32 $(gpt_ratio "$(gpt_tokens ours fp32)" "$(gpt_tokens torch fp32)"), ours tf32 / torch tf32 $(gpt_ratio "$(gpt_tokens ours tf32)" "$(gpt_tokens torch tf32)"), ours bf16 fused / tiled attention $(gpt_ratio "$(gpt_tokens ours bf16-fused)" "$(gpt_tokens ours bf16)") (${flops_per_token} FLOPs a token)"
 fi
 
 tar -C "$work" -czf "$out/logs.tar.gz" jobs 2>/dev/null  # every job's whole output
