@@ -21,6 +21,7 @@
 #include "pipeline/skip_layout.h"
 #include "pipeline/stage_fn.h"
 #include "pipeline/worker_cpus.h"
+#include "tensor/matmul_precision.h"
 #include "tensor/allocator.h"
 #include "tensor/stream.h"
 #include "tensor/threads.h"
@@ -348,6 +349,9 @@ std::string profile_fingerprint(const nn::Sequential& model, const Tensor& input
          (deferred_batch_norm ? " | deferred batch norm" : "") +
          (precision != autograd::Precision::kFloat32
               ? std::string(" | precision ") + autograd::precision_name(precision)
+              : std::string()) +
+         (float32_matmul_precision() != Float32MatmulPrecision::kHighest
+              ? " | float32 matmuls " + float32_matmul_precision_name(float32_matmul_precision())
               : std::string());
 }
 

@@ -63,8 +63,9 @@ ModelProfile profile_model(nn::Sequential& model, const Tensor& input, const Ten
                            const LossFn& loss_fn, const ProfileOptions& options = {});
 
 /// What ModelProfile::fingerprint holds: the model's text, the sample's shapes and dtypes,
-/// the threads, the BatchNorm mode and the precision. A cached profile is used only when they
-/// match.
+/// the threads, the BatchNorm mode, the precision and the process's float32 matmul precision
+/// (tensor/matmul_precision.h: TF32 times a GPU's products otherwise). A cached profile is
+/// used only when they match.
 std::string profile_fingerprint(const nn::Sequential& model, const Tensor& input,
                                 const Tensor& target, int threads, bool deferred_batch_norm,
                                 autograd::Precision precision = autograd::Precision::kFloat32);

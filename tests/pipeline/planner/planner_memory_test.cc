@@ -32,6 +32,7 @@
 #include "pipeline/schedule/replay.h"
 #include "tensor/allocator.h"
 #include "tensor/generator.h"
+#include "tensor/matmul_precision.h"
 #include "tests/pipeline/pipe_test_util.h"
 #include "tests/pipeline/planner/planner_test_model.h"
 
@@ -268,6 +269,12 @@ TEST_CASE("a plan's cache: the next plan for the same model and batch reads it, 
   const Tensor half_x = b.x.slice(0, b.x.size(0) / 2), half_y = b.y.slice(0, b.y.size(0) / 2);
   CHECK_FALSE(plan(model, {half_x, half_y, cross_entropy}, devices, options).profile_from_cache);
   std::remove(path.c_str());
+  // TF32 would time a GPU's products otherwise: the float32 matmul precision is in the key.
+  const std::string key = profile_fingerprint(model, b.x, b.y, 1, true);
+  set_float32_matmul_precision(Float32MatmulPrecision::kHigh);
+  const std::string tf32_key = profile_fingerprint(model, b.x, b.y, 1, true);
+  set_float32_matmul_precision(Float32MatmulPrecision::kHighest);
+  CHECK(tf32_key == key + " | float32 matmuls high");
 }
 
 TEST_CASE("nothing fits: the refusal names the smallest cap, and that cap fits") {
