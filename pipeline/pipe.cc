@@ -146,6 +146,7 @@ nn::Tensors Pipe::forward(const nn::Tensors& inputs, const StepOptions& options)
   for (const Tensor& t : inputs) step->input_needs_grad.push_back(record && t.requires_grad());
   step->arguments = options.arguments;
   step->precision = options_.precision;
+  step->device_timeline = options.device_timeline;
   step->random_key = random_key();
   if (record) ++random_step_;
 

@@ -131,8 +131,10 @@ std::string Pipe::why_not_graphed(const nn::Tensors& inputs, const nn::Optimizer
     return std::string(optimizer.name()) + " cannot be captured yet (Adam, AdamW and SGD can): "
            "steps run eagerly";
   }
-  if (options.return_outputs || !options.arguments.empty() || options.schedule.has_value()) {
-    return "a step with return_outputs, arguments or its own schedule runs eagerly";
+  if (options.return_outputs || !options.arguments.empty() || options.schedule.has_value() ||
+      options.device_timeline) {
+    return "a step with return_outputs, arguments, its own schedule or a device timeline runs "
+           "eagerly";
   }
   for (const Tensor& t : inputs) {
     if (t.defined() && t.requires_grad()) {

@@ -133,6 +133,7 @@ StepResult Pipe::run_step(const nn::Tensors& inputs, const nn::Tensors& targets,
   step->random_key = random_key();
   step->random_key.first_sample = options.first_sample;
   step->defer_read = captured != nullptr;  // Note [A step as one graph]
+  step->device_timeline = options.device_timeline;
   if (with_backward) ++random_step_;
 
   auto runs_stage = [this](int s) { return this->runs_stage(s); };

@@ -16,7 +16,9 @@
 // own compute stream; the transport's copy streams carry messages, with events ordering them
 // against both workers' streams, so nothing here synchronizes a device. On a GPU an action's
 // traced time is therefore the host's time to *issue* it, not the device's time to run it
-// (exact only where an action waits for the device, e.g. reading the loss with item()).
+// (exact only where an action waits for the device, e.g. reading the loss with item()), unless
+// the step asks for the device's (StepOptions::device_timeline, Note [Device timelines] in
+// runtime.cc).
 // When execute() returns, work may still be queued on the workers' streams; the caller's
 // current streams wait for it with events (Note [The caller's streams], runtime.cc), whichever
 // streams the caller uses, and what is handed back is record_stream'ed on them.
@@ -162,6 +164,12 @@ class Runtime {
   /// Remembers `step`'s trace, counters and failure (the last_* accessors).
   void publish(const Step& step);
   void run_action(Step& step, int worker, const Action& action);
+  /// The action's start (after its input's wait): the host's time, and with
+  /// StepOptions::device_timeline the worker's timing event (Note [Device timelines]).
+  void start_action(Step& step, int worker, TraceEvent& event);
+  void start_device_clocks(Step& step);
+  /// With a device timeline: the action's end event, once (Note [Device timelines]).
+  void end_on_device(Step& step, int worker);
   void forward(Step& step, int worker, const Action& action, TraceEvent& event);
   void backward(Step& step, int worker, const Action& action, TraceEvent& event);
   /// Receives `key` on worker `worker`'s thread, waiting for it as for a message due when it

@@ -36,6 +36,7 @@
 #include "pipeline/trace.h"
 #include "pipeline/transport.h"
 #include "tensor/deferred_check.h"
+#include "tensor/stream.h"
 
 namespace pipewright::pipeline {
 
@@ -106,6 +107,17 @@ class Step {
   std::vector<nn::Tensors> input_grads;                  // stage 0, per micro-batch
   StepCounters counters;
   std::vector<std::vector<TraceEvent>> events;           // per worker
+  /// StepOptions::device_timeline: per worker on a CUDA device, the timing events around its
+  /// actions and its device's reference event, recorded on an idle stream at host time
+  /// reference_us (Note [Device timelines], runtime.cc).
+  struct DeviceClock {
+    std::shared_ptr<const Event> reference;  // shared by the workers of one device
+    double reference_us = 0;
+    std::vector<Event> starts, ends;  // one pair per traced action, in `events`' order
+    size_t converted = 0;             // events already on the device's clock
+  };
+  bool device_timeline = false;
+  std::vector<DeviceClock> device_clocks;                // per worker (with device_timeline)
   std::vector<std::vector<TraceTransfer>> transfers;     // per (sending) worker
 
   Transport& transport() { return *transport_; }

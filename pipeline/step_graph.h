@@ -27,7 +27,8 @@
 // eval mode make another kind). Another kind drops the graph and starts over (said once on
 // stderr). Steps that cannot be captured run eagerly, said once: a Pipe over processes, or
 // not on one CUDA device; an optimizer that is not capturable(); inputs that need gradients;
-// returned outputs or non-tensor arguments (both baked into a graph); a capture that failed
+// returned outputs or non-tensor arguments (both baked into a graph); a device timeline
+// (StepOptions::device_timeline: a replay is traced by no one); a capture that failed
 // (the backend names the call CUDA refused, e.g. a host wait inside a kernel wrapper).
 //
 // With StepOptions::grad_scaler the scale is one more staged input and the overflow finding

@@ -288,7 +288,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
     const pipeline::StepResult r =
         graphed ? graphed_step(pipe, optimizer, scaler, x, y, loss_fn, log, config.grad_clip)
                 : train_one_step(pipe, processes.get(), x, y, loss_fn, log,
-                                 {.loss_scale = scaler.scale()});
+                                 {.loss_scale = scaler.scale(), .device_timeline = trace_now});
     if (plan && step > first_step) {
       planned_step_seconds += seconds_since(step_start);
       ++planned_steps;

@@ -105,7 +105,8 @@ TrainFlags::TrainFlags(CLI::App& app, TrainConfig& config, unsigned groups)
                    "Continue from a checkpoint written by --save (under any --workers, "
                    "--balance, --schedule, --chunks or --data-parallel)");
     app.add_option("--trace", c.trace,
-                   "Write the Chrome trace (chrome://tracing, Perfetto) of one step");
+                   "Write the Chrome trace (chrome://tracing, Perfetto) of one step (on GPUs, "
+                   "when each action ran on the device)");
     app.add_option("--trace-step", c.trace_step,
                    "Which step --trace records: the run's N-th (1 is the cold first step)");
     app.add_flag("--no-progress", no_progress_, "Do not draw the progress bar");

@@ -312,7 +312,7 @@ TrainResult train(const TrainConfig& config, std::ostream& out, const Task& task
       const pipeline::StepResult step =
           graphed ? graphed_step(pipe, *optimizer, scaler, input, target, loss_fn, log)
                   : train_one_step(pipe, processes.get(), input, target, loss_fn, log,
-                                   {.loss_scale = scaler.scale()});
+                                   {.loss_scale = scaler.scale(), .device_timeline = trace_now});
       // The steady state's full mini-batches (not the run's first step) time the plan.
       if (plan && (epoch > first_epoch || steps > 0) && input.size(0) == config.batch_size) {
         planned_step_seconds += seconds_since(step_start);

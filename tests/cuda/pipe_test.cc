@@ -131,6 +131,53 @@ TEST_CASE("three stages cuda:0 -> cuda:1 -> cuda:0 equal the plain model", "[cud
   check_transparent({Device::cuda(0), Device::cuda(1), Device::cuda(0)}, 4, mode, {2, 2, 1});
 }
 
+TEST_CASE("device_timeline: the trace on the GPU's clock, in its streams' order; the step's "
+          "results unchanged", "[cuda][pipe]") {
+  if (!gpu_available_or_skip()) return;
+  // Note [Device timelines] (pipeline/runtime.cc), on real events. Both workers on cuda:0
+  // share one reference, so the order the device ran things in is exact: each worker's
+  // actions one after another (one stream), a stage's F of micro-batch j after the previous
+  // stage's F of j ended (its stream waits for the message), a B after the next stage's B.
+  const std::string schedule = GENERATE("gpipe", "1f1b");
+  CAPTURE(schedule);
+  const pipeline::PipeOptions options{.balance = {3, 2},
+                                      .devices = {Device::cuda(0), Device::cuda(0)},
+                                      .chunks = 4,
+                                      .schedule = {.name = schedule,
+                                                   .recompute = Checkpoint::kNever}};
+  Pipe host(mlp(3), options), timed(mlp(3), options);
+  const Tensor x = randn({32, 16}, 4), target = randn({32, 8}, 5);
+  auto mse = [](const Tensor& o, const Tensor& t) { return nn::mse_loss(o, t); };
+  const pipeline::StepResult a = host.train_step(x, target, mse);
+  const pipeline::StepResult b = timed.train_step(x, target, mse, {.device_timeline = true});
+  CHECK(b.loss == a.loss);
+  CHECK(max_grad_diff(timed.module(), host.module()) == 0.0);
+  const std::vector<pipeline::TraceEvent>& events = b.trace.events();
+  REQUIRE(events.size() == 16);  // F and B of 4 micro-batches on 2 stages
+  const double slack_us = 1.0;  // cudaEventElapsedTime's resolution is about 0.5 µs
+  auto find = [&](int stage, pipeline::ActionKind kind, int j) {
+    for (const pipeline::TraceEvent& e : events) {
+      if (e.stage == stage && e.kind == kind && e.microbatch == j) return e;
+    }
+    FAIL("no event for stage " << stage << " micro-batch " << j);
+    return pipeline::TraceEvent{};
+  };
+  for (size_t i = 0; i < events.size(); ++i) {
+    CAPTURE(i);
+    CHECK(events[i].start_us <= events[i].end_us + slack_us);
+    if (i > 0 && events[i].worker == events[i - 1].worker) {
+      CHECK(events[i - 1].end_us <= events[i].start_us + slack_us);
+    }
+  }
+  for (int j = 0; j < 4; ++j) {
+    CAPTURE(j);
+    CHECK(find(0, pipeline::ActionKind::kForward, j).end_us <=
+          find(1, pipeline::ActionKind::kForward, j).start_us + slack_us);
+    CHECK(find(1, pipeline::ActionKind::kBackward, j).end_us <=
+          find(0, pipeline::ActionKind::kBackward, j).start_us + slack_us);
+  }
+}
+
 TEST_CASE("a bf16 step on GPUs is the CPU's bf16 step (cuBLAS GemmEx against widened sgemm)",
           "[cuda][pipe][precision]") {
   if (!gpu_available_or_skip()) return;

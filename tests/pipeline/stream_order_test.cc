@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -130,12 +131,29 @@ class RecordingBackend final : public DeviceBackend {
   void synchronize_stream(int, void* s) override {
     recorder().log("synchronize_stream " + recorder().stream(s));
   }
-  void* create_event(int, bool) override { return new char; }
+  void* create_event(int, bool timing) override {
+    void* e = new char;
+    if (timing) {
+      std::lock_guard<std::mutex> lock(clock_mutex_);
+      clock_[e] = 0;
+    }
+    return e;
+  }
   void destroy_event(int, void* e) override {
+    {
+      std::lock_guard<std::mutex> lock(clock_mutex_);
+      clock_.erase(e);
+    }
     recorder().log("destroy_event " + recorder().event(e));
     delete static_cast<char*>(e);
   }
   void record_event(int, void* e, void* s) override {
+    {
+      // The fake device's clock: each stream's time advances 1 ms at every timing event
+      // recorded on it, so an event's time is its rank among its stream's timing events.
+      std::lock_guard<std::mutex> lock(clock_mutex_);
+      if (auto it = clock_.find(e); it != clock_.end()) it->second = ++ticks_[s];
+    }
     const std::string stream = recorder().stream(s);
     recorder().log("record_event " + recorder().recorded(e, stream) + " on " + stream);
   }
@@ -145,7 +163,10 @@ class RecordingBackend final : public DeviceBackend {
   void synchronize_event(int, void* e) override {
     recorder().log("synchronize_event " + recorder().event(e));
   }
-  float event_elapsed_ms(int, void*, void*) override { return 0.0f; }
+  float event_elapsed_ms(int, void* start, void* end) override {
+    std::lock_guard<std::mutex> lock(clock_mutex_);
+    return static_cast<float>(clock_.at(end) - clock_.at(start));
+  }
   void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
             int /*stream_device_index*/, void* s) override {
     recorder().log("copy " + src_device.str() + "->" + dst_device.str() + " on " +
@@ -156,6 +177,11 @@ class RecordingBackend final : public DeviceBackend {
   void record_stream(int, void* ptr, int, void* s) override {
     recorder().log("record_stream " + recorder().block(ptr) + " on " + recorder().stream(s));
   }
+
+ private:
+  std::mutex clock_mutex_;
+  std::map<void*, int64_t> clock_;  // timing events: their time in ms
+  std::map<void*, int64_t> ticks_;  // per stream: its timing events so far
 };
 
 /// Host memory standing in for a GPU's; logs the stream of each allocation.
@@ -450,6 +476,48 @@ TEST_CASE("a Pipe over (fake) GPUs equals the plain model, under GPipe and 1F1B"
   StepResult r = pipe.train_step(x0, target, mse, {.schedule = named_schedule(pipe, x0, "1f1b")});
   CHECK(std::abs(r.loss - ref_loss.item()) <= 2e-6);
   CHECK(max_grad_diff(pipe.module(), plain) <= 2e-6);
+}
+
+TEST_CASE("device_timeline: a CUDA worker's actions on the device's clock, from its events") {
+  // Note [Device timelines] (pipeline/runtime.cc). The fake device's clock advances 1 ms at
+  // every timing event recorded on a stream: a worker's reference, then each action's start
+  // and end. On the device's clock every action therefore lasts exactly 1 ms and starts 1 ms
+  // after the worker's previous one ended, whatever the host's timing (a step without the
+  // option keeps the host's); the step computes what it computes without the option.
+  install_fake_cuda();
+  const std::string schedule = GENERATE("gpipe", "1f1b");
+  CAPTURE(schedule);
+  const PipeOptions options{.balance = {3, 2},
+                            .devices = {Device::cuda(0), Device::cuda(1)},
+                            .chunks = 3,
+                            .schedule = {.name = schedule, .recompute = Checkpoint::kNever}};
+  const Tensor x = randn({7, 4}, 8).to(Device::cuda(0)), target = randn({7, 3}, 9);
+  auto mse = [](const Tensor& o, const Tensor& t) { return nn::mse_loss(o, t); };
+
+  Pipe plain(small_mlp(7), options);
+  const StepResult host = plain.train_step(x, target, mse);
+  Pipe timed(small_mlp(7), options);
+  const StepResult device = timed.train_step(x, target, mse, {.device_timeline = true});
+
+  CHECK(device.loss == host.loss);  // the same kernels, the same order: the same bits
+  CHECK(max_grad_diff(timed.module(), plain.module()) == 0.0);
+  CHECK(host.trace.events().size() == device.trace.events().size());
+  CHECK(std::none_of(host.trace.events().begin(), host.trace.events().end(),
+                     [](const TraceEvent& e) { return std::abs(e.duration_us() - 1000) < 1e-6; }));
+  for (int w = 0; w < 2; ++w) {
+    CAPTURE(w);
+    std::vector<TraceEvent> events;
+    for (const TraceEvent& e : device.trace.events()) {
+      if (e.worker == w) events.push_back(e);
+    }
+    REQUIRE(events.size() == 6);  // F and B of 3 micro-batches
+    for (size_t i = 0; i < events.size(); ++i) {
+      CAPTURE(i);
+      // (exact but for the rounding of reference_us + 1000 k)
+      CHECK(events[i].duration_us() == Approx(1000.0).margin(1e-6));
+      if (i > 0) CHECK(events[i].start_us - events[i - 1].end_us == Approx(1000.0).margin(1e-6));
+    }
+  }
 }
 
 TEST_CASE("stream helpers the transport relies on (tensor/stream.h)") {
