@@ -138,12 +138,12 @@ struct StepOptions {
   /// optimizer (use loss_scale and unscale_grads there).
   nn::GradScaler* grad_scaler = nullptr;
   /// Trace each action of a CUDA worker by the device's clock instead of the host's (Note
-  /// [Device timelines], runtime.cc): two timing events around the action on the worker's
-  /// stream, the first after the stream's wait for the action's input, converted after the
-  /// step to the trace's microseconds. The trace and its bubble then say when the device ran
-  /// each action, not when the host issued it (an action's host time on a GPU is its issue).
-  /// Costs two event records per action and a host wait for each CUDA worker's stream at the
-  /// step's start and end. Actions of CPU workers and the messages' times stay the host's. A
+  /// [Device timelines], runtime_timeline.cc): a timing event on the worker's stream after
+  /// the stream's wait for the action's input and one where its compute ends (before its
+  /// messages), converted after the step to the trace's microseconds. The trace and its
+  /// bubble then say when the device ran each action, not when the host issued it (an
+  /// action's host time on a GPU is its issue). Costs two event records per action and a host
+  /// wait for each CUDA worker's stream at the step's start and end. Actions of CPU workers and the messages' times stay the host's. A
   /// whole step with PipeOptions::cuda_graphs runs eagerly with it (a replay is traced by
   /// no one).
   bool device_timeline = false;

@@ -1,6 +1,7 @@
 // Runtime: the workers of a Pipe and the interpreter that runs schedule actions on them
 // (runtime.cc: the interpreter only; runtime_workers.cc: starting the workers, work outside a
-// schedule, the last step's record; worker.h: a worker's thread, device and CPUs).
+// schedule, the last step's record; runtime_timeline.cc: steps traced by the device's clock;
+// worker.h: a worker's thread, device and CPUs).
 //
 // execute(step, actions) hands worker w the list actions[w] and waits until every worker is
 // done. A worker runs its list in order; each action may wait on the Transport first
@@ -18,7 +19,7 @@
 // traced time is therefore the host's time to *issue* it, not the device's time to run it
 // (exact only where an action waits for the device, e.g. reading the loss with item()), unless
 // the step asks for the device's (StepOptions::device_timeline, Note [Device timelines] in
-// runtime.cc).
+// runtime_timeline.cc).
 // When execute() returns, work may still be queued on the workers' streams; the caller's
 // current streams wait for it with events (Note [The caller's streams], runtime.cc), whichever
 // streams the caller uses, and what is handed back is record_stream'ed on them.
@@ -167,7 +168,10 @@ class Runtime {
   /// The action's start (after its input's wait): the host's time, and with
   /// StepOptions::device_timeline the worker's timing event (Note [Device timelines]).
   void start_action(Step& step, int worker, TraceEvent& event);
+  /// Note [Device timelines] (runtime_timeline.cc): the references before the workers start,
+  /// and the conversion after they are done.
   void start_device_clocks(Step& step);
+  void finish_device_clocks(Step& step);
   /// With a device timeline: the action's end event, once (Note [Device timelines]).
   void end_on_device(Step& step, int worker);
   void forward(Step& step, int worker, const Action& action, TraceEvent& event);

@@ -109,7 +109,7 @@ class Step {
   std::vector<std::vector<TraceEvent>> events;           // per worker
   /// StepOptions::device_timeline: per worker on a CUDA device, the timing events around its
   /// actions and its device's reference event, recorded on an idle stream at host time
-  /// reference_us (Note [Device timelines], runtime.cc).
+  /// reference_us (Note [Device timelines], runtime_timeline.cc).
   struct DeviceClock {
     std::shared_ptr<const Event> reference;  // shared by the workers of one device
     double reference_us = 0;

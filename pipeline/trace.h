@@ -3,7 +3,7 @@
 // Each action a worker runs (F, R, B, I, W of one cell) becomes one TraceEvent with its start
 // and end on std::chrono::steady_clock, in microseconds since the run began (on a GPU, when
 // the host issued it; with StepOptions::device_timeline, when the device ran it, on the same
-// time line: Note [Device timelines], runtime.cc). From the events:
+// time line: Note [Device timelines], runtime_timeline.cc). From the events:
 //
 //   worker 0 |F0|F1|F2|F3|        |B3|B2|B1|B0|          wall = last end - first start
 //   worker 1    |F0|F1|F2|F3|B3|B2|B1|B0|                 busy(w) = Σ durations on w
