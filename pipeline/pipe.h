@@ -143,9 +143,9 @@ struct StepOptions {
   /// messages), converted after the step to the trace's microseconds. The trace and its
   /// bubble then say when the device ran each action, not when the host issued it (an
   /// action's host time on a GPU is its issue). Costs two event records per action and a host
-  /// wait for each CUDA worker's stream at the step's start and end. Actions of CPU workers and the messages' times stay the host's. A
-  /// whole step with PipeOptions::cuda_graphs runs eagerly with it (a replay is traced by
-  /// no one).
+  /// wait for each CUDA worker's stream at the step's start and end. Actions of CPU workers
+  /// and the messages' times stay the host's. A whole step with PipeOptions::cuda_graphs runs
+  /// eagerly with it (a replay is traced by no one).
   bool device_timeline = false;
 };
 

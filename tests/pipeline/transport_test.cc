@@ -80,13 +80,20 @@ TEST_CASE("recv reports how long after the call its message was sent, and waits 
   RecvTiming timing;
   timing.expected = milliseconds(1);  // due in 1 ms, sent after 30: the wait still ends well
   timing.lead = std::chrono::microseconds(150);
+  std::atomic<std::chrono::steady_clock::time_point> started{};
   std::thread sender([&] {
+    started = std::chrono::steady_clock::now();
     std::this_thread::sleep_for(milliseconds(30));
     t.send(key, {Tensor::scalar(4.0)}, Device::cpu(0));
   });
+  const auto called = std::chrono::steady_clock::now();
   CHECK(t.recv(key, timing)[0].item() == 4.0);
   sender.join();
-  CHECK(timing.arrived >= milliseconds(30));
+  // Sent 30 ms after the sender started, which may be before recv was called (a slow or
+  // loaded machine): measured from the call, less that head start (and a millisecond for the
+  // call's own start).
+  const auto head_start = std::max(called - started.load(), std::chrono::steady_clock::duration{});
+  CHECK(timing.arrived >= milliseconds(30) - head_start - milliseconds(1));
 
   const MessageKey queued{0, 1, Direction::kActivation};
   t.send(queued, {Tensor::scalar(2.0)}, Device::cpu(0));

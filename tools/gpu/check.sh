@@ -539,7 +539,13 @@ if want gpt2; then
   done < <(grep '^RESULT \(ours\|torch\) ' "$out/gpt2.txt")
   gpt_tokens() { sed -n "s/^RESULT $1 $2 \([0-9.]*\) .*/\1/p" "$out/gpt2.txt" | tail -n 1; }
   gpt_ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "n/a" }'; }
-  note "gpt2 ratios: ours bf16 / torch bf16+SDPA $(gpt_ratio "$(gpt_tokens ours bf16)" "$(gpt_tokens torch bf16-sdpa)"), ours bf16 / ours fp32 $(gpt_ratio "$(gpt_tokens ours bf16)" "$(gpt_tokens ours fp32)"), ours fp32 / torch fp32 $(gpt_ratio "$(gpt_tokens ours fp32)" "$(gpt_tokens torch fp32)"), ours tf32 / torch tf32 $(gpt_ratio "$(gpt_tokens ours tf32)" "$(gpt_tokens torch tf32)"), ours bf16 fused / tiled attention $(gpt_ratio "$(gpt_tokens ours bf16-fused)" "$(gpt_tokens ours bf16)") (${flops_per_token} FLOPs a token)"
+  ratio_of() { gpt_ratio "$(gpt_tokens "$1" "$2")" "$(gpt_tokens "$3" "$4")"; }
+  ratios="ours bf16 / torch bf16+SDPA $(ratio_of ours bf16 torch bf16-sdpa)"
+  ratios+=", ours bf16 / ours fp32 $(ratio_of ours bf16 ours fp32)"
+  ratios+=", ours fp32 / torch fp32 $(ratio_of ours fp32 torch fp32)"
+  ratios+=", ours tf32 / torch tf32 $(ratio_of ours tf32 torch tf32)"
+  ratios+=", ours bf16 fused / tiled attention $(ratio_of ours bf16-fused ours bf16)"
+  note "gpt2 ratios: $ratios (${flops_per_token} FLOPs a token)"
 fi
 
 tar -C "$work" -czf "$out/logs.tar.gz" jobs 2>/dev/null  # every job's whole output
