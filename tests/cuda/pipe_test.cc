@@ -134,8 +134,8 @@ TEST_CASE("three stages cuda:0 -> cuda:1 -> cuda:0 equal the plain model", "[cud
 TEST_CASE("device_timeline: the trace on the GPU's clock, in its streams' order; the step's "
           "results unchanged", "[cuda][pipe]") {
   if (!gpu_available_or_skip()) return;
-  // Note [Device timelines] (pipeline/runtime_timeline.cc), on real events. Both workers on cuda:0
-  // share one reference, so the order the device ran things in is exact: each worker's
+  // Note [Device timelines] (pipeline/runtime_timeline.cc), on real events. Both workers on
+  // cuda:0 share one reference, so the order the device ran things in is exact: each worker's
   // actions one after another (one stream), a stage's F of micro-batch j after the previous
   // stage's F of j ended (its stream waits for the message), a B after the next stage's B.
   const std::string schedule = GENERATE("gpipe", "1f1b");

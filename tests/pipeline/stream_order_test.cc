@@ -481,9 +481,9 @@ TEST_CASE("a Pipe over (fake) GPUs equals the plain model, under GPipe and 1F1B"
 TEST_CASE("device_timeline: a CUDA worker's actions on the device's clock, from its events") {
   // Note [Device timelines] (pipeline/runtime_timeline.cc). The fake device's clock advances
   // 1 ms at every timing event recorded on a stream: a worker's reference, then each action's
-  // start and end. On the device's clock every action therefore lasts exactly 1 ms and starts 1 ms
-  // after the worker's previous one ended, whatever the host's timing (a step without the
-  // option keeps the host's); the step computes what it computes without the option.
+  // start and end. On the device's clock every action therefore lasts exactly 1 ms and
+  // starts 1 ms after the worker's previous one ended, whatever the host's timing (a step
+  // without the option keeps the host's); the step computes what it computes without it.
   install_fake_cuda();
   const std::string schedule = GENERATE("gpipe", "1f1b");
   CAPTURE(schedule);
