@@ -18,17 +18,23 @@
 //             shared tile), and one block per query tile sums dq over the key tiles: no
 //             atomics, a fixed order, the same bits on every run.
 // These kernels compute on CUDA cores from shared memory: they keep attention's memory O(N (L
-// + S) D) and its traffic low, but do not use tensor cores (mma / wgmma); on Hopper the
-// unfused path's cuBLAS products may be faster in bf16. (docs/cuda.md says what ran on a card.)
+// + S) D) and its traffic low. bfloat16 and float16 inputs with D <= 128 take the tensor-core
+// kernels of attention_mma.cu instead (the same algorithm on wmma tiles) unless
+// set_attention_tensor_cores(false). (docs/cuda.md says what ran on a card.)
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
+#include "cuda_kernels/attention.cuh"
+#include "cuda_kernels/attention_mma.h"
 #include "cuda_kernels/kernel_table.h"
 #include "cuda_kernels/launch.cuh"
 
 namespace pipewright::cuda {
 namespace {
+
+using attention_tiles::keys_end;
+using attention_tiles::visible;
 
 constexpr int kAttentionThreads = 128;
 constexpr int64_t kMaxHeadDim = 256;
@@ -62,17 +68,6 @@ __device__ void load_tile(const In* src, int64_t r0, int64_t rows, int64_t d,
     const int r = e / kD, c = e % kD;
     tile[r][c] = r0 + r < rows && c < d ? widen<Acc>(src[(r0 + r) * d + c]) : Acc(0);
   }
-}
-
-/// Whether query row i may see key j.
-__device__ inline bool visible(int64_t i, int64_t j, int64_t l, int64_t s, bool causal) {
-  return i < l && j < s && (!causal || j <= i);
-}
-
-/// The keys that query rows up to r1 (exclusive) read: [0, keys_end); rows past L read none.
-__device__ inline int64_t keys_end(int64_t r1, int64_t l, int64_t s, bool causal) {
-  const int64_t last = r1 < l ? r1 : l;
-  return causal ? (last < s ? last : s) : s;
 }
 
 template <class Acc, int kD>
@@ -315,6 +310,9 @@ unsigned tile_grid(int64_t tasks) { return row_grid(tasks); }
 void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
                      Tensor& out, Tensor& lse) {
   const int64_t n = q.size(0), l = q.size(1), s = k.size(1), d = q.size(2);
+  if (tensor_core_attention_applies(q.dtype(), d)) {
+    return flash_attention_mma(q, k, v, scale, causal, out, lse);
+  }
   LaunchContext ctx(out);
   dispatch_attention(q.dtype(), "flash_attention", [&](auto in_zero, auto acc_zero) {
     using In = decltype(in_zero);
@@ -344,6 +342,10 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
     PW_LAUNCH((attention_delta_kernel<In, Acc>), grid_for(n * l), kBlock, 0, ctx.stream)(
         grad_out.data<In>(), out.data<Acc>(), n * l, d, delta.data<Acc>());
     PW_CUDA_CHECK_LAUNCH("attention_delta_kernel");
+    if (tensor_core_attention_applies(q.dtype(), d)) {
+      return flash_attention_backward_mma(q, k, v, grad_out, lse, delta, scale, causal, grad_q,
+                                          grad_k, grad_v);
+    }
     dispatch_head_dim(d, "flash_attention_backward", [&](auto width) {
       constexpr int kD = decltype(width)::value;
       constexpr int kRows = tile_rows<Acc, kD>();

@@ -18,7 +18,8 @@
 //   optim.cu          sgd_step, sgd_step_indirect, adam_step, adam_step_indirect
 //   gemm.cc           gemm_batched (cuBLAS strided-batched)
 //   attention.cu      flash_attention, flash_attention_backward (also bfloat16 / float16
-//                     inputs, float32 results; head dim <= 256)
+//                     inputs, float32 results; head dim <= 256); 16-bit inputs with head
+//                     dim <= 128 on tensor cores (attention_mma.cu)
 //   masking.cu        masked_fill (also int64), triangular (also int64), causal_softmax,
 //                     causal_softmax_backward
 //   index_add.cu      index_add (waits for its stream to check its indices)

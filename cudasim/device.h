@@ -18,6 +18,7 @@
 //   __syncthreads, __syncwarp,         the executor's barrier and warp
 //   collectives, with their
 //   __shfl_sync / _up / _down / _xor   checks (executor.h)
+//   nvcuda::wmma (<mma.h>)             cudasim/wmma.h: m16n16k16, 16-bit inputs
 //   atomicAdd/Min/Max/Exch/CAS         std::atomic_ref: blocks of two streams
 //   run at once PW_LAUNCH(kernel, grid, block,     cudasim::Launch (launch.h);
 //   nvcc spells it
@@ -47,6 +48,7 @@
 
 #include "cudasim/executor.h"
 #include "cudasim/launch.h"
+#include "cudasim/wmma.h"  // nvcuda::wmma, which nvcc's <mma.h> defines for device code only
 
 #define threadIdx (::cudasim::thread_idx())
 #define blockIdx (::cudasim::block_idx())

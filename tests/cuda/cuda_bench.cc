@@ -16,7 +16,8 @@
 //      host-to-device copy of a [64, 784] micro-batch; and the device's time per tiny kernel
 //      back to back. What a training step of many small launches costs on the host.
 //   7. Causal attention at GPT-2-small's heads (B·H = 96, D = 64), T = 1024 and 2048: the tiled
-//      kernels (flash_attention and its backward; float32 and bf16 inputs) against the unfused
+//      kernels (flash_attention and its backward; float32 inputs, and bf16 on tensor cores and
+//      on CUDA cores: set_attention_tensor_cores) against the unfused
 //      path's kernels (batched GEMMs around causal_softmax, storing the [N, T, T] weights);
 //      ms, TFLOP/s (FlashAttention's count: 4·N·T²·D forward, 2.5× that backward, halved for
 //      the causal mask) and the bytes of the weights the tiled kernels never store.
@@ -38,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_kernels/attention_mma.h"
 #include "cuda_kernels/blas.h"
 #include "cuda_kernels/check.h"
 #include "tensor/generator.h"
@@ -317,7 +319,7 @@ void bench_attention() {
   std::printf("|---|---|---|---|---|---|---|\n");
   const int64_t n = 96, d = 64;
   const double scale = 0.125;
-  double last_ratio = 0;
+  double last_ratio = 0, tiled_mma_ms = 0, tiled_cores_ms = 0, unfused_16_ms = 0;
   for (int64_t t : {int64_t{1024}, int64_t{2048}}) {
     const double flops = 4.0 * n * static_cast<double>(t) * t * d * 0.5 * 3.5;
     const Tensor q32 = random_gpu({n, t, d}, 11), k32 = random_gpu({n, t, d}, 12),
@@ -329,13 +331,23 @@ void bench_attention() {
       Tensor out = Tensor::empty({n, t, d}, f32), lse = Tensor::empty({n, t}, f32);
       Tensor gq = Tensor::empty({n, t, d}, f32), gk = Tensor::empty({n, t, d}, f32),
              gv = Tensor::empty({n, t, d}, f32);
-      const double fwd = time_ms([&] { gpu().flash_attention(q, k, v, scale, true, out, lse); });
-      const double bwd = time_ms([&] {
-        gpu().flash_attention_backward(q, k, v, out, g, lse, scale, true, gq, gk, gv);
-      });
-      std::printf("| %lld | tiled | %s | %.3f | %.3f | %.1f | 0 |\n", static_cast<long long>(t),
-                  dtype_name(dtype), fwd, bwd, flops / ((fwd + bwd) * 1e-3) / 1e12);
-      if (dtype == DType::kFloat32) flash_fp32_ms = fwd + bwd;
+      // 16-bit inputs: the tensor-core kernels (attention_mma.cu), then the CUDA-core ones.
+      for (bool tensor_cores : {true, false}) {
+        if (dtype == DType::kFloat32 && !tensor_cores) continue;
+        cuda::set_attention_tensor_cores(tensor_cores);
+        const double fwd =
+            time_ms([&] { gpu().flash_attention(q, k, v, scale, true, out, lse); });
+        const double bwd = time_ms([&] {
+          gpu().flash_attention_backward(q, k, v, out, g, lse, scale, true, gq, gk, gv);
+        });
+        cuda::set_attention_tensor_cores(true);
+        const bool mma = tensor_cores && cuda::tensor_core_attention_applies(dtype, d);
+        std::printf("| %lld | tiled, %s | %s | %.3f | %.3f | %.1f | 0 |\n",
+                    static_cast<long long>(t), mma ? "tensor cores" : "CUDA cores",
+                    dtype_name(dtype), fwd, bwd, flops / ((fwd + bwd) * 1e-3) / 1e12);
+        if (dtype == DType::kFloat32) flash_fp32_ms = fwd + bwd;
+        if (dtype != DType::kFloat32) (mma ? tiled_mma_ms : tiled_cores_ms) = fwd + bwd;
+      }
 
       // The unfused path: s = q·kᵀ, p = causal_softmax(s), out = p·v; backward dp = g·vᵀ,
       // dv = pᵀ·g, ds = softmax backward, dq = ds·k, dk = dsᵀ·q (16-bit operands rounded
@@ -360,11 +372,15 @@ void bench_attention() {
                   static_cast<long long>(t), dtype_name(dtype), ufwd, ubwd,
                   flops / ((ufwd + ubwd) * 1e-3) / 1e12, static_cast<long long>(n * t * t * 4));
       if (dtype == DType::kFloat32) unfused_fp32_ms = ufwd + ubwd;
+      if (dtype != DType::kFloat32) unfused_16_ms = ufwd + ubwd;
     }
     last_ratio = unfused_fp32_ms / flash_fp32_ms;
   }
   std::printf("SUMMARY attention: tiled float32 %.2fx the unfused path's speed at T = 2048 "
               "(> 1: tiled faster), without its [N, T, T] tensors\n", last_ratio);
+  std::printf("SUMMARY attention bf16 at T = 2048: tensor-core kernels %.2fx the CUDA-core "
+              "ones, %.2fx the unfused path (cuBLAS)\n",
+              tiled_cores_ms / tiled_mma_ms, unfused_16_ms / tiled_mma_ms);
 }
 
 }  // namespace

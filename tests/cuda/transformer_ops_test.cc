@@ -7,9 +7,13 @@
 // sums), scaled by the summed length where a sum enters every entry; float64 1e-12.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "autograd/engine.h"
+#include "cuda_kernels/attention_mma.h"
 #include "cuda_kernels/launch_limits.h"
 #include "nn/transformer.h"
 #include "tensor/generator.h"
@@ -221,8 +225,15 @@ TEST_CASE("cuda index_add matches cpu bit for bit and names a bad index", "[cuda
   }
 }
 
+/// Keeps 16-bit inputs on the CUDA-core kernels for the scope (attention_mma.h).
+struct CudaCoreAttention {
+  CudaCoreAttention() { cuda::set_attention_tensor_cores(false); }
+  ~CudaCoreAttention() { cuda::set_attention_tensor_cores(true); }
+};
+
 TEST_CASE("cuda flash_attention and its backward match cpu", "[cuda][attention]") {
   if (!gpu_available_or_skip()) return;
+  CudaCoreAttention cuda_cores;  // the tensor-core kernels: the next test case
   struct Case {
     int64_t n, l, s, d;
     bool causal;
@@ -292,6 +303,155 @@ TEST_CASE("cuda flash_attention and its backward match cpu", "[cuda][attention]"
          wide_lse = empty_on({1, 2}, DType::kFloat32, gpu());
   CHECK_THROWS_WITH(gpu_kernels().flash_attention(wide, wide, wide, 1.0, true, wide_out, wide_lse),
                     "cuda flash_attention: head dim D = 300 is over the kernels' 256");
+}
+
+/// Attention in float64 from the same inputs, with the magnitudes that bound the tensor-core
+/// kernels' rounding: each result is a sum of terms, and rounding one factor of each term to
+/// 16 bits (relative error at most u) moves the result by at most u · Σ |term|.
+struct AttentionReference {
+  std::vector<double> out, lse, grad[3];      // grad q, k, v
+  std::vector<double> out_terms, grad_terms[3];  // Σ |term| of each
+};
+
+AttentionReference attention_reference(const Tensor& q16, const Tensor& k16, const Tensor& v16,
+                                       const Tensor& g16, double scale, bool causal) {
+  const Tensor q = q16.to(DType::kFloat64), k = k16.to(DType::kFloat64),
+               v = v16.to(DType::kFloat64), g = g16.to(DType::kFloat64);
+  const int64_t n = q.size(0), l = q.size(1), s = k.size(1), d = q.size(2);
+  const double *pq = q.data<double>(), *pk = k.data<double>(), *pv = v.data<double>(),
+               *pg = g.data<double>();
+  AttentionReference r;
+  r.out.assign(n * l * d, 0);
+  r.out_terms.assign(n * l * d, 0);
+  r.lse.assign(n * l, 0);
+  for (int i = 0; i < 3; ++i) {
+    r.grad[i].assign(i == 0 ? n * l * d : n * s * d, 0);
+    r.grad_terms[i].assign(r.grad[i].size(), 0);
+  }
+  std::vector<double> p(s), ds(s);
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t i = 0; i < l; ++i) {
+      const double* qi = pq + (b * l + i) * d;
+      const double* gi = pg + (b * l + i) * d;
+      const int64_t seen = causal ? std::min(i + 1, s) : s;
+      double m = -INFINITY;
+      for (int64_t j = 0; j < seen; ++j) {
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c) dot += qi[c] * pk[(b * s + j) * d + c];
+        p[j] = scale * dot;
+        m = std::max(m, p[j]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < seen; ++j) sum += (p[j] = std::exp(p[j] - m));
+      r.lse[b * l + i] = m + std::log(sum);
+      double* oi = r.out.data() + (b * l + i) * d;
+      for (int64_t j = 0; j < seen; ++j) {
+        p[j] /= sum;
+        for (int64_t c = 0; c < d; ++c) {
+          oi[c] += p[j] * pv[(b * s + j) * d + c];
+          r.out_terms[(b * l + i) * d + c] += p[j] * std::abs(pv[(b * s + j) * d + c]);
+        }
+      }
+      double delta = 0;
+      for (int64_t c = 0; c < d; ++c) delta += gi[c] * oi[c];
+      for (int64_t j = 0; j < seen; ++j) {
+        double dp = 0;
+        for (int64_t c = 0; c < d; ++c) dp += gi[c] * pv[(b * s + j) * d + c];
+        ds[j] = p[j] * (dp - delta);
+        for (int64_t c = 0; c < d; ++c) {
+          const int64_t at_i = (b * l + i) * d + c, at_j = (b * s + j) * d + c;
+          r.grad[0][at_i] += scale * ds[j] * pk[at_j];
+          r.grad_terms[0][at_i] += scale * std::abs(ds[j] * pk[at_j]);
+          r.grad[1][at_j] += scale * ds[j] * qi[c];
+          r.grad_terms[1][at_j] += scale * std::abs(ds[j] * qi[c]);
+          r.grad[2][at_j] += p[j] * gi[c];
+          r.grad_terms[2][at_j] += p[j] * std::abs(gi[c]);
+        }
+      }
+    }
+  }
+  return r;
+}
+
+/// Checks |actual - want| <= u · terms + 2^-14 · (terms + |want|) elementwise: the 16-bit
+/// rounding of one factor per term, plus the float32 sums and exp (relative errors of a few
+/// 2^-24 times the sums' lengths and the exponents' sizes, here well under 2^-14).
+/// Breaking the forward's rescaling or the backward's lse per row fails it.
+void check_within_rounding(const Tensor& actual, const std::vector<double>& want,
+                           const std::vector<double>& terms, double u) {
+  const Tensor a = actual.to(Device::cpu()).to(DType::kFloat64);
+  const double* pa = a.data<double>();
+  for (size_t e = 0; e < want.size(); ++e) {
+    const double err = std::abs(pa[e] - want[e]);
+    const double bound = u * terms[e] + 0x1p-14 * (terms[e] + std::abs(want[e]));
+    if (!(err <= bound)) {
+      FAIL_CHECK("element " << e << ": " << pa[e] << " against " << want[e] << ", error " << err
+                            << " over the bound " << bound);
+      return;
+    }
+  }
+  SUCCEED();  // cudasim, 2026-12-07: the largest error 0.15–0.83 × u · Σ|term| per result
+}
+
+TEST_CASE("cuda flash_attention of 16-bit inputs on tensor cores within the rounding bound",
+          "[cuda][attention]") {
+  if (!gpu_available_or_skip()) return;
+  REQUIRE(cuda::attention_tensor_cores());
+  struct Case {
+    int64_t n, l, s, d;
+    bool causal;
+  };
+  // Forward tiles: 64 queries × 64 keys (D <= 64) or 32 (D <= 128); backward: 64 keys × 32
+  // queries and 64 queries × 32 keys. The shapes cross them; D 36 and 100 are padded and
+  // loaded element by element, 64 and 128 eight at a time.
+  const Case cases[] = {{2, 80, 80, 64, true},   {1, 70, 40, 36, true},  {1, 40, 130, 100, false},
+                        {1, 33, 33, 128, true},  {1, 130, 97, 64, false}, {1, 17, 17, 8, true}};
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    const double u = dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;  // unit roundoff
+    for (const Case& c : cases) {
+      INFO(dtype_name(dtype) << " N " << c.n << " L " << c.l << " S " << c.s << " D " << c.d
+                             << " causal " << c.causal);
+      const Tensor q = random_tensor({c.n, c.l, c.d}, DType::kFloat32, 31, -2, 2).to(dtype);
+      const Tensor k = random_tensor({c.n, c.s, c.d}, DType::kFloat32, 32, -2, 2).to(dtype);
+      const Tensor v = random_tensor({c.n, c.s, c.d}, DType::kFloat32, 33).to(dtype);
+      const Tensor g = random_tensor({c.n, c.l, c.d}, DType::kFloat32, 34).to(dtype);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+      const AttentionReference want = attention_reference(q, k, v, g, scale, c.causal);
+
+      Tensor out = empty_on({c.n, c.l, c.d}, DType::kFloat32, gpu()),
+             lse = empty_on({c.n, c.l}, DType::kFloat32, gpu());
+      gpu_kernels().flash_attention(q.to(gpu()), k.to(gpu()), v.to(gpu()), scale, c.causal, out,
+                                    lse);
+      check_within_rounding(out, want.out, want.out_terms, u);
+      check_within_rounding(lse, want.lse, std::vector<double>(want.lse.size(), 1.0), 0x1p-20);
+
+      // The backward from the reference's out and lse (as float32, what the forward returns).
+      const Tensor ref_out =
+          Tensor::from_vector(want.out, {c.n, c.l, c.d}).to(DType::kFloat32).to(gpu());
+      const Tensor ref_lse =
+          Tensor::from_vector(want.lse, {c.n, c.l}).to(DType::kFloat32).to(gpu());
+      Tensor grads[3] = {empty_on(q.shape(), DType::kFloat32, gpu()),
+                         empty_on(k.shape(), DType::kFloat32, gpu()),
+                         empty_on(v.shape(), DType::kFloat32, gpu())};
+      gpu_kernels().flash_attention_backward(q.to(gpu()), k.to(gpu()), v.to(gpu()), ref_out,
+                                             g.to(gpu()), ref_lse, scale, c.causal, grads[0],
+                                             grads[1], grads[2]);
+      for (int i = 0; i < 3; ++i) {
+        INFO("gradient " << "qkv"[i]);
+        check_within_rounding(grads[i], want.grad[i], want.grad_terms[i], u);
+      }
+
+      // The CUDA-core kernels (float32 probabilities) give other bits: the tensor-core ones ran.
+      Tensor cuda_core_out = empty_on(out.shape(), DType::kFloat32, gpu());
+      {
+        CudaCoreAttention cuda_cores;
+        gpu_kernels().flash_attention(q.to(gpu()), k.to(gpu()), v.to(gpu()), scale, c.causal,
+                                      cuda_core_out, lse);
+      }
+      const Tensor a = cuda_core_out.to(Device::cpu()), b = out.to(Device::cpu());
+      CHECK(std::memcmp(a.raw_data(), b.raw_data(), a.numel() * sizeof(float)) != 0);
+    }
+  }
 }
 
 TEST_CASE("a TransformerBlock on cuda:0 equals the same block on the CPU", "[cuda][transformer]") {

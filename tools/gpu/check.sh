@@ -523,8 +523,8 @@ if want gpt2; then
       echo "(no python3 with a CUDA-capable torch: no PyTorch runs)"
     fi
     # After the peers (the baseline first, should the budget run out): ours with TF32, and bf16
-    # with the unfused attention (cuBLAS's batched products, tensor cores) against the tiled
-    # kernel (CUDA cores), which says what the next attention kernel must beat.
+    # with the unfused attention (cuBLAS's batched products) beside the tiled kernels (bf16:
+    # tensor cores, attention_mma.cu): which of the two attentions a bf16 run should take.
     gpt_run_ours tf32 --precision fp32 --float32-matmul-precision high --attention flash
     gpt_run_ours bf16-fused --precision bf16 --attention fused
   } >"$out/gpt2.txt" 2>&1
