@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "autograd/engine.h"
+#include "autograd/precision.h"
 #include "cuda_kernels/attention_mma.h"
 #include "cuda_kernels/launch_limits.h"
 #include "nn/transformer.h"
@@ -481,6 +482,37 @@ TEST_CASE("a TransformerBlock on cuda:0 equals the same block on the CPU", "[cud
       INFO(p_cpu[i].first);
       check_close(p_gpu[i].second.grad(), p_cpu[i].second.grad(), 1e-5, 1e-5);
     }
+  }
+}
+
+TEST_CASE("a TransformerBlock under the bf16 policy on cuda:0 (tensor-core attention) is close "
+          "to the CPU's", "[cuda][transformer]") {
+  if (!gpu_available_or_skip()) return;
+  // Both sides compute the products from the same bf16 operands in float32; the GPU's
+  // attention also rounds its probabilities and score gradients to bf16 (u = 2^-8), which
+  // moves results by about u of their size; everything else agrees to float32 rounding.
+  auto make = [] {
+    Generator generator(5);
+    GeneratorGuard guard(generator);
+    return nn::TransformerBlock(64, 2, {.mlp_ratio = 2, .kernel = nn::AttentionKernel::kFlash});
+  };
+  nn::TransformerBlock cpu_block = make(), gpu_block = make();
+  gpu_block.to(gpu());
+  const Tensor x = random_tensor({2, 70, 64}, DType::kFloat32, 17);
+  const Tensor g = random_tensor({2, 70, 64}, DType::kFloat32, 18);
+  Tensor x_cpu = x.clone(), x_gpu = x.to(gpu());
+  x_cpu.set_requires_grad(true);
+  x_gpu.set_requires_grad(true);
+  autograd::PrecisionScope bf16(autograd::Precision::kBFloat16);
+  const Tensor y_cpu = cpu_block.forward(x_cpu), y_gpu = gpu_block.forward(x_gpu);
+  check_close(y_gpu, y_cpu, 2e-2, 2e-2);
+  const Tensor dx_cpu = autograd::backward({y_cpu}, {g}, {x_cpu})[0];
+  const Tensor dx_gpu = autograd::backward({y_gpu}, {g.to(gpu())}, {x_gpu})[0];
+  check_close(dx_gpu, dx_cpu, 2e-2, 2e-2);
+  const nn::NamedTensors p_cpu = cpu_block.named_parameters(), p_gpu = gpu_block.named_parameters();
+  for (size_t i = 0; i < p_cpu.size(); ++i) {
+    INFO(p_cpu[i].first);
+    check_close(p_gpu[i].second.grad(), p_cpu[i].second.grad(), 2e-2, 2e-2);
   }
 }
 
