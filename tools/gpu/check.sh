@@ -38,7 +38,8 @@
 #   gpt2.txt       (only with --steps gpt2: a few minutes, not in the default steps) issue 41's
 #                  baseline: a GPT-2-small-shaped char_gpt (12 layers, dim 768, 12 heads, context
 #                  1024, batch 8, the fortunes corpus's vocabulary) training on cuda:0, ours in
-#                  fp32 and bf16 (the precision policy, tiled attention) against PyTorch eager
+#                  fp32 and bf16 (the precision policy; tiled attention, on tensor cores in
+#                  bf16: cuda_kernels/attention_mma.cu) against PyTorch eager
 #                  fp32, TF32 and bf16 autocast with F.scaled_dot_product_attention
 #                  (bench/peers/torch_char_gpt.py), then ours in TF32
 #                  (--float32-matmul-precision high) and bf16 with the unfused attention:
@@ -544,7 +545,7 @@ if want gpt2; then
   ratios+=", ours bf16 / ours fp32 $(ratio_of ours bf16 ours fp32)"
   ratios+=", ours fp32 / torch fp32 $(ratio_of ours fp32 torch fp32)"
   ratios+=", ours tf32 / torch tf32 $(ratio_of ours tf32 torch tf32)"
-  ratios+=", ours bf16 fused / tiled attention $(ratio_of ours bf16-fused ours bf16)"
+  ratios+=", ours bf16 unfused / tiled (tensor-core) attention $(ratio_of ours bf16-fused ours bf16)"
   note "gpt2 ratios: $ratios (${flops_per_token} FLOPs a token)"
 fi
 
