@@ -7,9 +7,11 @@
 #     summaries, timeouts, runs the tool refused, runs never started, tests failing under it;
 #  3. report.sh on canned API counts: per step from a long and a short run, card against cudasim;
 #  4. report.sh finding the kernels that need racecheck (shared memory, shuffles, via a .cuh);
-#  5. keep_run.sh: the kept folder, its name, its size limit.
+#  5. keep_run.sh: the kept folder, its name, its size limit;
+#  6. kernel_profile.py on a canned Nsight Compute CSV: per-kernel time per step, names shortened.
 set -euo pipefail
 preload=$(realpath "$1") driver=$(realpath "$2") report=$(realpath "$3") keep_run=$(realpath "$4")
+kernel_profile=$(realpath "$5")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAILED: $*" >&2; exit 1; }
@@ -207,4 +209,29 @@ head -c 400000 /dev/urandom | base64 >"$run/bench.txt"
 if "$keep_run" "$run" --dest "$tmp/kept" --name big 2>"$tmp/err"; then fail "a kept run over 300 KiB"; fi
 grep -q "over the 300 KiB" "$tmp/err" || fail "oversize message: $(cat "$tmp/err")"
 
-echo "gpu_check_test: interposer, sanitizer and API-count reports, racecheck map, keep_run as expected"
+# ---- 6. kernel_profile.py ----
+cat >"$tmp/ncu.csv" <<'CSV'
+==PROF== Connected to process 4242 (/tmp/bin/examples_char_gpt)
+==PROF== Profiling "gelu_kernel": 0%....50%....100% - 1 pass
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","4242","examples_char_gpt","127.0.0.1","void pipewright::cuda::(anonymous namespace)::gelu_kernel<float>(const float *, long, float *)","1","7","(256, 1, 1)","(1024, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","3,000,000"
+"1","4242","examples_char_gpt","127.0.0.1","sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","5000000"
+"2","4242","examples_char_gpt","127.0.0.1","void pipewright::cuda::(anonymous namespace)::flash_forward_mma_kernel<pipewright::BFloat16, 64>(const T1 *, const T1 *, const T1 *, long, long, long, long, bool, float, bool, float *, float *)","1","7","(128, 1, 1)","(96, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","1000"
+"3","4242","examples_char_gpt","127.0.0.1","void pipewright::cuda::(anonymous namespace)::gelu_kernel<float>(const float *, long, float *)","1","7","(256, 1, 1)","(1024, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","1,000,000"
+CSV
+got=$(python3 "$kernel_profile" "$tmp/ncu.csv" 2 2)
+expected='| kernel | launches / step | ms / step | share | running share |
+|---|---|---|---|---|
+| `sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas` | 0.5 | 2.500 | 50.0 % | 50.0 % |
+| `gelu_kernel<float>` | 1.0 | 2.000 | 40.0 % | 90.0 % |
+| (1 more kernels) | 0.5 | 0.500 | 10.0 % | 100.0 % |
+TOTAL 2.0 launches, 5.000 ms of kernels a step (3 kernels)'
+[[ "$got" == "$expected" ]] || fail "kernel_profile: $got"
+python3 "$kernel_profile" "$tmp/ncu.csv" 1 |
+  grep -qF '| `flash_forward_mma_kernel<BFloat16, 64>` | 1.0 | 1.000 | 10.0 % | 100.0 % |' ||
+  fail "kernel_profile's names or units: $(python3 "$kernel_profile" "$tmp/ncu.csv" 1)"
+echo '"ID","Metric Name"' >"$tmp/empty.csv"
+if python3 "$kernel_profile" "$tmp/empty.csv" 1 2>"$tmp/err"; then fail "a profile without the metric"; fi
+grep -q "no gpu__time_duration.sum rows" "$tmp/err" || fail "empty profile message: $(cat "$tmp/err")"
+
+echo "gpu_check_test: interposer, sanitizer and API-count reports, racecheck map, keep_run, kernel profile as expected"

@@ -44,6 +44,10 @@
 #                  (bench/peers/torch_char_gpt.py), then ours in TF32
 #                  (--float32-matmul-precision high) and bf16 with the unfused attention:
 #                  tokens/s, step time, peak memory and MFU
+#   profile.txt    (only with --steps profile) where the device time of the gpt2 step's shape
+#                  goes, kernel by kernel: Nsight Compute's kernel durations over 2 steps of
+#                  ours in bf16 and of PyTorch bf16 + SDPA, as tables (tools/gpu/kernel_profile.py):
+#                  what issue 41's fusions are chosen from
 #   logs.tar.gz    the whole output of every test, compute-sanitizer run and counted run
 #   summary.txt    one line per check, and the ratios
 # Tests and compute-sanitizer only judge correctness, so they run side by side (as many at once
@@ -67,7 +71,7 @@ cd "$(dirname "$0")/../.."
 out=${1:?usage: tools/gpu/check.sh OUTDIR [--quick] [--budget SECONDS] [--steps LIST] [--tests REGEX]}
 shift
 all_steps=tests,memcheck,racecheck,synccheck,initcheck,apicount,main,peer,graphs,plan,bench
-known_steps=$all_steps,gpt2  # gpt2 runs only when asked for (--steps gpt2)
+known_steps=$all_steps,gpt2,profile  # gpt2 and profile run only when asked for (--steps ...)
 quick=0 budget=480 steps=$all_steps test_filter=.
 while (($#)); do
   case $1 in
@@ -171,6 +175,16 @@ find_sanitizer() {
   return 1
 }
 sanitizer=$(find_sanitizer)
+
+# Nsight Compute, for the profile step: PIPEWRIGHT_NCU, PATH, the toolkit, /opt/nvidia.
+find_ncu() {
+  local c
+  for c in "${PIPEWRIGHT_NCU:-}" "$(command -v ncu 2>/dev/null)" "${CUDA_PATH:-/usr/local/cuda}/bin/ncu" \
+      /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
+    [[ -n "$c" && -f "$c" && -x "$c" ]] && { echo "$c"; return 0; }
+  done
+  return 1
+}
 
 {
   echo "== nvidia-smi"
@@ -547,6 +561,45 @@ if want gpt2; then
   ratios+=", ours tf32 / torch tf32 $(ratio_of ours tf32 torch tf32)"
   ratios+=", ours bf16 unfused / tiled (tensor-core) attention $(ratio_of ours bf16-fused ours bf16)"
   note "gpt2 ratios: $ratios (${flops_per_token} FLOPs a token)"
+fi
+
+# ---- profile: the gpt2 step's shape, kernel by kernel (only with --steps profile) ----
+# One metric (gpu__time_duration.sum: one pass, no replay of memory) with the clocks left
+# alone (METHOD.md); 2 training steps each, the first included, plus one window of
+# evaluation; the peer likewise. PIPEWRIGHT_GPT2_SHAPE shrinks it as for gpt2.
+if want profile; then
+  read -r -a shape <<<"${PIPEWRIGHT_GPT2_SHAPE:---layers 12 --dim 768 --heads 12 --context 1024 --batch-size 8}"
+  prof_steps=2
+  prof_common=(--steps "$prof_steps" --warmup 1 --eval-every "$prof_steps" --eval-windows 1
+               --final-eval-windows 1 --dropout 0 --data-dir "$bundle/fortunes")
+  ncu=$(find_ncu)
+  if [[ -z "$ncu" ]]; then
+    echo "(no ncu found: PIPEWRIGHT_NCU, PATH, the toolkit, /opt/nvidia/nsight-compute)" >"$out/profile.txt"
+    note "profile: NOT RUN, no ncu on this machine"
+  else
+    ncu_run() {  # CSV PROGRAM...
+      local csv=$1
+      shift
+      timeout "$(cap 240)" "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
+        --print-units base --log-file "$csv" "$@" >"$csv.log" 2>&1
+      echo "(exit status $?; the program's last lines:)"
+      tail -n 3 "$csv.log"
+    }
+    {
+      echo "== $ncu"
+      echo "== ours bf16: char_gpt ${shape[*]} --precision bf16 --attention flash"
+      ncu_run "$work/ncu_ours.csv" "$bin/examples_char_gpt" --no-progress --sample-chars 0 \
+        --workers 1 --chunks 1 --devices cuda:0 "${shape[@]}" "${prof_common[@]}" \
+        --precision bf16 --attention flash
+      python3 tools/gpu/kernel_profile.py "$work/ncu_ours.csv" "$prof_steps" 30
+      echo "== torch bf16-sdpa: torch_char_gpt.py ${shape[*]}"
+      ncu_run "$work/ncu_torch.csv" python3 "$bundle/peers/torch_char_gpt.py" --device cuda \
+        "${shape[@]}" "${prof_common[@]}" --untimed-steps 0 --precision bf16 --attention sdpa
+      python3 tools/gpu/kernel_profile.py "$work/ncu_torch.csv" "$prof_steps" 30
+    } >"$out/profile.txt" 2>&1
+    totals=$(grep '^TOTAL' "$out/profile.txt" | sed 's/^TOTAL //' | paste -sd ';' -)
+    note "profile (ours bf16; torch bf16+SDPA): ${totals:-no kernel times (profile.txt)}"
+  fi
 fi
 
 tar -C "$work" -czf "$out/logs.tar.gz" jobs 2>/dev/null  # every job's whole output
