@@ -111,6 +111,22 @@ __device__ void load_operand(const Tc* rows, FragA<Tc> (&frag)[kD / 16]) {
   for (int f = 0; f < kD / 16; ++f) wmma::load_matrix_sync(frag[f], rows + 16 * f, kD + 8);
 }
 
+/// The backward's two operands of the warp (rows [r0 + 16 w, r0 + 16 w + 16) of two [rows, d]
+/// matrices: k and v, or q and grad_out), staged through `staged` (2 · count rows of stride
+/// kD + 8) by the whole block, with a barrier between the staging and the fragment loads;
+/// writes to `staged` after it need another barrier first (the tile loops begin with one).
+template <int kD, class In, class Tc>
+__device__ void load_operand_pair(const In* a, const In* b, int64_t r0, int count, int64_t rows,
+                                  int64_t d, bool vec, Tc* staged, FragA<Tc> (&fa)[kD / 16],
+                                  FragA<Tc> (&fb)[kD / 16]) {
+  load_rows<kD>(a, r0, count, rows, d, vec, staged);
+  load_rows<kD>(b, r0, count, rows, d, vec, staged + count * (kD + 8));
+  __syncthreads();
+  const int warp = threadIdx.x / 32;
+  load_operand<kD>(staged + 16 * warp * (kD + 8), fa);
+  load_operand<kD>(staged + (count + 16 * warp) * (kD + 8), fb);
+}
+
 /// acc[i] = a (16 × kD, fragments) · bᵀ, b the 16 rows of `tile` from row 16 j (stride
 /// kD + 8) read as a column-major kD × 16 matrix; stored into out (16 × 16, stride ld).
 template <int kD, class Tc>
@@ -124,6 +140,18 @@ __device__ void product_transposed(const FragA<Tc> (&a)[kD / 16], const Tc* b_ro
     wmma::mma_sync(acc, a[f], b, acc);
   }
   wmma::store_matrix_sync(out, acc, ld, wmma::mem_row_major);
+}
+
+/// The backward's two score tiles for kT rows of the other side: s = a · btileᵀ and
+/// dp = c · dtileᵀ (16 × kT each, stride ld).
+template <int kD, int kT, class Tc>
+__device__ void score_tile_pair(const FragA<Tc> (&a)[kD / 16], const Tc* btile,
+                                const FragA<Tc> (&c)[kD / 16], const Tc* dtile, float* s_out,
+                                float* dp_out, int ld) {
+  for (int t = 0; t < kT / 16; ++t) {
+    product_transposed<kD>(a, btile + 16 * t * (kD + 8), s_out + 16 * t, ld);
+    product_transposed<kD>(c, dtile + 16 * t * (kD + 8), dp_out + 16 * t, ld);
+  }
 }
 
 /// acc[f] += a · b for the warp: a 16 × kT (row stride lda) and b kT × kD (a tile, stride
@@ -312,13 +340,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t task = blockIdx.x; task < n * key_tiles; task += gridDim.x) {
     const int64_t b = task / key_tiles, c0 = task % key_tiles * Lay::kKeys, j0 = c0 + 16 * warp;
     __syncthreads();  // the previous task's readers of shared memory are done
-    Tc* staged = reinterpret_cast<Tc*>(smem);
-    load_rows<kD>(k + b * s * d, c0, Lay::kKeys, s, d, vec, staged);
-    load_rows<kD>(v + b * s * d, c0, Lay::kKeys, s, d, vec, staged + Lay::kKeys * Lay::kLd);
-    __syncthreads();
     FragA<Tc> ka[kF], va[kF];
-    load_operand<kD>(staged + 16 * warp * Lay::kLd, ka);
-    load_operand<kD>(staged + (Lay::kKeys + 16 * warp) * Lay::kLd, va);
+    load_operand_pair<kD>(k + b * s * d, v + b * s * d, c0, Lay::kKeys, s, d, vec,
+                          reinterpret_cast<Tc*>(smem), ka, va);
     FragC dk[kF], dv[kF];
     for (int f = 0; f < kF; ++f) {
       wmma::fill_fragment(dk[f], 0.0f);
@@ -335,10 +359,7 @@ __global__ void __launch_bounds__(kThreads)
       }
       __syncthreads();
       if (j0 >= s || (causal && r0 + Lay::kQ <= j0)) continue;  // the warp's keys unseen here
-      for (int t = 0; t < Lay::kQ / 16; ++t) {
-        product_transposed<kD>(ka, qs + 16 * t * Lay::kLd, sw + 16 * t, Lay::kSLd);
-        product_transposed<kD>(va, dos + 16 * t * Lay::kLd, dpw + 16 * t, Lay::kSLd);
-      }
+      score_tile_pair<kD, Lay::kQ>(ka, qs, va, dos, sw, dpw, Lay::kSLd);  // sᵀ, dpᵀ
       __syncwarp();
       for (int e = lane; e < 16 * Lay::kQ; e += 32) {  // row c: key j0 + c; column r: query
         const int c = e / Lay::kQ, r = e % Lay::kQ;
@@ -403,17 +424,13 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t keys = keys_end(r0 + Lay::kQ, l, s, causal);
     const int64_t warp_keys = keys_end(w0 + 16, l, s, causal);
     __syncthreads();  // the previous task's readers of shared memory are done
-    Tc* staged = reinterpret_cast<Tc*>(smem);
-    load_rows<kD>(q + b * l * d, r0, Lay::kQ, l, d, vec, staged);
-    load_rows<kD>(grad_out + b * l * d, r0, Lay::kQ, l, d, vec, staged + Lay::kQ * Lay::kLd);
     if (lane < 16) {
       lse_w[lane] = w0 + lane < l ? lse[b * l + w0 + lane] : 0.0f;
       delta_w[lane] = w0 + lane < l ? delta[b * l + w0 + lane] : 0.0f;
     }
-    __syncthreads();
     FragA<Tc> qa[kF], oa[kF];
-    load_operand<kD>(staged + 16 * warp * Lay::kLd, qa);
-    load_operand<kD>(staged + (Lay::kQ + 16 * warp) * Lay::kLd, oa);
+    load_operand_pair<kD>(q + b * l * d, grad_out + b * l * d, r0, Lay::kQ, l, d, vec,
+                          reinterpret_cast<Tc*>(smem), qa, oa);
     FragC dq[kF];
     for (int f = 0; f < kF; ++f) wmma::fill_fragment(dq[f], 0.0f);
     for (int64_t c0 = 0; c0 < keys; c0 += Lay::kK) {
@@ -422,10 +439,7 @@ __global__ void __launch_bounds__(kThreads)
       load_rows<kD>(v + b * s * d, c0, Lay::kK, s, d, vec, vs);
       __syncthreads();
       if (c0 >= warp_keys) continue;  // none of this warp's rows sees these keys
-      for (int t = 0; t < Lay::kK / 16; ++t) {
-        product_transposed<kD>(qa, ks + 16 * t * Lay::kLd, sw + 16 * t, Lay::kSLd);
-        product_transposed<kD>(oa, vs + 16 * t * Lay::kLd, dpw + 16 * t, Lay::kSLd);
-      }
+      score_tile_pair<kD, Lay::kK>(qa, ks, oa, vs, sw, dpw, Lay::kSLd);  // s, dp
       __syncwarp();
       for (int e = lane; e < 16 * Lay::kK; e += 32) {
         const int r = e / Lay::kK, c = e % Lay::kK;
