@@ -42,8 +42,9 @@
 #                  bf16: cuda_kernels/attention_mma.cu) against PyTorch eager
 #                  fp32, TF32 and bf16 autocast with F.scaled_dot_product_attention
 #                  (bench/peers/torch_char_gpt.py), then ours in TF32
-#                  (--float32-matmul-precision high) and bf16 with the unfused attention:
-#                  tokens/s, step time, peak memory and MFU
+#                  (--float32-matmul-precision high), bf16 with the unfused attention and
+#                  bf16 at twice the context (attention's memory): tokens/s, step time, peak
+#                  memory and MFU
 #   profile.txt    (only with --steps profile) where the device time of the gpt2 step's shape
 #                  goes, kernel by kernel: Nsight Compute's kernel durations over 2 steps of
 #                  ours in bf16 and of PyTorch bf16 + SDPA, as tables (tools/gpu/kernel_profile.py):
@@ -542,6 +543,14 @@ if want gpt2; then
     # tensor cores, attention_mma.cu): which of the two attentions a bf16 run should take.
     gpt_run_ours tf32 --precision fp32 --float32-matmul-precision high --attention flash
     gpt_run_ours bf16-fused --precision bf16 --attention fused
+    # Attention's memory is O(T) (issue 41's goal: the peak at twice the context, the same
+    # batch, at most 2.2x): ours bf16 once more with --context doubled.
+    shape_1x=("${shape[@]}")
+    for ((i = 0; i < ${#shape[@]} - 1; ++i)); do
+      [[ "${shape[i]}" == --context ]] && shape[i + 1]=$((2 * shape[i + 1]))
+    done
+    gpt_run_ours bf16-context-2x --precision bf16 --attention flash
+    shape=("${shape_1x[@]}")
   } >"$out/gpt2.txt" 2>&1
   shape_value() { local i; for ((i = 0; i < ${#shape[@]} - 1; ++i)); do [[ "${shape[i]}" == "$1" ]] && echo "${shape[i + 1]}"; done; }
   vocab=$(sed -n 's/.*(vocabulary \([0-9]*\)).*/\1/p' "$work/gpt.log" | head -n 1)
@@ -549,9 +558,14 @@ if want gpt2; then
     -v T="$(shape_value --context)" -v V="${vocab:-0}" 'BEGIN { printf "%.0f", 6 * (12 * L * d * d + d * V) + 12 * L * T * d }')
   while read -r _ who label tokens peak unit; do
     line="gpt2 $who $label: ${tokens:-n/a} tokens/s, peak ${peak:-?} ${unit:-}"
-    line+=$(awk -v t="$tokens" -v f="$flops_per_token" 'BEGIN { if (t > 0) printf ", MFU %.1f %% of 989 TFLOP/s", 100 * t * f / 989e12 }')
+    [[ "$label" == *context-2x ]] ||  # the FLOPs a token above are the 1x context's
+      line+=$(awk -v t="$tokens" -v f="$flops_per_token" 'BEGIN { if (t > 0) printf ", MFU %.1f %% of 989 TFLOP/s", 100 * t * f / 989e12 }')
     note "$line"
   done < <(grep '^RESULT \(ours\|torch\) ' "$out/gpt2.txt")
+  gpt_peak_bytes() {  # WHO LABEL: the run's peak in bytes
+    sed -n "s/^RESULT $1 $2 [0-9.]* \([0-9.]*\) \([KMG]\)iB.*/\1 \2/p" "$out/gpt2.txt" | tail -n 1 |
+      awk '{ print $1 * ($2 == "K" ? 1024 : $2 == "M" ? 1048576 : 1073741824) }'
+  }
   gpt_tokens() { sed -n "s/^RESULT $1 $2 \([0-9.]*\) .*/\1/p" "$out/gpt2.txt" | tail -n 1; }
   gpt_ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "n/a" }'; }
   ratio_of() { gpt_ratio "$(gpt_tokens "$1" "$2")" "$(gpt_tokens "$3" "$4")"; }
@@ -560,6 +574,7 @@ if want gpt2; then
   ratios+=", ours fp32 / torch fp32 $(ratio_of ours fp32 torch fp32)"
   ratios+=", ours tf32 / torch tf32 $(ratio_of ours tf32 torch tf32)"
   ratios+=", ours bf16 unfused / tiled (tensor-core) attention $(ratio_of ours bf16-fused ours bf16)"
+  ratios+=", ours bf16 peak memory at 2x / 1x context $(gpt_ratio "$(gpt_peak_bytes ours bf16-context-2x)" "$(gpt_peak_bytes ours bf16)") (goal <= 2.2x)"
   note "gpt2 ratios: $ratios (${flops_per_token} FLOPs a token)"
 fi
 
