@@ -240,6 +240,7 @@ GptResult train_char_gpt(const GptConfig& config, std::ostream& out) {
   if (!run.resume.empty()) {
     LoadedRunCheckpoint loaded = load_run_checkpoint(run.resume, pipe, optimizer, processes.get());
     ignored = loaded.ignored;
+    remove_stale_shards(run.resume, run.save, loaded.generation, processes.get());
     std::map<std::string, std::string>& meta = loaded.metadata;
     if (meta["config"] != fingerprint(config)) {
       throw std::runtime_error(run.resume + ": saved with different settings (" + meta["config"] +

@@ -30,9 +30,12 @@ namespace pipewright::examples {
 // `path` is replaced by one rename, so at any moment it names one complete generation: the
 // new one from the rename on, the previous one before it, whose shards are removed only after
 // the new commit. A rank killed anywhere (mpirun then ends the job) leaves at worst shards of
-// a generation no commit names; the reader takes the commit, loads exactly the shards it names
-// (generation and CRC-32 must match: a later run's partial save under the same name is
-// refused, never merged) and reports the uncommitted ones. tests/distributed's
+// a generation no commit names (a partial newer one, or the previous one when the kill came
+// between the commit and the clean-up); the reader takes the commit, loads exactly the shards
+// it names (generation and CRC-32 must match: a later run's partial save under the same name
+// is refused, never merged) and reports the uncommitted ones, and a resumed run that saves
+// under the same name removes the others at once (remove_stale_shards), even when it has
+// nothing left to train and so never saves again. tests/distributed's
 // checkpoint_chaos_test kills ranks at random moments and at each phase boundary.
 //
 // PIPEWRIGHT_CHECKPOINT_FAULT=<phase>:<rank>:<generation> makes that rank SIGKILL itself at
@@ -347,7 +350,17 @@ LoadedRunCheckpoint load_run_checkpoint(const std::string& path, pipeline::Pipe&
     shards.push_back(std::move(shard));
   }
   nn::load_checkpoint_tensors(merged(shards), pipe.module(), optimizer, path);
-  return {without_layout(shards.front().metadata), uncommitted_after(path, generation, ranks)};
+  return {without_layout(shards.front().metadata), uncommitted_after(path, generation, ranks),
+          generation};
+}
+
+void remove_stale_shards(const std::string& resume_path, const std::string& save_path,
+                         int64_t committed, const distributed::MpiProcesses* processes) {
+  namespace fs = std::filesystem;
+  if (processes == nullptr || committed < 0 || save_path.empty()) return;
+  std::error_code error;
+  if (!fs::equivalent(resume_path, save_path, error) || error) return;
+  remove_other_generations(resume_path, committed, processes->rank());
 }
 
 }  // namespace pipewright::examples

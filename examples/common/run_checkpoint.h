@@ -44,8 +44,12 @@ struct LoadedRunCheckpoint {
   /// and the commit's own entries.
   std::map<std::string, std::string> metadata;
   /// One line per generation newer than the loaded one whose shards were on disk without a
-  /// commit record (a run stopped while saving), left alone; empty when there was none.
+  /// commit record (a run stopped while saving), left alone by the load (see
+  /// remove_stale_shards); empty when there was none.
   std::string ignored;
+  /// The committed generation loaded; -1 for a one-process checkpoint or earlier versions'
+  /// shards.
+  int64_t generation = -1;
 };
 
 /// Reads what save_run_checkpoint wrote, under any cut, into pipe.module() and `optimizer`
@@ -59,5 +63,16 @@ struct LoadedRunCheckpoint {
 LoadedRunCheckpoint load_run_checkpoint(const std::string& path, pipeline::Pipe& pipe,
                                         nn::Optimizer& optimizer,
                                         const distributed::MpiProcesses* processes);
+
+/// For a run that resumed from `resume_path` (generation `committed`, as loaded): when it also
+/// saves there (`save_path` names the same file), removes this rank's shards of every other
+/// generation and its temporary files, as its next save's clean-up would. A rank killed after
+/// a commit and before that clean-up leaves the previous generation's shards, and a resumed
+/// run with nothing left to train saves nothing (Note [Checkpoints that commit]). Never for a
+/// run that only reads the checkpoint: it would delete the shards of another run's save in
+/// progress. Does nothing in one process, for committed < 0 or another save path. Errors
+/// removing a file are ignored (as the save's clean-up does).
+void remove_stale_shards(const std::string& resume_path, const std::string& save_path,
+                         int64_t committed, const distributed::MpiProcesses* processes);
 
 }  // namespace pipewright::examples

@@ -119,6 +119,7 @@ int resume(const TrainConfig& config, pipeline::Pipe& pipe, nn::Optimizer& optim
            std::string& ignored) {
   LoadedRunCheckpoint loaded = load_run_checkpoint(config.resume, pipe, optimizer, processes);
   ignored = loaded.ignored;
+  remove_stale_shards(config.resume, config.save, loaded.generation, processes);
   std::map<std::string, std::string>& meta = loaded.metadata;
   if (meta["config"] != fingerprint(config)) {
     throw std::runtime_error(config.resume + ": saved with different settings (" +

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # checkpoint_chaos_test.sh <run_mpi.sh> <fashion_mnist>: Note [Checkpoints that commit]
 # (examples/common/run_checkpoint.cc) under fire. A 4-rank run (2 stages x 2 data-parallel
-# replicas) saving every epoch has one rank SIGKILLed, 20 times: 12 times at a random moment
-# (seeded), 8 times at each phase boundary of a save (a rank dead before or after its shard,
-# rank 0 dead before or after the commit). Each time:
+# replicas) saving every epoch has one rank SIGKILLed, 20 times: 11 times at a random moment
+# (seeded), 9 times at each phase boundary of a save (a rank dead before or after its shard,
+# rank 0 dead before or after the commit; the last after the final epoch's commit and before
+# its clean-up, so the resumed run has nothing to train and must still remove the previous
+# generation's shards). Each time:
 #   - mpirun ends with a non-zero status within 60 s of the kill;
 #   - the commit record on disk names a complete generation, never a newer partial one;
 #   - the same command with --resume (or without, when nothing was committed yet) completes,
@@ -43,7 +45,8 @@ ranks_of() {
 generations() { ls "$dir" | sed -n 's/^ckpt\.\([0-9]*\)\.rank[0-9]*$/\1/p' | sort -n | uniq; }
 
 RANDOM=11
-kills=0 timed=0 completed=0 phases=(shard:1:2 written:3:2 commit:0:3 committed:0:3 shard:2:1 written:0:4 commit:0:1 committed:2:4)
+kills=0 timed=0 completed=0 phases=(shard:1:2 written:3:2 commit:0:3 committed:0:3 shard:2:1 written:0:4 commit:0:1 committed:2:4
+        committed:1:$epochs)
 for ((round = 0; kills < 20 && round < 40; ++round)); do
   rm -f "$dir"/ckpt*
   fault=""
