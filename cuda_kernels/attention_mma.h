@@ -18,6 +18,21 @@ namespace pipewright::cuda {
 void set_attention_tensor_cores(bool on);
 bool attention_tensor_cores();
 
+/// Sets attention_tensor_cores() for its lifetime and then restores the previous value (as
+/// ScopedLaunchLimits does the launch caps).
+class ScopedAttentionTensorCores {
+ public:
+  explicit ScopedAttentionTensorCores(bool on) : previous_(attention_tensor_cores()) {
+    set_attention_tensor_cores(on);
+  }
+  ~ScopedAttentionTensorCores() { set_attention_tensor_cores(previous_); }
+  ScopedAttentionTensorCores(const ScopedAttentionTensorCores&) = delete;
+  ScopedAttentionTensorCores& operator=(const ScopedAttentionTensorCores&) = delete;
+
+ private:
+  bool previous_;
+};
+
 /// Whether the tensor-core kernels take inputs of `dtype` with head dim `d`: bfloat16 or
 /// float16, 1 <= d <= 128, and attention_tensor_cores().
 bool tensor_core_attention_applies(DType dtype, int64_t d);

@@ -135,6 +135,23 @@ inline int64_t offset(int r, int c, unsigned ldm, bool row_major) {
   return row_major ? int64_t(r) * ldm + c : int64_t(c) * ldm + r;
 }
 
+/// A load or store of a `Use` fragment: checks what the lanes passed, calls
+/// f(i, offset of x[i]'s element from ptr) for the calling lane's 8 elements, then waits for
+/// the warp (no lane's next collective may overwrite its publication while another still
+/// checks it).
+template <class Use, class T, class F>
+void memory_op(const char* op, const T* ptr, unsigned ldm, int layout, bool row_major,
+               std::source_location site, F&& f) {
+  check_memory_op(op, ptr, ldm, layout, site);
+  constexpr Mapping m = mapping<Use>();
+  const unsigned lane = warp_lane().lane;
+  for (int i = 0; i < 8; ++i) {
+    const int p = m.element_of[32 * i + lane];
+    f(i, offset(p / 16, p % 16, ldm, row_major));
+  }
+  warp_barrier(site);
+}
+
 }  // namespace cudasim::wmma_detail
 
 namespace nvcuda::wmma {
@@ -148,43 +165,25 @@ void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, const V& v) {
 template <class Use, class T, class Layout>
 void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* ptr, unsigned ldm,
                       std::source_location site = std::source_location::current()) {
-  namespace d = ::cudasim::wmma_detail;
-  d::check_memory_op("load_matrix_sync", ptr, ldm, 0, site);
-  constexpr d::Mapping m = d::mapping<Use>();
-  const unsigned lane = d::warp_lane().lane;
-  for (int i = 0; i < 8; ++i) {
-    const int p = m.element_of[32 * i + lane];
-    f.x[i] = ptr[d::offset(p / 16, p % 16, ldm, std::is_same_v<Layout, row_major>)];
-  }
-  d::warp_barrier(site);
+  ::cudasim::wmma_detail::memory_op<Use>("load_matrix_sync", ptr, ldm, 0,
+                                         std::is_same_v<Layout, row_major>, site,
+                                         [&](int i, int64_t at) { f.x[i] = ptr[at]; });
 }
 
 template <class T>
 void load_matrix_sync(fragment<accumulator, 16, 16, 16, T>& f, const T* ptr, unsigned ldm,
                       layout_t layout, std::source_location site = std::source_location::current()) {
-  namespace d = ::cudasim::wmma_detail;
-  d::check_memory_op("load_matrix_sync", ptr, ldm, layout, site);
-  constexpr d::Mapping m = d::mapping<accumulator>();
-  const unsigned lane = d::warp_lane().lane;
-  for (int i = 0; i < 8; ++i) {
-    const int p = m.element_of[32 * i + lane];
-    f.x[i] = ptr[d::offset(p / 16, p % 16, ldm, layout == mem_row_major)];
-  }
-  d::warp_barrier(site);
+  ::cudasim::wmma_detail::memory_op<accumulator>("load_matrix_sync", ptr, ldm, layout,
+                                                 layout == mem_row_major, site,
+                                                 [&](int i, int64_t at) { f.x[i] = ptr[at]; });
 }
 
 template <class T>
 void store_matrix_sync(T* ptr, const fragment<accumulator, 16, 16, 16, T>& f, unsigned ldm,
                        layout_t layout, std::source_location site = std::source_location::current()) {
-  namespace d = ::cudasim::wmma_detail;
-  d::check_memory_op("store_matrix_sync", ptr, ldm, layout, site);
-  constexpr d::Mapping m = d::mapping<accumulator>();
-  const unsigned lane = d::warp_lane().lane;
-  for (int i = 0; i < 8; ++i) {
-    const int p = m.element_of[32 * i + lane];
-    ptr[d::offset(p / 16, p % 16, ldm, layout == mem_row_major)] = f.x[i];
-  }
-  d::warp_barrier(site);
+  ::cudasim::wmma_detail::memory_op<accumulator>("store_matrix_sync", ptr, ldm, layout,
+                                                 layout == mem_row_major, site,
+                                                 [&](int i, int64_t at) { ptr[at] = f.x[i]; });
 }
 
 /// d = a · b + c. Each lane reads the other lanes' a and b elements it needs; c and d share

@@ -61,23 +61,35 @@ void Runtime::start_device_clocks(Step& step) {
   }
 }
 
+namespace {
+
+/// The worker's clock when the step traces that worker on its device, else null.
+Step::DeviceClock* device_clock(Step& step, int worker) {
+  if (step.device_clocks.empty()) return nullptr;
+  Step::DeviceClock& clock = step.device_clocks[static_cast<size_t>(worker)];
+  return clock.reference != nullptr ? &clock : nullptr;
+}
+
+/// A timing event recorded now on `stream`, appended to `events`.
+void record_timing(std::vector<Event>& events, const Stream& stream) {
+  events.emplace_back(stream.device(), /*timing=*/true);
+  events.back().record(stream);
+}
+
+}  // namespace
+
 void Runtime::start_action(Step& step, int worker, TraceEvent& event) {
   event.start_us = micros_since(step.epoch);
-  if (step.device_clocks.empty()) return;
-  Step::DeviceClock& clock = step.device_clocks[static_cast<size_t>(worker)];
-  if (clock.reference == nullptr) return;
-  const Stream& stream = workers_[worker]->compute_stream();
-  clock.starts.emplace_back(stream.device(), /*timing=*/true);
-  clock.starts.back().record(stream);
+  if (Step::DeviceClock* clock = device_clock(step, worker)) {
+    record_timing(clock->starts, workers_[worker]->compute_stream());
+  }
 }
 
 void Runtime::end_on_device(Step& step, int worker) {
-  if (step.device_clocks.empty()) return;
-  Step::DeviceClock& clock = step.device_clocks[static_cast<size_t>(worker)];
-  if (clock.reference == nullptr || clock.ends.size() == clock.starts.size()) return;
-  const Stream& stream = workers_[worker]->compute_stream();
-  clock.ends.emplace_back(stream.device(), /*timing=*/true);
-  clock.ends.back().record(stream);
+  Step::DeviceClock* clock = device_clock(step, worker);
+  if (clock != nullptr && clock->ends.size() < clock->starts.size()) {
+    record_timing(clock->ends, workers_[worker]->compute_stream());
+  }
 }
 
 // After the workers: every traced action onto its device's clock (the conversion above).
@@ -88,8 +100,8 @@ void Runtime::finish_device_clocks(Step& step) {
     const size_t n = std::min({events.size(), clock.starts.size(), clock.ends.size()});
     if (clock.reference == nullptr || n <= clock.converted) continue;
     clock.ends[n - 1].synchronize();  // one stream, in order: every earlier event is done
+    const Event& reference = *clock.reference;
     for (size_t i = clock.converted; i < n; ++i) {
-      const Event& reference = *clock.reference;
       events[i].start_us = clock.reference_us + 1000.0 * reference.elapsed_ms(clock.starts[i]);
       events[i].end_us = clock.reference_us + 1000.0 * reference.elapsed_ms(clock.ends[i]);
     }

@@ -334,13 +334,14 @@ void bench_attention() {
       // 16-bit inputs: the tensor-core kernels (attention_mma.cu), then the CUDA-core ones.
       for (bool tensor_cores : {true, false}) {
         if (dtype == DType::kFloat32 && !tensor_cores) continue;
-        cuda::set_attention_tensor_cores(tensor_cores);
-        const double fwd =
-            time_ms([&] { gpu().flash_attention(q, k, v, scale, true, out, lse); });
-        const double bwd = time_ms([&] {
-          gpu().flash_attention_backward(q, k, v, out, g, lse, scale, true, gq, gk, gv);
-        });
-        cuda::set_attention_tensor_cores(true);
+        double fwd = 0, bwd = 0;
+        {
+          cuda::ScopedAttentionTensorCores scoped(tensor_cores);
+          fwd = time_ms([&] { gpu().flash_attention(q, k, v, scale, true, out, lse); });
+          bwd = time_ms([&] {
+            gpu().flash_attention_backward(q, k, v, out, g, lse, scale, true, gq, gk, gv);
+          });
+        }
         const bool mma = tensor_cores && cuda::tensor_core_attention_applies(dtype, d);
         std::printf("| %lld | tiled, %s | %s | %.3f | %.3f | %.1f | 0 |\n",
                     static_cast<long long>(t), mma ? "tensor cores" : "CUDA cores",

@@ -226,15 +226,9 @@ TEST_CASE("cuda index_add matches cpu bit for bit and names a bad index", "[cuda
   }
 }
 
-/// Keeps 16-bit inputs on the CUDA-core kernels for the scope (attention_mma.h).
-struct CudaCoreAttention {
-  CudaCoreAttention() { cuda::set_attention_tensor_cores(false); }
-  ~CudaCoreAttention() { cuda::set_attention_tensor_cores(true); }
-};
-
 TEST_CASE("cuda flash_attention and its backward match cpu", "[cuda][attention]") {
   if (!gpu_available_or_skip()) return;
-  CudaCoreAttention cuda_cores;  // the tensor-core kernels: the next test case
+  cuda::ScopedAttentionTensorCores cuda_cores(false);  // tensor cores: the next test case
   struct Case {
     int64_t n, l, s, d;
     bool causal;
@@ -446,7 +440,7 @@ TEST_CASE("cuda flash_attention of 16-bit inputs on tensor cores within the roun
       // The CUDA-core kernels (float32 probabilities) give other bits: the tensor-core ones ran.
       Tensor cuda_core_out = empty_on(out.shape(), DType::kFloat32, gpu());
       {
-        CudaCoreAttention cuda_cores;
+        cuda::ScopedAttentionTensorCores cuda_cores(false);
         gpu_kernels().flash_attention(q.to(gpu()), k.to(gpu()), v.to(gpu()), scale, c.causal,
                                       cuda_core_out, lse);
       }

@@ -159,15 +159,19 @@ fi
 # and python3's nvidia/* wheels (site-packages/nvidia/**/compute-sanitizer).
 sanitizer_places="PIPEWRIGHT_COMPUTE_SANITIZER, PATH, \$CUDA_PATH, /usr/local/cuda*/{bin,compute-sanitizer},"
 sanitizer_places+=" /opt/nvidia/*/compute-sanitizer, python3's site-packages/nvidia"
+# The first of its arguments that is an executable file.
+first_executable() {
+  local c
+  for c; do [[ -n "$c" && -f "$c" && -x "$c" ]] && { echo "$c"; return 0; }; done
+  return 1
+}
 find_sanitizer() {
   local c site
-  for c in "${PIPEWRIGHT_COMPUTE_SANITIZER:-}" "$(command -v compute-sanitizer 2>/dev/null)" \
-      "${CUDA_PATH:-/usr/local/cuda}/bin/compute-sanitizer" \
-      "${CUDA_PATH:-/usr/local/cuda}/compute-sanitizer/compute-sanitizer" \
-      /usr/local/cuda*/bin/compute-sanitizer /usr/local/cuda*/compute-sanitizer/compute-sanitizer \
-      /opt/nvidia/*/compute-sanitizer/compute-sanitizer /opt/nvidia/*/compute-sanitizer; do
-    [[ -n "$c" && -f "$c" && -x "$c" ]] && { echo "$c"; return 0; }
-  done
+  first_executable "${PIPEWRIGHT_COMPUTE_SANITIZER:-}" "$(command -v compute-sanitizer 2>/dev/null)" \
+    "${CUDA_PATH:-/usr/local/cuda}/bin/compute-sanitizer" \
+    "${CUDA_PATH:-/usr/local/cuda}/compute-sanitizer/compute-sanitizer" \
+    /usr/local/cuda*/bin/compute-sanitizer /usr/local/cuda*/compute-sanitizer/compute-sanitizer \
+    /opt/nvidia/*/compute-sanitizer/compute-sanitizer /opt/nvidia/*/compute-sanitizer && return 0
   for site in "${sites[@]}"; do
     [[ -d "$site/nvidia" ]] || continue
     c=$(find "$site/nvidia" -maxdepth 4 -name compute-sanitizer -type f -perm -u+x 2>/dev/null | head -n 1)
@@ -179,12 +183,8 @@ sanitizer=$(find_sanitizer)
 
 # Nsight Compute, for the profile step: PIPEWRIGHT_NCU, PATH, the toolkit, /opt/nvidia.
 find_ncu() {
-  local c
-  for c in "${PIPEWRIGHT_NCU:-}" "$(command -v ncu 2>/dev/null)" "${CUDA_PATH:-/usr/local/cuda}/bin/ncu" \
-      /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
-    [[ -n "$c" && -f "$c" && -x "$c" ]] && { echo "$c"; return 0; }
-  done
-  return 1
+  first_executable "${PIPEWRIGHT_NCU:-}" "$(command -v ncu 2>/dev/null)" \
+    "${CUDA_PATH:-/usr/local/cuda}/bin/ncu" /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu
 }
 
 {
