@@ -77,8 +77,8 @@ void Stream::stop_and_join() {
 }
 
 void Stream::run() {
+  Op& op = running_;
   for (;;) {
-    Op op;
     {
       std::unique_lock<std::mutex> lock(mu_);
       work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });

@@ -99,6 +99,11 @@ class Stream {
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   std::deque<Op> queue_;
+  // The op the worker runs, touched by the worker thread only. A member, not a local of run():
+  // while a kernel's CUDA threads run on fibers, LeakSanitizer scans the current fiber's stack
+  // and not the worker's own, so what an op on that stack owned (its `what`) was reported as
+  // leaked when the process exited with a kernel still running.
+  Op running_;
   uint64_t completed_ = 0;
   bool stop_ = false;
   uint64_t chaos_seed_;
