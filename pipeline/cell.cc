@@ -32,7 +32,13 @@ nn::Tensors detached(const nn::Tensors& tensors) {
 }  // namespace
 
 nn::Tensors Cell::forward(const StageFn& fn, const nn::Tensors& inputs, CellMode mode,
-                          Generator& rng, const std::vector<char>& needs_grad) {
+                          Generator& rng, const std::vector<char>& needs_grad,
+                          const nn::Tensors& arrived) {
+  if (arrived.size() > inputs.size()) {
+    throw std::invalid_argument("Cell::forward: " + std::to_string(arrived.size()) +
+                                " arrived tensors for " + std::to_string(inputs.size()) +
+                                " inputs");
+  }
   reset();
   mode_ = mode;
   inputs_ = detached(inputs);
@@ -51,8 +57,14 @@ nn::Tensors Cell::forward(const StageFn& fn, const nn::Tensors& inputs, CellMode
     seed_ = rng.seed();
     offset_ = rng.offset();
     autograd::NoGradGuard no_grad;
-    autograd::CheckpointModeGuard checkpointing(/*checkpointing=*/true, /*recomputing=*/false);
-    return detached(fn(inputs_));
+    nn::Tensors outputs;
+    {
+      autograd::CheckpointModeGuard checkpointing(/*checkpointing=*/true,
+                                                  /*recomputing=*/false);
+      outputs = detached(fn(inputs_));
+    }
+    keep_arrived(arrived);
+    return outputs;
   }
   outputs_ = fn(inputs_);
   has_graph_ = true;
@@ -64,12 +76,42 @@ void Cell::recompute(const StageFn& fn, Generator& rng) {
     throw std::logic_error(recomputed_ ? "recompute of a cell that was already recomputed"
                                        : "recompute of a cell that was not checkpointed");
   }
+  // Note [16-bit checkpoints]: the kept 16-bit message widened again, the same float32 values.
+  for (size_t i = 0; i < widen_in_recompute_.size(); ++i) {
+    Tensor& t = inputs_[i];
+    if (widen_in_recompute_[i]) t = t.to(DType::kFloat32);
+    if (leaf_in_recompute_[i]) t.set_requires_grad(true);
+  }
+  widen_in_recompute_.clear();
+  leaf_in_recompute_.clear();
   RngStateGuard restore(rng);
   rng.set_state(seed_, offset_);
   autograd::CheckpointModeGuard recomputing(/*checkpointing=*/false, /*recomputing=*/true);
   outputs_ = fn(inputs_);
   has_graph_ = true;
   recomputed_ = true;
+}
+
+void Cell::keep_arrived(const nn::Tensors& arrived) {
+  widen_in_recompute_.assign(arrived.size(), 0);
+  leaf_in_recompute_.assign(arrived.size(), 0);
+  for (size_t i = 0; i < arrived.size(); ++i) {
+    const Tensor& kept = arrived[i];
+    Tensor& input = inputs_[i];
+    if (!kept.defined() || !input.defined() || kept.dtype() == input.dtype()) continue;
+    if (input.dtype() != DType::kFloat32 || !is_floating(kept.dtype()) ||
+        kept.shape() != input.shape()) {
+      throw std::invalid_argument("Cell::forward: arrived tensor " + std::to_string(i) + " (" +
+                                  std::string(dtype_name(kept.dtype())) + ", " +
+                                  kept.shape().str() + ") is not the 16-bit form of input " +
+                                  std::to_string(i) + " (" +
+                                  std::string(dtype_name(input.dtype())) + ", " +
+                                  input.shape().str() + ")");
+    }
+    widen_in_recompute_[i] = 1;
+    leaf_in_recompute_[i] = input.requires_grad() ? 1 : 0;
+    input = kept.detach();
+  }
 }
 
 nn::Tensors Cell::backward(const nn::Tensors& grad_outputs) {
@@ -151,6 +193,8 @@ void Cell::reset() {
   has_graph_ = false;
   recomputed_ = false;
   retain_graph_ = false;
+  widen_in_recompute_.clear();
+  leaf_in_recompute_.clear();
   weight_grads_ = autograd::WeightGradQueue();
 }
 

@@ -28,6 +28,16 @@
 //      rng state = what it was before R
 //   B  backward as for any cell
 //
+// Note [16-bit checkpoints]
+// Under a 16-bit precision policy a stage's input message arrives in the 16-bit dtype and is
+// widened to float32 for the stage (Note [16-bit messages], stage_fn.cc): every value in it
+// is a 16-bit value. A checkpointed cell given that message as it arrived (`arrived`) keeps it
+// instead of its widened inputs, half the bytes for the whole time between F and R, and R
+// widens it again: exactly the same float32 values, so the recompute is bitwise the same.
+// Stage 0's batch (the user's values, not rounded) and portals (stashed mid-layer) are not
+// in the message and are kept as they are. With activation checkpointing, what the cells
+// keep is most of a stage's activation memory.
+//
 // Note [Replaying randomness]
 // The runtime runs every cell's stage under the cell's random key (Note [Keyed randomness],
 // nn/random_key.h), in F and in R alike, so keyed draws (Dropout) repeat by construction.
@@ -70,8 +80,14 @@ class Cell {
   /// outputs detached (safe to hand to another thread). Unless mode is kNoGrad, input i
   /// becomes a requires_grad leaf when it is floating and needs_grad[i] is set (an empty
   /// needs_grad means every floating input). Exceptions from `fn` propagate.
+  ///
+  /// `arrived`: the 16-bit message that inputs[0, arrived.size()) were widened from, exactly
+  /// (stage_fn.h's widen_message); a kCheckpoint cell keeps those entries as they arrived and
+  /// widens them again in R (Note [16-bit checkpoints]). Other modes ignore it. Throws
+  /// std::invalid_argument when it is longer than `inputs`.
   nn::Tensors forward(const StageFn& fn, const nn::Tensors& inputs, CellMode mode,
-                      Generator& rng, const std::vector<char>& needs_grad = {});
+                      Generator& rng, const std::vector<char>& needs_grad = {},
+                      const nn::Tensors& arrived = {});
 
   /// R: rebuilds the graph of a checkpointed cell. Throws std::logic_error when the cell was
   /// not checkpointed or was already recomputed.
@@ -105,9 +121,14 @@ class Cell {
 
  private:
   nn::Tensors backward_impl(const nn::Tensors& grad_outputs, autograd::WeightGradQueue* defer);
+  /// A checkpointed F's end: keeps `arrived` in place of the inputs widened from it.
+  void keep_arrived(const nn::Tensors& arrived);
 
   CellMode mode_ = CellMode::kNoGrad;
-  nn::Tensors inputs_;   // detached leaves
+  nn::Tensors inputs_;   // detached leaves (a checkpointed cell: 16-bit until R)
+  // A checkpointed cell's inputs kept in 16 bits (Note [16-bit checkpoints]): whether entry i
+  // is widened in R, and whether it then becomes a requires_grad leaf again.
+  std::vector<char> widen_in_recompute_, leaf_in_recompute_;
   nn::Tensors outputs_;  // recorded outputs (kRecord, or after R)
   bool has_graph_ = false;
   bool recomputed_ = false;

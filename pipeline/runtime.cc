@@ -323,10 +323,19 @@ void Runtime::run_action(Step& step, int worker, const Action& action) {
 void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& event) {
   const int s = action.stage, j = action.microbatch;
   const Device device = stage_devices_[s];
-  nn::Tensors in = s == 0 ? step.inputs.batches[j]
-                          : widen_message(receive(step, worker,
-                                            MessageKey::to(s, j, Direction::kActivation)),
-                                    step.precision);  // Note [16-bit messages]
+  CellMode mode = step.mode;
+  if (mode == CellMode::kRecord && step.checkpointed[s][j]) mode = CellMode::kCheckpoint;
+  // Note [16-bit messages] (stage_fn.cc); a checkpointed cell keeps the message as it arrived
+  // (Note [16-bit checkpoints], cell.h), any other drops it once widened.
+  nn::Tensors arrived;
+  nn::Tensors in;
+  if (s == 0) {
+    in = step.inputs.batches[j];
+  } else {
+    arrived = receive(step, worker, MessageKey::to(s, j, Direction::kActivation));
+    in = mode == CellMode::kCheckpoint ? widen_message(arrived, step.precision)
+                                       : widen_message(std::move(arrived), step.precision);
+  }
   const std::vector<int>& portals_in = skips_.portals_in(s);
   if (!portals_in.empty()) {
     nn::Tensors popped = recv_portals(step, worker, portals_in, j, Direction::kActivation);
@@ -334,14 +343,13 @@ void Runtime::forward(Step& step, int worker, const Action& action, TraceEvent& 
   }
   start_action(step, worker, event);
   if (s == 0) in = to_stage(in, device);
-  CellMode mode = step.mode;
-  if (mode == CellMode::kRecord && step.checkpointed[s][j]) mode = CellMode::kCheckpoint;
   // Stage 0's inputs need a gradient only when the user's inputs asked for one; later
   // stages' floating inputs always do (empty list).
   static const std::vector<char> kEveryFloatingInput;
-  nn::Tensors out = step.cell(action).forward(stage_fn(step, s, j), in, mode,
-                                              workers_[worker]->generator(),
-                                              s == 0 ? step.input_needs_grad : kEveryFloatingInput);
+  nn::Tensors out = step.cell(action).forward(
+      stage_fn(step, s, j), in, mode, workers_[worker]->generator(),
+      s == 0 ? step.input_needs_grad : kEveryFloatingInput, arrived);
+  arrived.clear();
   end_on_device(step, worker);  // before the messages: a receiver starts after this end
   send_portals(step, skips_.portals_out(s), j, Direction::kActivation, out);
   if (!step.is_last(s)) {

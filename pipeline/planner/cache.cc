@@ -12,7 +12,9 @@ namespace {
 // 2 (2026-11-27): the profile's input_copy_us; the profile's frees and backward peaks remeasured.
 // 3 (2026-12-07): a stage's input_portal_bytes and grad_output_portal_bytes, a layer's
 //   message_bytes.
-constexpr int kCacheVersion = 3;
+// 4 (2026-12-07): a checkpointed cell keeps its 16-bit input message (Note [16-bit
+//   checkpoints], cell.h): the probes' checkpoint and recompute levels under a policy.
+constexpr int kCacheVersion = 4;
 
 using nlohmann::json;
 

@@ -121,11 +121,16 @@ StageMemory estimate_stage_memory(const ModelProfile& profile, int first, int la
   const int64_t loss_seed = m.is_last ? profile.loss_bytes : 0;
   m.forward = {peak - arrived, held + loss_seed - arrived};
   m.forward_first = {m.forward.peak + first_forward, m.forward.delta + first_forward};
+  // A checkpointed cell keeps stage 0's batch as copied, a later stage's message as it
+  // arrived (Note [16-bit checkpoints], cell.h), so during its F the 16-bit message is there
+  // beside its widened copy (`input - arrived` more bytes: 0 in float32, where they are one).
   // A checkpointed last stage keeps the loss value and its seed, both made in F (measured:
   // planner_memory_test); R rebuilds the graph to the loss, the seed already there.
-  m.checkpoint = {peak - arrived, input - arrived + 2 * loss_seed};
+  const int64_t kept = m.is_first ? input : arrived;
+  m.checkpoint = {peak - arrived + (m.is_first ? 0 : input - arrived),
+                  kept - arrived + 2 * loss_seed};
   m.checkpoint_first = {m.checkpoint.peak + first_forward, m.checkpoint.delta + first_forward};
-  m.recompute = {peak - input, held - input};
+  m.recompute = {peak - kept, held - kept};
   const int64_t residue = m.is_last ? profile.loss_bytes : 0;  // the loss value, to step end
   const int64_t dy = m.is_last ? loss_seed : m.grad_output_bytes;
   m.backward = {backward_peak, residue - held - loss_seed - (m.is_last ? 0 : dy)};

@@ -102,6 +102,9 @@ class Probe {
     input_portal_bytes_ = bytes_of(portals);
     input_message_bytes_ = is_first_ ? 0 : bytes_of(in) + input_portal_bytes_;
     return measure([&] {
+      // A checkpointed cell keeps the message as it arrived (Note [16-bit checkpoints]).
+      nn::Tensors arrived;
+      if (!is_first_ && mode == CellMode::kCheckpoint) arrived = in;
       nn::Tensors args = is_first_ ? std::move(in) : widen_message(std::move(in), precision_);
       args.insert(args.end(), portals.begin(), portals.end());
       portals.clear();
@@ -109,7 +112,9 @@ class Probe {
         for (Tensor& t : args) t = t.to(device_);
       }
       nn::Tensors out = cells_[k].forward(fns_[k], args, mode, current_generator(),
-                                          is_first_ ? needs_grad_ : std::vector<char>{});
+                                          is_first_ ? needs_grad_ : std::vector<char>{},
+                                          arrived);
+      arrived.clear();
       args.clear();
       if (loss_) {
         loss_->made(k, out.at(0), /*with_backward=*/true);

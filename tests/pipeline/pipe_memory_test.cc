@@ -147,3 +147,30 @@ TEST_CASE("last stage: exact peaks of forward and backward per checkpoint mode")
   REQUIRE(pipe.last_counters().recomputes[1] ==
           (mode == Checkpoint::kAlways ? m : mode == Checkpoint::kExceptLast ? m - 1 : 0));
 }
+
+// Note [16-bit checkpoints] (pipeline/cell.h): under bf16 a checkpointed cell keeps the
+// message as it arrived, 2 bytes a value, where float32 keeps 4; the stage also holds its
+// 16-bit working copies of W1 and W2 for the step (Note [The precision policy]).
+TEST_CASE("under bf16 a checkpointed middle stage keeps its inputs in 16 bits") {
+  const autograd::Precision precision =
+      GENERATE(autograd::Precision::kFloat32, autograd::Precision::kBFloat16);
+  const int m = GENERATE(2, 4);
+  CAPTURE(autograd::precision_name(precision), m);
+  Pipe pipe(model(true), {.balance = {1, 3, 1},
+                          .devices = {Device::cpu(40), Device::cpu(41), Device::cpu(42)},
+                          .chunks = m,
+                          .schedule = {.recompute = Checkpoint::kAlways},
+                          .precision = precision});
+  const Tensor x = randn({N, I}, 1, Device::cpu(40));
+  Allocator& stage1 = allocator_for(Device::cpu(41));
+  const int64_t before = stage1.allocated();
+  Tensor out = pipe.forward(x);
+  const bool bf16 = precision == autograd::Precision::kBFloat16;
+  const int64_t kept = N * D * (bf16 ? 2 : kF);
+  const int64_t working_copies = bf16 ? (H * D + O * H) * 2 : 0;
+  CHECK(stage1.allocated() - before == kept + working_copies);
+  // The recompute widens them again: the backward runs, every parameter gets its gradient.
+  out.backward(Tensor::ones(out.shape(), {.device = out.device()}));
+  CHECK(pipe.last_counters().recomputes[1] == m);
+  for (const Tensor& p : pipe.parameters()) CHECK(p.grad().defined());
+}
