@@ -425,8 +425,14 @@ TEST_CASE("the runtime's overhead is added to every action and once to the step"
 }
 
 TEST_CASE("measure_runtime_overhead: positive on real devices; bad devices are named") {
-  const RuntimeOverhead o = measure_runtime_overhead({Device::cpu(51), Device::cpu(52)});
-  CHECK(o.per_action_us > 0);  // 16 micro-batches take longer than 2
+  // 16 micro-batches take longer than 2 by more than their layers' time. A measurement on a
+  // loaded machine can time the layer slow and clamp the difference to 0 (seen once with the
+  // cudasim suite running beside it), so up to three tries: one must see the overhead.
+  RuntimeOverhead o = measure_runtime_overhead({Device::cpu(51), Device::cpu(52)});
+  for (int retry = 0; retry < 2 && o.per_action_us == 0; ++retry) {
+    o = measure_runtime_overhead({Device::cpu(51), Device::cpu(52)});
+  }
+  CHECK(o.per_action_us > 0);
   CHECK(o.per_step_us >= 0);
   CHECK(o.wake_latency_us >= 0);
   CHECK(o.wake_after_us >= 0);
