@@ -31,6 +31,7 @@
 // refusal invalidates the captures it concerns: their EndCapture returns
 // cudaErrorStreamCaptureInvalidated and no graph, as CUDA's does.
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -253,10 +254,15 @@ cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
   if (mode == nullptr) {
     return fail(cudaErrorInvalidValue, "cudaThreadExchangeStreamCaptureMode: mode is null");
   }
-  if (*mode != cudaStreamCaptureModeGlobal && *mode != cudaStreamCaptureModeThreadLocal &&
-      *mode != cudaStreamCaptureModeRelaxed) {
-    return fail(cudaErrorInvalidValue, "cudaThreadExchangeStreamCaptureMode: mode " +
-                                           std::to_string(static_cast<int>(*mode)));
+  // The caller's value read as its bits: a value no enumerator has may lie outside the
+  // enum's range, and loading it as the enum would be undefined (UBSan's -fsanitize=enum).
+  static_assert(sizeof(cudaStreamCaptureMode) == sizeof(int));
+  int raw = 0;
+  std::memcpy(&raw, mode, sizeof raw);
+  if (raw != cudaStreamCaptureModeGlobal && raw != cudaStreamCaptureModeThreadLocal &&
+      raw != cudaStreamCaptureModeRelaxed) {
+    return fail(cudaErrorInvalidValue,
+                "cudaThreadExchangeStreamCaptureMode: mode " + std::to_string(raw));
   }
   std::swap(*mode, thread_capture_mode());
   return cudaSuccess;
