@@ -197,8 +197,9 @@ class GraphTask {
       }
       if (any_now) distribute(*node, node->apply_into_grad(grads, now, into_grad), now);
       if (any_later) {
+        std::vector<Tensor> kept = node->keep_for_weight_grads(std::move(grads), later);
         options_.defer_weight_grads->push(
-            {node, std::move(grads), std::move(later), !options_.retain_graph});
+            {node, std::move(kept), std::move(later), !options_.retain_graph});
         deferred = true;
       }
     }
@@ -265,8 +266,7 @@ void WeightGradQueue::run() {
   for (Item& item : items) {
     RetainGraphScope retain(!item.release);
     // Every deferred input is a parameter: each may be accumulated in place.
-    std::vector<Tensor> grads =
-        item.node->apply_into_grad(item.grad_outputs, item.wanted, item.wanted);
+    std::vector<Tensor> grads = item.node->apply_weight_grads(item.kept, item.wanted);
     const std::vector<Edge>& edges = item.node->next_edges();
     for (size_t i = 0; i < edges.size() && i < grads.size(); ++i) {
       if (item.wanted[i] && grads[i].defined()) {

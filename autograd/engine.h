@@ -16,7 +16,8 @@
 namespace pipewright::autograd {
 
 /// The deferred weight-gradient halves of one or more backward calls (zero-bubble's W).
-/// Holds the nodes and the output gradients they need until run().
+/// Holds the nodes and what each keeps of its output gradients (Node::keep_for_weight_grads)
+/// until run().
 class WeightGradQueue {
  public:
   WeightGradQueue() = default;
@@ -33,7 +34,7 @@ class WeightGradQueue {
 
   struct Item {
     std::shared_ptr<Node> node;
-    std::vector<Tensor> grad_outputs;
+    std::vector<Tensor> kept;  // Node::keep_for_weight_grads of the output gradients
     std::vector<bool> wanted;  // the parameter inputs
     bool release = true;       // release the node's saved tensors after (false: retain_graph)
   };

@@ -39,6 +39,12 @@ class FunctionNode : public Node {
     return backward_into_grad(grad_outputs, wanted, into_grad);
   }
 
+  std::vector<Tensor> apply_weight_grads(const std::vector<Tensor>& kept,
+                                         const std::vector<bool>& later) final {
+    check_not_released();
+    return backward_weight(kept, later);
+  }
+
   void release_saved() final {
     std::vector<Tensor>().swap(saved_);
     mark_released();
@@ -56,6 +62,13 @@ class FunctionNode : public Node {
                                                  const std::vector<bool>& wanted,
                                                  const std::vector<bool>& /*into_grad*/) {
     return backward(grad_outputs, wanted);
+  }
+  /// W from what keep_for_weight_grads() kept (Node::apply_weight_grads). Override it
+  /// together with keep_for_weight_grads(); the default is backward_into_grad(kept, later,
+  /// later).
+  virtual std::vector<Tensor> backward_weight(const std::vector<Tensor>& kept,
+                                              const std::vector<bool>& later) {
+    return backward_into_grad(kept, later, later);
   }
   const Tensor& saved(size_t i) const { return saved_[i]; }
 

@@ -13,12 +13,29 @@
 namespace pipewright::autograd {
 namespace {
 
+// Note [What a deferred W keeps]
+// A zero-bubble schedule runs B (dX) now and W (dW, db) later; in between, the queue keeps
+// the node's saved operands and the output gradient dY (engine.h, WeightGradQueue). Under a
+// 16-bit policy dY is float32, but both products take it rounded to the operands' dtype
+// (Note [The precision policy]), so the queue keeps that rounded copy: half the bytes from
+// B to W, and dW from the same bits. Linear's db = Σ_rows dY needs dY unrounded, so under a
+// 16-bit policy B makes db too (1ᵀ·dY, a float32 [out]) and the queue keeps it for W to add
+// into .grad. For a deferred W to be bitwise the undeferred one, the undeferred backward
+// makes db the same way, as a new tensor then added to .grad (float32 adds 1ᵀ·dY straight
+// into .grad, beta = 1, deferred or not). Under float32 the queue keeps dY as it is.
+
 class MatmulBackward final : public FunctionNode {
  public:
   /// a, b: the operands as the product took them (16-bit under a precision policy).
   MatmulBackward(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b)
       : FunctionNode({a, b}), trans_a_(trans_a), trans_b_(trans_b) {}
   const char* name() const override { return "MatmulBackward"; }
+
+  /// dY as both products take it (Note [What a deferred W keeps]).
+  std::vector<Tensor> keep_for_weight_grads(std::vector<Tensor> grads,
+                                            const std::vector<bool>& /*later*/) override {
+    return {grads[0].to(saved(0).dtype())};
+  }
 
  protected:
   std::vector<Tensor> backward(const std::vector<Tensor>& grads,
@@ -44,6 +61,14 @@ class LinearBackward final : public FunctionNode {
       : FunctionNode({x, weight}), has_bias_(has_bias) {}
   const char* name() const override { return "LinearBackward"; }
 
+  /// {dY as the products take it, db or undefined} (Note [What a deferred W keeps]).
+  std::vector<Tensor> keep_for_weight_grads(std::vector<Tensor> grads,
+                                            const std::vector<bool>& later) override {
+    const Tensor& g = grads[0];
+    if (!narrowed(g)) return {g, Tensor()};
+    return {g.to(saved(0).dtype()), has_bias_ && later[2] ? bias_grad(g) : Tensor()};
+  }
+
  protected:
   std::vector<Tensor> backward(const std::vector<Tensor>& grads,
                                const std::vector<bool>& wanted) override {
@@ -55,44 +80,74 @@ class LinearBackward final : public FunctionNode {
   /// into .grad by the GEMM itself (beta = 1; db as the product 1ᵀ·dY) — Note [Weight
   /// gradients accumulated in place] in node.h. Under a precision policy dY enters the two
   /// products rounded to X's 16-bit dtype, their results and db float32 (Note [The precision
-  /// policy], precision.h).
+  /// policy], precision.h), and db is returned for the engine to add (Note [What a deferred
+  /// W keeps]).
   std::vector<Tensor> backward_into_grad(const std::vector<Tensor>& grads,
                                          const std::vector<bool>& wanted,
                                          const std::vector<bool>& into_grad) override {
-    const Tensor &g = grads[0], &x = saved(0), &w = saved(1);
-    const Tensor g_op = g.to(x.dtype());
+    const Tensor& g = grads[0];
+    const Tensor g_op = g.to(saved(0).dtype());
     std::vector<Tensor> out(has_bias_ ? 3 : 2);
-    if (wanted[0]) out[0] = ops::matmul(g_op, w);
-    if (wanted[1]) {
-      Tensor dw = destination(into_grad, 1, w.shape(), g);
-      if (dw.defined()) {
-        ops::gemm_(dw, g_op, x, /*trans_a=*/true, /*trans_b=*/false, 1.0, /*beta=*/1.0);
-      } else {
-        out[1] = ops::matmul(g_op, x, true, false);
-      }
-    }
+    if (wanted[0]) out[0] = ops::matmul(g_op, saved(1));
+    if (wanted[1]) out[1] = weight_grad(g_op, into_grad);
     if (has_bias_ && wanted[2]) {
-      const int64_t out_features = w.size(0);
-      Tensor db = destination(into_grad, 2, Shape{out_features}, g);
+      const int64_t out_features = saved(1).size(0);
+      Tensor db = narrowed(g) ? Tensor()
+                              : destination(into_grad, 2, Shape{out_features}, g.dtype(),
+                                            g.device());
       if (db.defined()) {
         Tensor row = db.reshape(Shape{1, out_features});  // a view of .grad's storage
-        const Tensor ones = Tensor::ones(Shape{1, g.size(0)}, options_of(g));
-        ops::gemm_(row, ones, g, false, false, 1.0, /*beta=*/1.0);
+        ops::gemm_(row, ones_row(g), g, false, false, 1.0, /*beta=*/1.0);
       } else {
-        out[2] = ops::sum(g, 0);
+        out[2] = bias_grad(g);
       }
     }
     return out;
   }
 
+  /// W from keep_for_weight_grads()'s {dY as the products take it, db or undefined}.
+  std::vector<Tensor> backward_weight(const std::vector<Tensor>& kept,
+                                      const std::vector<bool>& later) override {
+    if (!kept[1].defined()) return backward_into_grad({kept[0]}, later, later);
+    std::vector<Tensor> out(3);
+    if (later[1]) out[1] = weight_grad(kept[0], later);
+    out[2] = kept[1];
+    return out;
+  }
+
  private:
+  /// 1ᵀ [1, N] for dY [N, out]: the column sums as a product, a BLAS call (a column-sum
+  /// kernel on a GPU gives each column one thread).
+  static Tensor ones_row(const Tensor& g) {
+    return Tensor::ones(Shape{1, g.size(0)}, options_of(g));
+  }
+
+  /// db = Σ_rows dY = 1ᵀ·dY [out], a new tensor.
+  static Tensor bias_grad(const Tensor& g) {
+    return ops::matmul(ones_row(g), g).reshape(Shape{g.size(1)});
+  }
+
+  /// Whether the products take dY rounded to a narrower dtype (a 16-bit policy).
+  bool narrowed(const Tensor& g) const { return g.dtype() != saved(0).dtype(); }
+
+  /// dW = dYᵀ·X, added into .grad when allowed (then undefined is returned).
+  Tensor weight_grad(const Tensor& g_op, const std::vector<bool>& into_grad) const {
+    const Tensor &x = saved(0), &w = saved(1);
+    // The product of 16-bit operands is float32 (gemm_result_dtype), as the parameter is.
+    Tensor dw = destination(into_grad, 1, w.shape(), gemm_result_dtype(g_op.dtype()),
+                            g_op.device());
+    if (!dw.defined()) return ops::matmul(g_op, x, true, false);
+    ops::gemm_(dw, g_op, x, /*trans_a=*/true, /*trans_b=*/false, 1.0, /*beta=*/1.0);
+    return {};
+  }
+
   /// The .grad of input i to accumulate into, or undefined (then the gradient is returned).
   Tensor destination(const std::vector<bool>& into_grad, size_t i, const Shape& shape,
-                     const Tensor& like) const {
+                     DType dtype, const Device& device) const {
     if (i >= into_grad.size() || !into_grad[i]) return {};
     const Edge& edge = next_edges()[i];
     if (edge.leaf == nullptr) return {};
-    return grad_to_accumulate_into(*edge.leaf, shape, like.dtype(), like.device());
+    return grad_to_accumulate_into(*edge.leaf, shape, dtype, device);
   }
 
   bool has_bias_;

@@ -78,6 +78,22 @@ class Node {
     return apply(grad_outputs, wanted);
   }
 
+  /// Zero-bubble's W half (Note [Input-grad and weight-grad halves]). When the engine defers
+  /// the gradients of the inputs marked `later` (parameters), it asks the node once, right
+  /// after B, what to keep of its output gradients until W; W then calls
+  /// apply_weight_grads(kept, later), which returns (or adds into .grad, as apply_into_grad
+  /// may) the gradients of exactly those inputs. The defaults keep grad_outputs as they are
+  /// and run apply_into_grad(kept, later, later). A node may keep less (Note [What a deferred
+  /// W keeps] in linear.cc) when W's result stays bitwise the undeferred backward's.
+  virtual std::vector<Tensor> keep_for_weight_grads(std::vector<Tensor> grad_outputs,
+                                                    const std::vector<bool>& /*later*/) {
+    return grad_outputs;
+  }
+  virtual std::vector<Tensor> apply_weight_grads(const std::vector<Tensor>& kept,
+                                                 const std::vector<bool>& later) {
+    return apply_into_grad(kept, later, later);
+  }
+
   /// Drops the saved tensors (after the last apply). A later apply() must throw
   /// std::logic_error("... backward through a graph a second time ...").
   virtual void release_saved() = 0;

@@ -14,7 +14,10 @@ namespace {
 //   message_bytes.
 // 4 (2026-12-07): a checkpointed cell keeps its 16-bit input message (Note [16-bit
 //   checkpoints], cell.h): the probes' checkpoint and recompute levels under a policy.
-constexpr int kCacheVersion = 4;
+// 5 (2026-12-07): under a policy a deferred W keeps dY in 16 bits and db (Note [What a
+//   deferred W keeps], autograd/linear.cc), and a Linear's first db is 1ᵀ·dY (a row of ones
+//   more): the probes' B and W levels and the profile's backward peaks.
+constexpr int kCacheVersion = 5;
 
 using nlohmann::json;
 

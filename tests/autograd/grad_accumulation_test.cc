@@ -1,7 +1,8 @@
 // Linear's weight gradients added straight into .grad (Note [Weight gradients accumulated in
 // place], autograd/node.h): the sums equal the independent sum of each backward's gradient,
 // the in-place path allocates nothing of the weight's size (allocator counters, exact bytes),
-// and it is refused whenever writing into .grad could be seen by someone else.
+// and it is refused whenever writing into .grad could be seen by someone else; under a 16-bit
+// policy a deferred W keeps dY narrowed and sums bitwise what the undeferred backward does.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include "autograd/functions.h"
 #include "tensor/allocator.h"
 #include "tensor/ops.h"
+#include "tests/compare.h"
 
 namespace pw = pipewright;
 namespace ag = pipewright::autograd;
@@ -18,6 +20,7 @@ using pw::Device;
 using pw::DType;
 using pw::Shape;
 using pw::Tensor;
+using pw::testing::bitwise_equal;
 
 namespace {
 
@@ -109,10 +112,11 @@ TEST_CASE("Linear: the second accumulation allocates no [out, in] gradient (exac
     }
     return std::pair<int64_t, int64_t>{a.allocated() - before, a.peak() - before};
   };
-  // First backward: .grad is created from the fresh dW [64, 32] and db [64].
+  // First backward: .grad is created from the fresh dW [64, 32] and db [64], db made as
+  // 1ᵀ·dY with a row of ones [1, 8] (gone once db is made).
   const auto [kept1, peak1] = run_backward();
   CHECK(kept1 == (kOut * kIn + kOut) * 4);
-  CHECK(peak1 == (kOut * kIn + kOut) * 4);
+  CHECK(peak1 == (kOut * kIn + kOut + kRows) * 4);
   const Tensor dw1 = w.grad().clone(), db1 = b.grad().clone();
   // Second: dW goes into .grad by the GEMM (beta = 1), db as 1ᵀ·dY: the only allocation is
   // the row of ones [1, 8].
@@ -164,4 +168,47 @@ TEST_CASE("Linear: retain_graph runs the in-place path twice through one graph")
   const Expected e = reference({x, x, x}, {gy, gy, gy});
   check_close(w.grad(), e.dw);
   check_close(b.grad(), e.db);
+}
+
+// Note [What a deferred W keeps] (autograd/linear.cc): under a 16-bit policy the queue keeps
+// dY rounded to 16 bits and db [out] in float32 instead of dY in float32, and W computes
+// bitwise what the undeferred backward does, over several accumulations.
+TEST_CASE("Linear under bf16: a deferred W keeps dY in 16 bits and db, and sums bitwise the same") {
+  const Device dev = Device::cpu(43);
+  pw::Allocator& a = pw::allocator_for(dev);
+  constexpr int64_t kOut = 64, kIn = 32, kRows = 8;
+  const auto precision = GENERATE(ag::Precision::kFloat32, ag::Precision::kBFloat16);
+  const bool bf16 = precision == ag::Precision::kBFloat16;
+  INFO((bf16 ? "bf16" : "fp32"));
+  auto param = [&](Tensor t) { return t.set_requires_grad(true); };
+  Tensor w_now = param(make(kOut, kIn, 9, dev, DType::kFloat32));
+  Tensor b_now = param(make(1, kOut, 10, dev, DType::kFloat32).reshape(Shape{kOut}));
+  Tensor w_later = param(w_now.detach().clone()), b_later = param(b_now.detach().clone());
+  ag::PrecisionScope scope(precision);
+  for (int k = 0; k < 3; ++k) {  // three micro-batches: .grad made, then added into twice
+    Tensor x = make(kRows, kIn, 11 + k, dev, DType::kFloat32).set_requires_grad(true);
+    ag::backward({ag::linear(x, w_now, b_now)}, {make(kRows, kOut, 21 + k, dev, DType::kFloat32)});
+
+    const int64_t before = a.allocated();
+    Tensor y = ag::linear(x, w_later, b_later);
+    Tensor gy = make(kRows, kOut, 21 + k, dev, DType::kFloat32);
+    ag::WeightGradQueue queue;
+    {
+      const std::vector<Tensor> dx = ag::backward({y}, {gy}, {x}, {.defer_weight_grads = &queue});
+      REQUIRE(dx[0].defined());
+    }
+    y = Tensor();
+    gy = Tensor();  // B has run: a stage drops dY, and only the queue keeps what W needs
+    REQUIRE(queue.size() == 1);
+    // Held since `before`: the node's x as the product took it and, made once per scope on
+    // the first forward, W's 16-bit working copy (Note [The precision policy]); the rest is
+    // what the queue keeps.
+    const int64_t saved_x = bf16 ? kRows * kIn * 2 : 0;
+    const int64_t working_copy = bf16 && k == 0 ? kOut * kIn * 2 : 0;
+    const int64_t kept = a.allocated() - before - saved_x - working_copy;
+    CHECK(kept == (bf16 ? kRows * kOut * 2 + kOut * 4 : kRows * kOut * 4));
+    queue.run();
+  }
+  CHECK(bitwise_equal(w_later.grad(), w_now.grad()));
+  CHECK(bitwise_equal(b_later.grad(), b_now.grad()));
 }

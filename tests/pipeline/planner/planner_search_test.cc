@@ -375,15 +375,15 @@ TEST_CASE("the cache's JSON round-trips the profile and the stages") {
   old["trials"] = nlohmann::json::array({{{"config", "x"}}});
   CHECK_THROWS_WITH(plan_cache_from_json(old.dump()),
                     "planner cache: trials[0] has no \"measured_us\"");
-  CHECK_THROWS_WITH(plan_cache_from_json("{\"version\": 4}"),
+  CHECK_THROWS_WITH(plan_cache_from_json("{\"version\": 5}"),
                     "planner cache: the file has no \"profile\"");
-  CHECK_THROWS_WITH(plan_cache_from_json("{\"version\": 3}"),
-                    "planner cache: version 3, expected 4");
+  CHECK_THROWS_WITH(plan_cache_from_json("{\"version\": 4}"),
+                    "planner cache: version 4, expected 5");
   // A file an older pipewright wrote is remade, not an error; a damaged one is.
   const char* dir = std::getenv("TEST_TMPDIR");
   const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/old_planner_cache.json";
   for (const char* older :
-       {"{\"version\": 1, \"profile\": {}}", "{\"version\": 3, \"profile\": {}}"}) {
+       {"{\"version\": 1, \"profile\": {}}", "{\"version\": 4, \"profile\": {}}"}) {
     std::ofstream(path) << older;
     CHECK_FALSE(read_plan_cache(path).has_value());
   }
