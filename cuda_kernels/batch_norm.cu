@@ -66,16 +66,7 @@ struct alignas(16) GradCoef {  // grad_x = a g - b (x - mean) - d
 
 // ---- finalize kernels (one thread per channel) ----
 
-/// Adds split s = 0, 1, ... of partial[2][splits][c] for channel ch.
-__device__ inline bn::Sums add_splits(const double* partial, int64_t splits, int64_t c,
-                                      int64_t ch) {
-  bn::Sums s;
-  for (int64_t i = 0; i < splits; ++i) {
-    s.a += partial[i * c + ch];
-    s.b += partial[(splits + i) * c + ch];
-  }
-  return s;
-}
+using bn::add_splits;
 
 template <class T>
 __global__ void train_finalize(const double* partial, int64_t splits, const T* x, int64_t l,

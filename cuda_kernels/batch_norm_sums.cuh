@@ -1,6 +1,7 @@
 // BatchNorm's per-channel sums, split over enough blocks to fill the GPU, and the vector
-// accesses its passes share. Included by batch_norm.cu only; the layouts and formulas are in
-// its file comment.
+// accesses its passes share. Included by batch_norm.cu (the layouts and formulas are in its
+// file comment) and by layer_norm.cu, whose weight gradients are per-column sums of the same
+// kind (L = 1: C = the normalized width, N = the rows; NormWeightMoments).
 //
 // Every sum is over the M = N * L values of a channel, two sums at once (Sums::a, Sums::b), in
 // double. The grid is (channel groups) x (splits): block (i, s) adds split s of its channels'
@@ -118,6 +119,47 @@ struct GradientMoments {
     }
   }
 };
+
+/// LayerNorm / RMSNorm's weight gradients: (Σ g x̂, Σ g) per column of [rows, C], with
+/// x̂ = (x - mean[row]) · rstd[row] (mean null: RMSNorm, x̂ = x · rstd[row]). L = 1 only (the
+/// tiled sums): a unit's row is unit / (C / V).
+template <class T, int V>
+struct NormWeightMoments {
+  const T* g;
+  const T* x;
+  const T* mean;  // null for RMSNorm
+  const T* rstd;
+  int64_t units_per_row;  // C / V
+  struct Loaded {
+    Vec<T, V> g, x;
+    double mean, rstd;
+  };
+  __device__ double channel(int64_t) const { return 0.0; }
+  __device__ Loaded load(int64_t unit) const {
+    const int64_t row = unit / units_per_row;
+    return {bn::load<V>(g, unit), bn::load<V>(x, unit),
+            mean != nullptr ? static_cast<double>(mean[row]) : 0.0,
+            static_cast<double>(rstd[row])};
+  }
+  __device__ static void add(Sums* s, const Loaded& v, const double*) {
+    for (int i = 0; i < V; ++i) {
+      const double gd = static_cast<double>(v.g.v[i]);
+      s[i].a += gd * ((static_cast<double>(v.x.v[i]) - v.mean) * v.rstd);
+      s[i].b += gd;
+    }
+  }
+};
+
+/// Adds split s = 0, 1, ... of partial[2][splits][c] for channel ch (the finalize kernels').
+__device__ inline Sums add_splits(const double* partial, int64_t splits, int64_t c,
+                                  int64_t ch) {
+  Sums s;
+  for (int64_t i = 0; i < splits; ++i) {
+    s.a += partial[i * c + ch];
+    s.b += partial[(splits + i) * c + ch];
+  }
+  return s;
+}
 
 constexpr int kUnroll = 4;  // units loaded before they are added: more bytes in flight
 // Sums grid: at most this many blocks per SM, so that they run in one wave (the kernels are

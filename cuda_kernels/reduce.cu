@@ -8,11 +8,23 @@
 //     stride along the row (coalesced) and combine with a block reduction (tree order).
 //   inner > 1 (e.g. sum over dim 0 of [N, C]): one thread per output column, looping over n;
 //     neighbouring threads read neighbouring addresses (coalesced).
+// Note [Split reductions]: a few long reductions would leave most of the GPU idle (a whole
+// tensor's sum is one row: one block; the column sums of a [16 K, 768] gradient are 768
+// threads, each walking 16 K rows). When the outputs' blocks would not fill the GPU
+// (kBlocksPerSm per SM) and each part still gets enough values, the reduced dim is cut into
+// `splits` equal ranges, each block (x: outputs, y: range) reducing one range; the same
+// kernel then reduces the partial results [outer, splits] (rows) or [splits, outer · inner]
+// (columns) as one range, applying mean's 1/n once. The split depends on the shape and the
+// SM count only, so a reduction is deterministic on a given GPU.
 // Sums therefore round differently from the CPU's blocked sums: compare with a tolerance.
 // Max propagates NaN. argmax returns the first maximum (lowest k among equal values), NaN
 // counting as the maximum (torch.argmax), like the CPU. Dtypes: float32 / float64.
+#include <algorithm>
+
+#include "cuda_kernels/device_guard.h"
 #include "cuda_kernels/kernel_table.h"
 #include "cuda_kernels/launch.cuh"
+#include "cuda_kernels/scratch.h"
 
 namespace pipewright::cuda {
 namespace {
@@ -22,31 +34,65 @@ __device__ inline T max_nan(T a, T b) {
   return (b > a || b != b) ? b : a;
 }
 
-/// One block per row of n (inner == 1). blockDim.x: a multiple of 32.
+/// One block per row of n (inner == 1), blockIdx.y taking elements [y · per_split, + per_split)
+/// of it (Note [Split reductions]; one range when gridDim.y == 1): out [outer, gridDim.y].
+/// blockDim.x: a multiple of 32.
 template <class T>
-__global__ void reduce_rows_kernel(const T* x, T* out, int64_t outer, int64_t n, bool is_max,
-                                   T scale) {
+__global__ void reduce_rows_kernel(const T* x, T* out, int64_t outer, int64_t n,
+                                   int64_t per_split, bool is_max, T scale) {
   __shared__ T shared[32];
+  const int64_t begin = blockIdx.y * per_split;
+  const int64_t end = begin + per_split < n ? begin + per_split : n;
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
     const T* p = x + row * n;
     T acc = is_max ? lowest<T>() : T(0);
-    for (int64_t k = threadIdx.x; k < n; k += blockDim.x)
+    for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x)
       acc = is_max ? max_nan(acc, p[k]) : acc + p[k];
     acc = is_max ? block_max(acc, shared) : block_sum(acc, shared);
-    if (threadIdx.x == 0) out[row] = is_max ? acc : acc * scale;
+    if (threadIdx.x == 0) out[row * gridDim.y + blockIdx.y] = is_max ? acc : acc * scale;
   }
 }
 
-/// One thread per output (o, i) (inner > 1).
+/// One thread per output (o, i) (inner > 1), blockIdx.y taking k in [y · per_split,
+/// + per_split) (Note [Split reductions]): out [gridDim.y, outer · inner].
 template <class T>
 __global__ void reduce_columns_kernel(const T* x, T* out, int64_t outer, int64_t n,
-                                      int64_t inner, bool is_max, T scale) {
+                                      int64_t inner, int64_t per_split, bool is_max, T scale) {
+  const int64_t begin = blockIdx.y * per_split;
+  const int64_t end = begin + per_split < n ? begin + per_split : n;
   PW_GRID_STRIDE_LOOP(j, outer * inner) {
     const T* p = x + (j / inner) * n * inner + j % inner;  // element k at p[k * inner]
     T acc = is_max ? lowest<T>() : T(0);
-    for (int64_t k = 0; k < n; ++k) acc = is_max ? max_nan(acc, p[k * inner]) : acc + p[k * inner];
-    out[j] = is_max ? acc : acc * scale;
+    for (int64_t k = begin; k < end; ++k) {
+      acc = is_max ? max_nan(acc, p[k * inner]) : acc + p[k * inner];
+    }
+    out[blockIdx.y * outer * inner + j] = is_max ? acc : acc * scale;
   }
+}
+
+// Note [Split reductions]: blocks per SM the first pass aims at, and the fewest values a
+// thread adds in one range (fewer, and the second pass and the partials cost more than the
+// parallelism gains).
+constexpr int64_t kBlocksPerSm = 4;
+constexpr int64_t kMinValuesPerThread = 16;
+
+/// How many ranges the reduced dim of n is cut into, `blocks` being the first pass's blocks
+/// along x and `threads_per_output` the threads that share one output's range.
+struct Split {
+  int64_t splits = 1, per_split = 0;
+};
+Split plan_split(int64_t blocks, int64_t n, int64_t threads_per_output, int device) {
+  const int64_t target = kBlocksPerSm * multiprocessor_count(device);
+  const int64_t cap = std::min<int64_t>(launch_limits().max_grid, 65535);  // gridDim.y
+  int64_t splits = 1;
+  if (blocks < target) {
+    splits = std::min({target / blocks, n / (threads_per_output * kMinValuesPerThread), cap});
+    splits = std::max<int64_t>(splits, 1);
+  }
+  Split s;
+  s.per_split = (n + splits - 1) / splits;
+  s.splits = s.per_split == 0 ? 1 : (n + s.per_split - 1) / s.per_split;  // none empty
+  return s;
 }
 
 /// (value, index) of the better candidate: larger value, or equal value and lower index; NaN
@@ -118,12 +164,39 @@ void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inne
     using T = decltype(zero);
     // kMean: the sum times 1/n (0 * inf = NaN for an empty dim, like torch.mean).
     const T scale = op == ReduceOp::kMean ? T(1) / static_cast<T>(n) : T(1);
+    const int device = out.device().index;
     if (inner == 1) {
-      PW_LAUNCH(reduce_rows_kernel<T>, row_grid(outer), row_block(n), 0, ctx.stream)(
-          x.data<T>(), out.data<T>(), outer, n, is_max, scale);
+      const unsigned blocks = row_grid(outer);
+      const int threads = row_block(n);
+      const Split split = plan_split(blocks, n, threads, device);
+      if (split.splits == 1) {
+        PW_LAUNCH(reduce_rows_kernel<T>, blocks, threads, 0, ctx.stream)(
+            x.data<T>(), out.data<T>(), outer, n, n, is_max, scale);
+      } else {
+        Scratch<T> partial(out.device(), outer * split.splits, ctx.stream);
+        PW_LAUNCH(reduce_rows_kernel<T>, dim3(blocks, static_cast<unsigned>(split.splits)),
+                  threads, 0, ctx.stream)(x.data<T>(), partial.get(), outer, n, split.per_split,
+                                          is_max, T(1));
+        PW_CUDA_CHECK_LAUNCH("reduce_rows_kernel");
+        PW_LAUNCH(reduce_rows_kernel<T>, blocks, row_block(split.splits), 0, ctx.stream)(
+            partial.get(), out.data<T>(), outer, split.splits, split.splits, is_max, scale);
+      }
     } else {
-      PW_LAUNCH(reduce_columns_kernel<T>, grid_for(outer * inner), kBlock, 0, ctx.stream)(
-          x.data<T>(), out.data<T>(), outer, n, inner, is_max, scale);
+      const unsigned blocks = grid_for(outer * inner);
+      const Split split = plan_split(blocks, n, 1, device);
+      if (split.splits == 1) {
+        PW_LAUNCH(reduce_columns_kernel<T>, blocks, kBlock, 0, ctx.stream)(
+            x.data<T>(), out.data<T>(), outer, n, inner, n, is_max, scale);
+      } else {
+        const int64_t outputs = outer * inner;
+        Scratch<T> partial(out.device(), split.splits * outputs, ctx.stream);
+        PW_LAUNCH(reduce_columns_kernel<T>, dim3(blocks, static_cast<unsigned>(split.splits)),
+                  kBlock, 0, ctx.stream)(x.data<T>(), partial.get(), outer, n, inner,
+                                         split.per_split, is_max, T(1));
+        PW_CUDA_CHECK_LAUNCH("reduce_columns_kernel");
+        PW_LAUNCH(reduce_columns_kernel<T>, blocks, kBlock, 0, ctx.stream)(
+            partial.get(), out.data<T>(), 1, split.splits, outputs, split.splits, is_max, scale);
+      }
     }
   });
   PW_CUDA_CHECK_LAUNCH(inner == 1 ? "reduce_rows_kernel" : "reduce_columns_kernel");

@@ -187,7 +187,10 @@ void check_layer_norm(const std::vector<Shape>& shapes) {
 
 TEST_CASE("cuda layer_norm and rms_norm match cpu, forward and backward", "[cuda][layer_norm]") {
   if (!gpu_available_or_skip()) return;
-  check_layer_norm({{7, 33}, {3, 600}, {40, 8}});
+  // The weight gradients' column sums split the rows over blocks (batch_norm_sums.cuh) once
+  // there are enough of them: 2000 × 33 (one float per unit, 32 columns a tile) and
+  // 1024 × 64 (four floats per unit) run in many splits, the small shapes in one.
+  check_layer_norm({{7, 33}, {3, 600}, {40, 8}, {2000, 33}, {1024, 64}});
 }
 
 TEST_CASE("cuda layer_norm matches cpu past the grid (small launch caps)",
