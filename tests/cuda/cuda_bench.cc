@@ -21,6 +21,11 @@
 //      path's kernels (batched GEMMs around causal_softmax, storing the [N, T, T] weights);
 //      ms, TFLOP/s (FlashAttention's count: 4·N·T²·D forward, 2.5× that backward, halved for
 //      the causal mask) and the bytes of the weights the tiled kernels never store.
+//   8. Reductions that a GPT step makes long: a whole tensor's sum (gradient clipping takes one
+//      per parameter; 2^25 elements is GPT-2's token embedding), the column sums of a
+//      [16384, 768] gradient, and LayerNorm's weight gradients at that shape (Note [Split
+//      reductions], cuda_kernels/reduce.cu; cuda_kernels/layer_norm.cu): GB/s of the bytes
+//      read and as % of the copy's.
 // Ends with SUMMARY lines (tools/gpu/check.sh collects them): the goal for ReLU, BatchNorm and
 // Adam is at least 70 % of the copy's bandwidth at the largest size.
 //
@@ -384,6 +389,36 @@ void bench_attention() {
               tiled_cores_ms / tiled_mma_ms, unfused_16_ms / tiled_mma_ms);
 }
 
+void bench_reductions() {
+  std::printf("\n### Long reductions float32 (split over the GPU)\n\n| reduction | ms | GB/s (bytes read) | %% of copy |\n|---|---|---|---|\n");
+  const auto row = [](const char* what, double ms, double bytes) {
+    const double gbs = bytes / (ms * 1e-3) / 1e9;
+    std::printf("| %s | %.4f | %.0f | %.0f |\n", what, ms, gbs, percent_of_copy(gbs));
+    return percent_of_copy(gbs);
+  };
+  const int64_t n = int64_t{1} << 25, rows = 16384, cols = 768;
+  const Tensor big = random_gpu({n}, 31);
+  Tensor total = Tensor::empty({1, 1}, {DType::kFloat32, kGpu});
+  const double whole = row("sum of 2^25 elements", time_ms([&] {
+    gpu().reduce(ReduceOp::kSum, big, 1, n, 1, total);
+  }), 4.0 * static_cast<double>(n));
+  const Tensor g = random_gpu({rows, cols}, 32), x = random_gpu({rows, cols}, 33);
+  Tensor column = Tensor::empty({1, cols}, {DType::kFloat32, kGpu});
+  const double columns = row("column sums of [16384, 768]", time_ms([&] {
+    gpu().reduce(ReduceOp::kSum, g, 1, rows, cols, column);
+  }), 4.0 * static_cast<double>(rows * cols));
+  const Tensor mean = random_gpu({rows}, 34);
+  const Tensor rstd = Tensor::ones({rows}, {DType::kFloat32, kGpu});
+  Tensor none, gw = Tensor::empty({cols}, {DType::kFloat32, kGpu});
+  Tensor gb = Tensor::empty({cols}, {DType::kFloat32, kGpu});
+  const double norm = row("LayerNorm weight gradients, [16384, 768]", time_ms([&] {
+    gpu().layer_norm_backward(g, x, Tensor(), mean, rstd, false, none, gw, gb);
+  }), 8.0 * static_cast<double>(rows * cols));
+  std::printf("SUMMARY reductions: %.0f%% of the copy's bandwidth for a whole sum of 2^25, %.0f%% "
+              "for [16384, 768]'s column sums, %.0f%% for LayerNorm's weight gradients there\n",
+              whole, columns, norm);
+}
+
 }  // namespace
 }  // namespace pipewright
 
@@ -409,6 +444,7 @@ int main(int argc, char** argv) {
     bench_adam();
     bench_host_cost(s);
     bench_attention();
+    bench_reductions();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_bench: %s\n", e.what());
     return 1;

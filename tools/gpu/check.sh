@@ -34,7 +34,8 @@
 #                  with its whole step captured by torch.cuda.graph (--mode graph of the peer)
 #   plan.txt       the main job with --plan auto on cuda:0, without and with memory caps: the
 #                  plan's predicted step, bubble and peak beside the measured ones
-#   bench.txt      //tests/cuda:cuda_bench's tables (GEMM, copy bandwidth, ReLU, BatchNorm, Adam)
+#   bench.txt      //tests/cuda:cuda_bench's tables (GEMM, copy bandwidth, ReLU, BatchNorm, Adam,
+#                  host cost per call, attention, long reductions)
 #   gpt2.txt       (only with --steps gpt2: a few minutes, not in the default steps) issue 41's
 #                  baseline: a GPT-2-small-shaped char_gpt (12 layers, dim 768, 12 heads, context
 #                  1024, batch 8, the fortunes corpus's vocabulary) training on cuda:0, ours in
