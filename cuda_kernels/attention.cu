@@ -145,14 +145,21 @@ __global__ void __launch_bounds__(kAttentionThreads)
   }
 }
 
-/// delta[i] = Σ_d grad_out[i, d] · out[i, d], one thread per row.
+/// delta[i] = Σ_d grad_out[i, d] · out[i, d], one warp per row: lane c adds columns c, c + 32,
+/// ... and a warp shuffle adds the lanes, so a warp reads its row's consecutive values (one
+/// thread per row read addresses d values apart: uncoalesced). blockDim.x: a multiple of 32.
 template <class In, class Acc>
 __global__ void attention_delta_kernel(const In* grad_out, const Acc* out, int64_t rows,
                                        int64_t d, Acc* delta) {
-  PW_GRID_STRIDE_LOOP(i, rows) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t warps_per_block = blockDim.x / 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * warps_per_block;
+  // The loop is warp-uniform (every lane takes the same rows), as warp_sum needs.
+  for (int64_t i = blockIdx.x * warps_per_block + threadIdx.x / 32; i < rows; i += warps) {
     Acc sum = Acc(0);
-    for (int64_t c = 0; c < d; ++c) sum += widen<Acc>(grad_out[i * d + c]) * out[i * d + c];
-    delta[i] = sum;
+    for (int64_t c = lane; c < d; c += 32) sum += widen<Acc>(grad_out[i * d + c]) * out[i * d + c];
+    sum = warp_sum(sum);
+    if (lane == 0) delta[i] = sum;
   }
 }
 
@@ -339,7 +346,7 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   dispatch_attention(q.dtype(), "flash_attention_backward", [&](auto in_zero, auto acc_zero) {
     using In = decltype(in_zero);
     using Acc = decltype(acc_zero);
-    PW_LAUNCH((attention_delta_kernel<In, Acc>), grid_for(n * l), kBlock, 0, ctx.stream)(
+    PW_LAUNCH((attention_delta_kernel<In, Acc>), grid_for(n * l * 32), kBlock, 0, ctx.stream)(
         grad_out.data<In>(), out.data<Acc>(), n * l, d, delta.data<Acc>());
     PW_CUDA_CHECK_LAUNCH("attention_delta_kernel");
     if (tensor_core_attention_applies(q.dtype(), d)) {

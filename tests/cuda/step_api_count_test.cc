@@ -13,6 +13,7 @@
 //     to the step shows here first (update the numbers when the change is meant).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <iostream>
 #include <map>
 #include <string>
@@ -241,4 +242,35 @@ TEST_CASE("a replayed float16 graph step with loss scaling and clipping: four ho
           "[cuda][pipe][api][graph]") {
   if (!testing::gpu_available_or_skip()) return;
   for (const auto& c : count_replayed_steps(2, true)) check_replayed(c);
+}
+
+// Note [One read per norm] (nn/clip_grad.cc): the eager Pipe::clip_grad_norm and GradScaler's
+// unscale (the examples' step without --cuda-graphs) combine the gradients' shares on the
+// device and read the total once: one wait, one read, where each parameter had its own.
+TEST_CASE("eager clipping and unscaling read the GPU once, not once per parameter",
+          "[cuda][pipe][api]") {
+  if (!testing::gpu_available_or_skip()) return;
+  pipeline::Pipe pipe = main_job_pipe(2, false);
+  REQUIRE(pipe.parameters().size() >= 10);
+  for (const data::Batch& batch : main_job_batches(1)) {
+    REQUIRE(std::isfinite(pipe.train_step(batch.inputs, batch.targets, main_job_loss).loss));
+  }
+  const auto waits = [](const std::map<std::string, int64_t>& c) {
+    return count(c, "cudaStreamSynchronize") + count(c, "cudaDeviceSynchronize") +
+           count(c, "cudaEventSynchronize");
+  };
+  const auto reads = [](const std::map<std::string, int64_t>& c) {
+    return count(c, "cudaMemcpyAsync DeviceToHost") + count(c, "cudaMemcpy DeviceToHost");
+  };
+  cudasim::reset_api_counts();
+  REQUIRE(std::isfinite(pipe.clip_grad_norm(1.0)));
+  std::map<std::string, int64_t> c = cudasim::api_counts();
+  CHECK(waits(c) == 1);
+  CHECK(reads(c) == 1);
+  nn::GradScaler scaler({.enabled = true});
+  cudasim::reset_api_counts();
+  CHECK_FALSE(pipe.unscale_grads(scaler));
+  c = cudasim::api_counts();
+  CHECK(waits(c) == 1);
+  CHECK(reads(c) == 1);
 }

@@ -350,18 +350,28 @@ AttentionReference attention_reference(const Tensor& q16, const Tensor& k16, con
           r.out_terms[(b * l + i) * d + c] += p[j] * std::abs(pv[(b * s + j) * d + c]);
         }
       }
-      double delta = 0;
-      for (int64_t c = 0; c < d; ++c) delta += gi[c] * oi[c];
+      double delta = 0, delta_terms = 0;
+      for (int64_t c = 0; c < d; ++c) {
+        delta += gi[c] * oi[c];
+        delta_terms += std::abs(gi[c] * oi[c]);
+      }
       for (int64_t j = 0; j < seen; ++j) {
-        double dp = 0;
-        for (int64_t c = 0; c < d; ++c) dp += gi[c] * pv[(b * s + j) * d + c];
+        double dp = 0, dp_terms = 0;
+        for (int64_t c = 0; c < d; ++c) {
+          dp += gi[c] * pv[(b * s + j) * d + c];
+          dp_terms += std::abs(gi[c] * pv[(b * s + j) * d + c]);
+        }
         ds[j] = p[j] * (dp - delta);
+        // ds's terms are those of dp and delta, not |dp - delta|: the two cancel (exactly for a
+        // row that sees one key), and the kernels' float32 sums of each, in whatever order the
+        // hardware adds them, leave an error relative to the terms.
+        const double ds_terms = p[j] * (dp_terms + delta_terms);
         for (int64_t c = 0; c < d; ++c) {
           const int64_t at_i = (b * l + i) * d + c, at_j = (b * s + j) * d + c;
           r.grad[0][at_i] += scale * ds[j] * pk[at_j];
-          r.grad_terms[0][at_i] += scale * std::abs(ds[j] * pk[at_j]);
+          r.grad_terms[0][at_i] += scale * ds_terms * std::abs(pk[at_j]);
           r.grad[1][at_j] += scale * ds[j] * qi[c];
-          r.grad_terms[1][at_j] += scale * std::abs(ds[j] * qi[c]);
+          r.grad_terms[1][at_j] += scale * ds_terms * std::abs(qi[c]);
           r.grad[2][at_j] += p[j] * gi[c];
           r.grad_terms[2][at_j] += p[j] * std::abs(gi[c]);
         }

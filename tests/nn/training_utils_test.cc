@@ -3,7 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "nn/clip_grad.h"
 #include "nn/lr_scheduler.h"
@@ -71,6 +73,43 @@ TEST_CASE("clip_grad_norm's halves combine over disjoint parameter sets", "[clip
     const double combined = std::isinf(order) ? std::max(share_ab, share_c) : share_ab + share_c;
     CHECK(std::abs(nn::norm_from_share(combined, order) - nn::total_grad_norm({a, b, c}, order)) <
           1e-12);
+  }
+}
+
+// Note [One read per norm] (nn/clip_grad.cc): the shares are combined on the device, in
+// float64 in the parameters' order, and read once; the total has the host's bits: each
+// gradient's own float32 share (read here one by one) added in float64, in order.
+TEST_CASE("grad_norm_share: float32 shares added in float64 in order, the host's bits", "[clip]") {
+  nn::Tensors params;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<double> g(static_cast<size_t>(37 + 11 * i));
+    for (size_t k = 0; k < g.size(); ++k) {
+      g[k] = std::sin(0.7 * static_cast<double>(k) + i) * std::pow(10.0, 3 * (i % 3) - 3);
+    }
+    Tensor p = Tensor::zeros({static_cast<int64_t>(g.size())});
+    p.set_requires_grad(true);
+    p.set_grad(Tensor::from_vector(g).to(DType::kFloat32));
+    params.push_back(p);
+  }
+  for (double order : {1.0, 2.0, double(INFINITY)}) {
+    INFO("order " << order);
+    double want = 0.0;
+    for (const Tensor& p : params) {
+      const Tensor& g = p.grad();
+      const double s = std::isinf(order) ? ops::max(ops::abs(g), 0).item()
+                       : order == 2.0    ? ops::sum(ops::square(g)).item()
+                                         : ops::sum(ops::abs(g)).item();
+      want = std::isinf(order) ? std::max(want, s) : want + s;
+    }
+    CHECK(nn::grad_norm_share(params, order) == want);
+  }
+  // A NaN in a middle gradient stays NaN whatever follows, for the maximum too.
+  Tensor nan = Tensor::zeros({2});
+  nan.set_requires_grad(true);
+  nan.set_grad(Tensor::from_vector(std::vector<double>{1.0, std::nan("")}).to(DType::kFloat32));
+  const nn::Tensors with_nan{params[0], nan, params[1]};
+  for (double order : {1.0, 2.0, double(INFINITY)}) {
+    CHECK(std::isnan(nn::grad_norm_share(with_nan, order)));
   }
 }
 
