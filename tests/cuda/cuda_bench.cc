@@ -24,8 +24,9 @@
 //   8. Reductions that a GPT step makes long: a whole tensor's sum (gradient clipping takes one
 //      per parameter; 2^25 elements is GPT-2's token embedding), the column sums of a
 //      [16384, 768] gradient, and LayerNorm's weight gradients at that shape (Note [Split
-//      reductions], cuda_kernels/reduce.cu; cuda_kernels/layer_norm.cu): GB/s of the bytes
-//      read and as % of the copy's.
+//      reductions], cuda_kernels/reduce.cu; cuda_kernels/layer_norm.cu), and the token
+//      embedding's backward (index_add of 8192 rows, cuda_kernels/index_add.cu): GB/s of the
+//      bytes read and as % of the copy's.
 // Ends with SUMMARY lines (tools/gpu/check.sh collects them): the goal for ReLU, BatchNorm and
 // Adam is at least 70 % of the copy's bandwidth at the largest size.
 //
@@ -414,9 +415,23 @@ void bench_reductions() {
   const double norm = row("LayerNorm weight gradients, [16384, 768]", time_ms([&] {
     gpu().layer_norm_backward(g, x, Tensor(), mean, rstd, false, none, gw, gb);
   }), 8.0 * static_cast<double>(rows * cols));
+  // The token embedding's backward: 8192 rows of 768 added into a [V, 768] gradient by index
+  // (each row read once; V = 114, the char GPT's vocabulary, and 50304, GPT-2's).
+  const Tensor src = random_gpu({8192, cols}, 35);
+  double embedding = 0;
+  for (const int64_t vocab : {int64_t{114}, int64_t{50304}}) {
+    std::vector<int64_t> ids(8192);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i * 7919) % vocab;
+    const Tensor index = Tensor::from_vector<int64_t>(ids).to(kGpu);
+    Tensor dst = Tensor::zeros({vocab, cols}, {DType::kFloat32, kGpu});
+    const std::string what = "index_add of [8192, 768] into [" + std::to_string(vocab) + ", 768]";
+    embedding = row(what.c_str(), time_ms([&] { gpu().index_add(dst, index, src); }),
+                    4.0 * static_cast<double>(8192 * cols));
+  }
   std::printf("SUMMARY reductions: %.0f%% of the copy's bandwidth for a whole sum of 2^25, %.0f%% "
-              "for [16384, 768]'s column sums, %.0f%% for LayerNorm's weight gradients there\n",
-              whole, columns, norm);
+              "for [16384, 768]'s column sums, %.0f%% for LayerNorm's weight gradients there, "
+              "%.0f%% for the embedding's index_add at V = 50304 (source bytes)\n",
+              whole, columns, norm, embedding);
 }
 
 }  // namespace

@@ -226,6 +226,23 @@ TEST_CASE("cuda index_add matches cpu bit for bit and names a bad index", "[cuda
                       "[5, 300]");
     cpu_kernels().index_add(before, Tensor::from_vector<int64_t>({1}), src.slice(0, 1));
     check_bitwise_equal(actual, before);
+
+    // The destination rows cut into ranges of one row (300 rows) and of several (3000 rows:
+    // more than the GPU's 4 blocks per SM), each row named many times in a random order.
+    for (const int64_t rows : {int64_t{300}, int64_t{3000}}) {
+      INFO("rows " << rows);
+      std::vector<int64_t> many(700);
+      for (size_t i = 0; i < many.size(); ++i) {
+        many[i] = static_cast<int64_t>((i * 7919 + i * i * 31) % static_cast<size_t>(rows / 10));
+      }
+      const Tensor idx = Tensor::from_vector<int64_t>(many);
+      const Tensor rows_src = random_tensor({700, 33}, dtype, 15);
+      Tensor want = random_tensor({rows, 33}, dtype, 16);
+      Tensor got = want.to(gpu());
+      cpu_kernels().index_add(want, idx, rows_src);
+      gpu_kernels().index_add(got, idx.to(gpu()), rows_src.to(gpu()));
+      check_bitwise_equal(got, want);
+    }
   }
 }
 
