@@ -1,6 +1,9 @@
 // Pipe::clip_grad_norm and Pipe::unscale_grads: the global gradient norm, and the global
 // overflow finding of loss scaling, of a model cut into stages.
 #include <cmath>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "nn/clip_grad.h"
 #include "pipeline/pipe.h"
@@ -51,6 +54,25 @@ void scale_grad(Tensor& p, const Tensor& factor) {
     p.set_grad(ops::mul(g, factor));
   }
 }
+
+/// A float64 factor as one element of each gradient's dtype on its device, cast once per
+/// (device, dtype) rather than once per gradient: the same value, a launch (or a copy and a
+/// launch) fewer per parameter.
+class FactorCache {
+ public:
+  explicit FactorCache(Tensor factor) : factor_(std::move(factor)) {}
+  Tensor like(const Tensor& g) {
+    for (const auto& [device, dtype, t] : cast_) {
+      if (device == g.device() && dtype == g.dtype()) return t;
+    }
+    cast_.push_back({g.device(), g.dtype(), factor_.to(g.device()).to(g.dtype()).reshape({})});
+    return std::get<2>(cast_.back());
+  }
+
+ private:
+  Tensor factor_;
+  std::vector<std::tuple<Device, DType, Tensor>> cast_;
+};
 }  // namespace
 
 // Note [Clipping without a host read]
@@ -58,9 +80,10 @@ void scale_grad(Tensor& p, const Tensor& factor) {
 // device ops alone, so a CUDA graph can hold it: per gradient Σg² in its dtype, cast to
 // float64 and summed on the first stage's device, norm = sqrt, coef = min(1, max_norm /
 // (norm + 1e-6)) (torch's clip_coef, clamped as torch clamps it: min as -max(-a, -1), NaN
-// passing through), every gradient multiplied by coef cast to its dtype. Eager and graphed
-// whole steps run these same ops, so they agree bit for bit; the result differs from
-// clip_grad_norm's (a host sum in another order) by rounding.
+// passing through), every gradient multiplied by coef cast to its dtype (once per dtype and
+// device: FactorCache). Eager and graphed whole steps run these same ops, so they agree bit
+// for bit; the result may differ from clip_grad_norm's by rounding (it applies its
+// coefficient as a host scalar).
 void Pipe::clip_grads_on_device(double max_norm) {
   const nn::Tensors local = local_parameters();  // every stage: one process (checked)
   const Device device = home_device();
@@ -75,10 +98,11 @@ void Pipe::clip_grads_on_device(double max_norm) {
   const Tensor ratio = ops::rdiv(ops::add(ops::sqrt(total), 1e-6), max_norm);  // max_norm / x
   const Tensor minus_one = Tensor::full({1}, -1.0, {.dtype = DType::kFloat64, .device = device});
   const Tensor coef = ops::neg(ops::max(cat({ops::neg(ratio).reshape({1}), minus_one}), 0));
+  FactorCache factor(coef);
   for (Tensor p : local) {
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    scale_grad(p, coef.to(g.dtype()).to(g.device()).reshape({}));
+    scale_grad(p, factor.like(g));
   }
 }
 
@@ -107,11 +131,12 @@ Device Pipe::home_device() const {
 Tensor Pipe::unscale_grads_on_device(const Tensor& scale) {
   const Device device = home_device();
   const Tensor inverse = ops::rdiv(scale.to(device), 1.0);  // 1/S in float64
+  FactorCache factor(inverse);
   Tensor total = Tensor::zeros({1}, {.dtype = DType::kFloat64, .device = device});
   for (Tensor p : local_parameters()) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    scale_grad(p, inverse.to(g.device()).to(g.dtype()).reshape({}));
+    scale_grad(p, factor.like(g));
     total = ops::add(total, ops::sum(ops::abs(p.grad())).to(DType::kFloat64).to(device));
   }
   return ops::mul(total, 0.0);
