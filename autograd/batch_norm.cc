@@ -45,6 +45,8 @@ class BatchNormBackward final : public FunctionNode {
                     const Tensor& invstd, NclDims dims)
       : FunctionNode({x, gamma, mean, invstd}), dims_(dims) {}
   const char* name() const override { return "BatchNormBackward"; }
+  /// Its parameter gradients are computed in B (Note [What W takes], engine.cc).
+  bool defers_weight_grads() const override { return false; }
 
  protected:
   std::vector<Tensor> backward(const std::vector<Tensor>& grads,
@@ -70,6 +72,8 @@ class BatchNormEvalBackward final : public FunctionNode {
                         const Tensor& running_var, double eps, NclDims dims)
       : FunctionNode({x, gamma, running_mean, running_var}), eps_(eps), dims_(dims) {}
   const char* name() const override { return "BatchNormEvalBackward"; }
+  /// Its parameter gradients are computed in B (Note [What W takes], engine.cc).
+  bool defers_weight_grads() const override { return false; }
 
  protected:
   std::vector<Tensor> backward(const std::vector<Tensor>& grads,

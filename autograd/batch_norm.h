@@ -21,8 +21,8 @@ struct BatchNormStats {
 
 /// Training mode (torch.nn.functional.batch_norm(training=True)):
 ///   y = (x - mean) · invstd · gamma + beta  with the batch's own mean and biased variance.
-/// Writes the statistics to *stats when given. Gradients (one node; B half: x, W half: gamma,
-/// beta), x̂ = (x - mean)·invstd:
+/// Writes the statistics to *stats when given. Gradients (one node; x, gamma and beta all in
+/// zero-bubble's B: Note [What W takes], engine.cc), x̂ = (x - mean)·invstd:
 ///   dbeta = Σ g,  dgamma = Σ g·x̂,  dx = gamma·invstd/M · (M·g - Σ g - x̂ · Σ g·x̂).
 /// Throws std::invalid_argument naming the shapes when x is not [N, C] / [N, C, L] or gamma /
 /// beta are not [C], and when a channel has a single value (M == 1), like PyTorch.

@@ -18,6 +18,8 @@ class EmbeddingBackward final : public FunctionNode {
                     std::optional<int64_t> padding_idx)
       : FunctionNode({indices}), weight_shape_(weight_shape), padding_idx_(padding_idx) {}
   const char* name() const override { return "EmbeddingBackward"; }
+  /// Its parameter gradients are computed in B (Note [What W takes], engine.cc).
+  bool defers_weight_grads() const override { return false; }
 
  protected:
   std::vector<Tensor> backward(const std::vector<Tensor>& grads, const std::vector<bool>&) override {

@@ -168,6 +168,16 @@ class GraphTask {
   /// node keeps its saved tensors until the queue runs it. A parameter's gradient, now or
   /// later, may be added into .grad by the node itself (Note [Weight gradients accumulated in
   /// place] in node.h); it then comes back undefined and goes to no slot.
+  ///
+  /// Note [What W takes]
+  /// Only nodes whose defers_weight_grads() is true leave their parameter gradients to W: the
+  /// products (Linear, matmul), whose dW is a GEMM as large as B's dX, which is what W is for
+  /// (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024; its implementation defers the
+  /// linear layers' weight-gradient GEMMs alone). LayerNorm's and BatchNorm's γ and β
+  /// gradients and Embedding's table gradient are reductions over the values B reads anyway
+  /// (one kernel computes them with dx), so they are computed in B: the queue then keeps
+  /// neither their saved input nor their output gradient until W, which for a transformer
+  /// block is a third or more of what it kept.
   void run_node(const std::shared_ptr<Node>& node) {
     std::vector<Tensor> grads(node->num_outputs());
     bool any_grad = false;
@@ -188,7 +198,8 @@ class GraphTask {
         if (!edges[i].valid()) continue;
         const bool is_parameter =
             edges[i].fn == nullptr && input_leaves_.count(edges[i].leaf.get()) == 0;
-        if (is_parameter && options_.defer_weight_grads != nullptr) {
+        if (is_parameter && options_.defer_weight_grads != nullptr &&
+            node->defers_weight_grads()) {
           later[i] = any_later = true;
         } else {
           now[i] = any_now = true;

@@ -14,7 +14,7 @@
 //   masking.h      masked_fill, causal_softmax (scaled, causal-masked softmax in one kernel)
 //   activation_ops.h  gelu (exact / tanh), erf
 //   layer_norm.h   layer_norm, rms_norm (B/W split)
-//   embedding.h    embedding (padding_idx; W half only)
+//   embedding.h    embedding (padding_idx)
 //   attention.h    scaled_dot_product_attention (tiled: never stores the scores)
 //
 // Each op: same semantics and errors as the tensor/ops.h op of the same name (PyTorch's), and

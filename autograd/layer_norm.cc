@@ -1,5 +1,6 @@
 // layer_norm and rms_norm as differentiable ops: one node each, whose backward computes only
-// the gradients it is asked for (the B half: x; the W half: weight and bias).
+// the gradients it is asked for, x, weight and bias in one pass (zero-bubble's B takes all
+// three: Note [What W takes] in engine.cc).
 #include "autograd/layer_norm.h"
 
 #include "autograd/function_node.h"
@@ -13,6 +14,8 @@ class NormBackward final : public FunctionNode {
   NormBackward(const Tensor& x, const Tensor& weight, const ops::NormForward& forward, bool rms)
       : FunctionNode({x, weight, forward.mean, forward.rstd}), rms_(rms) {}
   const char* name() const override { return rms_ ? "RMSNormBackward" : "LayerNormBackward"; }
+  /// Its parameter gradients are computed in B (Note [What W takes], engine.cc).
+  bool defers_weight_grads() const override { return false; }
 
  protected:
   std::vector<Tensor> backward(const std::vector<Tensor>& grads,

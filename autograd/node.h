@@ -78,6 +78,13 @@ class Node {
     return apply(grad_outputs, wanted);
   }
 
+  /// Whether zero-bubble's W may take this node's parameter gradients (Note [What W takes] in
+  /// engine.cc). True by default and for the products, whose weight gradient is a GEMM as
+  /// costly as B's; false for a node whose parameter gradient is a reduction over what B
+  /// reads anyway (LayerNorm, BatchNorm, Embedding): it computes that in B, and the queue
+  /// keeps nothing of it until W.
+  virtual bool defers_weight_grads() const { return true; }
+
   /// Zero-bubble's W half (Note [Input-grad and weight-grad halves]). When the engine defers
   /// the gradients of the inputs marked `later` (parameters), it asks the node once, right
   /// after B, what to keep of its output gradients until W; W then calls

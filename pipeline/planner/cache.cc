@@ -16,7 +16,9 @@ namespace {
 //   checkpoints], cell.h): the probes' checkpoint and recompute levels under a policy.
 // 5 (2026-12-07): under a policy a deferred W keeps dY in 16 bits and db (Note [What a
 //   deferred W keeps], autograd/linear.cc), and a Linear's first db is 1ᵀ·dY (a row of ones
-//   more): the probes' B and W levels and the profile's backward peaks.
+//   more): the probes' B and W levels and the profile's backward peaks; only products leave
+//   their parameter gradients to W (Note [What W takes], engine.cc), so a stage's first I
+//   has its own level (backward_input_first).
 constexpr int kCacheVersion = 5;
 
 using nlohmann::json;
@@ -95,6 +97,7 @@ void each_action(M& m, F&& f) {
   f("recompute", m.recompute);
   f("backward_first", m.backward_first);
   f("backward", m.backward);
+  f("backward_input_first", m.backward_input_first);
   f("backward_input", m.backward_input);
   f("weight_first", m.weight_first);
   f("weight", m.weight);

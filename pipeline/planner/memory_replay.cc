@@ -106,6 +106,7 @@ std::vector<DevicePeak> replay_memory(const Schedule& s, const ScheduleReplay& s
   std::vector<std::vector<Message>> incoming(static_cast<size_t>(p));
   std::vector<char> forwarded(static_cast<size_t>(S), 0);
   std::vector<char> have_grads(static_cast<size_t>(S), model.grads_before_step ? 1 : 0);
+  std::vector<char> have_input_grads = have_grads;  // of what I computes (B's parameters)
   for (int w = 0; w < p; ++w) effects[static_cast<size_t>(w)].resize(s.actions[static_cast<size_t>(w)].size());
   auto effect_at = [&](ActionPosition at) -> Effect& {
     return effects[static_cast<size_t>(at.worker)][static_cast<size_t>(at.index)];
@@ -157,7 +158,8 @@ std::vector<DevicePeak> replay_memory(const Schedule& s, const ScheduleReplay& s
             e.bytes = have_grads[si] ? mem.backward : mem.backward_first;
             have_grads[si] = 1;
           } else {
-            e.bytes = mem.backward_input;
+            e.bytes = have_input_grads[si] ? mem.backward_input : mem.backward_input_first;
+            have_input_grads[si] = 1;
           }
           if (st == S - 1) break;
           const ActionPosition sender = *backward_of(index, st + 1, j);

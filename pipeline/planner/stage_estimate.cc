@@ -136,6 +136,9 @@ StageMemory estimate_stage_memory(const ModelProfile& profile, int first, int la
   m.backward = {backward_peak, residue - held - loss_seed - (m.is_last ? 0 : dy)};
   m.backward_first = {m.backward.peak + m.parameter_bytes, m.backward.delta + m.parameter_bytes};
   m.backward_input = {backward_peak, kept_for_w - (m.is_last ? loss_seed : dy)};
+  // The first I makes the .grad of the parameters B takes (Note [What W takes], engine.cc);
+  // the profile does not say which those are, so the first W counts every .grad.
+  m.backward_input_first = m.backward_input;
   m.weight = {0, residue - held - kept_for_w};
   m.weight_first = {m.parameter_bytes, m.weight.delta + m.parameter_bytes};
   return m;

@@ -39,7 +39,9 @@ struct StageMemory {
   ActionBytes checkpoint_first, checkpoint;  // F of a checkpointed cell
   ActionBytes recompute;                     // R
   ActionBytes backward_first, backward;      // B; _first: the stage's first backward
-  ActionBytes backward_input;                // I
+  // I; _first: the stage's first I, which creates the .grad of the parameters whose
+  // gradients B computes (LayerNorm, BatchNorm, Embedding: Note [What W takes], engine.cc)
+  ActionBytes backward_input_first, backward_input;
   ActionBytes weight_first, weight;          // W; _first: the stage's first W
 
   /// "layers [3, 7) rows 32: F +1.2 MiB (peak 1.5 MiB), B ...": for --explain.

@@ -310,9 +310,9 @@ StageMemory probe_stage(nn::Sequential& model, int first, int last, int64_t rows
                 rows, options.precision);
     probe.forward(0, CellMode::kRecord);
     probe.forward(1, CellMode::kRecord);
-    m.backward_input = probe.backward(0, true);
+    m.backward_input_first = probe.backward(0, true);
     m.weight_first = probe.weight(0);
-    probe.backward(1, true);
+    m.backward_input = probe.backward(1, true);
     m.weight = probe.weight(1);
     probe.end_series(deferred.get());
   }

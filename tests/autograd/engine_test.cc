@@ -168,6 +168,42 @@ TEST_CASE("B/W split: deferred weight gradients equal an ordinary backward") {
   }
 }
 
+// Note [What W takes] (autograd/engine.cc): only the products leave their parameter gradients
+// to W; LayerNorm's, BatchNorm's and Embedding's are computed in B, and their nodes keep
+// nothing for W.
+TEST_CASE("B/W split: W takes the products' weight gradients; B computes the reductions'") {
+  const Tensor ids = Tensor::from_vector<int64_t>({2, 0, 2, 1});
+  Tensor table = random_leaf({3, 3}, 11), gamma = random_leaf({3}, 12);
+  Tensor beta = random_leaf({3}, 13), bn_gamma = random_leaf({3}, 14);
+  Tensor bn_beta = random_leaf({3}, 15), w = random_leaf({2, 3}, 16);
+  auto forward = [&] {
+    const Tensor e = ag::embedding(ids, table);  // [4, 3]
+    const Tensor n = ag::layer_norm(e, gamma, beta);
+    const Tensor b = ag::batch_norm_train(n, bn_gamma, bn_beta, 1e-5);
+    return ag::linear(b, w);  // [4, 2]
+  };
+  const Tensor grad_out = random_leaf({4, 2}, 17).detach();
+  const std::vector<Tensor> reductions{table, gamma, beta, bn_gamma, bn_beta};
+  ag::backward({forward()}, {grad_out});
+  std::vector<Tensor> plain;
+  for (Tensor p : reductions) plain.push_back(p.grad().clone());
+  const Tensor plain_w = w.grad().clone();
+  for (Tensor p : reductions) p.set_grad(Tensor());
+  w.set_grad(Tensor());
+
+  ag::WeightGradQueue queue;
+  ag::backward({forward()}, {grad_out}, {}, {.defer_weight_grads = &queue});
+  CHECK(queue.size() == 1);  // the Linear's W alone
+  for (size_t i = 0; i < reductions.size(); ++i) {
+    INFO("parameter " << i);
+    REQUIRE(reductions[i].grad().defined());  // made in B, the same as without the split
+    CHECK(pw::ops::equal(reductions[i].grad(), plain[i]));
+  }
+  CHECK_FALSE(w.grad().defined());
+  queue.run();
+  CHECK(pw::ops::equal(w.grad(), plain_w));
+}
+
 TEST_CASE("saved tensors are freed when backward is done") {
   // A virtual device of its own, so that nothing else touches its allocator.
   const pw::Device device = pw::Device::cpu(13);

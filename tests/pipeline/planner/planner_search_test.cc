@@ -68,7 +68,7 @@ StageMemory cell_of(int64_t a) {
   m.forward = m.forward_first = m.recompute = {a, a};
   m.checkpoint = m.checkpoint_first = {a, 0};
   m.backward = m.backward_first = {0, -a};
-  m.backward_input = {0, 0};
+  m.backward_input = m.backward_input_first = {0, 0};
   m.weight = m.weight_first = {0, -a};
   return m;
 }
