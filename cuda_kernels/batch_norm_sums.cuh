@@ -294,13 +294,9 @@ inline SumsPlan plan_sums(int64_t n, int64_t c, int64_t l, int v, int device) {
   }
   if (values == 0) return plan;
   const int64_t cap = launch_limits().max_grid;
-  const int64_t target = int64_t{kSumBlocksPerSm} * multiprocessor_count(device);
-  int64_t splits = target / groups;  // rounded down: one wave of equal blocks
   const int64_t most = (values + min_per_split - 1) / min_per_split;
-  splits = splits < most ? splits : most;
-  splits = splits < cap ? splits : cap;
-  splits = splits < 65535 ? splits : 65535;  // gridDim.y
-  splits = splits < 1 ? 1 : splits;
+  // Rounded down: one wave of equal blocks.
+  const int64_t splits = ranges_to_fill(groups, most, kSumBlocksPerSm, device);
   plan.per_split = (values + splits - 1) / splits;
   plan.splits = (values + plan.per_split - 1) / plan.per_split;  // none empty
   plan.grid = dim3(static_cast<unsigned>(groups < cap ? groups : cap),

@@ -15,7 +15,6 @@
 // Dtypes: float32 / float64.
 #include <algorithm>
 
-#include "cuda_kernels/device_guard.h"
 #include "cuda_kernels/index_check.h"
 #include "cuda_kernels/kernel_table.h"
 #include "cuda_kernels/launch.cuh"
@@ -66,11 +65,9 @@ void index_add(Tensor& dst, const Tensor& index, const Tensor& src) {
   // rows as make kRangeBlocksPerSm blocks per SM (at least one row each).
   constexpr int64_t kRangeBlocksPerSm = 4;
   const int threads = static_cast<int>(std::min<int64_t>(kBlock, (width + 31) / 32 * 32));
-  const int64_t cap = launch_limits().max_grid;
-  const int64_t blocks = std::min<int64_t>((width + threads - 1) / threads, cap);
-  const int64_t target = kRangeBlocksPerSm * multiprocessor_count(dst.device().index);
-  const int64_t wanted =
-      std::max<int64_t>(1, std::min({target / blocks, rows, cap, int64_t{65535}}));
+  const int64_t blocks =
+      std::min<int64_t>((width + threads - 1) / threads, launch_limits().max_grid);
+  const int64_t wanted = ranges_to_fill(blocks, rows, kRangeBlocksPerSm, dst.device().index);
   const int64_t span = (rows + wanted - 1) / wanted;
   const int64_t ranges = (rows + span - 1) / span;
   dispatch_floating(dst.dtype(), "index_add", [&](auto zero) {

@@ -49,6 +49,19 @@ inline unsigned row_grid(int64_t rows) {
   return static_cast<unsigned>(rows < 1 ? 1 : (rows > cap ? cap : rows));
 }
 
+/// How many ranges (gridDim.y) to cut a long loop into so that `blocks` blocks along x, times
+/// the ranges, make `blocks_per_sm` blocks per SM of `device`, one wave: at least 1, at most
+/// `most` (the ranges the work has of a useful size), launch_limits().max_grid and gridDim.y's
+/// 65535. The split reductions, LayerNorm's and BatchNorm's channel sums and index_add's
+/// ranges of rows use it, so a short grid still fills the GPU.
+inline int64_t ranges_to_fill(int64_t blocks, int64_t most, int64_t blocks_per_sm, int device) {
+  int64_t ranges = blocks_per_sm * multiprocessor_count(device) / (blocks < 1 ? 1 : blocks);
+  for (const int64_t cap : {most, launch_limits().max_grid, int64_t{65535}}) {
+    ranges = ranges < cap ? ranges : cap;
+  }
+  return ranges < 1 ? 1 : ranges;
+}
+
 /// The device and stream a kernel runs on: the output tensor's device, made current for the
 /// scope, and that device's current stream.
 struct LaunchContext {

@@ -19,9 +19,6 @@
 // Sums therefore round differently from the CPU's blocked sums: compare with a tolerance.
 // Max propagates NaN. argmax returns the first maximum (lowest k among equal values), NaN
 // counting as the maximum (torch.argmax), like the CPU. Dtypes: float32 / float64.
-#include <algorithm>
-
-#include "cuda_kernels/device_guard.h"
 #include "cuda_kernels/kernel_table.h"
 #include "cuda_kernels/launch.cuh"
 #include "cuda_kernels/scratch.h"
@@ -82,13 +79,8 @@ struct Split {
   int64_t splits = 1, per_split = 0;
 };
 Split plan_split(int64_t blocks, int64_t n, int64_t threads_per_output, int device) {
-  const int64_t target = kBlocksPerSm * multiprocessor_count(device);
-  const int64_t cap = std::min<int64_t>(launch_limits().max_grid, 65535);  // gridDim.y
-  int64_t splits = 1;
-  if (blocks < target) {
-    splits = std::min({target / blocks, n / (threads_per_output * kMinValuesPerThread), cap});
-    splits = std::max<int64_t>(splits, 1);
-  }
+  const int64_t splits = ranges_to_fill(
+      blocks, n / (threads_per_output * kMinValuesPerThread), kBlocksPerSm, device);
   Split s;
   s.per_split = (n + splits - 1) / splits;
   s.splits = s.per_split == 0 ? 1 : (n + s.per_split - 1) / s.per_split;  // none empty

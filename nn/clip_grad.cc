@@ -25,43 +25,55 @@ double host_share(const Tensor& g, double p) {
   return sum;
 }
 
-/// Σ g² (p = 2), Σ |g| (p = 1) or max |g| (inf) of one gradient, summed in its dtype on its
-/// device, then widened to float64 and moved to `home`: a [1] tensor.
-Tensor device_share(const Tensor& g, double p, const Device& home) {
-  const Tensor s = std::isinf(p) ? ops::max(ops::abs(g).reshape(Shape{-1}), 0)
-                   : p == 2.0    ? ops::sum(ops::square(g))
-                                 : ops::sum(ops::abs(g));
-  return s.to(DType::kFloat64).to(home).reshape(Shape{1});
-}
-
 }  // namespace
 
-// Note [One read per norm]
-// The gradients' shares are combined on the first gradient's device, in float64 and in the
-// parameters' order, and the host reads the total once: one wait for the device, not one per
-// parameter (GPT-2 on a GPU has 148, each a drained stream). Each share is still summed in its
-// gradient's dtype on its device and float64 adds them in the order the host did, so the
-// total has the same bits; for inf the maximum propagates NaN as before (ops::max). A p other
-// than 1, 2 and inf is summed on the host, as it was.
-double grad_norm_share(const Tensors& params, double norm_type) {
+Tensor grad_norm_share_on_device(const Tensors& params, double norm_type, const Device& home) {
   check_norm_type(norm_type);
   const bool inf = std::isinf(norm_type);
-  const bool on_device = inf || norm_type == 1.0 || norm_type == 2.0;
-  double share = 0.0;
-  Tensor total;  // on_device: [1] float64 on the first gradient's device
+  if (!inf && norm_type != 1.0 && norm_type != 2.0) {
+    std::ostringstream os;
+    os << "grad_norm_share_on_device: norm_type must be 1, 2 or inf, got " << norm_type;
+    throw std::invalid_argument(os.str());
+  }
+  Tensor total;
   for (const Tensor& p : params) {
     const Tensor g = p.defined() ? p.grad() : Tensor();
     if (!g.defined() || g.numel() == 0) continue;
-    if (!on_device) {
-      share += host_share(g, norm_type);
-      continue;
-    }
-    const Tensor s = device_share(g, norm_type, total.defined() ? total.device() : g.device());
+    const Tensor share = inf                ? ops::max(ops::abs(g).reshape(Shape{-1}), 0)
+                         : norm_type == 2.0 ? ops::sum(ops::square(g))
+                                            : ops::sum(ops::abs(g));
+    const Tensor s = share.to(DType::kFloat64).to(home).reshape(Shape{1});
     total = !total.defined() ? s
             : inf            ? ops::max(cat({total, s}), 0).reshape(Shape{1})
                              : ops::add(total, s);
   }
-  return total.defined() ? total.item() : share;
+  return total;
+}
+
+// Note [One read per norm]
+// The gradients' shares are combined on the first gradient's device, in float64 and in the
+// parameters' order (grad_norm_share_on_device), and the host reads the total once: one wait
+// for the device, not one per parameter (GPT-2 on a GPU has 148, each a drained stream). Each
+// share is still summed in its gradient's dtype on its device and float64 adds them in the
+// order the host did, so the total has the same bits; for inf the maximum propagates NaN as
+// before (ops::max). A p other than 1, 2 and inf is summed on the host, as it was.
+double grad_norm_share(const Tensors& params, double norm_type) {
+  check_norm_type(norm_type);
+  if (!std::isinf(norm_type) && norm_type != 1.0 && norm_type != 2.0) {
+    double share = 0.0;
+    for (const Tensor& p : params) {
+      const Tensor g = p.defined() ? p.grad() : Tensor();
+      if (g.defined()) share += host_share(g, norm_type);
+    }
+    return share;
+  }
+  for (const Tensor& p : params) {  // home: the first gradient's device
+    const Tensor g = p.defined() ? p.grad() : Tensor();
+    if (g.defined() && g.numel() > 0) {
+      return grad_norm_share_on_device(params, norm_type, g.device()).item();
+    }
+  }
+  return 0.0;
 }
 
 double norm_from_share(double share, double norm_type) {

@@ -24,26 +24,17 @@ nn::Tensors Pipe::local_parameters() const {
   return local;
 }
 
-// Each process holds the gradients of the stages its workers run (in one process: all of
-// them). Its share of the norm (Σ|g|^p, or max|g|) is combined over the processes of the
-// pipeline, so every process gets the same total and scales its own gradients by it.
-double Pipe::clip_grad_norm(double max_norm, double norm_type) {
-  const nn::Tensors local = local_parameters();
-  // A tied parameter counts once (Note [Tied parameters]): its first copy's gradient.
+namespace {
+/// `params` less the extra copies of tied parameters: a tied parameter counts once in a norm
+/// (Note [Tied parameters]), its first copy's gradient.
+nn::Tensors counted_once(const nn::Tensors& params, const TiedParameters& tied) {
   nn::Tensors counted;
-  for (const Tensor& p : local) {
-    if (!tied_->is_extra_copy(p)) counted.push_back(p);
+  for (const Tensor& p : params) {
+    if (!tied.is_extra_copy(p)) counted.push_back(p);
   }
-  double share = nn::grad_norm_share(counted, norm_type);
-  if (options_.processes != nullptr) {
-    share = options_.processes->combine_over_pipeline(share, std::isinf(norm_type));
-  }
-  const double norm = nn::norm_from_share(share, norm_type);
-  nn::clip_grads_with_norm(local, max_norm, norm);
-  return norm;
+  return counted;
 }
 
-namespace {
 /// p.grad() *= factor (one element of its dtype on its device), in place when contiguous (a
 /// graph's pool then holds one copy of the gradients, not one per pass over them).
 void scale_grad(Tensor& p, const Tensor& factor) {
@@ -75,10 +66,25 @@ class FactorCache {
 };
 }  // namespace
 
+// Each process holds the gradients of the stages its workers run (in one process: all of
+// them). Its share of the norm (Σ|g|^p, or max|g|) is combined over the processes of the
+// pipeline, so every process gets the same total and scales its own gradients by it.
+double Pipe::clip_grad_norm(double max_norm, double norm_type) {
+  const nn::Tensors local = local_parameters();
+  double share = nn::grad_norm_share(counted_once(local, *tied_), norm_type);
+  if (options_.processes != nullptr) {
+    share = options_.processes->combine_over_pipeline(share, std::isinf(norm_type));
+  }
+  const double norm = nn::norm_from_share(share, norm_type);
+  nn::clip_grads_with_norm(local, max_norm, norm);
+  return norm;
+}
+
 // Note [Clipping without a host read]
 // StepOptions::max_grad_norm clips inside the whole step (train_step with an optimizer) by
 // device ops alone, so a CUDA graph can hold it: per gradient Σg² in its dtype, cast to
-// float64 and summed on the first stage's device, norm = sqrt, coef = min(1, max_norm /
+// float64 and summed on the first stage's device (nn::grad_norm_share_on_device, the sum
+// clip_grad_norm reads), norm = sqrt, coef = min(1, max_norm /
 // (norm + 1e-6)) (torch's clip_coef, clamped as torch clamps it: min as -max(-a, -1), NaN
 // passing through), every gradient multiplied by coef cast to its dtype (once per dtype and
 // device: FactorCache). Eager and graphed whole steps run these same ops, so they agree bit
@@ -87,13 +93,7 @@ class FactorCache {
 void Pipe::clip_grads_on_device(double max_norm) {
   const nn::Tensors local = local_parameters();  // every stage: one process (checked)
   const Device device = home_device();
-  Tensor total;
-  for (const Tensor& p : local) {
-    const Tensor g = p.grad();
-    if (!g.defined() || tied_->is_extra_copy(p)) continue;  // a tied parameter counts once
-    const Tensor share = ops::sum(ops::square(g)).to(DType::kFloat64).to(device);
-    total = total.defined() ? ops::add(total, share) : share;
-  }
+  const Tensor total = nn::grad_norm_share_on_device(counted_once(local, *tied_), 2.0, device);
   if (!total.defined()) return;
   const Tensor ratio = ops::rdiv(ops::add(ops::sqrt(total), 1e-6), max_norm);  // max_norm / x
   const Tensor minus_one = Tensor::full({1}, -1.0, {.dtype = DType::kFloat64, .device = device});
@@ -132,14 +132,13 @@ Tensor Pipe::unscale_grads_on_device(const Tensor& scale) {
   const Device device = home_device();
   const Tensor inverse = ops::rdiv(scale.to(device), 1.0);  // 1/S in float64
   FactorCache factor(inverse);
-  Tensor total = Tensor::zeros({1}, {.dtype = DType::kFloat64, .device = device});
-  for (Tensor p : local_parameters()) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    scale_grad(p, factor.like(g));
-    total = ops::add(total, ops::sum(ops::abs(p.grad())).to(DType::kFloat64).to(device));
+  const nn::Tensors local = local_parameters();
+  for (Tensor p : local) {
+    if (p.grad().defined()) scale_grad(p, factor.like(p.grad()));
   }
-  return ops::mul(total, 0.0);
+  const Tensor total = nn::grad_norm_share_on_device(local, 1.0, device);
+  return total.defined() ? ops::mul(total, 0.0)
+                         : Tensor::zeros({1}, {.dtype = DType::kFloat64, .device = device});
 }
 
 // Every copy of a tied parameter holds the group's gradient (scaled alike), so each is
