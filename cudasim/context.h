@@ -59,6 +59,9 @@ struct Runtime {
   std::map<uintptr_t, size_t> pinned;  // cudaMallocHost blocks: base -> size
   std::vector<std::shared_ptr<Capture>> captures;  // in progress
   std::map<uintptr_t, GraphOps> graphs, graph_execs;  // handle token -> operations
+  /// (graph exec token, device) -> the stream its replays run that device's ops on (Note
+  /// [Graphs over devices], graphs.cc); destroyed with the exec.
+  std::map<std::pair<uintptr_t, int>, cudaStream_t> replay_streams;
 
   /// A fresh handle value: never reused, never dereferenced.
   uintptr_t new_token() { return next_token += 16; }
@@ -104,6 +107,9 @@ struct Request {
   std::shared_ptr<EventRecord> wait;  // cudaStreamWaitEvent: wait for this record first
   /// Called under the lock once the op is committed (event records fill in their record).
   std::function<void(const std::shared_ptr<Stream>&, uint64_t seq)> on_commit;
+  /// Set when the op is captured: the device of the stream that captured it, where a replay
+  /// runs it (Note [Graphs over devices], graphs.cc).
+  int device = -1;
 };
 
 /// One stream capture in progress or ended (Note [Stream capture], graphs.cc). Guarded by the
@@ -114,9 +120,12 @@ struct Capture {
   std::shared_ptr<Stream> origin;   // the stream cudaStreamBeginCapture was given
   std::vector<Request> ops;         // the captured operations, in capture order
   /// Streams forked into the capture (by waiting for an event recorded in it) -> the op count
-  /// after their last captured op; `rejoined` holds those the origin has waited for since.
+  /// after their last captured op (at least their fork's).
   std::map<const Stream*, size_t> forked;
-  std::set<const Stream*> rejoined;
+  /// Per stream in the capture, what its next op depends on: stream -> the op count up to
+  /// which it has waited for that stream's work, directly or through other streams' events.
+  /// The capture is joined when the origin's covers every forked stream's last op.
+  std::map<const Stream*, std::map<const Stream*, size_t>> known;
   cudaError_t invalidated = cudaSuccess;  // the first prohibited call's error
   std::string why;
   bool ended = false;

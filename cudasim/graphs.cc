@@ -8,8 +8,9 @@
 // not run: enqueue() (context.cc) checks its pointers as usual, then hands it here, and the
 // operation (its work, its pointer accesses, its text) is appended to the capture. Other
 // streams join the capture by waiting for an event recorded in it (a fork) and must be waited
-// for again by the origin stream before the capture ends (a join), else EndCapture fails with
-// cudaErrorStreamCaptureUnjoined, as CUDA's does. An event recorded in a capture is a point of
+// for again by the origin stream before the capture ends (a join: the origin waits for an
+// event recorded after the stream's last op, or for one of a stream that had waited so, and
+// so on), else EndCapture fails with cudaErrorStreamCaptureUnjoined, as CUDA's does. An event recorded in a capture is a point of
 // the capture, not of a stream: it orders captured work and nothing else.
 //
 // A graph is the captured operations in capture order. That order is a topological order of
@@ -18,6 +19,19 @@
 // after another on `stream`, through enqueue(): each replayed kernel or copy is checked by the
 // race detector against every other stream's work, like eager work. The simulation gives up
 // the concurrency of a graph's branches, never its ordering.
+//
+// Note [Graphs over devices]
+// A capture may span devices: a stream of another device joins it by waiting for an event
+// recorded in it, as any stream does, and its kernels and copies become nodes of that device
+// (CUDA's multi-device graphs; a copy between devices is a node too). A replay runs each op
+// on its own device: ops of the launch stream's device on that stream, the others on a stream
+// the graph exec keeps per device (made at its first launch there, destroyed with it). The
+// replay stays one op after another: where consecutive ops run on different streams, the
+// second's stream waits for the first's op; the first op elsewhere waits for the launch
+// stream's work before the launch, and the launch stream waits for the last op elsewhere, so
+// the launch is ordered after what came before it on its stream and what follows waits for
+// all of it, as a graph launch is. A graph over devices launched into another capture is not
+// simulated (the replay's waits would cross the capture).
 //
 // While a capture runs, CUDA refuses what would synchronise with or allocate under it
 // ("potentially unsafe API calls"): in cudaStreamCaptureModeGlobal for every thread, in
@@ -32,6 +46,7 @@
 // cudaErrorStreamCaptureInvalidated and no graph, as CUDA's does.
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -139,13 +154,11 @@ cudaError_t capture_request_locked(const Request& req, const std::shared_ptr<Str
     if (!s->capture) {  // a fork: s joins the capture
       s->capture = c;
       c->forked[s.get()] = c->ops.size();
-      c->rejoined.erase(s.get());
-    } else if (s == c->origin) {  // a join, when the record follows the stream's last op
-      const auto it = c->forked.find(req.wait->captured_on);
-      if (it != c->forked.end() && req.wait->captured_ops >= it->second) {
-        c->rejoined.insert(req.wait->captured_on);
-      }
     }
+    // s now depends on what the record saw (a join when s is the origin and the record
+    // follows a forked stream's last op, directly or through other streams' waits).
+    std::map<const Stream*, size_t>& known = c->known[s.get()];
+    for (const auto& [stream, ops] : req.wait->seen) known[stream] = std::max(known[stream], ops);
     *captured = true;  // the replay's order keeps the dependency
     return cudaSuccess;
   }
@@ -167,9 +180,9 @@ cudaError_t capture_request_locked(const Request& req, const std::shared_ptr<Str
     return fail(cudaErrorStreamCaptureUnsupported, why);
   }
   c.ops.push_back(req);
+  c.ops.back().device = s->device;
   if (s != c.origin) {
     c.forked[s.get()] = c.ops.size();
-    c.rejoined.erase(s.get());
   }
   *captured = true;
   return cudaSuccess;
@@ -236,8 +249,10 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
     return fail(cudaErrorStreamCaptureInvalidated,
                 "cudaStreamEndCapture: the capture was invalidated: " + c->why);
   }
+  const std::map<const Stream*, size_t>& joined = c->known[c->origin.get()];
   for (const auto& [forked, ops] : c->forked) {
-    if (c->rejoined.count(forked) == 0) {
+    const auto it = joined.find(forked);
+    if (it == joined.end() || it->second < ops) {
       return fail(cudaErrorStreamCaptureUnjoined,
                   "cudaStreamEndCapture: a stream forked into the capture (by waiting for an "
                   "event recorded in it) was not joined back: the capturing stream must wait "
@@ -302,10 +317,45 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
   return cudaSuccess;
 }
 
+namespace {
+
+/// The stream replays of `exec` run `device`'s ops on (Note [Graphs over devices]): made on
+/// first use, non-blocking, one of the device's streams (a device synchronisation waits for
+/// it). Runtime lock held.
+cudaStream_t replay_stream_locked(uintptr_t exec, int device) {
+  Runtime& r = rt();
+  cudaStream_t& handle = r.replay_streams[{exec, device}];
+  if (handle == nullptr) {
+    std::shared_ptr<Stream> s = r.new_stream(device, /*legacy=*/false, /*blocking=*/false);
+    const uintptr_t token = r.new_token();
+    r.streams[token] = s;
+    r.devices[static_cast<size_t>(device)]->streams.push_back(s);
+    handle = reinterpret_cast<cudaStream_t>(token);
+  }
+  return handle;
+}
+
+/// `stream` waits for `op` (a stream and its op count, as an event recorded after it).
+cudaError_t wait_for_op(cudaStream_t stream, const Enqueued& op) {
+  auto record = std::make_shared<EventRecord>();
+  record->stream = op.stream;
+  record->seq = op.seq;
+  record->vc = op.vc;
+  Request req;
+  req.stream = stream;
+  req.site.what = "cudaGraphLaunch (a replay's order across devices)";
+  req.wait = std::move(record);
+  return enqueue(std::move(req)).status;
+}
+
+}  // namespace
+
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   count_api("cudaGraphLaunch");
   CUDASIM_NO_CALLBACK("cudaGraphLaunch");
   GraphOps ops;
+  Enqueued last;  // the op the next one on another stream waits for; first the launch point
+  std::map<int, cudaStream_t> streams;  // device -> the stream its ops replay on
   {
     Runtime& r = rt();
     std::lock_guard<std::mutex> lock(r.mu);
@@ -314,24 +364,65 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
       return fail(cudaErrorInvalidResourceHandle, "cudaGraphLaunch: not a live graph exec");
     }
     ops = it->second;
-    if (!resolve_stream_locked(stream)) return peek_last_error();
+    const std::shared_ptr<Stream> launch = resolve_stream_locked(stream);
+    if (!launch) return peek_last_error();
+    streams[launch->device] = stream;
+    for (const Request& op : *ops) {
+      if (op.device < 0 || streams.count(op.device) != 0) continue;
+      if (launch->capture) {
+        return fail(cudaErrorStreamCaptureUnsupported,
+                    "cudaGraphLaunch: a graph over several devices launched into a capture "
+                    "(not simulated)");
+      }
+      streams[op.device] = replay_stream_locked(reinterpret_cast<uintptr_t>(exec), op.device);
+    }
+    last.stream = launch;
+    last.seq = launch->enqueued;
+    last.vc = launch->vc;
   }
-  // One op after another on `stream` (Note [Stream capture]); into its capture if it has one.
+  // One op after another (Note [Stream capture]), each on its device (Note [Graphs over
+  // devices]); into the launch stream's capture if it has one.
+  cudaStream_t on = stream;
   for (const Request& op : *ops) {
     Request replay = op;
-    replay.stream = stream;
-    if (const cudaError_t status = enqueue(std::move(replay)).status; status != cudaSuccess) {
-      return status;
+    replay.stream = op.device < 0 ? stream : streams.at(op.device);
+    if (replay.stream != on) {
+      if (const cudaError_t status = wait_for_op(replay.stream, last); status != cudaSuccess) {
+        return status;
+      }
+      on = replay.stream;
     }
+    const Enqueued done = enqueue(std::move(replay));
+    if (done.status != cudaSuccess) return done.status;
+    last = done;
   }
+  if (on != stream) return wait_for_op(stream, last);
   return cudaSuccess;
 }
 
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
-  std::lock_guard<std::mutex> lock(rt().mu);
-  if (rt().graph_execs.erase(reinterpret_cast<uintptr_t>(exec)) == 0) {
-    return fail(cudaErrorInvalidValue, "cudaGraphExecDestroy: not a live graph exec");
+  std::vector<std::shared_ptr<Stream>> replay_streams;  // stopped outside the lock
+  {
+    Runtime& r = rt();
+    std::lock_guard<std::mutex> lock(r.mu);
+    const auto token = reinterpret_cast<uintptr_t>(exec);
+    if (r.graph_execs.erase(token) == 0) {
+      return fail(cudaErrorInvalidValue, "cudaGraphExecDestroy: not a live graph exec");
+    }
+    for (auto it = r.replay_streams.begin(); it != r.replay_streams.end();) {
+      if (it->first.first != token) {
+        ++it;
+        continue;
+      }
+      const auto handle = reinterpret_cast<uintptr_t>(it->second);
+      std::shared_ptr<Stream> s = r.streams.at(handle);
+      r.streams.erase(handle);
+      std::erase(r.devices[static_cast<size_t>(s->device)]->streams, s);
+      replay_streams.push_back(std::move(s));
+      it = r.replay_streams.erase(it);
+    }
   }
+  for (const auto& s : replay_streams) s->stop_and_join();  // their queued work still runs
   return cudaSuccess;
 }
 

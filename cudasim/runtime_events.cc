@@ -76,8 +76,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
       }
       auto record = std::make_shared<EventRecord>();
       record->capture = s->capture;
-      record->captured_on = s.get();
-      record->captured_ops = s->capture->ops.size();
+      record->seen = s->capture->known[s.get()];
+      record->seen[s.get()] = s->capture->ops.size();
       e->last = record;
       return cudaSuccess;
     }

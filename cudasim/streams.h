@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -118,10 +119,10 @@ struct EventRecord {
   VectorClock vc;
   std::atomic<int64_t> time_ns{0};  // steady_clock time when the op ran (timing events)
   // A record made while its stream was capturing: a point in that capture, not in a stream
-  // (stream and seq stay unset). captured_ops: the capture's op count at the record.
+  // (stream and seq stay unset). seen: what a stream waiting for it comes to depend on (its
+  // stream's Capture::known, and that stream up to the capture's op count at the record).
   std::shared_ptr<Capture> capture;
-  const Stream* captured_on = nullptr;
-  size_t captured_ops = 0;
+  std::map<const Stream*, size_t> seen;
 };
 
 struct Event {

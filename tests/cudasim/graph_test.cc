@@ -353,3 +353,103 @@ TEST_CASE("a replayed graph is race-checked like eager work") {
   cudasim::set_race_policy(previous);
   clean();
 }
+
+// Note [Graphs over devices]: a stream of another device joins a capture like any stream; a
+// replay runs each op on its own device (a kernel of device 1 run on device 0's stream would
+// touch memory device 0 has no peer access to), in capture order, and the launch stream waits
+// for the last of them.
+TEST_CASE("a graph over two devices replays each op on its device, in order") {
+  clean();
+  REQUIRE(cudasim::simulated_device_count() >= 2);
+  const cudasim::RacePolicy previous = cudasim::set_race_policy(cudasim::RacePolicy::kReport);
+  REQUIRE_CUDA(cudaSetDevice(0));
+  DeviceFloats a(4);
+  Stream origin;
+  REQUIRE_CUDA(cudaSetDevice(1));
+  DeviceFloats b(4);
+  Stream side, reader;
+  REQUIRE_CUDA(cudaSetDevice(0));
+  cudaEvent_t fork, join, done;
+  REQUIRE_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  REQUIRE_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  REQUIRE_CUDA(cudaSetDevice(1));
+  REQUIRE_CUDA(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  REQUIRE_CUDA(cudaSetDevice(0));
+  REQUIRE_CUDA(cudaMemsetAsync(a.p, 0, a.bytes(), origin.s));
+  REQUIRE_CUDA(cudaStreamSynchronize(origin.s));
+
+  REQUIRE_CUDA(cudaStreamBeginCapture(origin.s, cudaStreamCaptureModeGlobal));
+  REQUIRE_CUDA(twice_plus_one(origin.s, a.p, a.n));
+  REQUIRE_CUDA(cudaEventRecord(fork, origin.s));
+  REQUIRE_CUDA(cudaStreamWaitEvent(side.s, fork, 0));  // device 1's stream joins
+  REQUIRE_CUDA(cudaMemcpyPeerAsync(b.p, 1, a.p, 0, a.bytes(), side.s));
+  REQUIRE_CUDA(twice_plus_one(side.s, b.p, b.n));      // b = 2a + 1, on device 1
+  REQUIRE_CUDA(cudaEventRecord(join, side.s));
+  REQUIRE_CUDA(cudaStreamWaitEvent(origin.s, join, 0));
+  cudaGraph_t graph = nullptr;
+  REQUIRE_CUDA(cudaStreamEndCapture(origin.s, &graph));
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  cudasim::reset_api_counts();
+  REQUIRE_CUDA(cudaGraphLaunch(exec, origin.s));
+  REQUIRE_CUDA(cudaGraphLaunch(exec, origin.s));
+  CHECK(cudasim::api_counts().at("cudaGraphLaunch") == 2);
+  CHECK(cudasim::api_counts().size() == 1);  // the replay's own waits are not API calls
+  // A reader ordered after the launch stream sees both replays' work, race-free.
+  REQUIRE_CUDA(cudaEventRecord(done, origin.s));
+  REQUIRE_CUDA(cudaStreamWaitEvent(reader.s, done, 0));
+  std::vector<float> seen;
+  REQUIRE_CUDA(fake_kernel(reader.s, "ordered_reader", {read_all(b.p)}, [&seen, p = b.p] {
+    seen.assign(p, p + 4);
+  }));
+  REQUIRE_CUDA(cudaStreamSynchronize(reader.s));
+  CHECK(seen == std::vector<float>(4, 7.0f));  // a: 0 -> 1 -> 3; b = 2 * 3 + 1
+  CHECK(cudasim::take_race_reports().empty());
+  CHECK(read(a) == std::vector<float>(4, 3.0f));
+
+  REQUIRE_CUDA(cudaGraphExecDestroy(exec));
+  REQUIRE_CUDA(cudaGraphDestroy(graph));
+  for (cudaEvent_t e : {fork, join, done}) REQUIRE_CUDA(cudaEventDestroy(e));
+  REQUIRE_CUDA(cudaDeviceSynchronize());
+  cudasim::set_race_policy(previous);
+  clean();
+}
+
+TEST_CASE("a stream joins through another: the origin's wait covers what that one waited for") {
+  clean();
+  DeviceFloats x(4), y(4);
+  Stream origin, a, b;
+  std::vector<cudaEvent_t> events(4);
+  for (cudaEvent_t& e : events) REQUIRE_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  REQUIRE_CUDA(cudaMemsetAsync(x.p, 0, x.bytes(), origin.s));
+  REQUIRE_CUDA(cudaMemsetAsync(y.p, 0, y.bytes(), origin.s));
+  REQUIRE_CUDA(cudaStreamSynchronize(origin.s));
+  // origin -> a -> b; b's work joins a, a joins origin. `late`: b works again after a's wait.
+  auto capture = [&](bool late) {
+    REQUIRE_CUDA(cudaStreamBeginCapture(origin.s, cudaStreamCaptureModeGlobal));
+    REQUIRE_CUDA(cudaEventRecord(events[0], origin.s));
+    REQUIRE_CUDA(cudaStreamWaitEvent(a.s, events[0], 0));
+    REQUIRE_CUDA(cudaEventRecord(events[1], a.s));
+    REQUIRE_CUDA(cudaStreamWaitEvent(b.s, events[1], 0));
+    REQUIRE_CUDA(twice_plus_one(b.s, x.p, x.n));
+    REQUIRE_CUDA(cudaEventRecord(events[2], b.s));
+    REQUIRE_CUDA(cudaStreamWaitEvent(a.s, events[2], 0));
+    REQUIRE_CUDA(twice_plus_one(a.s, y.p, y.n));
+    if (late) REQUIRE_CUDA(twice_plus_one(b.s, x.p, x.n));
+    REQUIRE_CUDA(cudaEventRecord(events[3], a.s));
+    REQUIRE_CUDA(cudaStreamWaitEvent(origin.s, events[3], 0));
+  };
+  capture(/*late=*/true);
+  end_capture_expecting(origin.s, cudaErrorStreamCaptureUnjoined);
+  capture(/*late=*/false);
+  cudaGraph_t graph = nullptr;
+  REQUIRE_CUDA(cudaStreamEndCapture(origin.s, &graph));
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  REQUIRE_CUDA(cudaGraphLaunch(exec, origin.s));
+  CHECK(read(x) == std::vector<float>(4, 1.0f));
+  CHECK(read(y) == std::vector<float>(4, 1.0f));
+  REQUIRE_CUDA(cudaGraphExecDestroy(exec));
+  REQUIRE_CUDA(cudaGraphDestroy(graph));
+  for (cudaEvent_t e : events) REQUIRE_CUDA(cudaEventDestroy(e));
+}
