@@ -189,7 +189,7 @@ void commit_running_stats(const Tensor& mean, const Tensor& m2, int64_t count,
   const DeviceGraph* graph = DeviceGraph::capturing_on(device);
   PW_KERNEL(device, batch_norm_commit)(mean, m2, static_cast<double>(count),
                                        momentum ? *momentum : -1.0, running_mean, running_var,
-                                       num_batches_tracked, graph ? graph->gate() : nullptr);
+                                       num_batches_tracked, graph ? graph->gate(device) : nullptr);
 }
 
 Tensor batch_norm_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta,

@@ -206,6 +206,14 @@ class CudaBackend final : public DeviceBackend {
     }
   }
 
+  void begin_graph_pool(int device_index, int64_t pool) override {
+    caching_allocator(device_index).begin_graph_pool(pool);
+  }
+
+  void end_graph_pool(int device_index) override {
+    caching_allocator(device_index).end_graph_pool();
+  }
+
   void* end_capture(int device_index, void* stream) override {
     CachingAllocator& allocator = caching_allocator(device_index);
     DeviceGuard guard(device_index);

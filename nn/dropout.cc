@@ -29,7 +29,7 @@ Tensor Dropout::forward(const Tensor& x) {
       // by one per step).
       auto replays = std::make_shared<uint64_t>(0);
       void* slot = graph->scalar_slot(
-          sizeof(uint64_t),
+          x.device(), sizeof(uint64_t),
           [draw, replays](void* bytes) {
             *static_cast<uint64_t*>(bytes) = keyed_seed(draw, draw.key.step + *replays);
           },

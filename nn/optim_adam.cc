@@ -131,7 +131,7 @@ void Adam::update_replayed(DeviceGraph& graph, size_t i, size_t group, const Ten
   Tensor param = params()[i];
   const double decay = group_decay_[group];
   void* slot = graph.scalar_slot(
-      4 * sizeof(double),
+      param.device(), 4 * sizeof(double),
       [this, i, decay, dtype = param.dtype()](void* bytes) {
         const AdamOptions& o = options_;
         const double t = static_cast<double>(state_[i].step + 1);
@@ -142,7 +142,8 @@ void Adam::update_replayed(DeviceGraph& graph, size_t i, size_t group, const Ten
       [this, i] { state_[i].step += 1; }, /*gated=*/true);  // a skipped step keeps `step`
   State& s = state_[i];
   PW_KERNEL(param.device(), adam_step_indirect)(param, grad, s.exp_avg, s.exp_avg_sq, slot,
-                                                graph.gate(), options_.betas.first,
+                                                graph.gate(param.device()),
+                                                options_.betas.first,
                                                 options_.betas.second, options_.eps, decay,
                                                 options_.decoupled);
 }

@@ -74,12 +74,12 @@ void SGD::update(size_t i, const Tensor& grad) {
                              "before capturing");
     }
     void* lr = graph->scalar_slot(
-        sizeof(double),
+        param.device(), sizeof(double),
         [this, dtype = param.dtype()](void* bytes) { store_scalar(bytes, 0, options_.lr, dtype); },
         nullptr);
     Tensor no_buffer;
     PW_KERNEL(param.device(), sgd_step_indirect)(param, grad, o.momentum != 0 ? buffer : no_buffer,
-                                                 lr, graph->gate(), o.momentum, o.dampening,
+                                                 lr, graph->gate(param.device()), o.momentum, o.dampening,
                                                  o.weight_decay, o.nesterov);
     return;
   }

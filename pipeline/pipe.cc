@@ -230,7 +230,7 @@ void Pipe::run(Step& step, const std::vector<std::vector<Action>>& actions) {
   // optimizer — reads the step's gate, so a replay whose step failed changes nothing.
   if (step.gathered.gate.defined()) {
     if (DeviceGraph* graph = DeviceGraph::capturing_on(step.gathered.gate.device())) {
-      graph->set_gate(step.gathered.gate.raw_data());
+      graph->set_gate(step.gathered.gate);
     }
   }
   if (deferred_ != nullptr && module_.is_training()) deferred_->commit();

@@ -245,7 +245,8 @@ class Pipe {
 
   /// A whole training step: optimizer.zero_grad(), train_step(input, target, loss_fn,
   /// options), step(optimizer); the same result and the same bits. With
-  /// PipeOptions::cuda_graphs, on one CUDA device, the second step of a kind (the same
+  /// PipeOptions::cuda_graphs, with every stage on a CUDA device (one graph over several:
+  /// Note [A step over devices], step_graph.h), the second step of a kind (the same
   /// shapes, dtypes, options, optimizer and tensors) is captured as a CUDA graph and later
   /// ones replay it: the inputs are copied into the graph's own tensors, the graph is
   /// launched on the caller's current stream, the losses are read (Note [A step as one

@@ -2,8 +2,9 @@
 // (Note [A step as one graph], step_graph.h).
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <exception>
-#include <set>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -121,10 +122,8 @@ StepResult Pipe::eager_step(const nn::Tensors& inputs, const nn::Tensors& target
 
 std::string Pipe::why_not_graphed(const nn::Tensors& inputs, const nn::Optimizer& optimizer,
                                   const StepOptions& options) const {
-  const std::vector<Device>& devices = runtime().stage_devices();
-  std::set<Device> distinct(devices.begin(), devices.end());
-  if (distinct.size() != 1 || !devices.front().is_cuda()) {
-    return "the stages are not all on one CUDA device: steps run eagerly";
+  for (const Device& d : runtime().stage_devices()) {
+    if (!d.is_cuda()) return "the stages are not all on CUDA devices: steps run eagerly";
   }
   if (options_.processes != nullptr) return "a Pipe over processes: steps run eagerly";
   if (!optimizer.capturable()) {
@@ -194,10 +193,15 @@ StepResult Pipe::train_step(const nn::Tensors& inputs, const nn::Tensors& target
 StepResult Pipe::capture_step(const nn::Tensors& inputs, const nn::Tensors& targets,
                               const TupleLossFn& loss_fn, nn::Optimizer& optimizer,
                               const StepOptions& options) {
-  const Device device = runtime().stage_devices().front();
+  // The stages' devices, the first stage's first (Note [A step over devices], step_graph.h).
+  std::vector<Device> devices;
+  for (const Device& d : runtime().stage_devices()) {
+    if (std::find(devices.begin(), devices.end(), d) == devices.end()) devices.push_back(d);
+  }
+  const Device device = devices.front();
   StepGraph& g = *graph_;
   if (!g.stream.has_value()) g.stream = Stream::create(device);
-  auto graph = std::make_unique<DeviceGraph>(device);
+  auto graph = std::make_unique<DeviceGraph>(devices);
   // The graph's own inputs and targets (Note [Staged inputs], tensor/graph.h): every launch,
   // this first one included, fills them from the step's tensors.
   std::vector<std::pair<Shape, DType>> specs;
@@ -223,6 +227,10 @@ StepResult Pipe::capture_step(const nn::Tensors& inputs, const nn::Tensors& targ
     optimizer.zero_grad();
     StreamGuard on_capture_stream(*g.stream);
     graph->begin_capture(*g.stream);
+    std::vector<std::unique_ptr<StreamGuard>> on_forked_streams;  // the other devices'
+    for (size_t k = 1; k < devices.size(); ++k) {
+      on_forked_streams.push_back(std::make_unique<StreamGuard>(graph->stream_of(devices[k])));
+    }
     try {
       result = run_step(g.inputs, g.targets, loss_fn, plain_options(options), true, &step,
                         g.loss_scale);
@@ -233,10 +241,11 @@ StepResult Pipe::capture_step(const nn::Tensors& inputs, const nn::Tensors& targ
         add_overflow_finding(step->gathered, finding);
         const Tensor& gate = step->gathered.gate;
         g.update_gate = gate.defined() ? ops::add(gate, finding.to(gate.device())) : finding;
-        graph->set_gate(g.update_gate.raw_data());
+        graph->set_gate(g.update_gate);
       }
       if (options.max_grad_norm > 0) clip_grads_on_device(options.max_grad_norm);
       this->step(optimizer);
+      gather_on(step->gathered, device);  // the replay's one read, on the launch's stream
       graph->end_capture();
     } catch (...) {
       graph->abandon_capture();

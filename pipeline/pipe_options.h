@@ -52,8 +52,9 @@ struct PipeOptions {
   autograd::Precision precision = autograd::Precision::kFloat32;
   /// Replay whole training steps as CUDA graphs (Note [A step as one graph], step_graph.h):
   /// Pipe::train_step with an optimizer runs its first step of a kind eagerly, captures the
-  /// second and replays later ones with a handful of host calls. Steps it cannot capture run
-  /// eagerly, and the Pipe says why once on stderr. Ignored on CPU.
+  /// second and replays later ones with a handful of host calls; stages on several GPUs of
+  /// this process make one graph over them (Note [A step over devices]). Steps it cannot
+  /// capture run eagerly, and the Pipe says why once on stderr. Ignored on CPU.
   bool cuda_graphs = false;
   /// Put every nn::BatchNorm1d in deferred mode: running statistics over the whole
   /// mini-batch, committed once per mini-batch (torchgpipe's deferred_batch_norm).

@@ -26,7 +26,8 @@
 // fixed addresses: load_state_dict, a new optimizer, the last smaller batch, a model put in
 // eval mode make another kind). Another kind drops the graph and starts over (said once on
 // stderr). Steps that cannot be captured run eagerly, said once: a Pipe over processes, or
-// not on one CUDA device; an optimizer that is not capturable(); inputs that need gradients;
+// a stage not on a CUDA device; an optimizer that is not capturable(); inputs that need
+// gradients;
 // returned outputs or non-tensor arguments (both baked into a graph); a device timeline
 // (StepOptions::device_timeline: a replay is traced by no one); a capture that failed
 // (the backend names the call CUDA refused, e.g. a host wait inside a kernel wrapper).
@@ -40,6 +41,24 @@
 // repeat one and is refused). A replay that fails is found by the host after the launch: the
 // captured step computes a gate from its gathered values first, which the updates read
 // (DeviceGraph::set_gate), so it changes nothing, as its eager step would not.
+//
+// Note [A step over devices]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Stages on several GPUs of one process (devices {cuda:0, cuda:1}) are still one graph (Note
+// [A graph over devices], tensor/graph.h), not one per device: CUDA's multi-device graphs
+// run every device's nodes from one launch, and the edges between devices (a message's copy,
+// the fences) are the capture's own events, where graphs per device would need events
+// between graphs at every message. The capture begins on the Pipe's stream of the first
+// stage's device (home: the staged inputs live there); the graph forks a stream of each other
+// device into the capture, which the caller's thread makes its current stream there, so the
+// entry and exit fences of every worker (Note [The caller's streams]), the clipping norm's
+// shares, the loss-scaling finding and each stage's optimizer update are captured on their
+// own device. The gathered losses and flags are moved to home at the end of the captured step
+// (gather_on), so the host still reads once. The updates' gate is copied to every device. A
+// replay costs 4 host calls plus 2 per other device (the launch waits for the caller's stream
+// there: tests/cuda:step_api_count_test counts 6 on two GPUs). Under cudasim a replay runs
+// each op on its own device and the race detector checks the order across devices
+// (tests/cuda:pipe_graph_test, tests/cudasim:graph_test); no card with two GPUs has run it.
 #pragma once
 
 #include <cstdint>

@@ -86,6 +86,21 @@ void add_overflow_finding(GatheredValues& gathered, const Tensor& finding) {
   gathered.values.front().push_back(what);
 }
 
+void gather_on(GatheredValues& gathered, Device device) {
+  if (gathered.tensors.empty() ||
+      (gathered.tensors.size() == 1 && gathered.tensors.front().device() == device)) {
+    return;
+  }
+  nn::Tensors parts;
+  std::vector<GatheredValues::Value> order;
+  for (size_t d = 0; d < gathered.tensors.size(); ++d) {
+    parts.push_back(gathered.tensors[d].to(device));
+    order.insert(order.end(), gathered.values[d].begin(), gathered.values[d].end());
+  }
+  gathered.tensors = {cat(parts)};
+  gathered.values = {std::move(order)};
+}
+
 void read_step_values(Step& step, const GatheredValues& gathered) {
   const std::pair<DeferredCheck, ActionSite>* failed_check = nullptr;
   int64_t failed_position = -1;

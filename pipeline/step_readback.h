@@ -24,6 +24,13 @@ GatheredValues gather_step_values(Step& step);
 /// stream, so the read that follows sets step.found_inf with no copy of its own.
 void add_overflow_finding(GatheredValues& gathered, const Tensor& finding);
 
+/// Moves every tensor of `gathered` to `device` and joins them into one (their values in
+/// order), by copies and a kernel on the caller's current streams, so the host half reads the
+/// step with one copy from `device` alone: a graph over devices ends with it (Note [A step
+/// over devices], step_graph.h), its one read then ordered after the launch on that device's
+/// stream. Nothing to do for values already on one device. Throws what the copies throw.
+void gather_on(GatheredValues& gathered, Device device);
+
 /// The host half: one copy to the host per device of `gathered` (made by gather_step_values
 /// for this step, or by a replay of the graph that captured it), then as read_step_values.
 void read_step_values(Step& step, const GatheredValues& gathered);

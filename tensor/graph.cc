@@ -3,7 +3,9 @@
 
 #include <atomic>
 #include <cstring>
+#include <algorithm>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -35,15 +37,35 @@ void store_scalar(void* bytes, size_t index, double value, DType dtype) {
   }
 }
 
-DeviceGraph::DeviceGraph(Device device)
-    : device_(device), pool_(new_pool_id()), stream_(Stream::default_stream(device)) {}
+DeviceGraph::DeviceGraph(Device device) : DeviceGraph(std::vector<Device>{device}) {}
+
+DeviceGraph::DeviceGraph(std::vector<Device> devices)
+    : devices_(std::move(devices)),
+      pool_(new_pool_id()),
+      stream_(Stream::default_stream(devices_.empty() ? Device::cpu() : devices_.front())) {
+  if (devices_.empty()) throw std::invalid_argument("DeviceGraph: no device");
+  std::set<Device> distinct;
+  for (const Device& d : devices_) {
+    if (!distinct.insert(d).second || d.type != devices_.front().type) {
+      throw std::invalid_argument("DeviceGraph: " + d.str() + " is repeated or of another "
+                                  "type than " + devices_.front().str());
+    }
+  }
+  slots_used_.assign(devices_.size(), 0);
+  gates_.resize(devices_.size());
+}
 
 DeviceGraph::~DeviceGraph() {
   abandon_capture();
-  if (device_.is_cuda()) {
-    DeviceBackend& backend = backend_for(device_.type);
-    backend.destroy_graph(device_.index, exec_, pool_);  // waits for the device
-    backend.free_host(device_.index, area_host_);
+  if (device().is_cuda()) {
+    gates_.clear();
+    member_areas_.clear();
+    DeviceBackend& backend = backend_for(device().type);
+    backend.destroy_graph(device().index, exec_, pool_);  // waits for the device
+    for (size_t k = 1; k < devices_.size(); ++k) {
+      backend.destroy_graph(devices_[k].index, nullptr, pool_);
+    }
+    backend.free_host(device().index, area_host_);
   }
 }
 
@@ -53,58 +75,133 @@ DeviceGraph* DeviceGraph::capturing_on(Device device) {
   return it == registry().end() ? nullptr : it->second;
 }
 
-void DeviceGraph::begin_capture(const Stream& stream) {
-  if (!device_.is_cuda()) {
-    throw std::invalid_argument("DeviceGraph::begin_capture: graphs need a CUDA device, got " +
-                                device_.str());
+size_t DeviceGraph::index_of(Device device, const char* api) const {
+  for (size_t k = 0; k < devices_.size(); ++k) {
+    if (devices_[k] == device) return k;
   }
-  if (stream.device() != device_ || stream.handle() == nullptr) {
-    throw std::invalid_argument("DeviceGraph::begin_capture: a graph of " + device_.str() +
+  std::string all;
+  for (const Device& d : devices_) all += (all.empty() ? "" : ", ") + d.str();
+  throw std::invalid_argument(std::string("DeviceGraph::") + api + ": " + device.str() +
+                              " is not one of the graph's devices (" + all + ")");
+}
+
+void DeviceGraph::begin_capture(const Stream& stream) {
+  const Device home = device();
+  if (!home.is_cuda()) {
+    throw std::invalid_argument("DeviceGraph::begin_capture: graphs need a CUDA device, got " +
+                                home.str());
+  }
+  if (stream.device() != home || stream.handle() == nullptr) {
+    throw std::invalid_argument("DeviceGraph::begin_capture: a graph of " + home.str() +
                                 " captures a created stream of that device, got " +
                                 (stream.handle() == nullptr ? "the default stream of "
                                                             : "a stream of ") +
                                 stream.device().str());
   }
   if (capturing_ || captured()) {
-    throw std::logic_error("DeviceGraph::begin_capture: the graph of " + device_.str() +
+    throw std::logic_error("DeviceGraph::begin_capture: the graph of " + home.str() +
                            " is already " + (capturing_ ? "capturing" : "captured"));
   }
-  if (!area_.defined()) make_area(0);  // the slots' area, before (not in) the capture
+  if (!area_.defined()) make_area(0);  // the slots' areas, before (not in) the capture
+  // The forks' streams and events, made before the capture too.
+  while (forked_.size() + 1 < devices_.size()) forked_.push_back(Stream::create(devices_[forked_.size() + 1]));
+  std::vector<Event> forks;
+  for (size_t k = 1; k < devices_.size(); ++k) forks.emplace_back(home);
   {
     std::lock_guard<std::mutex> lock(registry_mutex());
-    if (!registry().emplace(device_, this).second) {
-      throw std::logic_error("DeviceGraph::begin_capture: another graph is capturing on " +
-                             device_.str() + "; one capture at a time per device");
+    for (const Device& d : devices_) {
+      if (registry().count(d) != 0) {
+        throw std::logic_error("DeviceGraph::begin_capture: another graph is capturing on " +
+                               d.str() + "; one capture at a time per device");
+      }
     }
+    for (const Device& d : devices_) registry().emplace(d, this);
   }
+  DeviceBackend& backend = backend_for(home.type);
+  size_t pools = 0;  // the other devices' pools begun
+  bool begun = false;
   try {
-    backend_for(device_.type).begin_capture(device_.index, stream.handle(), pool_);
+    for (; pools + 1 < devices_.size(); ++pools) {
+      backend.begin_graph_pool(devices_[pools + 1].index, pool_);
+    }
+    backend.begin_capture(home.index, stream.handle(), pool_);
+    begun = true;
+    // Note [A graph over devices]: each other device's slots, from home's area to its own,
+    // first in the graph; then its stream forks into the capture.
+    for (size_t k = 1; k < devices_.size(); ++k) {
+      backend.copy(member_areas_[k - 1].raw_data(), devices_[k],
+                   static_cast<char*>(area_.raw_data()) + slots_offset_ + k * kSlotBytes, home,
+                   kSlotBytes, home.index, stream.handle());
+      forks[k - 1].record(stream);
+      forks[k - 1].wait(forked_[k - 1]);
+    }
   } catch (...) {
+    if (begun) {
+      try {
+        (void)backend.end_capture(home.index, stream.handle());
+      } catch (...) {
+      }
+    }
+    for (size_t k = 1; k <= pools; ++k) backend.end_graph_pool(devices_[k].index);
     std::lock_guard<std::mutex> lock(registry_mutex());
-    registry().erase(device_);
+    for (const Device& d : devices_) registry().erase(d);
     throw;
   }
   stream_ = stream;
   capturing_ = true;
 }
 
-void DeviceGraph::end_capture() {
+const Stream& DeviceGraph::stream_of(Device device) const {
+  const size_t k = index_of(device, "stream_of");
   if (!capturing_) {
-    throw std::logic_error("DeviceGraph::end_capture: the graph of " + device_.str() +
+    throw std::logic_error("DeviceGraph::stream_of: the graph of " + this->device().str() +
                            " is not capturing");
   }
+  return k == 0 ? stream_ : forked_[k - 1];
+}
+
+// Joins the forked streams back into the capture's stream (an error is kept in
+// *first_error, unless one is there already).
+void DeviceGraph::end_forks(std::exception_ptr* first_error) noexcept {
+  for (size_t k = 1; k < devices_.size(); ++k) {
+    try {
+      Event join(devices_[k]);
+      join.record(forked_[k - 1]);
+      join.wait(stream_);
+    } catch (...) {
+      if (*first_error == nullptr) *first_error = std::current_exception();
+    }
+  }
+}
+
+void DeviceGraph::end_capture() {
+  if (!capturing_) {
+    throw std::logic_error("DeviceGraph::end_capture: the graph of " + device().str() +
+                           " is not capturing");
+  }
+  std::exception_ptr error;
+  end_forks(&error);
   capturing_ = false;
   {
     std::lock_guard<std::mutex> lock(registry_mutex());
-    registry().erase(device_);
+    for (const Device& d : devices_) registry().erase(d);
   }
+  DeviceBackend& backend = backend_for(device().type);
   try {
-    exec_ = backend_for(device_.type).end_capture(device_.index, stream_.handle());
+    exec_ = backend.end_capture(device().index, stream_.handle());
   } catch (...) {
+    if (error == nullptr) error = std::current_exception();
+  }
+  for (size_t k = 1; k < devices_.size(); ++k) backend.end_graph_pool(devices_[k].index);
+  if (error != nullptr) {
+    if (exec_ != nullptr) {  // the joins failed, the capture did not: discarded all the same
+      backend.destroy_graph(device().index, exec_, -1);
+      exec_ = nullptr;
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     slots_.clear();  // the failed capture's slots are nobody's
-    slots_used_ = 0;
-    throw;
+    std::fill(slots_used_.begin(), slots_used_.end(), 0);
+    std::rethrow_exception(error);
   }
 }
 
@@ -115,30 +212,53 @@ void DeviceGraph::abandon_capture() noexcept {
   } catch (...) {
   }
   if (exec_ != nullptr) {  // it ended well after all: still discarded
-    backend_for(device_.type).destroy_graph(device_.index, exec_, -1);
+    backend_for(device().type).destroy_graph(device().index, exec_, -1);
     exec_ = nullptr;
   }
   std::lock_guard<std::mutex> lock(mutex_);
   slots_.clear();
-  slots_used_ = 0;
+  std::fill(slots_used_.begin(), slots_used_.end(), 0);
 }
 
-void* DeviceGraph::scalar_slot(size_t bytes, Fill fill, Commit commit, bool gated) {
+void* DeviceGraph::scalar_slot(Device device, size_t bytes, Fill fill, Commit commit,
+                               bool gated) {
+  const size_t k = index_of(device, "scalar_slot");
   if (!capturing_) {
-    throw std::logic_error("DeviceGraph::scalar_slot: the graph of " + device_.str() +
+    throw std::logic_error("DeviceGraph::scalar_slot: the graph of " + this->device().str() +
                            " is not capturing");
   }
   const size_t rounded = (bytes + sizeof(double) - 1) / sizeof(double) * sizeof(double);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (rounded == 0 || slots_used_ + rounded > kSlotBytes) {
+  size_t& used = slots_used_[k];
+  if (rounded == 0 || used + rounded > kSlotBytes) {
     throw std::length_error("DeviceGraph::scalar_slot: " + std::to_string(bytes) +
-                            " bytes asked with " + std::to_string(slots_used_) + " of " +
-                            std::to_string(kSlotBytes) + " used");
+                            " bytes asked on " + device.str() + " with " + std::to_string(used) +
+                            " of " + std::to_string(kSlotBytes) + " used");
   }
-  const size_t offset = slots_offset_ + slots_used_;
-  slots_used_ += rounded;
+  const size_t offset = slots_offset_ + k * kSlotBytes + used;
+  void* where = k == 0 ? static_cast<char*>(area_.raw_data()) + offset
+                       : static_cast<char*>(member_areas_[k - 1].raw_data()) + used;
+  used += rounded;
   slots_.push_back({offset, bytes, std::move(fill), std::move(commit), gated});
-  return static_cast<char*>(area_.raw_data()) + offset;
+  return where;
+}
+
+void DeviceGraph::set_gate(const Tensor& gate) {
+  if (!gate.defined()) {
+    std::fill(gates_.begin(), gates_.end(), Tensor());
+    return;
+  }
+  const size_t from = index_of(gate.device(), "set_gate");
+  for (size_t k = 0; k < devices_.size(); ++k) {
+    gates_[k] = k == from ? gate : gate.to(devices_[k]);
+  }
+}
+
+const void* DeviceGraph::gate(Device device) const {
+  for (size_t k = 0; k < devices_.size(); ++k) {
+    if (devices_[k] == device) return gates_[k].defined() ? gates_[k].raw_data() : nullptr;
+  }
+  return nullptr;
 }
 
 namespace {
@@ -148,17 +268,21 @@ size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 void DeviceGraph::make_area(size_t input_bytes) {
   slots_offset_ = aligned(input_bytes);
-  area_bytes_ = slots_offset_ + kSlotBytes;
+  area_bytes_ = slots_offset_ + devices_.size() * kSlotBytes;
   area_ = Tensor::empty({static_cast<int64_t>(area_bytes_ / sizeof(double))},
-                        {.dtype = DType::kFloat64, .device = device_});
-  area_host_ = backend_for(device_.type).allocate_host(device_.index, area_bytes_);
+                        {.dtype = DType::kFloat64, .device = device()});
+  for (size_t k = 1; k < devices_.size(); ++k) {
+    member_areas_.push_back(Tensor::empty({static_cast<int64_t>(kSlotBytes / sizeof(double))},
+                                          {.dtype = DType::kFloat64, .device = devices_[k]}));
+  }
+  area_host_ = backend_for(device().type).allocate_host(device().index, area_bytes_);
   std::memset(area_host_, 0, area_bytes_);
 }
 
 std::vector<Tensor> DeviceGraph::stage_inputs(const std::vector<std::pair<Shape, DType>>& specs) {
-  if (!device_.is_cuda()) {
+  if (!device().is_cuda()) {
     throw std::invalid_argument("DeviceGraph::stage_inputs: graphs need a CUDA device, got " +
-                                device_.str());
+                                device().str());
   }
   if (area_.defined() || capturing_ || captured()) {
     throw std::logic_error("DeviceGraph::stage_inputs: call it once, before begin_capture");
@@ -187,7 +311,7 @@ std::vector<Tensor> DeviceGraph::stage_inputs(const std::vector<std::pair<Shape,
 
 void DeviceGraph::replay(const Stream& stream, const std::vector<Tensor>& sources) {
   if (!captured()) {
-    throw std::logic_error("DeviceGraph::replay: the graph of " + device_.str() +
+    throw std::logic_error("DeviceGraph::replay: the graph of " + device().str() +
                            " has not been captured");
   }
   if (!sources.empty() && sources.size() != staged_.size()) {
@@ -218,16 +342,25 @@ void DeviceGraph::replay(const Stream& stream, const std::vector<Tensor>& source
   // One copy: from the first staged input when the host sends any (the inputs lie before the
   // slots), else from the slots; up to the last slot.
   const size_t begin = sources.size() > on_device.size() ? 0 : slots_offset_;
-  const size_t end = slots_offset_ + slots_used_;
+  // Over devices, every section whole: the graph copies each other device's whole section
+  // on (Note [A graph over devices]), so none of it is left unwritten.
+  const size_t end = devices_.size() == 1 ? slots_offset_ + slots_used_[0] : area_bytes_;
   for (const Slot& slot : slots_) {
     if (slot.fill) slot.fill(static_cast<char*>(area_host_) + slot.offset);
   }
-  DeviceBackend& backend = backend_for(device_.type);
+  DeviceBackend& backend = backend_for(device().type);
   backend.copy_from_host(static_cast<char*>(area_.raw_data()) + begin,
-                         static_cast<char*>(area_host_) + begin, end - begin, device_.index,
+                         static_cast<char*>(area_host_) + begin, end - begin, device().index,
                          stream.handle());
   for (size_t i : on_device) staged_[i].tensor.copy_from(sources[i]);
-  backend.launch_graph(device_.index, exec_, stream.handle());
+  // A launch is ordered after its stream's work only: the other devices' nodes wait for what
+  // the caller issued on those devices too (Note [A graph over devices]).
+  while (fences_.size() + 1 < devices_.size()) fences_.emplace_back(devices_[fences_.size() + 1]);
+  for (size_t k = 1; k < devices_.size(); ++k) {
+    fences_[k - 1].record(Stream::current(devices_[k]));
+    fences_[k - 1].wait(stream);
+  }
+  backend.launch_graph(device().index, exec_, stream.handle());
 }
 
 void DeviceGraph::commit(bool updated) {
@@ -237,7 +370,12 @@ void DeviceGraph::commit(bool updated) {
 }
 
 int64_t DeviceGraph::pool_bytes() const {
-  return device_.is_cuda() ? backend_for(device_.type).graph_pool_bytes(device_.index, pool_) : 0;
+  if (!device().is_cuda()) return 0;
+  int64_t bytes = 0;
+  for (const Device& d : devices_) {
+    bytes += backend_for(d.type).graph_pool_bytes(d.index, pool_);
+  }
+  return bytes;
 }
 
 }  // namespace pipewright

@@ -73,6 +73,8 @@ namespace {
 }  // namespace
 
 void DeviceBackend::begin_capture(int, void*, int64_t) { no_graphs("begin_capture"); }
+void DeviceBackend::begin_graph_pool(int, int64_t) { no_graphs("begin_graph_pool"); }
+void DeviceBackend::end_graph_pool(int) {}
 void* DeviceBackend::end_capture(int, void*) { no_graphs("end_capture"); }
 void DeviceBackend::launch_graph(int, void*, void*) { no_graphs("launch_graph"); }
 void DeviceBackend::destroy_graph(int, void*, int64_t) {}

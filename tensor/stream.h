@@ -57,6 +57,12 @@ class DeviceBackend {
   /// `device_index`, with its allocations served by graph pool `pool` of the device's
   /// allocator (CUDA: cudaStreamBeginCapture in global mode, Note [Graph pools]).
   virtual void begin_capture(int device_index, void* stream, int64_t pool);
+  /// Until end_graph_pool(device_index): allocations on device `device_index`'s streams
+  /// that capture come from its allocator's graph pool `pool` (a device whose streams join a
+  /// capture begun on another device's stream; begin_capture does this for its own device).
+  virtual void begin_graph_pool(int device_index, int64_t pool);
+  /// Ends begin_graph_pool's routing. Never throws.
+  virtual void end_graph_pool(int device_index);
   /// Ends the capture begun on `stream` and returns the executable graph; throws (the
   /// backend's error: what was refused during the capture) when the capture failed.
   virtual void* end_capture(int device_index, void* stream);

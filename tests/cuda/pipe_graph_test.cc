@@ -74,6 +74,7 @@ struct Config {
   int workers;
   int virtual_stages;
   Checkpoint checkpoint;
+  int gpus = 1;  // 2: worker w on cuda:w (Note [A step over devices])
 };
 
 struct Run {
@@ -90,7 +91,9 @@ Run train(const Config& c, bool graphs, const std::vector<Batch>& data, double d
                                                  : std::vector<int>{2, 2, 2, 1};
   Pipe pipe(model(dropout),
             PipeOptions{.balance = balance,
-                        .devices = std::vector<Device>(static_cast<size_t>(c.workers), gpu()),
+                        .devices = c.gpus == 1
+                                       ? std::vector<Device>(static_cast<size_t>(c.workers), gpu())
+                                       : std::vector<Device>{Device::cuda(0), Device::cuda(1)},
                         .chunks = 4,
                         .schedule = {.name = c.schedule,
                                      .virtual_stages = c.virtual_stages,
@@ -161,6 +164,48 @@ TEST_CASE("graphed training steps equal eager ones bit for bit, every schedule",
   CHECK(graphed.pool_bytes > 0);
   CHECK(eager.replays == 0);
   check_equal(graphed, eager);
+}
+
+// Note [A step over devices] (pipeline/step_graph.h): stages on cuda:0 and cuda:1, one graph
+// over both; under cudasim each replayed op runs on its own device (a kernel of one device
+// reading the other's memory would fail) and the race detector checks the order across them.
+TEST_CASE("a step over two GPUs is one graph, bit for bit the eager steps", "[cuda][pipe][graph]") {
+  if (!gpus_available_or_skip(2)) return;
+  const Config config = GENERATE(Config{"gpipe", 2, 1, Checkpoint::kAlways, 2},
+                                 Config{"1f1b", 2, 1, Checkpoint::kExceptLast, 2},
+                                 Config{"zb-h1", 2, 1, Checkpoint::kNever, 2},
+                                 Config{"interleaved-1f1b", 2, 2, Checkpoint::kNever, 2},
+                                 Config{"dualpipev", 2, 2, Checkpoint::kNever, 2});
+  INFO(config.schedule << ", v " << config.virtual_stages);
+  const std::vector<Batch> data = batches(24);
+  const Run eager = train(config, false, data);
+  const Run graphed = train(config, true, data);
+  CHECK(graphed.captures == 1);
+  CHECK(graphed.replays == 23);
+  CHECK(graphed.pool_bytes > 0);
+  check_equal(graphed, eager);
+  if (config.schedule == "1f1b") {
+    // Dropout's seed slots, clipping's norm over both devices and SGD's learning rate, each
+    // read on its own device.
+    const std::vector<Batch> short_data = batches(6);
+    for (bool sgd : {false, true}) {
+      const Run eager_more = train(config, false, short_data, 0.25, 0.05, sgd);
+      const Run graphed_more = train(config, true, short_data, 0.25, 0.05, sgd);
+      CHECK(graphed_more.replays == 5);
+      check_equal(graphed_more, eager_more);
+    }
+    // A replay that fails (a target out of range, found by the last stage on cuda:1) changes
+    // nothing on either device: the gate reaches both.
+    std::vector<Batch> bad = batches(6);
+    std::vector<int64_t> y = bad[3].y.to_vector<int64_t>();
+    y[5] = 7;
+    bad[3].y = Tensor::from_vector(y, bad[3].y.shape());
+    const Run eager_bad = train(config, false, bad, 0.25);
+    const Run graphed_bad = train(config, true, bad, 0.25);
+    CHECK(eager_bad.losses[3] == -1.0);
+    CHECK(graphed_bad.captures == 2);
+    check_equal(graphed_bad, eager_bad);
+  }
 }
 
 TEST_CASE("dropout in a graph draws every step's own mask; another kind of step runs eagerly",
@@ -248,6 +293,9 @@ TEST_CASE("dropout in a graph draws every step's own mask; another kind of step 
 TEST_CASE("fp16 with a GradScaler in the graph: an overflowing replay updates nothing on any "
           "stage, and the scale moves as in the eager steps", "[cuda][pipe][graph]") {
   if (!gpu_available_or_skip()) return;
+  const int gpus = GENERATE(1, 2);  // 2: the stages on cuda:0 and cuda:1, one graph over both
+  if (gpus == 2 && !gpus_available_or_skip(2)) return;
+  INFO(gpus << " GPU(s)");
   const std::vector<Batch> data = batches(kSteps);
   struct Scaled {
     Run run;
@@ -257,7 +305,7 @@ TEST_CASE("fp16 with a GradScaler in the graph: an overflowing replay updates no
   };
   auto train_scaled = [&](bool graphs) {
     Pipe pipe(model(0.25), PipeOptions{.balance = {4, 3},
-                                       .devices = {gpu(), gpu()},
+                                       .devices = {gpu(), Device::cuda(gpus - 1)},
                                        .chunks = 4,
                                        .schedule = {.name = "1f1b"},
                                        .precision = autograd::Precision::kFloat16,

@@ -34,15 +34,18 @@ namespace {
 
 using namespace pipewright;
 
-// The main job's Pipe (its model, chunks 4, deferred BatchNorm) on `stages` stages of cuda:0.
+// The main job's Pipe (its model, chunks 4, deferred BatchNorm) on `stages` stages of cuda:0
+// (`two_gpus`: stage s on cuda:s).
 pipeline::Pipe main_job_pipe(int stages, bool cuda_graphs,
-                             autograd::Precision precision = autograd::Precision::kFloat32) {
+                             autograd::Precision precision = autograd::Precision::kFloat32,
+                             bool two_gpus = false) {
   nn::Sequential model = examples::build_model({512, 512}, 0.2, 0);
   const std::vector<int> balance = pipeline::balance_by_parameters(stages, model);
   return pipeline::Pipe(
       std::move(model),
       {.balance = balance,
-       .devices = std::vector<Device>(static_cast<size_t>(stages), Device::cuda(0)),
+       .devices = two_gpus ? std::vector<Device>{Device::cuda(0), Device::cuda(1)}
+                           : std::vector<Device>(static_cast<size_t>(stages), Device::cuda(0)),
        .chunks = 4,
        .precision = precision,
        .cuda_graphs = cuda_graphs,
@@ -181,10 +184,13 @@ namespace {
 // wait. Counted for the main job's model (its Dropout's seeds are per-replay slots too), on
 // one and on two stages of cuda:0. `fp16`: under float16 with a GradScaler and clipping in
 // the step (Note [Loss scaling without a host read]: the scale travels in the same copy, the
-// finding in the same read).
-std::vector<std::map<std::string, int64_t>> count_replayed_steps(int stages, bool fp16 = false) {
+// finding in the same read). `two_gpus`: two stages on cuda:0 and cuda:1, one graph over both
+// (Note [A graph over devices], tensor/graph.h).
+std::vector<std::map<std::string, int64_t>> count_replayed_steps(int stages, bool fp16 = false,
+                                                                 bool two_gpus = false) {
   pipeline::Pipe pipe = main_job_pipe(
-      stages, true, fp16 ? autograd::Precision::kFloat16 : autograd::Precision::kFloat32);
+      stages, true, fp16 ? autograd::Precision::kFloat16 : autograd::Precision::kFloat32,
+      two_gpus);
   nn::Adam adam(pipe.parameters(), {.lr = 1e-3});
   nn::GradScaler scaler({.enabled = fp16});
   data::DataLoader loader = main_job_batches(6);
@@ -203,20 +209,25 @@ std::vector<std::map<std::string, int64_t>> count_replayed_steps(int stages, boo
   }
   REQUIRE(pipe.graph_captures() == 1);
   REQUIRE(pipe.graph_replays() == 5);
-  std::cout << stages << " stage(s) on cuda:0: the graph's pool holds "
+  const char* where = two_gpus ? " on cuda:0 and cuda:1" : " on cuda:0";
+  std::cout << stages << " stage(s)" << where << ": the graph's pool holds "
             << pipe.graph_pool_bytes() << " bytes\n";
   for (const auto& c : counts) {
-    std::cout << stages << " stage(s) on cuda:0, a replayed step:";
+    std::cout << stages << " stage(s)" << where << ", a replayed step:";
     for (const auto& [api, n] : c) std::cout << " " << api << " " << n << ",";
     std::cout << "\n";
   }
   return counts;
 }
 
-void check_replayed(const std::map<std::string, int64_t>& c) {
+// `other_devices`: a graph over devices first waits for the caller's stream of each other
+// device, an event record and a wait each.
+void check_replayed(const std::map<std::string, int64_t>& c, int other_devices = 0) {
   int64_t total = 0;
   for (const auto& [api, n] : c) total += n;
-  CHECK(total == 4);
+  CHECK(total == 4 + 2 * other_devices);
+  CHECK(count(c, "cudaEventRecord") == other_devices);
+  CHECK(count(c, "cudaStreamWaitEvent") == other_devices);
   CHECK(count(c, "cudaGraphLaunch") == 1);
   CHECK(count(c, "cudaMemcpyAsync HostToDevice") == 1);
   CHECK(count(c, "kernel launch") == 0);
@@ -242,6 +253,12 @@ TEST_CASE("a replayed float16 graph step with loss scaling and clipping: four ho
           "[cuda][pipe][api][graph]") {
   if (!testing::gpu_available_or_skip()) return;
   for (const auto& c : count_replayed_steps(2, true)) check_replayed(c);
+}
+
+TEST_CASE("a replayed float16 graph step over two GPUs: six host calls",
+          "[cuda][pipe][api][graph]") {
+  if (!testing::gpus_available_or_skip(2)) return;
+  for (const auto& c : count_replayed_steps(2, true, true)) check_replayed(c, 1);
 }
 
 // Note [One read per norm] (nn/clip_grad.cc): the eager Pipe::clip_grad_norm and GradScaler's

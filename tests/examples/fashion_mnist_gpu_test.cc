@@ -347,8 +347,8 @@ TEST_CASE("a whole run of the example: GPU as close to CPU as two correct GEMMs 
 
 // ---- 3. --cuda-graphs ----
 
-// The example's own run with --cuda-graphs (two stages on one GPU: whole steps captured and
-// replayed, Note [A step as one graph]) equals its eager run bit for bit: every step's loss,
+// The example's own run with --cuda-graphs (two stages on one GPU, and on two: whole steps
+// captured and replayed, Note [A step as one graph]) equals its eager run bit for bit: every step's loss,
 // the test accuracy, the final state (BatchNorm's statistics included). The last, smaller
 // batch of the epoch (2048 = 32 x 64: none here) would run eagerly. With --precision fp16 the
 // graphed steps scale, unscale and check for overflow on the device (Note [Loss scaling
@@ -356,13 +356,23 @@ TEST_CASE("a whole run of the example: GPU as close to CPU as two correct GEMMs 
 TEST_CASE("a whole run of the example with --cuda-graphs equals its eager run bit for bit") {
   if (!testing::gpu_available_or_skip()) return;
   const std::vector<Device> one_gpu{Device::cuda(0), Device::cuda(0)};
-  for (const auto& [optimizer, precision] :
-       {std::pair{"adam", autograd::Precision::kFloat32},
-        std::pair{"sgd", autograd::Precision::kFloat32},
-        std::pair{"adam", autograd::Precision::kFloat16}}) {
-    INFO(optimizer << (precision == autograd::Precision::kFloat16 ? " fp16" : ""));
+  const std::vector<Device> two_gpus{Device::cuda(0), Device::cuda(1)};  // one graph over both
+  struct Run {
+    const std::vector<Device>* devices;
+    const char* optimizer;
+    autograd::Precision precision;
+  };
+  std::vector<Run> runs{{&one_gpu, "adam", autograd::Precision::kFloat32},
+                        {&one_gpu, "sgd", autograd::Precision::kFloat32},
+                        {&one_gpu, "adam", autograd::Precision::kFloat16}};
+  if (device_count(DeviceType::kCUDA) >= 2) {
+    runs.push_back({&two_gpus, "adam", autograd::Precision::kFloat16});
+  }
+  for (const auto& [devices, optimizer, precision] : runs) {
+    INFO(optimizer << (precision == autograd::Precision::kFloat16 ? " fp16" : "") << " on "
+                   << (devices == &two_gpus ? "cuda:0,cuda:1" : "cuda:0,cuda:0"));
     examples::TrainConfig config =
-        testing::cross_run_config(one_gpu, "zb-h1", Checkpoint::kNever, optimizer);
+        testing::cross_run_config(*devices, "zb-h1", Checkpoint::kNever, optimizer);
     config.precision = precision;
     std::ostringstream log;
     const TrainResult eager = examples::train(config, log, examples::classifier_task());
