@@ -165,8 +165,9 @@ void TrainFlags::add_pipeline_flags(CLI::App& app, TrainConfig& c) {
                  "cores (high), as torch.set_float32_matmul_precision; the CPU ignores it")
       ->check(CLI::IsMember({"highest", "high"}));
   app.add_flag("--cuda-graphs", c.cuda_graphs,
-               "On one GPU: capture a whole training step (the optimizer's included) as a CUDA "
-               "graph once and replay it, a few host calls a step (not across processes)");
+               "On GPUs (one, or several: one graph over them): capture a whole training step "
+               "(the optimizer's included) as a CUDA graph once and replay it, a few host calls "
+               "a step (not across processes)");
 }
 
 void TrainFlags::apply() {

@@ -12,14 +12,18 @@
 #include <vector>
 
 #include "autograd/functions.h"
+#include "autograd/shape_ops.h"
 #include "nn/activation.h"
 #include "nn/batch_norm.h"
 #include "nn/dropout.h"
+#include "nn/embedding.h"
 #include "nn/grad_scaler.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "nn/optim_adam.h"
 #include "nn/optim_sgd.h"
+#include "nn/normalization.h"
+#include "nn/transformer.h"
 #include "pipeline/pipe.h"
 #include "tensor/generator.h"
 #include "tests/cuda/gpu_test.h"
@@ -206,6 +210,61 @@ TEST_CASE("a step over two GPUs is one graph, bit for bit the eager steps", "[cu
     CHECK(graphed_bad.captures == 2);
     check_equal(graphed_bad, eager_bad);
   }
+}
+
+// A GPT whose token embedding (stage 0, cuda:0) and LM head (stage 1, cuda:1) are tied
+// (PipeOptions::tied_parameters): the gradients' sum crosses the devices inside the graph.
+TEST_CASE("a GPT with tied weights over two GPUs: graphed steps equal eager ones, the copies "
+          "stay equal", "[cuda][pipe][graph]") {
+  if (!gpus_available_or_skip(2)) return;
+  auto train_gpt = [](bool graphs) {
+    constexpr int64_t kVocab = 11, kDim = 8, kBatch = 4, kSeq = 5;
+    Generator generator(17);
+    GeneratorGuard guard(generator);
+    nn::Sequential gpt(nn::Embedding(kVocab, kDim), nn::TransformerBlock(kDim, 2),
+                       nn::TransformerBlock(kDim, 2), nn::LayerNorm(kDim),
+                       nn::Linear(kDim, kVocab, /*bias=*/false));
+    Pipe pipe(std::move(gpt), PipeOptions{.balance = {3, 2},
+                                          .devices = {Device::cuda(0), Device::cuda(1)},
+                                          .chunks = 2,
+                                          .schedule = {.name = "1f1b"},
+                                          .cuda_graphs = graphs,
+                                          .tied_parameters = {{"0.weight", "4.weight"}}});
+    nn::AdamW adamw(pipe.parameters(), {.lr = 1e-2, .weight_decay = 1e-2});
+    const pipeline::LossFn loss = [](const Tensor& logits, const Tensor& target) {
+      return nn::cross_entropy(autograd::reshape(logits, Shape{target.numel(), kVocab}),
+                               autograd::reshape(target, Shape{target.numel()}));
+    };
+    Run run;
+    for (int s = 0; s < kSteps; ++s) {
+      std::vector<int64_t> xs, ys;  // a text's next token is its target
+      for (int64_t i = 0; i < kBatch * kSeq; ++i) {
+        xs.push_back((i * 7 + s * 3) % kVocab);
+        ys.push_back((i * 7 + s * 3 + 5) % kVocab);
+      }
+      const Tensor x = Tensor::from_vector(xs, {kBatch, kSeq});
+      const Tensor y = Tensor::from_vector(ys, {kBatch, kSeq});
+      adamw.set_lr(1e-2 / (1.0 + static_cast<double>(s)));
+      run.losses.push_back(pipe.train_step(x, y, loss, adamw, {.max_grad_norm = 0.5}).loss);
+    }
+    run.model_state = pipe.module().state_dict();
+    run.optimizer_state = adamw.state_dict();
+    run.replays = pipe.graph_replays();
+    run.captures = pipe.graph_captures();
+    return run;
+  };
+  const Run eager = train_gpt(false), graphed = train_gpt(true);
+  CHECK(graphed.captures == 1);
+  CHECK(graphed.replays == kSteps - 1);
+  check_equal(graphed, eager);
+  const auto find = [&](const std::string& name) {
+    for (const auto& [n, t] : graphed.model_state) {
+      if (n == name) return t;
+    }
+    FAIL("no " << name);
+    return Tensor();
+  };
+  check_bitwise_equal(find("4.weight").to(Device::cpu()), find("0.weight").to(Device::cpu()));
 }
 
 TEST_CASE("dropout in a graph draws every step's own mask; another kind of step runs eagerly",
