@@ -17,10 +17,12 @@
 // for timing are destroyed as usual.
 //
 // Note [Peer copies]: before the first copy between GPUs i and j, peer access is enabled in
-// both directions where cudaDeviceCanAccessPeer allows it (NVLink or PCIe P2P), so
-// cudaMemcpyPeerAsync goes straight from GPU to GPU; where it does not, the same call still
-// works, staged through host memory by the driver. Either way the copy is asynchronous on the
-// given stream, which may belong to either GPU.
+// both directions where cudaDeviceCanAccessPeer allows it (NVLink or PCIe P2P); then a copy
+// between them is cudaMemcpyAsync (device to device, by unified addresses), straight from GPU
+// to GPU, which a graph capture can hold (as PyTorch copies between GPUs with peer access).
+// Where peer access is not possible, cudaMemcpyPeerAsync, which the driver stages through
+// host memory and a capture refuses (a step over such GPUs then runs eagerly, said once).
+// Either way the copy is asynchronous on the given stream, which may belong to either GPU.
 #include "cuda_kernels/backend.h"
 
 #include <cuda_runtime_api.h>
@@ -29,7 +31,6 @@
 #include <map>
 #include <string>
 #include <mutex>
-#include <set>
 #include <stdexcept>
 #include <unordered_set>
 #include <utility>
@@ -167,8 +168,9 @@ class CudaBackend final : public DeviceBackend {
     if (dst_device.is_cuda() && src_device.is_cuda()) {
       if (dst_device.index == src_device.index) {
         PW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+      } else if (enable_peer_access(dst_device.index, src_device.index)) {  // Note [Peer copies]
+        PW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
       } else {
-        enable_peer_access(dst_device.index, src_device.index);  // Note [Peer copies]
         PW_CUDA_CHECK(
             cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, bytes, s));
       }
@@ -287,16 +289,22 @@ class CudaBackend final : public DeviceBackend {
   }
 
   // Note [Peer copies]: once per unordered pair of GPUs, each direction where possible.
-  void enable_peer_access(int a, int b) {
+  // Whether GPUs a and b reach each other's memory (both directions enabled).
+  bool enable_peer_access(int a, int b) {
     const auto pair = std::minmax(a, b);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (!peer_pairs_.insert(pair).second) return;
+      const auto it = peer_pairs_.find(pair);
+      if (it != peer_pairs_.end()) return it->second;
     }
+    bool both = true;
     for (auto [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
       int can = 0;
       PW_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, from, to));
-      if (can == 0) continue;
+      if (can == 0) {
+        both = false;
+        continue;
+      }
       DeviceGuard guard(from);
       const cudaError_t status = cudaDeviceEnablePeerAccess(to, 0);
       if (status == cudaErrorPeerAccessAlreadyEnabled) {
@@ -305,13 +313,16 @@ class CudaBackend final : public DeviceBackend {
         PW_CUDA_CHECK(status);
       }
     }
+    std::lock_guard<std::mutex> lock(mutex_);
+    peer_pairs_[pair] = both;
+    return both;
   }
 
   std::mutex mutex_;
   std::map<int, std::vector<cudaStream_t>> idle_streams_;  // Note [Pooled streams]
   std::map<int, std::vector<cudaEvent_t>> idle_events_;    // Note [Pooled events]
   std::unordered_set<cudaEvent_t> timing_events_;          // made with timing: not pooled
-  std::set<std::pair<int, int>> peer_pairs_;               // Note [Peer copies]
+  std::map<std::pair<int, int>, bool> peer_pairs_;         // Note [Peer copies]: both ways?
 };
 
 }  // namespace

@@ -41,7 +41,9 @@
 // Note [Graph pools]
 // A CUDA graph replays the addresses its capture saw, so the memory a captured step used must
 // be its own for as long as the graph lives: no other allocation may get it between replays.
-// begin_graph_pool(id) .. end_graph_pool() brackets a capture on this GPU:
+// begin_graph_pool(id) .. end_graph_pool() brackets a capture that this GPU's streams take
+// part in (begun on one of them, or on another GPU's stream that they joined: Note [A graph
+// over devices], tensor/graph.h):
 //   - an allocation on a stream that is capturing (cudaStreamIsCapturing) comes from pool `id`:
 //     a block freed earlier in this capture on the same stream with no other stream's use
 //     (stream order is kept in the graph), a block the pool held free before the capture began

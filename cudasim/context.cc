@@ -50,6 +50,23 @@ std::shared_ptr<Stream> Runtime::new_stream(int device, bool legacy, bool blocki
                                   chaos_seed);
 }
 
+cudaStream_t Runtime::create_stream_locked(int device, bool blocking) {
+  std::shared_ptr<Stream> s = new_stream(device, /*legacy=*/false, blocking);
+  const uintptr_t token = new_token();
+  streams[token] = s;
+  devices[static_cast<size_t>(device)]->streams.push_back(s);
+  return reinterpret_cast<cudaStream_t>(token);
+}
+
+std::shared_ptr<Stream> Runtime::forget_stream_locked(cudaStream_t handle) {
+  const auto it = streams.find(reinterpret_cast<uintptr_t>(handle));
+  if (it == streams.end()) return nullptr;
+  std::shared_ptr<Stream> s = it->second;
+  streams.erase(it);
+  std::erase(devices[static_cast<size_t>(s->device)]->streams, s);
+  return s;
+}
+
 Runtime& rt() {
   static Runtime* runtime = new Runtime();  // leaked: worker threads outlive main
   return *runtime;

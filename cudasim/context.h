@@ -66,6 +66,12 @@ struct Runtime {
   /// A fresh handle value: never reused, never dereferenced.
   uintptr_t new_token() { return next_token += 16; }
   std::shared_ptr<Stream> new_stream(int device, bool legacy, bool blocking);
+  /// A created (not legacy) stream of `device`, registered as one of its streams, as
+  /// cudaStreamCreateWithFlags makes it: its handle. Lock held.
+  cudaStream_t create_stream_locked(int device, bool blocking);
+  /// Unregisters the created stream `handle`, as cudaStreamDestroy does; nullptr when it is
+  /// not a live one. The caller stops it (Stream::stop_and_join) outside the lock. Lock held.
+  std::shared_ptr<Stream> forget_stream_locked(cudaStream_t handle);
 };
 
 Runtime& rt();
@@ -103,6 +109,7 @@ struct Request {
   std::vector<Access> accesses;
   PointerRules rules = PointerRules::kKernel;
   bool pageable = false;  // a copy to or from pageable host memory (cannot be captured)
+  std::string uncapturable;  // else why a capture refuses it ("": it may be captured)
   std::function<void()> work;
   std::shared_ptr<EventRecord> wait;  // cudaStreamWaitEvent: wait for this record first
   /// Called under the lock once the op is committed (event records fill in their record).

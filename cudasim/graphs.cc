@@ -10,8 +10,9 @@
 // streams join the capture by waiting for an event recorded in it (a fork) and must be waited
 // for again by the origin stream before the capture ends (a join: the origin waits for an
 // event recorded after the stream's last op, or for one of a stream that had waited so, and
-// so on), else EndCapture fails with cudaErrorStreamCaptureUnjoined, as CUDA's does. An event recorded in a capture is a point of
-// the capture, not of a stream: it orders captured work and nothing else.
+// so on), else EndCapture fails with cudaErrorStreamCaptureUnjoined, as CUDA's does. An event
+// recorded in a capture is a point of the capture, not of a stream: it orders captured work
+// and nothing else.
 //
 // A graph is the captured operations in capture order. That order is a topological order of
 // the dependencies CUDA would build (each operation came after everything its stream and its
@@ -30,8 +31,11 @@
 // second's stream waits for the first's op; the first op elsewhere waits for the launch
 // stream's work before the launch, and the launch stream waits for the last op elsewhere, so
 // the launch is ordered after what came before it on its stream and what follows waits for
-// all of it, as a graph launch is. A graph over devices launched into another capture is not
-// simulated (the replay's waits would cross the capture).
+// all of it, as a graph launch is. So a graph of one device launched on another device's
+// stream runs on its own device too, as CUDA's nodes do. A graph over devices launched into
+// another capture is not simulated (the replay's waits would cross the capture). The replay
+// checks the order between a graph and the work around it; within the graph, the capture
+// order it keeps may hide a dependency the graph lacks (Note [Stream capture]).
 //
 // While a capture runs, CUDA refuses what would synchronise with or allocate under it
 // ("potentially unsafe API calls"): in cudaStreamCaptureModeGlobal for every thread, in
@@ -40,7 +44,9 @@
 // cudaMemcpy, cudaDeviceSynchronize, cudaStreamSynchronize, cudaStreamQuery,
 // cudaEventSynchronize and cudaEventQuery. Independently of the mode, a host wait for or query
 // of a capturing stream, work on the legacy stream while a blocking stream of its device
-// captures (cudaErrorStreamCaptureImplicit), a copy with pageable host memory, and a wait for
+// captures (cudaErrorStreamCaptureImplicit), a copy with pageable host memory, a
+// cudaMemcpyPeerAsync or a copy between devices without peer access (a capture holds copies
+// between GPUs by cudaMemcpyAsync over enabled peer access only), and a wait for
 // an event recorded outside the capture (cudaErrorStreamCaptureIsolation) are errors. Every
 // refusal invalidates the captures it concerns: their EndCapture returns
 // cudaErrorStreamCaptureInvalidated and no graph, as CUDA's does.
@@ -174,8 +180,10 @@ cudaError_t capture_request_locked(const Request& req, const std::shared_ptr<Str
     return fail(cudaErrorStreamCaptureInvalidated,
                 what + ": the capture was invalidated: " + c.why);
   }
-  if (req.pageable) {
-    const std::string why = what + ": a copy with pageable host memory cannot be captured";
+  if (req.pageable || !req.uncapturable.empty()) {
+    const std::string why = req.pageable
+                                ? what + ": a copy with pageable host memory cannot be captured"
+                                : req.uncapturable;
     invalidate_locked(c, cudaErrorStreamCaptureUnsupported, why);
     return fail(cudaErrorStreamCaptureUnsupported, why);
   }
@@ -323,15 +331,8 @@ namespace {
 /// first use, non-blocking, one of the device's streams (a device synchronisation waits for
 /// it). Runtime lock held.
 cudaStream_t replay_stream_locked(uintptr_t exec, int device) {
-  Runtime& r = rt();
-  cudaStream_t& handle = r.replay_streams[{exec, device}];
-  if (handle == nullptr) {
-    std::shared_ptr<Stream> s = r.new_stream(device, /*legacy=*/false, /*blocking=*/false);
-    const uintptr_t token = r.new_token();
-    r.streams[token] = s;
-    r.devices[static_cast<size_t>(device)]->streams.push_back(s);
-    handle = reinterpret_cast<cudaStream_t>(token);
-  }
+  cudaStream_t& handle = rt().replay_streams[{exec, device}];
+  if (handle == nullptr) handle = rt().create_stream_locked(device, /*blocking=*/false);
   return handle;
 }
 
@@ -414,11 +415,9 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
         ++it;
         continue;
       }
-      const auto handle = reinterpret_cast<uintptr_t>(it->second);
-      std::shared_ptr<Stream> s = r.streams.at(handle);
-      r.streams.erase(handle);
-      std::erase(r.devices[static_cast<size_t>(s->device)]->streams, s);
-      replay_streams.push_back(std::move(s));
+      if (std::shared_ptr<Stream> s = r.forget_stream_locked(it->second)) {
+        replay_streams.push_back(std::move(s));
+      }
       it = r.replay_streams.erase(it);
     }
   }

@@ -199,6 +199,27 @@ cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags) {
   return cudaSuccess;
 }
 
+cudaError_t cudaDeviceDisablePeerAccess(int peer) {
+  CUDASIM_NO_CALLBACK("cudaDeviceDisablePeerAccess");
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  const int device = current_device();
+  if (const cudaError_t status = check_device_locked(device); status != cudaSuccess) {
+    return status;
+  }
+  if (peer < 0 || peer >= r.device_count || peer == device) {
+    return fail(cudaErrorInvalidDevice, "peer " + std::to_string(peer) + " from device " +
+                                            std::to_string(device));
+  }
+  std::vector<bool>& enabled = r.devices[static_cast<size_t>(device)]->peer_enabled;
+  if (!enabled[static_cast<size_t>(peer)]) {
+    return fail(cudaErrorPeerAccessNotEnabled,
+                "device " + std::to_string(device) + " -> " + std::to_string(peer));
+  }
+  enabled[static_cast<size_t>(peer)] = false;
+  return cudaSuccess;
+}
+
 // ---- streams -------------------------------------------------------------------------------
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
@@ -213,12 +234,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) 
   const int device = current_device();
   const cudaError_t status = check_device_locked(device);
   if (status != cudaSuccess) return status;
-  std::shared_ptr<Stream> s =
-      r.new_stream(device, /*legacy=*/false, /*blocking=*/flags == cudaStreamDefault);
-  const uintptr_t token = r.new_token();
-  r.streams[token] = s;
-  r.devices[static_cast<size_t>(device)]->streams.push_back(s);
-  *stream = reinterpret_cast<cudaStream_t>(token);
+  *stream = r.create_stream_locked(device, /*blocking=*/flags == cudaStreamDefault);
   return cudaSuccess;
 }
 
@@ -232,14 +248,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   std::shared_ptr<Stream> s;
   {
     std::lock_guard<std::mutex> lock(r.mu);
-    auto it = r.streams.find(reinterpret_cast<uintptr_t>(stream));
-    if (it == r.streams.end()) {
-      return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: not a live stream");
-    }
-    s = it->second;
-    r.streams.erase(it);
-    auto& list = r.devices[static_cast<size_t>(s->device)]->streams;
-    std::erase(list, s);
+    s = r.forget_stream_locked(stream);
+    if (!s) return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: not a live stream");
   }
   s->stop_and_join();  // its queued work still runs (or is skipped when sticky)
   return cudaSuccess;

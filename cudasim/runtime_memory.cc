@@ -160,6 +160,20 @@ cudaError_t copy(const char* api, void* dst, const void* src, size_t count, cuda
   req.rules = PointerRules::kCopy;
   req.pageable = (!src_dev && !is_pinned_host(src, count)) ||
                  (!dst_dev && !is_pinned_host(dst, count));
+  // Between devices, a capture holds a copy by unified addresses over enabled peer access
+  // only (Note [Stream capture], graphs.cc).
+  if (std::strcmp(api, "cudaMemcpyPeerAsync") == 0) {
+    req.uncapturable = what + ": cudaMemcpyPeerAsync cannot be captured (cudaMemcpyAsync "
+                              "between devices with peer access enabled can)";
+  } else if (src_dev && dst_dev && s.device != d.device) {
+    std::lock_guard<std::mutex> lock(rt().mu);
+    const auto& devices = rt().devices;
+    if (!devices[static_cast<size_t>(s.device)]->peer_enabled[static_cast<size_t>(d.device)] ||
+        !devices[static_cast<size_t>(d.device)]->peer_enabled[static_cast<size_t>(s.device)]) {
+      req.uncapturable = what + ": a copy between devices without peer access enabled both "
+                                "ways cannot be captured";
+    }
+  }
   if (src_dev) req.accesses.push_back({src, count, /*write=*/false});
   if (dst_dev) req.accesses.push_back({dst, count, /*write=*/true});
   if (!src_dev && is_pinned_host(src, count)) {

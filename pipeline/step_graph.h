@@ -56,9 +56,11 @@
 // own device. The gathered losses and flags are moved to home at the end of the captured step
 // (gather_on), so the host still reads once. The updates' gate is copied to every device. A
 // replay costs 4 host calls plus 2 per other device (the launch waits for the caller's stream
-// there: tests/cuda:step_api_count_test counts 6 on two GPUs). Under cudasim a replay runs
-// each op on its own device and the race detector checks the order across devices
-// (tests/cuda:pipe_graph_test, tests/cudasim:graph_test); no card with two GPUs has run it.
+// there: tests/cuda:step_api_count_test counts 6 on two GPUs). Copies between the GPUs go over
+// peer access (Note [Peer copies], cuda_kernels/backend.cc); without it the capture fails
+// and the steps run eagerly. Under cudasim a replay runs each op on its own device and the
+// race detector checks the graph against the work around it (tests/cuda:pipe_graph_test,
+// tests/cudasim:graph_test); no card with two GPUs has run it.
 #pragma once
 
 #include <cstdint>

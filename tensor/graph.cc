@@ -58,13 +58,13 @@ DeviceGraph::DeviceGraph(std::vector<Device> devices)
 DeviceGraph::~DeviceGraph() {
   abandon_capture();
   if (device().is_cuda()) {
-    gates_.clear();
-    member_areas_.clear();
+    gates_.clear();  // pool blocks: back to their pools, released below
     DeviceBackend& backend = backend_for(device().type);
     backend.destroy_graph(device().index, exec_, pool_);  // waits for the device
     for (size_t k = 1; k < devices_.size(); ++k) {
-      backend.destroy_graph(devices_[k].index, nullptr, pool_);
+      backend.destroy_graph(devices_[k].index, nullptr, pool_);  // waits for device k
     }
+    member_areas_.clear();  // read by the last replay's nodes there, now done
     backend.free_host(device().index, area_host_);
   }
 }
@@ -104,7 +104,9 @@ void DeviceGraph::begin_capture(const Stream& stream) {
   }
   if (!area_.defined()) make_area(0);  // the slots' areas, before (not in) the capture
   // The forks' streams and events, made before the capture too.
-  while (forked_.size() + 1 < devices_.size()) forked_.push_back(Stream::create(devices_[forked_.size() + 1]));
+  while (forked_.size() + 1 < devices_.size()) {
+    forked_.push_back(Stream::create(devices_[forked_.size() + 1]));
+  }
   std::vector<Event> forks;
   for (size_t k = 1; k < devices_.size(); ++k) forks.emplace_back(home);
   {
@@ -138,13 +140,12 @@ void DeviceGraph::begin_capture(const Stream& stream) {
   } catch (...) {
     if (begun) {
       try {
-        (void)backend.end_capture(home.index, stream.handle());
+        discard_exec(backend.end_capture(home.index, stream.handle()));
       } catch (...) {
       }
     }
     for (size_t k = 1; k <= pools; ++k) backend.end_graph_pool(devices_[k].index);
-    std::lock_guard<std::mutex> lock(registry_mutex());
-    for (const Device& d : devices_) registry().erase(d);
+    unregister();
     throw;
   }
   stream_ = stream;
@@ -182,10 +183,7 @@ void DeviceGraph::end_capture() {
   std::exception_ptr error;
   end_forks(&error);
   capturing_ = false;
-  {
-    std::lock_guard<std::mutex> lock(registry_mutex());
-    for (const Device& d : devices_) registry().erase(d);
-  }
+  unregister();
   DeviceBackend& backend = backend_for(device().type);
   try {
     exec_ = backend.end_capture(device().index, stream_.handle());
@@ -194,13 +192,9 @@ void DeviceGraph::end_capture() {
   }
   for (size_t k = 1; k < devices_.size(); ++k) backend.end_graph_pool(devices_[k].index);
   if (error != nullptr) {
-    if (exec_ != nullptr) {  // the joins failed, the capture did not: discarded all the same
-      backend.destroy_graph(device().index, exec_, -1);
-      exec_ = nullptr;
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    slots_.clear();  // the failed capture's slots are nobody's
-    std::fill(slots_used_.begin(), slots_used_.end(), 0);
+    discard_exec(exec_);  // the joins failed, the capture did not: discarded all the same
+    exec_ = nullptr;
+    discard_slots();  // the failed capture's slots are nobody's
     std::rethrow_exception(error);
   }
 }
@@ -211,10 +205,21 @@ void DeviceGraph::abandon_capture() noexcept {
     end_capture();
   } catch (...) {
   }
-  if (exec_ != nullptr) {  // it ended well after all: still discarded
-    backend_for(device().type).destroy_graph(device().index, exec_, -1);
-    exec_ = nullptr;
-  }
+  discard_exec(exec_);  // it ended well after all: still discarded
+  exec_ = nullptr;
+  discard_slots();
+}
+
+void DeviceGraph::unregister() {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  for (const Device& d : devices_) registry().erase(d);
+}
+
+void DeviceGraph::discard_exec(void* exec) noexcept {
+  if (exec != nullptr) backend_for(device().type).destroy_graph(device().index, exec, -1);
+}
+
+void DeviceGraph::discard_slots() {
   std::lock_guard<std::mutex> lock(mutex_);
   slots_.clear();
   std::fill(slots_used_.begin(), slots_used_.end(), 0);
@@ -244,14 +249,18 @@ void* DeviceGraph::scalar_slot(Device device, size_t bytes, Fill fill, Commit co
 }
 
 void DeviceGraph::set_gate(const Tensor& gate) {
-  if (!gate.defined()) {
-    std::fill(gates_.begin(), gates_.end(), Tensor());
-    return;
+  if (!capturing_) {
+    throw std::logic_error("DeviceGraph::set_gate: the graph of " + device().str() +
+                           " is not capturing");
   }
-  const size_t from = index_of(gate.device(), "set_gate");
-  for (size_t k = 0; k < devices_.size(); ++k) {
-    gates_[k] = k == from ? gate : gate.to(devices_[k]);
+  std::vector<Tensor> gates(devices_.size());  // all or nothing
+  if (gate.defined()) {
+    const size_t from = index_of(gate.device(), "set_gate");
+    for (size_t k = 0; k < devices_.size(); ++k) {
+      gates[k] = k == from ? gate : gate.to(devices_[k]);
+    }
   }
+  gates_.swap(gates);
 }
 
 const void* DeviceGraph::gate(Device device) const {
@@ -266,14 +275,30 @@ constexpr size_t kAlign = 256;  // every staged input and the slots start on thi
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
+Tensor DeviceGraph::area_view(size_t offset, const Shape& shape, DType dtype) const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = area_.storage();
+  impl->shape = shape;
+  impl->strides = shape.contiguous_strides();
+  impl->offset = static_cast<int64_t>(offset / element_size(dtype));
+  impl->dtype = dtype;
+  return Tensor(impl);
+}
+
 void DeviceGraph::make_area(size_t input_bytes) {
   slots_offset_ = aligned(input_bytes);
   area_bytes_ = slots_offset_ + devices_.size() * kSlotBytes;
-  area_ = Tensor::empty({static_cast<int64_t>(area_bytes_ / sizeof(double))},
-                        {.dtype = DType::kFloat64, .device = device()});
+  area_ = (devices_.size() == 1 ? Tensor::empty : Tensor::zeros)(
+      {static_cast<int64_t>(area_bytes_ / sizeof(double))},
+      {.dtype = DType::kFloat64, .device = device()});
+  // Over devices, each other device's area, filled once from home's by a copy outside the
+  // capture: peer access between the two is enabled here (Note [Peer copies]), not inside it.
+  const Shape section({static_cast<int64_t>(kSlotBytes / sizeof(double))});
   for (size_t k = 1; k < devices_.size(); ++k) {
-    member_areas_.push_back(Tensor::empty({static_cast<int64_t>(kSlotBytes / sizeof(double))},
-                                          {.dtype = DType::kFloat64, .device = devices_[k]}));
+    member_areas_.push_back(
+        Tensor::empty(section, {.dtype = DType::kFloat64, .device = devices_[k]}));
+    member_areas_.back().copy_from(
+        area_view(slots_offset_ + k * kSlotBytes, section, DType::kFloat64));
   }
   area_host_ = backend_for(device().type).allocate_host(device().index, area_bytes_);
   std::memset(area_host_, 0, area_bytes_);
@@ -297,13 +322,7 @@ std::vector<Tensor> DeviceGraph::stage_inputs(const std::vector<std::pair<Shape,
   std::vector<Tensor> out;
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto& [shape, dtype] = specs[i];
-    auto impl = std::make_shared<TensorImpl>();
-    impl->storage = area_.storage();
-    impl->shape = shape;
-    impl->strides = shape.contiguous_strides();
-    impl->offset = static_cast<int64_t>(offsets[i] / element_size(dtype));
-    impl->dtype = dtype;
-    staged_.push_back({Tensor(impl), offsets[i]});
+    staged_.push_back({area_view(offsets[i], shape, dtype), offsets[i]});
     out.push_back(staged_.back().tensor);
   }
   return out;

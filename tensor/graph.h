@@ -89,7 +89,7 @@ class DeviceGraph {
   explicit DeviceGraph(Device device);
   /// An empty graph over `devices` (distinct CUDA devices of one type; the first is home:
   /// the capture's stream, the staged inputs; Note [A graph over devices]). Throws
-  /// std::invalid_argument for none or a repeated device.
+  /// std::invalid_argument for none, a repeated device or devices of different types.
   explicit DeviceGraph(std::vector<Device> devices);
   /// Destroys the graph and gives its pool's free memory back (after the device's work).
   ~DeviceGraph();
@@ -150,10 +150,11 @@ class DeviceGraph {
   /// step computes (0: the step went well) before its updates, which updating kernels read
   /// (adam_step_indirect's gate): a replayed step that failed (a non-finite loss) then
   /// changes no parameter, as its eager step would not have (the host finds the failure after
-  /// the launch). Copied (a captured copy on the caller's current stream of each device) to
-  /// every other device of the graph. The gate a kernel reads is the one set when it was
-  /// captured (the optimizer's may add a loss-scaling overflow to the step's). An undefined
-  /// tensor: no gate. Throws std::invalid_argument for a gate on no device of the graph.
+  /// the launch). Copied to every other device of the graph (captured copies, ordered as
+  /// Tensor::to orders them: Note [Copies between devices], tensor.cc). The gate a kernel reads
+  /// is the one set when it was captured (the optimizer's may add a loss-scaling overflow to
+  /// the step's). An undefined tensor: no gate. Throws std::logic_error when not capturing,
+  /// std::invalid_argument for a gate on no device of the graph.
   void set_gate(const Tensor& gate);
   /// The gate's copy on `device` (nullptr: no gate, or a device not in the graph).
   const void* gate(Device device) const;
@@ -178,7 +179,10 @@ class DeviceGraph {
     bool gated;
   };
   size_t index_of(Device device, const char* api) const;  // throws for another device
-  void end_forks(std::exception_ptr* first_error) noexcept;  // joins, ends the pools
+  void end_forks(std::exception_ptr* first_error) noexcept;  // joins the forked streams
+  void unregister();                                         // from capturing_on's registry
+  void discard_exec(void* exec) noexcept;                    // destroys a graph exec (or none)
+  void discard_slots();                                      // a failed capture's slots
 
   std::vector<Device> devices_;   // [0]: home
   int64_t pool_;                  // the allocator's graph pool id (unique per DeviceGraph)
@@ -194,6 +198,7 @@ class DeviceGraph {
     size_t offset;      // bytes into the area
   };
   void make_area(size_t input_bytes);
+  Tensor area_view(size_t offset, const Shape& shape, DType dtype) const;  // bytes into area_
 
   std::mutex mutex_;              // the slots (scalar_slot runs on worker threads)
   Tensor area_;                   // [staged inputs | slots of each device] on home, made

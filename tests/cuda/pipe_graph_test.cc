@@ -171,8 +171,8 @@ TEST_CASE("graphed training steps equal eager ones bit for bit, every schedule",
 }
 
 // Note [A step over devices] (pipeline/step_graph.h): stages on cuda:0 and cuda:1, one graph
-// over both; under cudasim each replayed op runs on its own device (a kernel of one device
-// reading the other's memory would fail) and the race detector checks the order across them.
+// over both; under cudasim each replayed op runs on its own device and the race detector
+// checks the replays against the eager work around them.
 TEST_CASE("a step over two GPUs is one graph, bit for bit the eager steps", "[cuda][pipe][graph]") {
   if (!gpus_available_or_skip(2)) return;
   const Config config = GENERATE(Config{"gpipe", 2, 1, Checkpoint::kAlways, 2},

@@ -355,9 +355,9 @@ TEST_CASE("a replayed graph is race-checked like eager work") {
 }
 
 // Note [Graphs over devices]: a stream of another device joins a capture like any stream; a
-// replay runs each op on its own device (a kernel of device 1 run on device 0's stream would
-// touch memory device 0 has no peer access to), in capture order, and the launch stream waits
-// for the last of them.
+// copy between the devices is captured only as cudaMemcpyAsync over peer access enabled both
+// ways (CUDA refuses cudaMemcpyPeerAsync in a capture); a replay runs each op on its own
+// device, in capture order, and the launch stream waits for the last of them.
 TEST_CASE("a graph over two devices replays each op on its device, in order") {
   clean();
   REQUIRE(cudasim::simulated_device_count() >= 2);
@@ -378,14 +378,35 @@ TEST_CASE("a graph over two devices replays each op on its device, in order") {
   REQUIRE_CUDA(cudaMemsetAsync(a.p, 0, a.bytes(), origin.s));
   REQUIRE_CUDA(cudaStreamSynchronize(origin.s));
 
-  REQUIRE_CUDA(cudaStreamBeginCapture(origin.s, cudaStreamCaptureModeGlobal));
-  REQUIRE_CUDA(twice_plus_one(origin.s, a.p, a.n));
-  REQUIRE_CUDA(cudaEventRecord(fork, origin.s));
-  REQUIRE_CUDA(cudaStreamWaitEvent(side.s, fork, 0));  // device 1's stream joins
-  REQUIRE_CUDA(cudaMemcpyPeerAsync(b.p, 1, a.p, 0, a.bytes(), side.s));
-  REQUIRE_CUDA(twice_plus_one(side.s, b.p, b.n));      // b = 2a + 1, on device 1
-  REQUIRE_CUDA(cudaEventRecord(join, side.s));
-  REQUIRE_CUDA(cudaStreamWaitEvent(origin.s, join, 0));
+  // The copy from a (device 0) to b (device 1) by `how`, on device 1's stream.
+  enum class How { kPeer, kUnifiedAddresses };
+  auto capture = [&](How how) {
+    REQUIRE_CUDA(cudaStreamBeginCapture(origin.s, cudaStreamCaptureModeGlobal));
+    REQUIRE_CUDA(twice_plus_one(origin.s, a.p, a.n));
+    REQUIRE_CUDA(cudaEventRecord(fork, origin.s));
+    REQUIRE_CUDA(cudaStreamWaitEvent(side.s, fork, 0));  // device 1's stream joins
+    const cudaError_t copied =
+        how == How::kPeer ? cudaMemcpyPeerAsync(b.p, 1, a.p, 0, a.bytes(), side.s)
+                          : cudaMemcpyAsync(b.p, a.p, a.bytes(), cudaMemcpyDeviceToDevice, side.s);
+    (void)cudaGetLastError();
+    if (copied == cudaSuccess) REQUIRE_CUDA(twice_plus_one(side.s, b.p, b.n));  // b = 2a + 1
+    (void)cudaEventRecord(join, side.s);
+    (void)cudaStreamWaitEvent(origin.s, join, 0);
+    (void)cudaGetLastError();
+    return copied;
+  };
+  // Refused: a peer copy; a copy by unified addresses without peer access.
+  CHECK(capture(How::kPeer) == cudaErrorStreamCaptureUnsupported);
+  end_capture_expecting(origin.s, cudaErrorStreamCaptureInvalidated);
+  CHECK(capture(How::kUnifiedAddresses) == cudaErrorStreamCaptureUnsupported);
+  end_capture_expecting(origin.s, cudaErrorStreamCaptureInvalidated);
+
+  for (int d : {0, 1}) {
+    REQUIRE_CUDA(cudaSetDevice(d));
+    REQUIRE_CUDA(cudaDeviceEnablePeerAccess(1 - d, 0));
+  }
+  REQUIRE_CUDA(cudaSetDevice(0));
+  REQUIRE_CUDA(capture(How::kUnifiedAddresses));
   cudaGraph_t graph = nullptr;
   REQUIRE_CUDA(cudaStreamEndCapture(origin.s, &graph));
   cudaGraphExec_t exec = nullptr;
@@ -395,7 +416,20 @@ TEST_CASE("a graph over two devices replays each op on its device, in order") {
   REQUIRE_CUDA(cudaGraphLaunch(exec, origin.s));
   CHECK(cudasim::api_counts().at("cudaGraphLaunch") == 2);
   CHECK(cudasim::api_counts().size() == 1);  // the replay's own waits are not API calls
-  // A reader ordered after the launch stream sees both replays' work, race-free.
+  // A reader on device 1 that waits for nothing races with the replay's writes of b, which
+  // ran on device 1.
+  REQUIRE_CUDA(fake_kernel(reader.s, "unordered_reader", {read_all(b.p)}));
+  const std::vector<std::string> reports = cudasim::take_race_reports();
+  REQUIRE_FALSE(reports.empty());
+  for (const std::string& report : reports) {
+    const size_t writer = report.find("is not ordered after the write");
+    REQUIRE(writer != std::string::npos);
+    CHECK(report.find("of device 1", writer) != std::string::npos);
+    CHECK(report.find("of device 0", writer) == std::string::npos);
+  }
+  // A reader ordered after the launch stream sees the replays' work, race-free.
+  REQUIRE_CUDA(cudaStreamSynchronize(reader.s));
+  REQUIRE_CUDA(cudaGraphLaunch(exec, origin.s));
   REQUIRE_CUDA(cudaEventRecord(done, origin.s));
   REQUIRE_CUDA(cudaStreamWaitEvent(reader.s, done, 0));
   std::vector<float> seen;
@@ -403,13 +437,18 @@ TEST_CASE("a graph over two devices replays each op on its device, in order") {
     seen.assign(p, p + 4);
   }));
   REQUIRE_CUDA(cudaStreamSynchronize(reader.s));
-  CHECK(seen == std::vector<float>(4, 7.0f));  // a: 0 -> 1 -> 3; b = 2 * 3 + 1
+  CHECK(seen == std::vector<float>(4, 15.0f));  // a: 0 -> 1 -> 3 -> 7; b = 2 * 7 + 1
   CHECK(cudasim::take_race_reports().empty());
-  CHECK(read(a) == std::vector<float>(4, 3.0f));
+  CHECK(read(a) == std::vector<float>(4, 7.0f));
 
   REQUIRE_CUDA(cudaGraphExecDestroy(exec));
   REQUIRE_CUDA(cudaGraphDestroy(graph));
   for (cudaEvent_t e : {fork, join, done}) REQUIRE_CUDA(cudaEventDestroy(e));
+  for (int d : {0, 1}) {
+    REQUIRE_CUDA(cudaSetDevice(d));
+    REQUIRE_CUDA(cudaDeviceDisablePeerAccess(1 - d));
+  }
+  REQUIRE_CUDA(cudaSetDevice(0));
   REQUIRE_CUDA(cudaDeviceSynchronize());
   cudasim::set_race_policy(previous);
   clean();
