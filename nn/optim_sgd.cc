@@ -79,8 +79,8 @@ void SGD::update(size_t i, const Tensor& grad) {
         nullptr);
     Tensor no_buffer;
     PW_KERNEL(param.device(), sgd_step_indirect)(param, grad, o.momentum != 0 ? buffer : no_buffer,
-                                                 lr, graph->gate(param.device()), o.momentum, o.dampening,
-                                                 o.weight_decay, o.nesterov);
+                                                 lr, graph->gate(param.device()), o.momentum,
+                                                 o.dampening, o.weight_decay, o.nesterov);
     return;
   }
   bool first_step = false;

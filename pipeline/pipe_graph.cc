@@ -1,8 +1,8 @@
 // Pipe::train_step with an optimizer: the whole step, eagerly or as a replayed CUDA graph
 // (Note [A step as one graph], step_graph.h).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <algorithm>
 #include <exception>
 #include <memory>
 #include <stdexcept>

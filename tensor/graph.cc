@@ -1,9 +1,9 @@
 // DeviceGraph: see the header and Note [Per-replay scalars].
 #include "tensor/graph.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <algorithm>
 #include <map>
 #include <set>
 #include <stdexcept>
