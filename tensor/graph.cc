@@ -361,9 +361,14 @@ void DeviceGraph::replay(const Stream& stream, const std::vector<Tensor>& source
   // One copy: from the first staged input when the host sends any (the inputs lie before the
   // slots), else from the slots; up to the last slot.
   const size_t begin = sources.size() > on_device.size() ? 0 : slots_offset_;
-  // Over devices, every section whole: the graph copies each other device's whole section
-  // on (Note [A graph over devices]), so none of it is left unwritten.
-  const size_t end = devices_.size() == 1 ? slots_offset_ + slots_used_[0] : area_bytes_;
+  // Over devices, through the last device's used slots: the sections' unused bytes the copy
+  // skips stay the zeros make_area wrote, which the graph copies on with the rest of each
+  // section (Note [A graph over devices]).
+  size_t last = 0;
+  for (size_t k = 0; k < slots_used_.size(); ++k) {
+    if (slots_used_[k] > 0) last = k;
+  }
+  const size_t end = slots_offset_ + last * kSlotBytes + slots_used_[last];
   for (const Slot& slot : slots_) {
     if (slot.fill) slot.fill(static_cast<char*>(area_host_) + slot.offset);
   }
