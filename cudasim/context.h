@@ -108,8 +108,7 @@ struct Request {
   Site site;
   std::vector<Access> accesses;
   PointerRules rules = PointerRules::kKernel;
-  bool pageable = false;  // a copy to or from pageable host memory (cannot be captured)
-  std::string uncapturable;  // else why a capture refuses it ("": it may be captured)
+  std::string uncapturable;  // why a capture refuses it ("": it may be captured)
   std::function<void()> work;
   std::shared_ptr<EventRecord> wait;  // cudaStreamWaitEvent: wait for this record first
   /// Called under the lock once the op is committed (event records fill in their record).

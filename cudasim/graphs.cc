@@ -180,12 +180,9 @@ cudaError_t capture_request_locked(const Request& req, const std::shared_ptr<Str
     return fail(cudaErrorStreamCaptureInvalidated,
                 what + ": the capture was invalidated: " + c.why);
   }
-  if (req.pageable || !req.uncapturable.empty()) {
-    const std::string why = req.pageable
-                                ? what + ": a copy with pageable host memory cannot be captured"
-                                : req.uncapturable;
-    invalidate_locked(c, cudaErrorStreamCaptureUnsupported, why);
-    return fail(cudaErrorStreamCaptureUnsupported, why);
+  if (!req.uncapturable.empty()) {
+    invalidate_locked(c, cudaErrorStreamCaptureUnsupported, req.uncapturable);
+    return fail(cudaErrorStreamCaptureUnsupported, req.uncapturable);
   }
   c.ops.push_back(req);
   c.ops.back().device = s->device;

@@ -158,11 +158,11 @@ cudaError_t copy(const char* api, void* dst, const void* src, size_t count, cuda
   req.stream = stream;
   req.site.what = what;
   req.rules = PointerRules::kCopy;
-  req.pageable = (!src_dev && !is_pinned_host(src, count)) ||
-                 (!dst_dev && !is_pinned_host(dst, count));
-  // Between devices, a capture holds a copy by unified addresses over enabled peer access
-  // only (Note [Stream capture], graphs.cc).
-  if (std::strcmp(api, "cudaMemcpyPeerAsync") == 0) {
+  // What a capture refuses (Note [Stream capture], graphs.cc): pageable host memory; between
+  // devices, anything but a copy by unified addresses over enabled peer access.
+  if ((!src_dev && !is_pinned_host(src, count)) || (!dst_dev && !is_pinned_host(dst, count))) {
+    req.uncapturable = what + ": a copy with pageable host memory cannot be captured";
+  } else if (std::strcmp(api, "cudaMemcpyPeerAsync") == 0) {
     req.uncapturable = what + ": cudaMemcpyPeerAsync cannot be captured (cudaMemcpyAsync "
                               "between devices with peer access enabled can)";
   } else if (src_dev && dst_dev && s.device != d.device) {
