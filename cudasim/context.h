@@ -59,8 +59,8 @@ struct Runtime {
   std::map<uintptr_t, size_t> pinned;  // cudaMallocHost blocks: base -> size
   std::vector<std::shared_ptr<Capture>> captures;  // in progress
   std::map<uintptr_t, GraphOps> graphs, graph_execs;  // handle token -> operations
-  /// (graph exec token, device) -> the stream its replays run that device's ops on (Note
-  /// [Graphs over devices], graphs.cc); destroyed with the exec.
+  /// (graph exec token, lane) -> the stream its replays run that lane's ops on (Note [A
+  /// graph's lanes], graphs.cc), on the lane's device; destroyed with the exec.
   std::map<std::pair<uintptr_t, int>, cudaStream_t> replay_streams;
 
   /// A fresh handle value: never reused, never dereferenced.
@@ -114,8 +114,12 @@ struct Request {
   /// Called under the lock once the op is committed (event records fill in their record).
   std::function<void(const std::shared_ptr<Stream>&, uint64_t seq)> on_commit;
   /// Set when the op is captured: the device of the stream that captured it, where a replay
-  /// runs it (Note [Graphs over devices], graphs.cc).
+  /// runs it (Note [Graphs over devices], graphs.cc); its lane, the capture's number for that
+  /// stream (0: the origin); and the earlier ops of other lanes it follows, by their index in
+  /// the graph (its own lane's earlier ops it follows by their order: Note [A graph's lanes]).
   int device = -1;
+  int lane = -1;
+  std::vector<size_t> after;
 };
 
 /// One stream capture in progress or ended (Note [Stream capture], graphs.cc). Guarded by the
@@ -132,6 +136,14 @@ struct Capture {
   /// which it has waited for that stream's work, directly or through other streams' events.
   /// The capture is joined when the origin's covers every forked stream's last op.
   std::map<const Stream*, std::map<const Stream*, size_t>> known;
+  /// Per stream that captured an op, its lane (Note [A graph's lanes], graphs.cc).
+  struct Lane {
+    int number = 0;             // in order of first op; the origin's is 0
+    std::vector<size_t> ops;    // indices into `ops` of its ops, ascending
+    /// Another stream -> 1 + the index of its last op that this lane's ops already follow.
+    std::map<const Stream*, size_t> followed;
+  };
+  std::map<const Stream*, Lane> lanes;
   cudaError_t invalidated = cudaSuccess;  // the first prohibited call's error
   std::string why;
   bool ended = false;

@@ -14,28 +14,35 @@
 // recorded in a capture is a point of the capture, not of a stream: it orders captured work
 // and nothing else.
 //
-// A graph is the captured operations in capture order. That order is a topological order of
-// the dependencies CUDA would build (each operation came after everything its stream and its
-// waits had captured before it), so cudaGraphLaunch(exec, stream) replays the operations one
-// after another on `stream`, through enqueue(): each replayed kernel or copy is checked by the
-// race detector against every other stream's work, like eager work. The simulation gives up
-// the concurrency of a graph's branches, never its ordering.
+// A graph is the captured operations, each with the operations it follows (Note [A graph's
+// lanes]). cudaGraphLaunch(exec, stream) replays them through enqueue(): each replayed kernel
+// or copy is checked by the race detector against every other stream's work and against the
+// graph's other branches, like eager work.
+//
+// Note [A graph's lanes]
+// CUDA makes a captured node follow the previous node of its stream and the last node of every
+// stream that stream has waited for by events recorded in the capture, directly or through
+// other streams' waits; nothing else orders two nodes. Each capturing stream is a lane here: a
+// captured op keeps its lane (Request::lane) and the ops of other lanes it follows
+// (Request::after: per stream in Capture::known, its last op before the bound, left out when
+// an earlier op of the lane follows it already). A replay runs each lane on a stream of its
+// own, the origin's on the launch stream and every other on a stream the exec keeps for it;
+// before an op, its lane's stream waits for the replayed ops it follows (the first op of a
+// lane also for the launch point), and after the last op the launch stream waits for every
+// lane's last op. So a replay orders exactly what the graph and the launch order, its branches
+// run concurrently as a GPU may run them, and two ops of one graph that touch the same bytes
+// with no path between them (an event wait the capture lacked) are a race report at the
+// replay, as they would be in eager work.
 //
 // Note [Graphs over devices]
 // A capture may span devices: a stream of another device joins it by waiting for an event
 // recorded in it, as any stream does, and its kernels and copies become nodes of that device
-// (CUDA's multi-device graphs; a copy between devices is a node too). A replay runs each op
-// on its own device: ops of the launch stream's device on that stream, the others on a stream
-// the graph exec keeps per device (made at its first launch there, destroyed with it). The
-// replay stays one op after another: where consecutive ops run on different streams, the
-// second's stream waits for the first's op; the first op elsewhere waits for the launch
-// stream's work before the launch, and the launch stream waits for the last op elsewhere, so
-// the launch is ordered after what came before it on its stream and what follows waits for
-// all of it, as a graph launch is. So a graph of one device launched on another device's
-// stream runs on its own device too, as CUDA's nodes do. A graph over devices launched into
-// another capture is not simulated (the replay's waits would cross the capture). The replay
-// checks the order between a graph and the work around it; within the graph, the capture
-// order it keeps may hide a dependency the graph lacks (Note [Stream capture]).
+// (CUDA's multi-device graphs; a copy between devices is a node too). A lane's replay stream is
+// one of its device's: a graph over devices runs each op on the device that captured it, and a
+// graph of one device launched on another device's stream runs on its own device too, as
+// CUDA's nodes do. A graph launched into another capture is replayed in capture order (a
+// topological order of its edges) on the launch stream, which the capture turns back into
+// edges; one over devices is not simulated there (the lanes' waits would cross the capture).
 //
 // While a capture runs, CUDA refuses what would synchronise with or allocate under it
 // ("potentially unsafe API calls"): in cudaStreamCaptureModeGlobal for every thread, in
@@ -52,6 +59,7 @@
 // cudaErrorStreamCaptureInvalidated and no graph, as CUDA's does.
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <string>
 #include <thread>
@@ -184,8 +192,30 @@ cudaError_t capture_request_locked(const Request& req, const std::shared_ptr<Str
     invalidate_locked(c, cudaErrorStreamCaptureUnsupported, req.uncapturable);
     return fail(cudaErrorStreamCaptureUnsupported, req.uncapturable);
   }
+  const size_t index = c.ops.size();
   c.ops.push_back(req);
-  c.ops.back().device = s->device;
+  Request& op = c.ops.back();
+  op.device = s->device;
+  // Its lane and the edges CUDA would give it (Note [A graph's lanes]).
+  const auto [at, is_new] = c.lanes.try_emplace(s.get());
+  Capture::Lane& lane = at->second;
+  if (is_new && s != c.origin) {  // numbered 1, 2, ... in order of first op
+    lane.number = static_cast<int>(c.lanes.size() - c.lanes.count(c.origin.get()));
+  }
+  op.lane = lane.number;
+  for (const auto& [stream, bound] : c.known[s.get()]) {
+    const auto theirs = c.lanes.find(stream);
+    if (stream == s.get() || theirs == c.lanes.end()) continue;
+    const std::vector<size_t>& their_ops = theirs->second.ops;
+    const auto first_after = std::lower_bound(their_ops.begin(), their_ops.end(), bound);
+    if (first_after == their_ops.begin()) continue;  // it waited before that stream's first op
+    const size_t last_before = *std::prev(first_after);
+    size_t& followed = lane.followed[stream];
+    if (last_before + 1 <= followed) continue;  // an earlier op of the lane follows it
+    followed = last_before + 1;
+    op.after.push_back(last_before);
+  }
+  lane.ops.push_back(index);
   if (s != c.origin) {
     c.forked[s.get()] = c.ops.size();
   }
@@ -324,11 +354,11 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
 
 namespace {
 
-/// The stream replays of `exec` run `device`'s ops on (Note [Graphs over devices]): made on
-/// first use, non-blocking, one of the device's streams (a device synchronisation waits for
-/// it). Runtime lock held.
-cudaStream_t replay_stream_locked(uintptr_t exec, int device) {
-  cudaStream_t& handle = rt().replay_streams[{exec, device}];
+/// The stream replays of `exec` run `lane`'s ops on (Note [A graph's lanes]): made on first use
+/// on the lane's device, non-blocking, one of the device's streams (a device synchronisation
+/// waits for it). Runtime lock held.
+cudaStream_t replay_stream_locked(uintptr_t exec, int lane, int device) {
+  cudaStream_t& handle = rt().replay_streams[{exec, lane}];
   if (handle == nullptr) handle = rt().create_stream_locked(device, /*blocking=*/false);
   return handle;
 }
@@ -341,10 +371,17 @@ cudaError_t wait_for_op(cudaStream_t stream, const Enqueued& op) {
   record->vc = op.vc;
   Request req;
   req.stream = stream;
-  req.site.what = "cudaGraphLaunch (a replay's order across devices)";
+  req.site.what = "cudaGraphLaunch (a replay's edge between lanes)";
   req.wait = std::move(record);
   return enqueue(std::move(req)).status;
 }
+
+/// Where one replay runs a lane.
+struct LaneReplay {
+  cudaStream_t handle = nullptr;
+  std::shared_ptr<Stream> stream;
+  Enqueued last;  // its last replayed op (stream unset until the first)
+};
 
 }  // namespace
 
@@ -352,49 +389,68 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   count_api("cudaGraphLaunch");
   CUDASIM_NO_CALLBACK("cudaGraphLaunch");
   GraphOps ops;
-  Enqueued last;  // the op the next one on another stream waits for; first the launch point
-  std::map<int, cudaStream_t> streams;  // device -> the stream its ops replay on
+  Enqueued launch_point;  // the launch stream's work before the launch
+  std::vector<LaneReplay> lanes;
   {
     Runtime& r = rt();
     std::lock_guard<std::mutex> lock(r.mu);
-    const auto it = r.graph_execs.find(reinterpret_cast<uintptr_t>(exec));
+    const auto token = reinterpret_cast<uintptr_t>(exec);
+    const auto it = r.graph_execs.find(token);
     if (it == r.graph_execs.end()) {
       return fail(cudaErrorInvalidResourceHandle, "cudaGraphLaunch: not a live graph exec");
     }
     ops = it->second;
     const std::shared_ptr<Stream> launch = resolve_stream_locked(stream);
     if (!launch) return peek_last_error();
-    streams[launch->device] = stream;
     for (const Request& op : *ops) {
-      if (op.device < 0 || streams.count(op.device) != 0) continue;
-      if (launch->capture) {
-        return fail(cudaErrorStreamCaptureUnsupported,
-                    "cudaGraphLaunch: a graph over several devices launched into a capture "
-                    "(not simulated)");
+      if (static_cast<size_t>(op.lane) >= lanes.size()) lanes.resize(static_cast<size_t>(op.lane) + 1);
+      LaneReplay& lane = lanes[static_cast<size_t>(op.lane)];
+      if (lane.stream) continue;
+      if (launch->capture) {  // in capture order on the launch stream (Note [Graphs over devices])
+        if (op.device != launch->device) {
+          return fail(cudaErrorStreamCaptureUnsupported,
+                      "cudaGraphLaunch: a graph over several devices launched into a capture "
+                      "(not simulated)");
+        }
+        lane.handle = stream;
+      } else if (op.lane == 0 && op.device == launch->device) {
+        lane.handle = stream;
+      } else {
+        lane.handle = replay_stream_locked(token, op.lane, op.device);
       }
-      streams[op.device] = replay_stream_locked(reinterpret_cast<uintptr_t>(exec), op.device);
+      lane.stream = resolve_stream_locked(lane.handle);
     }
-    last.stream = launch;
-    last.seq = launch->enqueued;
-    last.vc = launch->vc;
+    launch_point.stream = launch;
+    launch_point.seq = launch->enqueued;
+    launch_point.vc = launch->vc;
   }
-  // One op after another (Note [Stream capture]), each on its device (Note [Graphs over
-  // devices]); into the launch stream's capture if it has one.
-  cudaStream_t on = stream;
-  for (const Request& op : *ops) {
-    Request replay = op;
-    replay.stream = op.device < 0 ? stream : streams.at(op.device);
-    if (replay.stream != on) {
-      if (const cudaError_t status = wait_for_op(replay.stream, last); status != cudaSuccess) {
+  // Each op on its lane's stream, after what it follows (Note [A graph's lanes]); into the
+  // launch stream's capture if it has one.
+  std::vector<Enqueued> done(ops->size());
+  for (size_t i = 0; i < ops->size(); ++i) {
+    const Request& op = (*ops)[i];
+    LaneReplay& lane = lanes[static_cast<size_t>(op.lane)];
+    std::vector<const Enqueued*> follows;
+    if (!lane.last.stream) follows.push_back(&launch_point);
+    for (const size_t j : op.after) follows.push_back(&done[j]);
+    for (const Enqueued* before : follows) {
+      if (before->stream == lane.stream) continue;  // the stream's own order
+      if (const cudaError_t status = wait_for_op(lane.handle, *before); status != cudaSuccess) {
         return status;
       }
-      on = replay.stream;
     }
-    const Enqueued done = enqueue(std::move(replay));
-    if (done.status != cudaSuccess) return done.status;
-    last = done;
+    Request replay = op;
+    replay.stream = lane.handle;
+    done[i] = enqueue(std::move(replay));
+    if (done[i].status != cudaSuccess) return done[i].status;
+    lane.last = done[i];
   }
-  if (on != stream) return wait_for_op(stream, last);
+  for (const LaneReplay& lane : lanes) {
+    if (!lane.last.stream || lane.handle == stream) continue;
+    if (const cudaError_t status = wait_for_op(stream, lane.last); status != cudaSuccess) {
+      return status;
+    }
+  }
   return cudaSuccess;
 }
 

@@ -1,9 +1,12 @@
 // Stream capture and CUDA graphs on simulated GPUs (cudasim/graphs.cc, Note [Stream capture]):
 // captured work does not run; a graph replays it, in order, as often as launched, with one host
-// call; forks and joins across streams; and every rule CUDA enforces while a capture runs, each
+// call; forks and joins across streams, each captured stream replayed apart from the others
+// (Note [A graph's lanes]); and every rule CUDA enforces while a capture runs, each
 // refusal invalidating the capture so EndCapture returns no graph. Replays are race-checked.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -354,10 +357,114 @@ TEST_CASE("a replayed graph is race-checked like eager work") {
   clean();
 }
 
+// Note [A graph's lanes]: a replay runs each captured stream on a stream of its own, each op
+// after what the capture's events made it follow and nothing else, so two branches the capture
+// never ordered run apart — at once, if they can — and their accesses to the same bytes race.
+TEST_CASE("a replay keeps a graph's edges only: branches with no edge between them race") {
+  clean();
+  const cudasim::RacePolicy previous = cudasim::set_race_policy(cudasim::RacePolicy::kReport);
+  DeviceFloats x(4);
+  Stream origin, left, right;
+  std::vector<cudaEvent_t> events(4);  // fork, left -> right, left's end, right's end
+  for (cudaEvent_t& e : events) REQUIRE_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  REQUIRE_CUDA(cudaMemsetAsync(x.p, 0, x.bytes(), origin.s));
+  REQUIRE_CUDA(cudaStreamSynchronize(origin.s));
+  // origin forks `left` (x = 2x + 1) and `right` (x = x + 10); `ordered`: right waits for left.
+  auto capture = [&](bool ordered) {
+    REQUIRE_CUDA(cudaStreamBeginCapture(origin.s, cudaStreamCaptureModeGlobal));
+    REQUIRE_CUDA(cudaEventRecord(events[0], origin.s));
+    REQUIRE_CUDA(cudaStreamWaitEvent(left.s, events[0], 0));
+    REQUIRE_CUDA(cudaStreamWaitEvent(right.s, events[0], 0));
+    REQUIRE_CUDA(fake_kernel(left.s, "left_writer", {write_all(x.p)}, [p = x.p] {
+      for (int i = 0; i < 4; ++i) p[i] = 2 * p[i] + 1;
+    }));
+    if (ordered) {
+      REQUIRE_CUDA(cudaEventRecord(events[1], left.s));
+      REQUIRE_CUDA(cudaStreamWaitEvent(right.s, events[1], 0));
+    }
+    REQUIRE_CUDA(fake_kernel(right.s, "right_writer", {write_all(x.p)}, [p = x.p] {
+      for (int i = 0; i < 4; ++i) p[i] += 10;
+    }));
+    REQUIRE_CUDA(cudaEventRecord(events[2], left.s));
+    REQUIRE_CUDA(cudaEventRecord(events[3], right.s));
+    REQUIRE_CUDA(cudaStreamWaitEvent(origin.s, events[2], 0));
+    REQUIRE_CUDA(cudaStreamWaitEvent(origin.s, events[3], 0));
+    cudaGraph_t graph = nullptr;
+    REQUIRE_CUDA(cudaStreamEndCapture(origin.s, &graph));
+    cudaGraphExec_t exec = nullptr;
+    REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    REQUIRE_CUDA(cudaGraphDestroy(graph));
+    return exec;
+  };
+
+  cudaGraphExec_t exec = capture(/*ordered=*/false);
+  CHECK(cudasim::take_race_reports().empty());  // capturing accesses nothing
+  REQUIRE_CUDA(cudaGraphLaunch(exec, origin.s));
+  const std::vector<std::string> reports = cudasim::take_race_reports();
+  REQUIRE(reports.size() == 1);  // captured one after the other, yet unordered
+  CHECK(reports[0].find("left_writer") != std::string::npos);
+  CHECK(reports[0].find("right_writer") != std::string::npos);
+  REQUIRE_CUDA(cudaGraphExecDestroy(exec));
+  REQUIRE_CUDA(cudaDeviceSynchronize());
+
+  REQUIRE_CUDA(cudaMemsetAsync(x.p, 0, x.bytes(), origin.s));
+  exec = capture(/*ordered=*/true);
+  REQUIRE_CUDA(cudaGraphLaunch(exec, origin.s));
+  REQUIRE_CUDA(cudaGraphLaunch(exec, origin.s));
+  // A reader after the launch stream sees both replays whole: 0 -> 11 -> 33.
+  REQUIRE_CUDA(fake_kernel(origin.s, "reader", {read_all(x.p)}));
+  CHECK(cudasim::take_race_reports().empty());
+  CHECK(read(x) == std::vector<float>(4, 33.0f));
+  REQUIRE_CUDA(cudaGraphExecDestroy(exec));
+  for (cudaEvent_t e : events) REQUIRE_CUDA(cudaEventDestroy(e));
+  cudasim::set_race_policy(previous);
+  clean();
+}
+
+TEST_CASE("a replay runs a graph's independent branches at once, as a GPU may") {
+  clean();
+  Stream origin, first, second;
+  cudaEvent_t fork, joins[2];
+  REQUIRE_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  for (cudaEvent_t& e : joins) REQUIRE_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  // The first branch's kernel (captured first) waits, up to 20 s, for the second's to run: a
+  // replay that ran the branches in capture order would time out.
+  std::atomic<bool> second_ran{false};
+  bool first_saw_it = false;
+  REQUIRE_CUDA(cudaStreamBeginCapture(origin.s, cudaStreamCaptureModeGlobal));
+  REQUIRE_CUDA(cudaEventRecord(fork, origin.s));
+  REQUIRE_CUDA(cudaStreamWaitEvent(first.s, fork, 0));
+  REQUIRE_CUDA(cudaStreamWaitEvent(second.s, fork, 0));
+  REQUIRE_CUDA(fake_kernel(first.s, "waiter", {}, [&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!second_ran.load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    first_saw_it = second_ran.load();
+  }));
+  REQUIRE_CUDA(fake_kernel(second.s, "signaller", {}, [&] { second_ran.store(true); }));
+  REQUIRE_CUDA(cudaEventRecord(joins[0], first.s));
+  REQUIRE_CUDA(cudaEventRecord(joins[1], second.s));
+  for (cudaEvent_t e : joins) REQUIRE_CUDA(cudaStreamWaitEvent(origin.s, e, 0));
+  cudaGraph_t graph = nullptr;
+  REQUIRE_CUDA(cudaStreamEndCapture(origin.s, &graph));
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK_FALSE(second_ran.load());  // captured, not run
+  REQUIRE_CUDA(cudaGraphLaunch(exec, origin.s));
+  REQUIRE_CUDA(cudaStreamSynchronize(origin.s));  // the launch stream waits for both branches
+  CHECK(second_ran.load());
+  CHECK(first_saw_it);
+  REQUIRE_CUDA(cudaGraphExecDestroy(exec));
+  REQUIRE_CUDA(cudaGraphDestroy(graph));
+  REQUIRE_CUDA(cudaEventDestroy(fork));
+  for (cudaEvent_t e : joins) REQUIRE_CUDA(cudaEventDestroy(e));
+}
+
 // Note [Graphs over devices]: a stream of another device joins a capture like any stream; a
 // copy between the devices is captured only as cudaMemcpyAsync over peer access enabled both
 // ways (CUDA refuses cudaMemcpyPeerAsync in a capture); a replay runs each op on its own
-// device, in capture order, and the launch stream waits for the last of them.
+// device, after what it follows, and the launch stream waits for the last of them.
 TEST_CASE("a graph over two devices replays each op on its device, in order") {
   clean();
   REQUIRE(cudasim::simulated_device_count() >= 2);
