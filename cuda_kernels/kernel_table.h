@@ -6,7 +6,7 @@
 // Where each is defined:
 //   elementwise.cu    fill (also int64), binary, binary_scalar, unary, relu_backward, axpy
 //   copy.cu           copy_strided, cast (any dtype: copies move bytes; cast converts)
-//   reduce.cu         reduce, argmax
+//   reduce.cu         reduce, norm_share_add, argmax
 //   gemm.cc           gemm (cuBLAS)
 //   softmax.cu        softmax, softmax_backward
 //   cross_entropy.cu  cross_entropy, cross_entropy_backward

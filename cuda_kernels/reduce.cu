@@ -31,22 +31,47 @@ __device__ inline T max_nan(T a, T b) {
   return (b > a || b != b) ? b : a;
 }
 
+/// What a row reduction adds of each element (Note [Norm shares]): the element, its square
+/// rounded to T (never fused with the sum into an FMA, so it equals the square kernel's), or
+/// its magnitude.
+enum class RowTerm { kValue, kSquare, kAbs };
+
+template <RowTerm kRowTerm, class T>
+__device__ inline T term_of(T v) {
+  if constexpr (kRowTerm == RowTerm::kSquare) {
+    if constexpr (std::is_same_v<T, float>) return __fmul_rn(v, v);
+    return __dmul_rn(v, v);
+  }
+  if constexpr (kRowTerm == RowTerm::kAbs) return fabs(v);
+  return v;
+}
+
 /// One block per row of n (inner == 1), blockIdx.y taking elements [y · per_split, + per_split)
 /// of it (Note [Split reductions]; one range when gridDim.y == 1): out [outer, gridDim.y].
-/// blockDim.x: a multiple of 32.
-template <class T>
+/// blockDim.x: a multiple of 32. `kRowTerm` applies to x's elements; with `accumulate` set (one
+/// row, one range) the sum is added to *accumulate in float64 instead of written to out.
+template <class T, RowTerm kRowTerm>
 __global__ void reduce_rows_kernel(const T* x, T* out, int64_t outer, int64_t n,
-                                   int64_t per_split, bool is_max, T scale) {
+                                   int64_t per_split, bool is_max, T scale,
+                                   double* accumulate) {
   __shared__ T shared[32];
   const int64_t begin = blockIdx.y * per_split;
   const int64_t end = begin + per_split < n ? begin + per_split : n;
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
     const T* p = x + row * n;
     T acc = is_max ? lowest<T>() : T(0);
-    for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x)
-      acc = is_max ? max_nan(acc, p[k]) : acc + p[k];
+    for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) {
+      const T v = term_of<kRowTerm>(p[k]);
+      acc = is_max ? max_nan(acc, v) : acc + v;
+    }
     acc = is_max ? block_max(acc, shared) : block_sum(acc, shared);
-    if (threadIdx.x == 0) out[row * gridDim.y + blockIdx.y] = is_max ? acc : acc * scale;
+    if (threadIdx.x != 0) continue;
+    const T result = is_max ? acc : acc * scale;
+    if (accumulate != nullptr) {
+      *accumulate = *accumulate + static_cast<double>(result);
+    } else {
+      out[row * gridDim.y + blockIdx.y] = result;
+    }
   }
 }
 
@@ -162,16 +187,17 @@ void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inne
       const int threads = row_block(n);
       const Split split = plan_split(blocks, n, threads, device);
       if (split.splits == 1) {
-        PW_LAUNCH(reduce_rows_kernel<T>, blocks, threads, 0, ctx.stream)(
-            x.data<T>(), out.data<T>(), outer, n, n, is_max, scale);
+        PW_LAUNCH((reduce_rows_kernel<T, RowTerm::kValue>), blocks, threads, 0, ctx.stream)(
+            x.data<T>(), out.data<T>(), outer, n, n, is_max, scale, nullptr);
       } else {
         Scratch<T> partial(out.device(), outer * split.splits, ctx.stream);
-        PW_LAUNCH(reduce_rows_kernel<T>, dim3(blocks, static_cast<unsigned>(split.splits)),
+        PW_LAUNCH((reduce_rows_kernel<T, RowTerm::kValue>), dim3(blocks, static_cast<unsigned>(split.splits)),
                   threads, 0, ctx.stream)(x.data<T>(), partial.get(), outer, n, split.per_split,
-                                          is_max, T(1));
+                                          is_max, T(1), nullptr);
         PW_CUDA_CHECK_LAUNCH("reduce_rows_kernel");
-        PW_LAUNCH(reduce_rows_kernel<T>, blocks, row_block(split.splits), 0, ctx.stream)(
-            partial.get(), out.data<T>(), outer, split.splits, split.splits, is_max, scale);
+        PW_LAUNCH((reduce_rows_kernel<T, RowTerm::kValue>), blocks, row_block(split.splits), 0, ctx.stream)(
+            partial.get(), out.data<T>(), outer, split.splits, split.splits, is_max, scale,
+            nullptr);
       }
     } else {
       const unsigned blocks = grid_for(outer * inner);
@@ -192,6 +218,47 @@ void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inne
     }
   });
   PW_CUDA_CHECK_LAUNCH(inner == 1 ? "reduce_rows_kernel" : "reduce_columns_kernel");
+}
+
+// Note [Norm shares]: a gradient's share of a 1- or 2-norm, added into a float64 total, as
+// clipping and loss scaling take one per parameter (nn::grad_norm_share_on_device). Unfused it
+// was four launches or five (the square, the sum's one or two passes, the cast to float64, the
+// add); here it is the sum's passes alone, the first taking the term of each element, the last
+// adding its float to the total in float64. The passes, the split and the order are the sum's,
+// and the square is rounded to T before it is added, so the total has the unfused ops' bits.
+void norm_share_add(UnaryOp term, const Tensor& x, Tensor& total) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  LaunchContext ctx(total);
+  double* into = total.data<double>();
+  dispatch_floating(x.dtype(), "norm_share_add", [&](auto zero) {
+    using T = decltype(zero);
+    auto launch = [&](auto term_constant) {
+      constexpr RowTerm kRowTerm = decltype(term_constant)::value;
+      const unsigned blocks = row_grid(1);
+      const int threads = row_block(n);
+      const Split split = plan_split(blocks, n, threads, total.device().index);
+      if (split.splits == 1) {
+        PW_LAUNCH((reduce_rows_kernel<T, kRowTerm>), blocks, threads, 0, ctx.stream)(
+            x.data<T>(), nullptr, 1, n, n, false, T(1), into);
+        return;
+      }
+      Scratch<T> partial(total.device(), split.splits, ctx.stream);
+      PW_LAUNCH((reduce_rows_kernel<T, kRowTerm>), dim3(blocks, static_cast<unsigned>(split.splits)),
+                threads, 0, ctx.stream)(x.data<T>(), partial.get(), 1, n, split.per_split, false,
+                                        T(1), nullptr);
+      PW_CUDA_CHECK_LAUNCH("reduce_rows_kernel");
+      PW_LAUNCH((reduce_rows_kernel<T, RowTerm::kValue>), blocks, row_block(split.splits), 0,
+                ctx.stream)(partial.get(), nullptr, 1, split.splits, split.splits, false, T(1),
+                            into);
+    };
+    if (term == UnaryOp::kSquare) {
+      launch(std::integral_constant<RowTerm, RowTerm::kSquare>{});
+    } else {
+      launch(std::integral_constant<RowTerm, RowTerm::kAbs>{});
+    }
+  });
+  PW_CUDA_CHECK_LAUNCH("reduce_rows_kernel");
 }
 
 void argmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out) {

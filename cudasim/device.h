@@ -1,33 +1,25 @@
-// What nvcc gives a .cu file, for g++: included first into every
-// cuda_kernels/*.cu file under
-// --config=cudasim (the cuda_library rule passes `-include cudasim/device.h`),
-// so the kernel source compiles unchanged as C++ and runs on the executor
-// (executor.h).
+// What nvcc gives a .cu file, for g++: included first into every cuda_kernels/*.cu file under
+// --config=cudasim (the cuda_library rule passes `-include cudasim/device.h`), so the kernel
+// source compiles unchanged as C++ and runs on the executor (executor.h).
 //
-//   __global__, __device__, __host__   nothing: kernels and device functions
-//   __launch_bounds__(...)             are C++ functions (launch bounds only
-//                                      budget registers)
-//   __shared__                         `static thread_local`: one copy per OS
-//   thread, and a
-//                                      block's threads are fibers of one OS
-//                                      thread, so one copy per running block
-//                                      (not cleared between blocks: a GPU does
-//                                      not clear it either)
-//   threadIdx, blockIdx, blockDim,     the running CUDA thread's values
-//   (executor) gridDim, warpSize
-//   __syncthreads, __syncwarp,         the executor's barrier and warp
-//   collectives, with their
-//   __shfl_sync / _up / _down / _xor   checks (executor.h)
-//   nvcuda::wmma (<mma.h>)             cudasim/wmma.h: m16n16k16, 16-bit inputs
-//   atomicAdd/Min/Max/Exch/CAS         std::atomic_ref: blocks of two streams
-//   run at once PW_LAUNCH(kernel, grid, block,     cudasim::Launch (launch.h);
-//   nvcc spells it
-//             shared_bytes, stream)    kernel<<<grid, block, shared_bytes,
-//             stream>>>
+//   __global__, __device__, __host__    nothing: kernels and device functions are C++ functions
+//   __launch_bounds__(...)              nothing (launch bounds only budget registers)
+//   __shared__                          `static thread_local`: one copy per OS thread, and a
+//                                       block's threads are fibers of one OS thread, so one copy
+//                                       per running block (not cleared between blocks: a GPU
+//                                       does not clear it either)
+//   threadIdx, blockIdx, blockDim,      the running CUDA thread's values (executor)
+//   gridDim, warpSize
+//   __syncthreads, __syncwarp,          the executor's barrier and warp collectives, with their
+//   __shfl_sync / _up / _down / _xor    checks (executor.h)
+//   nvcuda::wmma (<mma.h>)              cudasim/wmma.h: m16n16k16, 16-bit inputs
+//   atomicAdd/Min/Max/Exch/CAS          std::atomic_ref: blocks of two streams run at once
+//   __fmul_rn, __dmul_rn                a rounded product no FMA contraction merges
+//   PW_LAUNCH(kernel, grid, block,      cudasim::Launch (launch.h); nvcc spells it
+//             shared_bytes, stream)     kernel<<<grid, block, shared_bytes, stream>>>
 //
-// The static shared memory limit (48 KiB per block) is not checked here: ptxas
-// refuses a kernel over it in the --config=cuda build, which CI runs on every
-// change.
+// The static shared memory limit (48 KiB per block) is not checked here: ptxas refuses a
+// kernel over it in the --config=cuda build, which CI runs on every change.
 #pragma once
 
 // Before the CUDA headers, which define these only where they are not defined
@@ -125,6 +117,19 @@ T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32,
                   cudasim_site site = cudasim_site::current()) {
   return ::cudasim::detail::shuffle_value(::cudasim::ShuffleKind::kXor, mask, var, lane_mask, width,
                                           site);
+}
+
+// A product rounded to its type that no FMA contraction may merge with a following add, as
+// nvcc's intrinsics promise: g++ at -O3 with FMA contracts a * b + c across inlining otherwise.
+inline float __fmul_rn(float a, float b) {
+  float r = a * b;
+  asm("" : "+x"(r));
+  return r;
+}
+inline double __dmul_rn(double a, double b) {
+  double r = a * b;
+  asm("" : "+x"(r));
+  return r;
 }
 
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }

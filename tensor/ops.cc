@@ -234,6 +234,21 @@ Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
 Tensor sum(const Tensor& x) { return reduce_all("sum", ReduceOp::kSum, x); }
 Tensor mean(const Tensor& x) { return reduce_all("mean", ReduceOp::kMean, x); }
 
+void add_norm_share_(Tensor& total, const Tensor& x, double p) {
+  check_floating("add_norm_share_", x);
+  if (p != 1.0 && p != 2.0) {
+    throw std::invalid_argument("add_norm_share_: p must be 1 or 2, got " + std::to_string(p));
+  }
+  check_defined("add_norm_share_", total);
+  if (total.dtype() != DType::kFloat64 || total.numel() != 1 || total.device() != x.device() ||
+      !total.is_contiguous()) {
+    throw std::invalid_argument("add_norm_share_: total must be float64 with one element on " +
+                                x.device().str() + ", got " + describe(total));
+  }
+  PW_KERNEL(x.device(), norm_share_add)(p == 2.0 ? UnaryOp::kSquare : UnaryOp::kAbs,
+                                        x.contiguous(), total);
+}
+
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   check_floating("argmax", x);
   const ReduceLayout layout = reduce_layout(x, dim, keepdim);

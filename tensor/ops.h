@@ -69,6 +69,14 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 /// Over all elements: rank-0 results.
 Tensor sum(const Tensor& x);
 Tensor mean(const Tensor& x);
+/// total += Σ x² (p = 2) or Σ |x| (p = 1), widened to float64: a gradient's share of a p-norm
+/// (torch.nn.utils.clip_grad_norm_'s Σ|g|^p). The terms are rounded to x's dtype and summed in
+/// the order of sum(x), so total gets the bits of `add(total, sum(square(x)).to(kFloat64))`;
+/// on a GPU in one pass instead of those four ops (Note [Norm shares], cuda_kernels/reduce.cu).
+/// x: float32 or float64, any shape (empty: total unchanged). total: float64 with one element
+/// on x's device, updated in place. Throws std::invalid_argument for another p, a
+/// non-floating x, or a total that is not that.
+void add_norm_share_(Tensor& total, const Tensor& x, double p);
 
 // ---- linear algebra ----
 /// op(a) · op(b) for 2-D a, b; op(x) = xᵀ when the flag is set (no transposed copy is made).

@@ -7,7 +7,7 @@
 // Where each is defined:
 //   elementwise.cc  fill, copy_strided, cast, binary, binary_scalar, unary, relu_backward, axpy,
 //                   index_select
-//   reduce.cc       reduce, argmax
+//   reduce.cc       reduce, norm_share_add, argmax
 //   gemm.cc         gemm, gemm_batched
 //   softmax.cc      softmax, softmax_backward
 //   loss.cc         cross_entropy, cross_entropy_backward

@@ -140,6 +140,19 @@ void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inne
   });
 }
 
+/// total += float64(Σ term(x)) by the ops it stands for (kernels.h): the square or magnitude,
+/// then reduce's sum of one row; a CPU has no launches to save.
+void norm_share_add(UnaryOp term, const Tensor& x, Tensor& total) {
+  if (x.numel() == 0) return;
+  Tensor terms = Tensor::empty(x.shape(), {x.dtype(), x.device()});
+  unary(term, x, terms);
+  Tensor sum = Tensor::empty(Shape{}, {x.dtype(), x.device()});
+  reduce(ReduceOp::kSum, terms, 1, x.numel(), 1, sum);
+  const double share = x.dtype() == DType::kFloat32 ? static_cast<double>(sum.data<float>()[0])
+                                                     : sum.data<double>()[0];
+  total.data<double>()[0] += share;
+}
+
 void argmax(const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out) {
   dispatch_floating(x.dtype(), "argmax", [&](auto zero) {
     argmax_typed<decltype(zero)>(x, outer, n, inner, out);

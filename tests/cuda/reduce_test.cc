@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda_kernels/launch_limits.h"
+#include "tensor/ops.h"
 #include "tests/cuda/gpu_test.h"
 
 namespace pipewright::testing {
@@ -112,6 +113,51 @@ TEST_CASE("cuda max propagates NaN and argmax finds it, as the cpu's do", "[cuda
       }
     }
   }
+}
+
+// Note [Norm shares] (cuda_kernels/reduce.cu): add_norm_share_ sums the squares (magnitudes)
+// in one pass with sum's order, so the total equals the unfused ops' bit for bit: short rows,
+// long ones the split plan cuts in two passes, NaN and infinity.
+TEST_CASE("cuda add_norm_share_ has the bits of square, sum, cast and add", "[cuda][reduce]") {
+  if (!gpu_available_or_skip()) return;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (const int64_t n : {int64_t{1}, int64_t{1000}, int64_t{100003}, int64_t{1} << 20}) {
+      for (const int special : {0, 1, 2}) {  // none, a NaN, an infinity
+        std::vector<double> values = random_tensor({n}, DType::kFloat64, 23, -3.0, 3.0)
+                                         .to_vector<double>();
+        if (special == 1) values[static_cast<size_t>(n / 2)] = std::nan("");
+        if (special == 2) values[static_cast<size_t>(n - 1)] = -INFINITY;
+        const Tensor x = Tensor::from_vector(values, {n}).to(dtype).to(gpu());
+        for (const double p : {1.0, 2.0}) {
+          INFO(dtype_name(dtype) << " n " << n << " special " << special << " p " << p);
+          const Tensor start = Tensor::full({1}, 0.75, {.dtype = DType::kFloat64, .device = gpu()});
+          const Tensor terms = p == 2.0 ? ops::square(x) : ops::abs(x);
+          const Tensor want = ops::add(start, ops::sum(terms).to(DType::kFloat64).reshape({1}));
+          Tensor got = start.clone();
+          ops::add_norm_share_(got, x, p);
+          const double w = want.to(Device::cpu(0)).to_vector<double>()[0];
+          const double g = got.to(Device::cpu(0)).to_vector<double>()[0];
+          CHECK((special == 1 ? std::isnan(g) : g == w));
+          if (special != 1) CHECK(std::signbit(g) == std::signbit(w));
+          if (special == 2) CHECK(g == INFINITY);
+          // The CPU's composite, within the sums' reordering (rtol as cuda reduce's).
+          if (special == 0) {
+            Tensor cpu_total = start.to(Device::cpu(0));
+            ops::add_norm_share_(cpu_total, x.to(Device::cpu(0)), p);
+            CHECK(std::abs(g - cpu_total.to_vector<double>()[0]) <=
+                  tol(dtype, 1e-5, 1e-12) * std::abs(g));
+          }
+        }
+      }
+    }
+  }
+  Tensor total = Tensor::zeros({1}, {.dtype = DType::kFloat64, .device = gpu()});
+  const Tensor x = random_tensor({5}, DType::kFloat32, 3).to(gpu());
+  CHECK_THROWS_WITH(ops::add_norm_share_(total, x, 3.0), Catch::Contains("p must be 1 or 2"));
+  Tensor wrong = Tensor::zeros({1}, {.dtype = DType::kFloat32, .device = gpu()});
+  CHECK_THROWS_WITH(ops::add_norm_share_(wrong, x, 2.0), Catch::Contains("[1] float32 on cuda:0"));
+  Tensor on_cpu = Tensor::zeros({1}, {.dtype = DType::kFloat64});
+  CHECK_THROWS_WITH(ops::add_norm_share_(on_cpu, x, 2.0), Catch::Contains("one element on cuda:0"));
 }
 
 TEST_CASE("cuda reduce over an empty dim: sum 0, mean NaN", "[cuda][reduce]") {

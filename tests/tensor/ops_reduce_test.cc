@@ -87,6 +87,35 @@ TEMPLATE_TEST_CASE("sum and mean over all elements", "[reduce]", float, double) 
   REQUIRE(std::fabs(ops::mean(x).item() - expected / n) < tolerance<TestType>() * 10);
 }
 
+TEMPLATE_TEST_CASE("add_norm_share_ adds the float64 of sum(square(x)) or sum(abs(x))", "[reduce]",
+                   float, double) {
+  // A strided view and a long tensor (the blocked, parallel sum): the unfused ops' bits.
+  const Tensor long_x = random_tensor<TestType>({1 << 20}, 14, -2.0, 2.0);
+  const Tensor view = transposed_view(random_tensor<TestType>({37, 5}, 15, -2.0, 2.0));
+  for (const Tensor& x : {long_x, view}) {
+    for (const double p : {1.0, 2.0}) {
+      Tensor total = Tensor::full({1}, 0.5, {.dtype = DType::kFloat64});
+      ops::add_norm_share_(total, x, p);
+      const Tensor terms = p == 2.0 ? ops::square(x) : ops::abs(x);
+      CHECK(total.to_vector<double>()[0] == 0.5 + static_cast<double>(ops::sum(terms).item()));
+      // Against the float64 sum of the rounded terms.
+      double reference = 0.5;
+      for (double v : terms.to(DType::kFloat64).to_vector<double>()) reference += v;
+      CHECK(std::fabs(total.to_vector<double>()[0] - reference) <=
+            tolerance<TestType>() * 10 * reference);
+    }
+  }
+  Tensor total = Tensor::zeros({1}, {.dtype = DType::kFloat64});
+  ops::add_norm_share_(total, Tensor::empty({0, 3}, {.dtype = DType::kFloat32}), 2.0);
+  CHECK(total.to_vector<double>()[0] == 0.0);
+  CHECK_THROWS_WITH(ops::add_norm_share_(total, long_x, 3.0), Catch::Contains("p must be 1 or 2"));
+  Tensor two = Tensor::zeros({2}, {.dtype = DType::kFloat64});
+  CHECK_THROWS_WITH(ops::add_norm_share_(two, long_x, 2.0),
+                    Catch::Contains("total must be float64 with one element on cpu"));
+  Tensor narrow = Tensor::zeros({1}, {.dtype = DType::kFloat32});
+  CHECK_THROWS_WITH(ops::add_norm_share_(narrow, long_x, 1.0), Catch::Contains("[1] float32"));
+}
+
 TEST_CASE("sums do not depend on the thread count") {
   const Tensor x = random_tensor<float>({3, 1 << 19}, 13);
   Tensor with_one, with_all;
