@@ -206,9 +206,15 @@ class GraphTask {
           into_grad[i] = is_parameter;
         }
       }
-      if (any_now) distribute(*node, node->apply_into_grad(grads, now, into_grad), now);
+      // What W keeps first, so that B may take its copy (Node::grad_outputs_for_now).
+      std::vector<Tensor> kept;
+      if (any_later) kept = node->keep_for_weight_grads(grads, later);
+      if (any_now) {
+        const std::vector<Tensor> for_now =
+            any_later ? node->grad_outputs_for_now(grads, kept, now) : std::move(grads);
+        distribute(*node, node->apply_into_grad(for_now, now, into_grad), now);
+      }
       if (any_later) {
-        std::vector<Tensor> kept = node->keep_for_weight_grads(std::move(grads), later);
         options_.defer_weight_grads->push(
             {node, std::move(kept), std::move(later), !options_.retain_graph});
         deferred = true;

@@ -22,7 +22,10 @@ namespace {
 // 16-bit policy B makes db too (1ᵀ·dY, a float32 [out]) and the queue keeps it for W to add
 // into .grad. For a deferred W to be bitwise the undeferred one, the undeferred backward
 // makes db the same way, as a new tensor then added to .grad (float32 adds 1ᵀ·dY straight
-// into .grad, beta = 1, deferred or not). Under float32 the queue keeps dY as it is.
+// into .grad, beta = 1, deferred or not). Under float32 the queue keeps dY as it is. The
+// engine asks what to keep before B runs, and B's dX takes the kept 16-bit dY
+// (grad_outputs_for_now): dY is rounded once per micro-batch, as the undeferred backward
+// rounds it, not once for B and again for the queue.
 
 class MatmulBackward final : public FunctionNode {
  public:
@@ -35,6 +38,12 @@ class MatmulBackward final : public FunctionNode {
   std::vector<Tensor> keep_for_weight_grads(std::vector<Tensor> grads,
                                             const std::vector<bool>& /*later*/) override {
     return {grads[0].to(saved(0).dtype())};
+  }
+  /// Both products take that dY: B takes the kept copy.
+  std::vector<Tensor> grad_outputs_for_now(const std::vector<Tensor>& /*grads*/,
+                                           const std::vector<Tensor>& kept,
+                                           const std::vector<bool>& /*now*/) override {
+    return {kept[0]};
   }
 
  protected:
@@ -67,6 +76,14 @@ class LinearBackward final : public FunctionNode {
     const Tensor& g = grads[0];
     if (!narrowed(g)) return {g, Tensor()};
     return {g.to(saved(0).dtype()), has_bias_ && later[2] ? bias_grad(g) : Tensor()};
+  }
+  /// B takes the kept 16-bit dY when it makes dX alone (db, made now, needs dY unrounded).
+  std::vector<Tensor> grad_outputs_for_now(const std::vector<Tensor>& grads,
+                                           const std::vector<Tensor>& kept,
+                                           const std::vector<bool>& now) override {
+    const bool dx_alone = !now[1] && !(has_bias_ && now[2]);
+    if (dx_alone && narrowed(grads[0])) return {kept[0]};
+    return grads;
   }
 
  protected:

@@ -96,6 +96,16 @@ class Node {
                                                     const std::vector<bool>& /*later*/) {
     return grad_outputs;
   }
+  /// The output gradients B takes when W is deferred, asked after keep_for_weight_grads()
+  /// with what it kept and the inputs B makes gradients for now (`now`). A node whose B takes
+  /// dY as W keeps it (rounded to its operands' 16-bit dtype) hands B that copy, so dY is
+  /// rounded once per micro-batch, not twice (Note [What a deferred W keeps] in linear.cc);
+  /// B's results must stay bitwise those from grad_outputs. Default: grad_outputs.
+  virtual std::vector<Tensor> grad_outputs_for_now(const std::vector<Tensor>& grad_outputs,
+                                                   const std::vector<Tensor>& /*kept*/,
+                                                   const std::vector<bool>& /*now*/) {
+    return grad_outputs;
+  }
   virtual std::vector<Tensor> apply_weight_grads(const std::vector<Tensor>& kept,
                                                  const std::vector<bool>& later) {
     return apply_into_grad(kept, later, later);

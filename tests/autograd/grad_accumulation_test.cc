@@ -212,3 +212,23 @@ TEST_CASE("Linear under bf16: a deferred W keeps dY in 16 bits and db, and sums 
   CHECK(bitwise_equal(w_later.grad(), w_now.grad()));
   CHECK(bitwise_equal(b_later.grad(), b_now.grad()));
 }
+
+// Note [What a deferred W keeps]: B takes the kept 16-bit dY only when it makes dX alone; a
+// bias listed in `inputs` gets its gradient in B, from dY unrounded, as without W deferred.
+TEST_CASE("Linear under bf16: a bias listed in `inputs` beside a deferred W gets dY unrounded") {
+  const Device dev = Device::cpu(44);
+  Tensor w = make(64, 32, 9, dev, DType::kFloat32).set_requires_grad(true);
+  Tensor b = make(1, 64, 10, dev, DType::kFloat32).reshape(Shape{64}).set_requires_grad(true);
+  Tensor x = make(8, 32, 11, dev, DType::kFloat32).set_requires_grad(true);
+  // dY with bits below bfloat16's 8: rounding it first would change the bias's sum.
+  const Tensor gy = pw::ops::mul(make(8, 64, 12, dev, DType::kFloat32), 1.0 + 1.0 / 1024);
+  ag::PrecisionScope scope(ag::Precision::kBFloat16);
+  const std::vector<Tensor> want = ag::backward({ag::linear(x, w, b)}, {gy}, {x, b});
+  ag::WeightGradQueue queue;
+  const std::vector<Tensor> got =
+      ag::backward({ag::linear(x, w, b)}, {gy}, {x, b}, {.defer_weight_grads = &queue});
+  REQUIRE(queue.size() == 1);  // W's weight gradient waits; the bias's came with B
+  queue.run();
+  CHECK(bitwise_equal(got[0], want[0]));
+  CHECK(bitwise_equal(got[1], want[1]));
+}

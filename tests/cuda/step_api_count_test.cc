@@ -19,6 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "autograd/engine.h"
+#include "autograd/functions.h"
+#include "autograd/precision.h"
 #include "cudasim/cudasim.h"
 #include "data/dataloader.h"
 #include "data/fashion_mnist.h"
@@ -305,4 +308,44 @@ TEST_CASE("eager clipping and unscaling read the GPU once, not once per paramete
   CHECK(waits(c) == 1);
   CHECK(reads(c) == 1);
   CHECK(count(c, "kernel launch") == 23);
+}
+
+// Note [What a deferred W keeps] (autograd/linear.cc): under a 16-bit policy a zero-bubble B
+// rounds dY once, into the copy the queue keeps for W, and makes dX from that copy; it rounded
+// dY once for dX and again for the queue. Counted for one Linear's B and a MatmulBackward's,
+// with W's results bitwise the undeferred backward's.
+TEST_CASE("a deferred W under bf16: B rounds dY once, for itself and the queue",
+          "[cuda][api][zero-bubble]") {
+  if (!testing::gpu_available_or_skip()) return;
+  namespace ag = autograd;
+  const Device gpu = testing::gpu();
+  auto param = [&](const Shape& shape, uint32_t seed) {
+    return testing::random_tensor(shape, DType::kFloat32, seed).to(gpu).set_requires_grad(true);
+  };
+  const Tensor w_now = param({64, 32}, 1), b_now = param({64}, 2);
+  const Tensor w_later = w_now.detach().clone().set_requires_grad(true);
+  const Tensor b_later = b_now.detach().clone().set_requires_grad(true);
+  const Tensor x_value = testing::random_tensor({8, 32}, DType::kFloat32, 3).to(gpu);
+  const Tensor gy = testing::random_tensor({8, 64}, DType::kFloat32, 4).to(gpu);
+  ag::PrecisionScope scope(ag::Precision::kBFloat16);
+  for (const bool matmul : {false, true}) {
+    INFO((matmul ? "matmul" : "linear"));
+    auto forward = [&](const Tensor& x, const Tensor& w, const Tensor& b) {
+      return matmul ? ag::matmul(x, w, false, true) : ag::linear(x, w, b);
+    };
+    Tensor x = x_value.clone().set_requires_grad(true);
+    const std::vector<Tensor> dx_now = ag::backward({forward(x, w_now, b_now)}, {gy}, {x});
+    Tensor y = forward(x, w_later, b_later);
+    ag::WeightGradQueue queue;
+    cudasim::reset_api_counts();
+    const std::vector<Tensor> dx = ag::backward({y}, {gy}, {x}, {.defer_weight_grads = &queue});
+    const std::map<std::string, int64_t> c = cudasim::api_counts();
+    // One cast of dY; Linear's db in B as 1ᵀ·dY (a fill of ones); no other kernel.
+    CHECK(count(c, "kernel launch") == (matmul ? 1 : 2));
+    queue.run();
+    testing::check_bitwise_equal(dx[0], dx_now[0]);
+  }
+  // W: the weights' gradients as the undeferred backward made them (Linear's bias too).
+  testing::check_bitwise_equal(w_later.grad(), w_now.grad());
+  testing::check_bitwise_equal(b_later.grad(), b_now.grad());
 }
