@@ -39,8 +39,11 @@ enum class RowTerm { kValue, kSquare, kAbs };
 template <RowTerm kRowTerm, class T>
 __device__ inline T term_of(T v) {
   if constexpr (kRowTerm == RowTerm::kSquare) {
-    if constexpr (std::is_same_v<T, float>) return __fmul_rn(v, v);
-    return __dmul_rn(v, v);
+    if constexpr (std::is_same_v<T, float>) {
+      return __fmul_rn(v, v);
+    } else {
+      return __dmul_rn(v, v);
+    }
   }
   if constexpr (kRowTerm == RowTerm::kAbs) return fabs(v);
   return v;

@@ -40,6 +40,13 @@ struct DeviceState {
   std::vector<bool> peer_enabled;                // [peer]: cudaDeviceEnablePeerAccess(peer)
 };
 
+struct Enqueued {
+  cudaError_t status = cudaSuccess;
+  std::shared_ptr<Stream> stream;
+  uint64_t seq = 0;
+  VectorClock vc;  // the stream's clock right after the op (what a host wait on it joins)
+};
+
 struct Runtime {
   Runtime();
 
@@ -62,6 +69,9 @@ struct Runtime {
   /// (graph exec token, lane) -> the stream its replays run that lane's ops on (Note [A
   /// graph's lanes], graphs.cc), on the lane's device; destroyed with the exec.
   std::map<std::pair<uintptr_t, int>, cudaStream_t> replay_streams;
+  /// Graph exec token -> the end of its last launch (the launch stream after its final
+  /// waits): the next launch, from any stream, follows it, as CUDA orders launches of one exec.
+  std::map<uintptr_t, Enqueued> exec_ends;
 
   /// A fresh handle value: never reused, never dereferenced.
   uintptr_t new_token() { return next_token += 16; }
@@ -147,13 +157,6 @@ struct Capture {
   cudaError_t invalidated = cudaSuccess;  // the first prohibited call's error
   std::string why;
   bool ended = false;
-};
-
-struct Enqueued {
-  cudaError_t status = cudaSuccess;
-  std::shared_ptr<Stream> stream;
-  uint64_t seq = 0;
-  VectorClock vc;  // the stream's clock right after the op (what a host wait on it joins)
 };
 
 /// Queues a stream operation (see the picture above). On failure the status is also the

@@ -28,8 +28,9 @@
 // an earlier op of the lane follows it already). A replay runs each lane on a stream of its
 // own, the origin's on the launch stream and every other on a stream the exec keeps for it;
 // before an op, its lane's stream waits for the replayed ops it follows (the first op of a
-// lane also for the launch point), and after the last op the launch stream waits for every
-// lane's last op. So a replay orders exactly what the graph and the launch order, its branches
+// lane also for the launch point and for the end of the exec's previous launch: CUDA runs
+// launches of one exec one after another, whichever streams launch them), and after the
+// last op the launch stream waits for every lane's last op. So a replay orders exactly what the graph and the launch order, its branches
 // run concurrently as a GPU may run them, and two ops of one graph that touch the same bytes
 // with no path between them (an event wait the capture lacked) are a race report at the
 // replay, as they would be in eager work.
@@ -196,6 +197,7 @@ cudaError_t capture_request_locked(const Request& req, const std::shared_ptr<Str
   c.ops.push_back(req);
   Request& op = c.ops.back();
   op.device = s->device;
+  op.after.clear();  // a replayed op captured again: its edges were the other graph's
   // Its lane and the edges CUDA would give it (Note [A graph's lanes]).
   const auto [at, is_new] = c.lanes.try_emplace(s.get());
   Capture::Lane& lane = at->second;
@@ -389,7 +391,9 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   count_api("cudaGraphLaunch");
   CUDASIM_NO_CALLBACK("cudaGraphLaunch");
   GraphOps ops;
-  Enqueued launch_point;  // the launch stream's work before the launch
+  Enqueued launch_point;   // the launch stream's work before the launch
+  Enqueued previous_end;   // the exec's last launch (stream unset when none)
+  std::shared_ptr<Stream> launch;
   std::vector<LaneReplay> lanes;
   {
     Runtime& r = rt();
@@ -400,8 +404,11 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
       return fail(cudaErrorInvalidResourceHandle, "cudaGraphLaunch: not a live graph exec");
     }
     ops = it->second;
-    const std::shared_ptr<Stream> launch = resolve_stream_locked(stream);
+    launch = resolve_stream_locked(stream);
     if (!launch) return peek_last_error();
+    if (const auto end = r.exec_ends.find(token); end != r.exec_ends.end()) {
+      previous_end = end->second;
+    }
     for (const Request& op : *ops) {
       if (static_cast<size_t>(op.lane) >= lanes.size()) lanes.resize(static_cast<size_t>(op.lane) + 1);
       LaneReplay& lane = lanes[static_cast<size_t>(op.lane)];
@@ -431,7 +438,10 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
     const Request& op = (*ops)[i];
     LaneReplay& lane = lanes[static_cast<size_t>(op.lane)];
     std::vector<const Enqueued*> follows;
-    if (!lane.last.stream) follows.push_back(&launch_point);
+    if (!lane.last.stream) {  // a root: after the launch point and the exec's last launch
+      follows.push_back(&launch_point);
+      if (previous_end.stream && !launch->capture) follows.push_back(&previous_end);
+    }
     for (const size_t j : op.after) follows.push_back(&done[j]);
     for (const Enqueued* before : follows) {
       if (before->stream == lane.stream) continue;  // the stream's own order
@@ -451,6 +461,12 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
       return status;
     }
   }
+  Runtime& r = rt();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.graph_execs.count(reinterpret_cast<uintptr_t>(exec)) != 0 && !launch->capture) {
+    r.exec_ends[reinterpret_cast<uintptr_t>(exec)] = {cudaSuccess, launch, launch->enqueued,
+                                                      launch->vc};
+  }
   return cudaSuccess;
 }
 
@@ -463,6 +479,7 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
     if (r.graph_execs.erase(token) == 0) {
       return fail(cudaErrorInvalidValue, "cudaGraphExecDestroy: not a live graph exec");
     }
+    r.exec_ends.erase(token);
     for (auto it = r.replay_streams.begin(); it != r.replay_streams.end();) {
       if (it->first.first != token) {
         ++it;

@@ -39,7 +39,8 @@ Tensor grad_norm_share_on_device(const Tensors& params, double norm_type, const 
   for (const Tensor& p : params) {
     const Tensor g = p.defined() ? p.grad() : Tensor();
     if (!g.defined() || g.numel() == 0) continue;
-    if (!inf && g.device() == home && is_floating(g.dtype())) {  // Note [Norm shares]
+    const bool wide = g.dtype() == DType::kFloat32 || g.dtype() == DType::kFloat64;
+    if (!inf && wide && g.device() == home) {  // Note [Norm shares]
       if (!total.defined()) total = Tensor::zeros({1}, {.dtype = DType::kFloat64, .device = home});
       ops::add_norm_share_(total, g, norm_type);
       continue;

@@ -235,7 +235,11 @@ Tensor sum(const Tensor& x) { return reduce_all("sum", ReduceOp::kSum, x); }
 Tensor mean(const Tensor& x) { return reduce_all("mean", ReduceOp::kMean, x); }
 
 void add_norm_share_(Tensor& total, const Tensor& x, double p) {
-  check_floating("add_norm_share_", x);
+  check_defined("add_norm_share_", x);
+  if (x.dtype() != DType::kFloat32 && x.dtype() != DType::kFloat64) {
+    throw std::invalid_argument("add_norm_share_: x must be float32 or float64, got " +
+                                describe(x));
+  }
   if (p != 1.0 && p != 2.0) {
     throw std::invalid_argument("add_norm_share_: p must be 1 or 2, got " + std::to_string(p));
   }

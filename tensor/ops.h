@@ -74,8 +74,8 @@ Tensor mean(const Tensor& x);
 /// the order of sum(x), so total gets the bits of `add(total, sum(square(x)).to(kFloat64))`;
 /// on a GPU in one pass instead of those four ops (Note [Norm shares], cuda_kernels/reduce.cu).
 /// x: float32 or float64, any shape (empty: total unchanged). total: float64 with one element
-/// on x's device, updated in place. Throws std::invalid_argument for another p, a
-/// non-floating x, or a total that is not that.
+/// on x's device, updated in place. Throws std::invalid_argument for another p, another
+/// dtype of x, or a total that is not that.
 void add_norm_share_(Tensor& total, const Tensor& x, double p);
 
 // ---- linear algebra ----

@@ -375,15 +375,17 @@ TEST_CASE("a replay keeps a graph's edges only: branches with no edge between th
     REQUIRE_CUDA(cudaEventRecord(events[0], origin.s));
     REQUIRE_CUDA(cudaStreamWaitEvent(left.s, events[0], 0));
     REQUIRE_CUDA(cudaStreamWaitEvent(right.s, events[0], 0));
-    REQUIRE_CUDA(fake_kernel(left.s, "left_writer", {write_all(x.p)}, [p = x.p] {
-      for (int i = 0; i < 4; ++i) p[i] = 2 * p[i] + 1;
+    // Unordered, the kernels only declare their writes: run at once, they would race for
+    // real, which TSan (--config=tsan) would rightly report.
+    REQUIRE_CUDA(fake_kernel(left.s, "left_writer", {write_all(x.p)}, [p = x.p, ordered] {
+      for (int i = 0; ordered && i < 4; ++i) p[i] = 2 * p[i] + 1;
     }));
     if (ordered) {
       REQUIRE_CUDA(cudaEventRecord(events[1], left.s));
       REQUIRE_CUDA(cudaStreamWaitEvent(right.s, events[1], 0));
     }
-    REQUIRE_CUDA(fake_kernel(right.s, "right_writer", {write_all(x.p)}, [p = x.p] {
-      for (int i = 0; i < 4; ++i) p[i] += 10;
+    REQUIRE_CUDA(fake_kernel(right.s, "right_writer", {write_all(x.p)}, [p = x.p, ordered] {
+      for (int i = 0; ordered && i < 4; ++i) p[i] += 10;
     }));
     REQUIRE_CUDA(cudaEventRecord(events[2], left.s));
     REQUIRE_CUDA(cudaEventRecord(events[3], right.s));
@@ -417,6 +419,34 @@ TEST_CASE("a replay keeps a graph's edges only: branches with no edge between th
   CHECK(read(x) == std::vector<float>(4, 33.0f));
   REQUIRE_CUDA(cudaGraphExecDestroy(exec));
   for (cudaEvent_t e : events) REQUIRE_CUDA(cudaEventDestroy(e));
+  cudasim::set_race_policy(previous);
+  clean();
+}
+
+TEST_CASE("launches of one graph exec from two streams run one after the other") {
+  clean();
+  const cudasim::RacePolicy previous = cudasim::set_race_policy(cudasim::RacePolicy::kReport);
+  DeviceFloats x(4);
+  Stream a, b;
+  REQUIRE_CUDA(cudaMemsetAsync(x.p, 0, x.bytes(), a.s));
+  REQUIRE_CUDA(cudaStreamSynchronize(a.s));
+  REQUIRE_CUDA(cudaStreamBeginCapture(a.s, cudaStreamCaptureModeGlobal));
+  REQUIRE_CUDA(twice_plus_one(a.s, x.p, x.n));
+  cudaGraph_t graph = nullptr;
+  REQUIRE_CUDA(cudaStreamEndCapture(a.s, &graph));
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  REQUIRE_CUDA(cudaGraphLaunch(exec, a.s));
+  REQUIRE_CUDA(cudaGraphLaunch(exec, b.s));  // no event between: CUDA orders them all the same
+  CHECK(cudasim::take_race_reports().empty());
+  CHECK(read(x) == std::vector<float>(4, 3.0f));
+  // The launch orders nothing else: stream a's kernel after a launch on b races with it.
+  REQUIRE_CUDA(cudaGraphLaunch(exec, b.s));
+  REQUIRE_CUDA(fake_kernel(a.s, "unordered_after", {read_all(x.p)}));
+  CHECK(cudasim::take_race_reports().size() == 1);
+  REQUIRE_CUDA(cudaGraphExecDestroy(exec));
+  REQUIRE_CUDA(cudaGraphDestroy(graph));
+  REQUIRE_CUDA(cudaDeviceSynchronize());
   cudasim::set_race_policy(previous);
   clean();
 }
