@@ -192,7 +192,8 @@ class GraphTask {
     if (any_grad) {
       const std::vector<Edge>& edges = node->next_edges();
       std::vector<bool> now(edges.size(), false), later(edges.size(), false);
-      std::vector<bool> into_grad(edges.size(), false);  // Note [Weight gradients accumulated in place], node.h
+      // Note [Weight gradients accumulated in place], node.h.
+      std::vector<bool> into_grad(edges.size(), false);
       bool any_now = false, any_later = false;
       for (size_t i = 0; i < edges.size(); ++i) {
         if (!edges[i].valid()) continue;

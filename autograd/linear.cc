@@ -53,9 +53,13 @@ class MatmulBackward final : public FunctionNode {
     const Tensor g = grads[0].to(a.dtype());  // Note [The precision policy]
     Tensor ga, gb;
     // d op(a) = G·op(b)ᵀ; when op(a) = aᵀ, da = (G·op(b)ᵀ)ᵀ = op(b)·Gᵀ.
-    if (wanted[0]) ga = trans_a_ ? ops::matmul(b, g, trans_b_, true) : ops::matmul(g, b, false, !trans_b_);
+    if (wanted[0]) {
+      ga = trans_a_ ? ops::matmul(b, g, trans_b_, true) : ops::matmul(g, b, false, !trans_b_);
+    }
     // d op(b) = op(a)ᵀ·G; when op(b) = bᵀ, db = (op(a)ᵀ·G)ᵀ = Gᵀ·op(a).
-    if (wanted[1]) gb = trans_b_ ? ops::matmul(g, a, true, trans_a_) : ops::matmul(a, g, !trans_a_, false);
+    if (wanted[1]) {
+      gb = trans_b_ ? ops::matmul(g, a, true, trans_a_) : ops::matmul(a, g, !trans_a_, false);
+    }
     return {ga, gb};
   }
 

@@ -194,13 +194,13 @@ void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inne
             x.data<T>(), out.data<T>(), outer, n, n, is_max, scale, nullptr);
       } else {
         Scratch<T> partial(out.device(), outer * split.splits, ctx.stream);
-        PW_LAUNCH((reduce_rows_kernel<T, RowTerm::kValue>), dim3(blocks, static_cast<unsigned>(split.splits)),
-                  threads, 0, ctx.stream)(x.data<T>(), partial.get(), outer, n, split.per_split,
-                                          is_max, T(1), nullptr);
+        const dim3 grid(blocks, static_cast<unsigned>(split.splits));
+        PW_LAUNCH((reduce_rows_kernel<T, RowTerm::kValue>), grid, threads, 0, ctx.stream)(
+            x.data<T>(), partial.get(), outer, n, split.per_split, is_max, T(1), nullptr);
         PW_CUDA_CHECK_LAUNCH("reduce_rows_kernel");
-        PW_LAUNCH((reduce_rows_kernel<T, RowTerm::kValue>), blocks, row_block(split.splits), 0, ctx.stream)(
-            partial.get(), out.data<T>(), outer, split.splits, split.splits, is_max, scale,
-            nullptr);
+        PW_LAUNCH((reduce_rows_kernel<T, RowTerm::kValue>), blocks, row_block(split.splits), 0,
+                  ctx.stream)(partial.get(), out.data<T>(), outer, split.splits, split.splits,
+                              is_max, scale, nullptr);
       }
     } else {
       const unsigned blocks = grid_for(outer * inner);
@@ -247,9 +247,9 @@ void norm_share_add(UnaryOp term, const Tensor& x, Tensor& total) {
         return;
       }
       Scratch<T> partial(total.device(), split.splits, ctx.stream);
-      PW_LAUNCH((reduce_rows_kernel<T, kRowTerm>), dim3(blocks, static_cast<unsigned>(split.splits)),
-                threads, 0, ctx.stream)(x.data<T>(), partial.get(), 1, n, split.per_split, false,
-                                        T(1), nullptr);
+      const dim3 grid(blocks, static_cast<unsigned>(split.splits));
+      PW_LAUNCH((reduce_rows_kernel<T, kRowTerm>), grid, threads, 0, ctx.stream)(
+          x.data<T>(), partial.get(), 1, n, split.per_split, false, T(1), nullptr);
       PW_CUDA_CHECK_LAUNCH("reduce_rows_kernel");
       PW_LAUNCH((reduce_rows_kernel<T, RowTerm::kValue>), blocks, row_block(split.splits), 0,
                 ctx.stream)(partial.get(), nullptr, 1, split.splits, split.splits, false, T(1),

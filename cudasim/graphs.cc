@@ -21,19 +21,19 @@
 //
 // Note [A graph's lanes]
 // CUDA makes a captured node follow the previous node of its stream and the last node of every
-// stream that stream has waited for by events recorded in the capture, directly or through
-// other streams' waits; nothing else orders two nodes. Each capturing stream is a lane here: a
-// captured op keeps its lane (Request::lane) and the ops of other lanes it follows
-// (Request::after: per stream in Capture::known, its last op before the bound, left out when
-// an earlier op of the lane follows it already). A replay runs each lane on a stream of its
-// own, the origin's on the launch stream and every other on a stream the exec keeps for it;
-// before an op, its lane's stream waits for the replayed ops it follows (the first op of a
-// lane also for the launch point and for the end of the exec's previous launch: CUDA runs
-// launches of one exec one after another, whichever streams launch them), and after the
-// last op the launch stream waits for every lane's last op. So a replay orders exactly what the graph and the launch order, its branches
-// run concurrently as a GPU may run them, and two ops of one graph that touch the same bytes
-// with no path between them (an event wait the capture lacked) are a race report at the
-// replay, as they would be in eager work.
+// stream that stream has waited for by events recorded in the capture, directly or through other
+// streams' waits; nothing else orders two nodes. Each capturing stream is a lane here: a captured
+// op keeps its lane (Request::lane) and the ops of other lanes it follows (Request::after: per
+// stream in Capture::known, its last op before the bound, left out when an earlier op of the lane
+// follows it already). A replay runs each lane on a stream of its own, the origin's on the launch
+// stream and every other on a stream the exec keeps for it; before an op, its lane's stream waits
+// for the replayed ops it follows (the first op of a lane also for the launch point and for the end
+// of the exec's previous launch: CUDA runs launches of one exec one after another, whichever
+// streams launch them), and after the last op the launch stream waits for every lane's last op. So
+// a replay orders exactly what the graph and the launch order, its branches run concurrently as a
+// GPU may run them, and two ops of one graph that touch the same bytes with no path between them
+// (an event wait the capture lacked) are a race report at the replay, as they would be in eager
+// work.
 //
 // Note [Graphs over devices]
 // A capture may span devices: a stream of another device joins it by waiting for an event
@@ -410,8 +410,9 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
       previous_end = end->second;
     }
     for (const Request& op : *ops) {
-      if (static_cast<size_t>(op.lane) >= lanes.size()) lanes.resize(static_cast<size_t>(op.lane) + 1);
-      LaneReplay& lane = lanes[static_cast<size_t>(op.lane)];
+      const auto number = static_cast<size_t>(op.lane);
+      if (number >= lanes.size()) lanes.resize(number + 1);
+      LaneReplay& lane = lanes[number];
       if (lane.stream) continue;
       if (launch->capture) {  // in capture order on the launch stream (Note [Graphs over devices])
         if (op.device != launch->device) {

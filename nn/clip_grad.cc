@@ -58,13 +58,14 @@ Tensor grad_norm_share_on_device(const Tensors& params, double norm_type, const 
 
 // Note [One read per norm]
 // The gradients' shares are combined on the first gradient's device, in float64 and in the
-// parameters' order (grad_norm_share_on_device), and the host reads the total once: one wait
-// for the device, not one per parameter (GPT-2 on a GPU has 148, each a drained stream). Each
-// share is still summed in its gradient's dtype on its device and float64 adds them in the
-// order the host did, so the total has the same bits; for inf the maximum propagates NaN as
-// before (ops::max). A gradient on the first one's device adds its share by
-// ops::add_norm_share_, one pass on a GPU where square, sum, cast and add were four or five
-// launches (Note [Norm shares], cuda_kernels/reduce.cu), the same bits. A p other than 1, 2 and inf is summed on the host, as it was.
+// parameters' order (grad_norm_share_on_device), and the host reads the total once: one wait for
+// the device, not one per parameter (GPT-2 on a GPU has 148, each a drained stream). Each share is
+// still summed in its gradient's dtype on its device and float64 adds them in the order the host
+// did, so the total has the same bits; for inf the maximum propagates NaN as before (ops::max). A
+// gradient on the first one's device adds its share by ops::add_norm_share_, one pass on a GPU
+// where square, sum, cast and add were four or five launches (Note [Norm shares],
+// cuda_kernels/reduce.cu), the same bits. A p other than 1, 2 and inf is summed on the host, as it
+// was.
 double grad_norm_share(const Tensors& params, double norm_type) {
   check_norm_type(norm_type);
   if (!std::isinf(norm_type) && norm_type != 1.0 && norm_type != 2.0) {

@@ -41,11 +41,11 @@ double clip_grad_norm(const Tensors& params, double max_norm, double norm_type =
 /// Shares of disjoint sets combine by sum (max for p = inf). Throws as total_grad_norm.
 double grad_norm_share(const Tensors& params, double norm_type = 2.0);
 
-/// grad_norm_share() for norm_type 1, 2 or inf by device ops alone (no host read: a CUDA graph
-/// can hold it): each gradient's Σ|g|^p (max |g|) in its dtype on its device, widened to
-/// float64, moved to `home` and added (maxed, NaN propagating) in the parameters' order (for
-/// p = 1 and 2, a gradient on `home` by ops::add_norm_share_: one pass on a GPU, the same bits). A
-/// [1] float64 tensor on `home`; undefined when no parameter has a non-empty gradient. Throws
+/// grad_norm_share() for norm_type 1, 2 or inf by device ops alone (no host read: a CUDA graph can
+/// hold it): each gradient's Σ|g|^p (max |g|) in its dtype on its device, widened to float64, moved
+/// to `home` and added (maxed, NaN propagating) in the parameters' order (for p = 1 and 2, a
+/// gradient on `home` by ops::add_norm_share_: one pass on a GPU, the same bits). A [1] float64
+/// tensor on `home`; undefined when no parameter has a non-empty gradient. Throws
 /// std::invalid_argument for another norm_type.
 Tensor grad_norm_share_on_device(const Tensors& params, double norm_type, const Device& home);
 

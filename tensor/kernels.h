@@ -63,7 +63,7 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax };
   X(axpy, (double alpha, const Tensor& x, Tensor& y))                                              \
   /* x viewed as [outer, n, inner]; out[outer, inner] = reduce over n. */                          \
   X(reduce, (ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out))  \
-  /* total[0] += float64(Σ term(x)) (term: kSquare or kAbs; total: float64 [1], x's device): the */ \
+  /* total[0] += float64(Σ term(x)) (term: kSquare or kAbs; total: float64 [1], x's device): the */\
   /* bits of total + float64(reduce(kSum, unary(term, x), 1, numel, 1)), in one pass. */           \
   X(norm_share_add, (UnaryOp term, const Tensor& x, Tensor& total))                                \
   /* x viewed as [outer, n, inner]; out (int64) [outer, inner] = index of the first maximum. */    \

@@ -100,15 +100,15 @@ int64_t count(const std::map<std::string, int64_t>& counts, const std::string& a
   return it == counts.end() ? 0 : it->second;
 }
 
-// Measured under cudasim: 222 kernel launches (a BatchNorm training forward or backward is 3:
-// sums, finalize, elementwise pass; each BatchNorm layer adds one batch_norm_accumulate per
-// micro-batch and one batch_norm_commit per step; the largest remaining shares are elementwise
-// ops and gradient sums), 53
-// cuBLAS GEMMs (the bias gradients are 1ᵀ·dY: the first micro-batch's three as new tensors,
-// a fill of ones where a column-sum kernel was, the later ones straight into .grad), 8 host-to-device copies (4 micro-batches' inputs and targets), 11 memsets
-// (the cross-entropy's index flags, 2 per micro-batch, and gradient buffers). Pipe::step adds
-// two event records and two stream waits per worker: its worker's stream waits for the caller's
-// (zero_grad, the last backward), and the caller's for the update (Runtime::run_on_workers).
+// Measured under cudasim: 222 kernel launches (a BatchNorm training forward or backward is 3: sums,
+// finalize, elementwise pass; each BatchNorm layer adds one batch_norm_accumulate per micro-batch
+// and one batch_norm_commit per step; the largest remaining shares are elementwise ops and gradient
+// sums), 53 cuBLAS GEMMs (the bias gradients are 1ᵀ·dY: the first micro-batch's three as new
+// tensors, a fill of ones where a column-sum kernel was, the later ones straight into .grad), 8
+// host-to-device copies (4 micro-batches' inputs and targets), 11 memsets (the cross-entropy's
+// index flags, 2 per micro-batch, and gradient buffers). Pipe::step adds two event records and two
+// stream waits per worker: its worker's stream waits for the caller's (zero_grad, the last
+// backward), and the caller's for the update (Runtime::run_on_workers).
 struct Expected {
   int64_t launches, gemms, event_records, stream_waits;
 };
