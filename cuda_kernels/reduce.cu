@@ -174,6 +174,31 @@ __global__ void argmax_columns_kernel(const T* x, int64_t* out, int64_t outer, i
   }
 }
 
+/// A reduction of x's rows [outer, n] (Note [Split reductions]): one pass, or two when the plan
+/// splits the rows, the first taking kRowTerm of x's elements; into out [outer], or, with
+/// `accumulate` (one row), added into *accumulate in float64. Where reduce's rows and a norm
+/// share (Note [Norm shares]) both go, so the share sums in exactly the order of a sum.
+template <class T, RowTerm kRowTerm>
+void reduce_rows(const T* x, T* out, double* accumulate, int64_t outer, int64_t n, bool is_max,
+                 T scale, const Device& device, cudaStream_t stream) {
+  const unsigned blocks = row_grid(outer);
+  const int threads = row_block(n);
+  const Split split = plan_split(blocks, n, threads, device.index);
+  if (split.splits == 1) {
+    PW_LAUNCH((reduce_rows_kernel<T, kRowTerm>), blocks, threads, 0, stream)(
+        x, out, outer, n, n, is_max, scale, accumulate);
+    return;
+  }
+  Scratch<T> partial(device, outer * split.splits, stream);
+  const dim3 grid(blocks, static_cast<unsigned>(split.splits));
+  PW_LAUNCH((reduce_rows_kernel<T, kRowTerm>), grid, threads, 0, stream)(
+      x, partial.get(), outer, n, split.per_split, is_max, T(1), nullptr);
+  PW_CUDA_CHECK_LAUNCH("reduce_rows_kernel");
+  PW_LAUNCH((reduce_rows_kernel<T, RowTerm::kValue>), blocks, row_block(split.splits), 0,
+            stream)(partial.get(), out, outer, split.splits, split.splits, is_max, scale,
+                    accumulate);
+}
+
 }  // namespace
 
 void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inner, Tensor& out) {
@@ -186,22 +211,8 @@ void reduce(ReduceOp op, const Tensor& x, int64_t outer, int64_t n, int64_t inne
     const T scale = op == ReduceOp::kMean ? T(1) / static_cast<T>(n) : T(1);
     const int device = out.device().index;
     if (inner == 1) {
-      const unsigned blocks = row_grid(outer);
-      const int threads = row_block(n);
-      const Split split = plan_split(blocks, n, threads, device);
-      if (split.splits == 1) {
-        PW_LAUNCH((reduce_rows_kernel<T, RowTerm::kValue>), blocks, threads, 0, ctx.stream)(
-            x.data<T>(), out.data<T>(), outer, n, n, is_max, scale, nullptr);
-      } else {
-        Scratch<T> partial(out.device(), outer * split.splits, ctx.stream);
-        const dim3 grid(blocks, static_cast<unsigned>(split.splits));
-        PW_LAUNCH((reduce_rows_kernel<T, RowTerm::kValue>), grid, threads, 0, ctx.stream)(
-            x.data<T>(), partial.get(), outer, n, split.per_split, is_max, T(1), nullptr);
-        PW_CUDA_CHECK_LAUNCH("reduce_rows_kernel");
-        PW_LAUNCH((reduce_rows_kernel<T, RowTerm::kValue>), blocks, row_block(split.splits), 0,
-                  ctx.stream)(partial.get(), out.data<T>(), outer, split.splits, split.splits,
-                              is_max, scale, nullptr);
-      }
+      reduce_rows<T, RowTerm::kValue>(x.data<T>(), out.data<T>(), nullptr, outer, n, is_max,
+                                      scale, out.device(), ctx.stream);
     } else {
       const unsigned blocks = grid_for(outer * inner);
       const Split split = plan_split(blocks, n, 1, device);
@@ -236,29 +247,12 @@ void norm_share_add(UnaryOp term, const Tensor& x, Tensor& total) {
   double* into = total.data<double>();
   dispatch_floating(x.dtype(), "norm_share_add", [&](auto zero) {
     using T = decltype(zero);
-    auto launch = [&](auto term_constant) {
-      constexpr RowTerm kRowTerm = decltype(term_constant)::value;
-      const unsigned blocks = row_grid(1);
-      const int threads = row_block(n);
-      const Split split = plan_split(blocks, n, threads, total.device().index);
-      if (split.splits == 1) {
-        PW_LAUNCH((reduce_rows_kernel<T, kRowTerm>), blocks, threads, 0, ctx.stream)(
-            x.data<T>(), nullptr, 1, n, n, false, T(1), into);
-        return;
-      }
-      Scratch<T> partial(total.device(), split.splits, ctx.stream);
-      const dim3 grid(blocks, static_cast<unsigned>(split.splits));
-      PW_LAUNCH((reduce_rows_kernel<T, kRowTerm>), grid, threads, 0, ctx.stream)(
-          x.data<T>(), partial.get(), 1, n, split.per_split, false, T(1), nullptr);
-      PW_CUDA_CHECK_LAUNCH("reduce_rows_kernel");
-      PW_LAUNCH((reduce_rows_kernel<T, RowTerm::kValue>), blocks, row_block(split.splits), 0,
-                ctx.stream)(partial.get(), nullptr, 1, split.splits, split.splits, false, T(1),
-                            into);
-    };
     if (term == UnaryOp::kSquare) {
-      launch(std::integral_constant<RowTerm, RowTerm::kSquare>{});
+      reduce_rows<T, RowTerm::kSquare>(x.data<T>(), nullptr, into, 1, n, false, T(1),
+                                       total.device(), ctx.stream);
     } else {
-      launch(std::integral_constant<RowTerm, RowTerm::kAbs>{});
+      reduce_rows<T, RowTerm::kAbs>(x.data<T>(), nullptr, into, 1, n, false, T(1),
+                                    total.device(), ctx.stream);
     }
   });
   PW_CUDA_CHECK_LAUNCH("reduce_rows_kernel");

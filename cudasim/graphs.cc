@@ -378,6 +378,11 @@ cudaError_t wait_for_op(cudaStream_t stream, const Enqueued& op) {
   return enqueue(std::move(req)).status;
 }
 
+/// The point after `s`'s work issued so far, as a wait for it sees it. Runtime lock held.
+Enqueued issued_so_far_locked(const std::shared_ptr<Stream>& s) {
+  return {cudaSuccess, s, s->enqueued, s->vc};
+}
+
 /// Where one replay runs a lane.
 struct LaneReplay {
   cudaStream_t handle = nullptr;
@@ -428,9 +433,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
       }
       lane.stream = resolve_stream_locked(lane.handle);
     }
-    launch_point.stream = launch;
-    launch_point.seq = launch->enqueued;
-    launch_point.vc = launch->vc;
+    launch_point = issued_so_far_locked(launch);
   }
   // Each op on its lane's stream, after what it follows (Note [A graph's lanes]); into the
   // launch stream's capture if it has one.
@@ -465,8 +468,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   Runtime& r = rt();
   std::lock_guard<std::mutex> lock(r.mu);
   if (r.graph_execs.count(reinterpret_cast<uintptr_t>(exec)) != 0 && !launch->capture) {
-    r.exec_ends[reinterpret_cast<uintptr_t>(exec)] = {cudaSuccess, launch, launch->enqueued,
-                                                      launch->vc};
+    r.exec_ends[reinterpret_cast<uintptr_t>(exec)] = issued_so_far_locked(launch);
   }
   return cudaSuccess;
 }
