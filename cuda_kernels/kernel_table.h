@@ -15,7 +15,8 @@
 //   random.cu         philox_uniform, philox_normal, dropout, dropout_indirect (bit-identical
 //                     to the CPU: philox.h)
 //   index_select.cu   index_select (src of any dtype)
-//   optim.cu          sgd_step, sgd_step_indirect, adam_step, adam_step_indirect
+//   optim.cu          sgd_step, sgd_step_indirect, adam_step, adam_step_indirect,
+//                     adam_step_multi
 //   gemm.cc           gemm_batched (cuBLAS strided-batched)
 //   attention.cu      flash_attention, flash_attention_backward (also bfloat16 / float16
 //                     inputs, float32 results; head dim <= 256); 16-bit inputs with head

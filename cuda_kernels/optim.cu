@@ -1,5 +1,6 @@
-// Fused optimizer steps: one kernel updates a whole parameter tensor and its state in a single
-// pass over memory (the formulas of tensor/kernels.h, torch.optim.SGD and Adam/AdamW).
+// Fused optimizer steps: one kernel updates a whole parameter tensor (SGD), or a list of them
+// (Adam, Note [Tensor lists]), and its state in a single pass over memory (the formulas of
+// tensor/kernels.h, torch.optim.SGD and Adam/AdamW).
 //
 // Shape legend: param, grad, momentum_buffer / exp_avg / exp_avg_sq: the same n elements,
 // contiguous. Scalar coefficients are computed on the host in double and rounded once to the
@@ -7,6 +8,9 @@
 // nvcc fuses a*b+c into FMAs, so results match the CPU to a few ulp, not bit for bit.
 // Dtypes: float32 / float64.
 #include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "cuda_kernels/kernel_table.h"
 #include "cuda_kernels/launch.cuh"
@@ -45,11 +49,67 @@ struct AdamCoefficients {
   bool decoupled, use_weight_decay;
 };
 
+// Note [Tensor lists]
+// ~~~~~~~~~~~~~~~~~~~
+// An eager optimizer step issued one launch per parameter: 10 of the main job's 222 launches a
+// step, one per tensor of a GPT (PyTorch's default "foreach" and "fused" Adam exist for the
+// same reason). adam_step_multi hands the kernel a list of up to kListTensors parameters in
+// its own arguments (kernel parameters are copied with the launch: no table in device memory
+// to fill and order, as PyTorch's multi_tensor_apply does), with the blocks cut among them:
+// tensor t gets blocks first_block[t] .. first_block[t + 1] - 1 (grid_for of its size), and
+// each block walks its own tensor in a grid-stride loop over that tensor's blocks. A list
+// whose blocks would pass the launch cap, or a 49th tensor, starts another launch. Each
+// element's arithmetic is adam_element's, whichever list it came in, so a tensor's bits do
+// not depend on its neighbours; adam_step is the one-tensor list.
+// Under cudasim a struct argument's pointers would count as reads of whole allocations; the
+// list names its own (each_pointer): param and moments written, the gradient read, each to
+// its tensor's size, so the race detector sees the update's writes.
+constexpr int kListTensors = 48;
+
+template <class T>
+struct AdamList {
+  T* p[kListTensors];
+  const T* g[kListTensors];
+  T* m[kListTensors];
+  T* v[kListTensors];
+  int64_t n[kListTensors];
+  int first_block[kListTensors + 1];
+  int count;
+
+  template <class Sink>
+  void each_pointer(const Sink& sink) const {  // cudasim's accesses (launch.h); host only
+    for (int t = 0; t < count; ++t) {
+      const size_t bytes = static_cast<size_t>(n[t]) * sizeof(T);
+      sink(p[t], bytes, true);
+      sink(g[t], bytes, false);
+      sink(m[t], bytes, true);
+      sink(v[t], bytes, true);
+    }
+  }
+};
+// The parameters of a launch stay under CUDA's classic 4 KiB.
+static_assert(sizeof(AdamList<double>) + sizeof(AdamCoefficients<double>) + 16 <= 4096);
+
+template <class T>
+__device__ __forceinline__ void adam_element(T& p, T g, T& m, T& v, const AdamCoefficients<T>& k) {
+  T param = p;
+  if (k.decoupled) {
+    param *= k.decay;  // AdamW: shrink the weight, not the gradient
+  } else if (k.use_weight_decay) {
+    g += k.weight_decay * param;
+  }
+  const T mi = k.b1 * m + k.one_minus_b1 * g;
+  const T vi = k.b2 * v + k.one_minus_b2 * g * g;
+  m = mi;
+  v = vi;
+  p = param - k.lr * (mi / k.bias1) / (sqrt(vi / k.bias2) + k.eps);
+}
+
 // `step_values` (or nullptr): lr, bias1, bias2 and decay read from device memory when the
 // kernel runs (adam_step_indirect); the arithmetic is the same either way.
 template <class T>
-__global__ void adam_kernel(T* p, const T* grad, T* m, T* v, int64_t n, AdamCoefficients<T> k,
-                            const T* step_values, const double* gate) {
+__global__ void adam_kernel(AdamList<T> list, AdamCoefficients<T> k, const T* step_values,
+                            const double* gate) {
   if (gate != nullptr && !(*gate == 0.0)) return;  // a failed step: no update
   if (step_values != nullptr) {
     k.lr = step_values[0];
@@ -57,19 +117,19 @@ __global__ void adam_kernel(T* p, const T* grad, T* m, T* v, int64_t n, AdamCoef
     k.bias2 = step_values[2];
     k.decay = step_values[3];
   }
-  PW_GRID_STRIDE_LOOP(i, n) {
-    T g = grad[i];
-    T param = p[i];
-    if (k.decoupled) {
-      param *= k.decay;  // AdamW: shrink the weight, not the gradient
-    } else if (k.use_weight_decay) {
-      g += k.weight_decay * param;
-    }
-    const T mi = k.b1 * m[i] + k.one_minus_b1 * g;
-    const T vi = k.b2 * v[i] + k.one_minus_b2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = param - k.lr * (mi / k.bias1) / (sqrt(vi / k.bias2) + k.eps);
+  const int block = static_cast<int>(blockIdx.x);
+  int t = 0;
+  while (block >= list.first_block[t + 1]) ++t;
+  T* p = list.p[t];
+  const T* g = list.g[t];
+  T* m = list.m[t];
+  T* v = list.v[t];
+  const int64_t n = list.n[t];
+  const int64_t stride = static_cast<int64_t>(list.first_block[t + 1] - list.first_block[t]) *
+                         blockDim.x;
+  for (int64_t i = static_cast<int64_t>(block - list.first_block[t]) * blockDim.x + threadIdx.x;
+       i < n; i += stride) {
+    adam_element(p[i], g[i], m[i], v[i], k);
   }
 }
 
@@ -119,16 +179,26 @@ void sgd_step_indirect(Tensor& param, const Tensor& grad, Tensor& momentum_buffe
 
 namespace {
 
-/// One fused Adam launch. `bias1`, `bias2`, `lr` and `decay` are the step's values, or ignored
-/// when `step_values` (device memory) holds them; `gate`: see adam_step_indirect.
-void launch_adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                 double beta1, double beta2, double eps, double weight_decay, bool decoupled,
-                 double bias1, double bias2, double lr, double decay, const void* step_values,
-                 const void* gate, const char* name) {
-  const int64_t n = param.numel();
-  if (n == 0) return;
-  LaunchContext ctx(param);
-  dispatch_floating(param.dtype(), name, [&](auto zero) {
+/// The Adam launches for `tensors` (one dtype and device): lists of up to kListTensors
+/// tensors and launch_limits().max_grid blocks (Note [Tensor lists]). `bias1`, `bias2`, `lr`
+/// and `decay` are the step's values, or ignored when `step_values` (device memory) holds
+/// them; `gate`: see adam_step_indirect.
+void launch_adam(const std::vector<AdamTensors>& tensors, double beta1, double beta2,
+                 double eps, double weight_decay, bool decoupled, double bias1, double bias2,
+                 double lr, double decay, const void* step_values, const void* gate,
+                 const char* name) {
+  if (tensors.empty()) return;
+  const Tensor& first = tensors.front().param;
+  for (const AdamTensors& t : tensors) {
+    if (t.param.dtype() != first.dtype() || t.param.device() != first.device()) {
+      throw std::invalid_argument(std::string(name) + ": a list of one dtype and device, got " +
+                                  dtype_name(first.dtype()) + " on " + first.device().str() +
+                                  " and " + dtype_name(t.param.dtype()) + " on " +
+                                  t.param.device().str());
+    }
+  }
+  LaunchContext ctx(first);
+  dispatch_floating(first.dtype(), name, [&](auto zero) {
     using T = decltype(zero);
     const AdamCoefficients<T> k{static_cast<T>(beta1),
                                 static_cast<T>(beta2),
@@ -142,11 +212,42 @@ void launch_adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp
                                 static_cast<T>(decay),
                                 decoupled,
                                 weight_decay != 0.0};
-    PW_LAUNCH(adam_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
-        param.data<T>(), grad.data<T>(), exp_avg.data<T>(), exp_avg_sq.data<T>(), n, k,
-        static_cast<const T*>(step_values), static_cast<const double*>(gate));
+    const int64_t max_blocks = launch_limits().max_grid;
+    AdamList<T> list{};
+    int64_t blocks = 0;
+    auto flush = [&] {
+      if (list.count == 0) return;
+      list.first_block[list.count] = static_cast<int>(blocks);
+      PW_LAUNCH(adam_kernel<T>, static_cast<unsigned>(blocks), kBlock, 0, ctx.stream)(
+          list, k, static_cast<const T*>(step_values), static_cast<const double*>(gate));
+      PW_CUDA_CHECK_LAUNCH("adam_kernel");
+      list = AdamList<T>{};
+      blocks = 0;
+    };
+    for (const AdamTensors& t : tensors) {
+      const int64_t n = t.param.numel();
+      if (n == 0) continue;
+      const int64_t need = grid_for(n);
+      if (list.count == kListTensors || blocks + need > max_blocks) flush();
+      const int c = list.count++;
+      list.p[c] = t.param.data<T>();
+      list.g[c] = t.grad.data<T>();
+      list.m[c] = t.exp_avg.data<T>();
+      list.v[c] = t.exp_avg_sq.data<T>();
+      list.n[c] = n;
+      list.first_block[c] = static_cast<int>(blocks);
+      blocks += need;
+    }
+    flush();
   });
-  PW_CUDA_CHECK_LAUNCH("adam_kernel");
+}
+
+/// Throws std::invalid_argument naming `name` unless step >= 1.
+void check_step(int64_t step, const char* name) {
+  if (step < 1) {
+    throw std::invalid_argument(std::string(name) + ": step must be >= 1, got " +
+                                std::to_string(step));
+  }
 }
 
 }  // namespace
@@ -154,20 +255,30 @@ void launch_adam(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp
 void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                double lr, double beta1, double beta2, double eps, double weight_decay,
                bool decoupled, int64_t step) {
-  if (step < 1) {
-    throw std::invalid_argument("adam_step: step must be >= 1, got " + std::to_string(step));
-  }
-  const double t = static_cast<double>(step);
-  launch_adam(param, grad, exp_avg, exp_avg_sq, beta1, beta2, eps, weight_decay, decoupled,
-              1.0 - std::pow(beta1, t), 1.0 - std::pow(beta2, t), lr, 1.0 - lr * weight_decay,
-              nullptr, nullptr, "adam_step");
+  adam_step_multi({{param, grad, exp_avg, exp_avg_sq}}, lr, beta1, beta2, eps, weight_decay,
+                  decoupled, step, nullptr, nullptr);
 }
 
 void adam_step_indirect(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                         const void* coefficients, const void* gate, double beta1, double beta2,
                         double eps, double weight_decay, bool decoupled) {
-  launch_adam(param, grad, exp_avg, exp_avg_sq, beta1, beta2, eps, weight_decay, decoupled, 1.0,
-              1.0, 0.0, 1.0, coefficients, gate, "adam_step_indirect");  // values from memory
+  adam_step_multi({{param, grad, exp_avg, exp_avg_sq}}, 0.0, beta1, beta2, eps, weight_decay,
+                  decoupled, 1, coefficients, gate);
+}
+
+void adam_step_multi(const std::vector<AdamTensors>& tensors, double lr, double beta1,
+                     double beta2, double eps, double weight_decay, bool decoupled, int64_t step,
+                     const void* coefficients, const void* gate) {
+  if (coefficients != nullptr) {  // the step's values from memory when the kernels run
+    launch_adam(tensors, beta1, beta2, eps, weight_decay, decoupled, 1.0, 1.0, 0.0, 1.0,
+                coefficients, gate, "adam_step_indirect");
+    return;
+  }
+  check_step(step, "adam_step");
+  const double t = static_cast<double>(step);
+  launch_adam(tensors, beta1, beta2, eps, weight_decay, decoupled, 1.0 - std::pow(beta1, t),
+              1.0 - std::pow(beta2, t), lr, 1.0 - lr * weight_decay, nullptr, nullptr,
+              "adam_step");
 }
 
 }  // namespace pipewright::cuda

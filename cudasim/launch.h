@@ -10,8 +10,11 @@
 //  3. the pointer arguments become the launch's memory accesses: `const T*` a read, `T*` a
 //     read and write, each from the pointer to the end of its allocation (a kernel's extent
 //     is not known); pointers inside a struct argument (a functor holding input pointers)
-//     count as reads. The runtime checks them (live device memory of the stream's device, or
-//     of a peer with access enabled) and hands them to the race detector;
+//     count as reads, unless the struct lists its pointers itself: a member
+//     `template <class Sink> void each_pointer(const Sink& sink) const` calling
+//     sink(pointer, bytes, written) for each (a tensor list, cuda_kernels/optim.cu), whose
+//     accesses then have those extents. The runtime checks them (live device memory of the
+//     stream's device, or of a peer with access enabled) and hands them to the race detector;
 //  4. the grid is queued on the stream; it runs later on the stream's thread (executor.h).
 #pragma once
 
@@ -41,9 +44,26 @@ std::string parameter_list() {
   return pretty.substr(begin + 5, end - begin - 5);
 }
 
+/// What a struct argument's each_pointer calls for each pointer it holds.
+struct PointerSink {
+  std::vector<Access>* out;
+  int index;
+  void operator()(const void* p, size_t bytes, bool written) const {
+    if (p != nullptr) out->push_back(Access{p, bytes, written, index});
+  }
+};
+
+template <class T, class = void>
+struct ListsPointers : std::false_type {};
+template <class T>
+struct ListsPointers<T, std::void_t<decltype(std::declval<const T&>().each_pointer(
+                            std::declval<const PointerSink&>()))>> : std::true_type {};
+
 template <class T>
 void add_accesses(std::vector<Access>& out, const T& value, int index) {
-  if constexpr (std::is_pointer_v<T>) {
+  if constexpr (ListsPointers<T>::value) {
+    value.each_pointer(PointerSink{&out, index});
+  } else if constexpr (std::is_pointer_v<T>) {
     if (value != nullptr) {
       out.push_back(Access{value, Access::kToEnd,
                            !std::is_const_v<std::remove_pointer_t<T>>, index});

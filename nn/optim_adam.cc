@@ -1,5 +1,6 @@
 #include "nn/optim_adam.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <sstream>
@@ -95,57 +96,95 @@ void Adam::set_lr(double lr) {
   options_ = changed;
 }
 
-void Adam::update(size_t i, const Tensor& grad) {
+void Adam::update(size_t i, const Tensor& grad) { update_many({i}, {grad}); }
+
+// Note [One launch per bucket]
+// The parameters of one call are updated in buckets that share what a multi-tensor kernel
+// takes once (Kernels::adam_step_multi): device, dtype, weight decay and step count, in
+// first-appearance order. The main job's step is then one bucket (one launch for 10
+// parameters), a GPT's with decay groups two; a parameter that skipped steps (no grad) steps
+// in a bucket of its own. Each element's arithmetic does not depend on its bucket.
+void Adam::update_many(const std::vector<size_t>& indices, const std::vector<Tensor>& grads) {
+  struct Bucket {
+    Device device;
+    DType dtype;
+    double decay;
+    int64_t step;  // the members' step count before this update
+    std::vector<size_t> members;
+    std::vector<AdamTensors> tensors;
+  };
+  std::vector<Bucket> buckets;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const size_t i = indices[k];
+    size_t group = 0;
+    for (int64_t end = group_sizes_[0]; static_cast<int64_t>(i) >= end;) {
+      end += group_sizes_[++group];
+    }
+    Tensor param = params()[i];
+    State& s = state_[i];
+    if (s.step == 0) {
+      const TensorOptions like{.dtype = param.dtype(), .device = param.device()};
+      s.exp_avg = Tensor::zeros(param.shape(), like);
+      s.exp_avg_sq = Tensor::zeros(param.shape(), like);
+    } else {
+      s.exp_avg = on_param_device(i, s.exp_avg);
+      s.exp_avg_sq = on_param_device(i, s.exp_avg_sq);
+    }
+    const double decay = group_decay_[group];
+    auto same = [&](const Bucket& b) {
+      return b.device == param.device() && b.dtype == param.dtype() && b.decay == decay &&
+             b.step == s.step;
+    };
+    auto it = std::find_if(buckets.begin(), buckets.end(), same);
+    if (it == buckets.end()) {
+      buckets.push_back({param.device(), param.dtype(), decay, s.step, {}, {}});
+      it = buckets.end() - 1;
+    }
+    it->members.push_back(i);
+    it->tensors.push_back({param, grads[k], s.exp_avg, s.exp_avg_sq});
+  }
   const AdamOptions& o = options_;
-  size_t group = 0;
-  for (int64_t end = group_sizes_[0]; static_cast<int64_t>(i) >= end;) end += group_sizes_[++group];
-  Tensor param = params()[i];
-  State& s = state_[i];
-  if (s.step == 0) {
-    const TensorOptions like{.dtype = param.dtype(), .device = param.device()};
-    s.exp_avg = Tensor::zeros(param.shape(), like);
-    s.exp_avg_sq = Tensor::zeros(param.shape(), like);
-  } else {
-    s.exp_avg = on_param_device(i, s.exp_avg);
-    s.exp_avg_sq = on_param_device(i, s.exp_avg_sq);
+  for (Bucket& b : buckets) {
+    if (DeviceGraph* graph = DeviceGraph::capturing_on(b.device)) {
+      update_replayed(*graph, b.members, b.tensors, b.decay);
+      continue;
+    }
+    for (size_t i : b.members) state_[i].step += 1;
+    PW_KERNEL(b.device, adam_step_multi)(b.tensors, o.lr, o.betas.first, o.betas.second, o.eps,
+                                         b.decay, o.decoupled, b.step + 1, nullptr, nullptr);
   }
-  if (DeviceGraph* graph = DeviceGraph::capturing_on(param.device())) {
-    update_replayed(*graph, i, group, grad);
-    return;
-  }
-  s.step += 1;
-  PW_KERNEL(param.device(), adam_step)(param, grad, s.exp_avg, s.exp_avg_sq, o.lr, o.betas.first,
-                                       o.betas.second, o.eps, group_decay_[group], o.decoupled,
-                                       s.step);
 }
 
-// Note [Per-replay scalars] (tensor/graph.h): the kernel reads lr and the bias corrections of
-// step t from a slot that each replay fills for t = step + 1 and commits by advancing `step`,
-// exactly as an eager update would have; the capture itself changes no state.
-void Adam::update_replayed(DeviceGraph& graph, size_t i, size_t group, const Tensor& grad) {
-  if (state_[i].step == 0) {
+// Note [Per-replay scalars] (tensor/graph.h): the kernels read lr and the bias corrections of
+// step t from a slot that each replay fills for t = step + 1 and commits by advancing the
+// members' `step`, exactly as an eager update would have; the capture itself changes no state.
+// The members share their step count (Note [One launch per bucket]), so one slot serves them.
+void Adam::update_replayed(DeviceGraph& graph, const std::vector<size_t>& members,
+                           const std::vector<AdamTensors>& tensors, double decay) {
+  for (size_t i : members) {
+    if (state_[i].step != 0) continue;
     throw std::logic_error(std::string(name()) + ": parameter " + std::to_string(i) +
                            " takes its first step inside a graph capture; its state would be "
                            "zeroed at every replay. Run one step eagerly before capturing");
   }
-  Tensor param = params()[i];
-  const double decay = group_decay_[group];
+  const Tensor& first = tensors.front().param;
   void* slot = graph.scalar_slot(
-      param.device(), 4 * sizeof(double),
-      [this, i, decay, dtype = param.dtype()](void* bytes) {
+      first.device(), 4 * sizeof(double),
+      [this, lead = members.front(), decay, dtype = first.dtype()](void* bytes) {
         const AdamOptions& o = options_;
-        const double t = static_cast<double>(state_[i].step + 1);
+        const double t = static_cast<double>(state_[lead].step + 1);
         const double values[4] = {o.lr, 1.0 - std::pow(o.betas.first, t),
                                   1.0 - std::pow(o.betas.second, t), 1.0 - o.lr * decay};
         for (size_t k = 0; k < 4; ++k) store_scalar(bytes, k, values[k], dtype);  // as eagerly
       },
-      [this, i] { state_[i].step += 1; }, /*gated=*/true);  // a skipped step keeps `step`
-  State& s = state_[i];
-  PW_KERNEL(param.device(), adam_step_indirect)(param, grad, s.exp_avg, s.exp_avg_sq, slot,
-                                                graph.gate(param.device()),
-                                                options_.betas.first,
-                                                options_.betas.second, options_.eps, decay,
-                                                options_.decoupled);
+      [this, members] {
+        for (size_t i : members) state_[i].step += 1;
+      },
+      /*gated=*/true);  // a skipped step keeps `step`
+  PW_KERNEL(first.device(), adam_step_multi)(tensors, 0.0, options_.betas.first,
+                                             options_.betas.second, options_.eps, decay,
+                                             options_.decoupled, 1, slot,
+                                             graph.gate(first.device()));
 }
 
 std::vector<const void*> Adam::state_addresses() const {

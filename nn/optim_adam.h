@@ -12,8 +12,8 @@
 //   p ← p − γ · (m / (1 − β1ᵗ)) / (√(v / (1 − β2ᵗ)) + ε)
 //
 // Per-parameter state: "state.<i>.step" (int64), "state.<i>.exp_avg" (m) and
-// "state.<i>.exp_avg_sq" (v). Computed by the fused kernel Kernels::adam_step of the
-// parameter's device.
+// "state.<i>.exp_avg_sq" (v). Computed by the fused multi-tensor kernel
+// Kernels::adam_step_multi of the parameters' device, with adam_step's bits.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,7 @@
 
 namespace pipewright {
 class DeviceGraph;
+struct AdamTensors;  // tensor/kernels.h
 }  // namespace pipewright
 
 namespace pipewright::nn {
@@ -60,6 +61,10 @@ class Adam : public Optimizer {
   /// each replay's commit instead of now; throws std::logic_error there for a parameter that
   /// has never stepped (its zeroed state would be captured).
   void update(size_t i, const Tensor& grad) override;
+  /// A device's parameters that share dtype, weight decay and step count in one multi-tensor
+  /// kernel call (Note [One launch per bucket], nn/optim_adam.cc); bitwise what update() per
+  /// parameter gives.
+  void update_many(const std::vector<size_t>& indices, const std::vector<Tensor>& grads) override;
   double lr() const override { return options_.lr; }
   bool capturable() const override { return true; }
   std::vector<const void*> state_addresses() const override;
@@ -81,7 +86,8 @@ class Adam : public Optimizer {
     Tensor exp_avg;     // m
     Tensor exp_avg_sq;  // v
   };
-  void update_replayed(DeviceGraph& graph, size_t i, size_t group, const Tensor& grad);
+  void update_replayed(DeviceGraph& graph, const std::vector<size_t>& members,
+                       const std::vector<AdamTensors>& tensors, double decay);
   AdamOptions options_;
   std::vector<State> state_;
   std::vector<int64_t> group_sizes_;    // parameters per group, in order

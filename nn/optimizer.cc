@@ -91,15 +91,9 @@ void Optimizer::zero_grad() {
 }
 
 void Optimizer::step() {
-  const std::vector<Tensor> grads = checked_grads();  // all checked before any change
-  for (size_t i = 0; i < grads.size(); ++i) {
-    if (grads[i].defined()) {
-      update(i, grads[i]);
-      steps_without_grad_[i] = 0;
-    } else {
-      count_step_without_grad(i);  // PyTorch skips parameters without a grad
-    }
-  }
+  std::vector<size_t> all(params_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  step(all);
 }
 
 void Optimizer::step(const std::vector<size_t>& indices) {
@@ -112,14 +106,24 @@ void Optimizer::step(const std::vector<size_t>& indices) {
     }
     grads.push_back(checked_grad(i));  // all checked before any change
   }
+  std::vector<size_t> stepped;
+  std::vector<Tensor> stepped_grads;
   for (size_t k = 0; k < indices.size(); ++k) {
     if (grads[k].defined()) {
-      update(indices[k], grads[k]);
-      steps_without_grad_[indices[k]] = 0;
+      stepped.push_back(indices[k]);
+      stepped_grads.push_back(std::move(grads[k]));
     } else {
-      count_step_without_grad(indices[k]);
+      count_step_without_grad(indices[k]);  // PyTorch skips parameters without a grad
     }
   }
+  if (stepped.empty()) return;
+  update_many(stepped, stepped_grads);
+  for (size_t i : stepped) steps_without_grad_[i] = 0;
+}
+
+void Optimizer::update_many(const std::vector<size_t>& indices,
+                            const std::vector<Tensor>& grads) {
+  for (size_t k = 0; k < indices.size(); ++k) update(indices[k], grads[k]);
 }
 
 void Optimizer::count_step_without_grad(size_t i) {

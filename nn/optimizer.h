@@ -144,6 +144,11 @@ class Optimizer {
 
   /// Updates parameter i from `grad` (defined, checked to match it), and its state.
   virtual void update(size_t i, const Tensor& grad) = 0;
+  /// Updates the parameters at `indices` (distinct) from `grads` (as many, each defined and
+  /// checked to match): what step() and step(indices) call once per call. Default: update()
+  /// for each in order; Adam updates a device's parameters in few launches (Note [Tensor
+  /// lists], cuda_kernels/optim.cu), each with the bits update() gives it.
+  virtual void update_many(const std::vector<size_t>& indices, const std::vector<Tensor>& grads);
 
   /// Names of the per-parameter state entries ("momentum_buffer"; "step", "exp_avg", ...).
   /// A parameter either has all of them or none.

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -41,6 +42,13 @@ enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv, kRSub, kRDiv };  // R: b
 enum class UnaryOp : uint8_t { kNeg, kExp, kLog, kSqrt, kRelu, kSquare, kAbs, kTanh, kSigmoid,
                                kErf };
 enum class ReduceOp : uint8_t { kSum, kMean, kMax };
+
+/// One parameter of a multi-tensor Adam step (adam_step_multi): the parameter, its gradient and
+/// its two moments, of one shape, dtype and device, contiguous (handles: the kernel writes
+/// param, exp_avg and exp_avg_sq in place).
+struct AdamTensors {
+  Tensor param, grad, exp_avg, exp_avg_sq;
+};
 
 /// Every kernel, every device. One X(name, (parameters)) per kernel, documented above it.
 #define PIPEWRIGHT_KERNELS(X)                                                                      \
@@ -158,6 +166,13 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax };
   X(adam_step_indirect, (Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,   \
                          const void* coefficients, const void* gate, double beta1, double beta2,   \
                          double eps, double weight_decay, bool decoupled))                         \
+  /* adam_step over a list of parameters (PyTorch's multi-tensor Adam): each as adam_step at */    \
+  /* `step`, or, with `coefficients` not null, as adam_step_indirect with it and `gate` (lr */     \
+  /* and step unused). One dtype and device throughout; a GPU updates dozens of tensors in */      \
+  /* one launch, each element with adam_step's bits. */                                            \
+  X(adam_step_multi, (const std::vector<AdamTensors>& tensors, double lr, double beta1,            \
+                      double beta2, double eps, double weight_decay, bool decoupled,               \
+                      int64_t step, const void* coefficients, const void* gate))                   \
   /* ---- transformer blocks (tensor/batched_matmul.h, masking.h, gelu.h, normalization.h, */      \
   /* index_add.h) ---- */                                                                          \
   /* c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for i < B, op as in gemm: a [Ba, ., .], */   \

@@ -178,4 +178,20 @@ void adam_step_indirect(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tens
   });
 }
 
+void adam_step_multi(const std::vector<AdamTensors>& tensors, double lr, double beta1,
+                     double beta2, double eps, double weight_decay, bool decoupled, int64_t step,
+                     const void* coefficients, const void* gate) {
+  // On a CPU a call costs nothing to issue: one parameter after another, each with its own
+  // kernel's arithmetic.
+  for (AdamTensors t : tensors) {
+    if (coefficients != nullptr) {
+      adam_step_indirect(t.param, t.grad, t.exp_avg, t.exp_avg_sq, coefficients, gate, beta1,
+                         beta2, eps, weight_decay, decoupled);
+    } else {
+      adam_step(t.param, t.grad, t.exp_avg, t.exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
+                decoupled, step);
+    }
+  }
+}
+
 }  // namespace pipewright::cpu

@@ -5,8 +5,10 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <vector>
 
 #include "cuda_kernels/launch_limits.h"
+#include "tensor/ops.h"
 #include "tests/cuda/gpu_test.h"
 
 namespace pipewright::testing {
@@ -174,6 +176,115 @@ TEST_CASE("cuda sgd_step and adam_step match cpu past the grid (small launch cap
     check_sgd({1237});
     check_adam({1237});
   }
+}
+
+/// Parameters of many sizes (an empty one, one element, the block's size and either side of
+/// it, several blocks), `count` in all, and their gradients and moments, on `device`.
+struct AdamListCase {
+  std::vector<Tensor> p, g, m, v;
+};
+
+AdamListCase adam_list_case(int count, DType dtype, Device device, uint64_t seed) {
+  const int64_t sizes[] = {0, 1, 255, 256, 257, 1000, 3001, 17};
+  AdamListCase c;
+  for (int k = 0; k < count; ++k) {
+    const Shape shape{sizes[k % 8] + 3 * (k / 8)};
+    c.p.push_back(random_tensor(shape, dtype, seed + 4 * k).to(device));
+    c.g.push_back(random_tensor(shape, dtype, seed + 4 * k + 1).to(device));
+    c.m.push_back(random_tensor(shape, dtype, seed + 4 * k + 2).to(device));
+    c.v.push_back(ops::abs(random_tensor(shape, dtype, seed + 4 * k + 3)).to(device));
+  }
+  return c;
+}
+
+std::vector<AdamTensors> adam_list(const AdamListCase& c) {
+  std::vector<AdamTensors> list;
+  for (size_t k = 0; k < c.p.size(); ++k) list.push_back({c.p[k], c.g[k], c.m[k], c.v[k]});
+  return list;
+}
+
+void check_lists_equal(const AdamListCase& a, const AdamListCase& b) {
+  for (size_t k = 0; k < a.p.size(); ++k) {
+    INFO("tensor " << k << " of " << a.p.size() << ", " << a.p[k].numel() << " elements");
+    check_bitwise_equal(a.p[k], b.p[k]);
+    check_bitwise_equal(a.m[k], b.m[k]);
+    check_bitwise_equal(a.v[k], b.v[k]);
+  }
+}
+
+// Note [Tensor lists] (cuda_kernels/optim.cu): 100 tensors take 3 lists of up to 48 (the
+// launches are counted in step_api_count_test), each element updated as adam_step updates its
+// tensor alone; under small launch caps the lists are cut by blocks too and each tensor's loop
+// wraps. The CPU's list agrees within the tolerance of check_adam.
+TEST_CASE("adam_step_multi equals adam_step per tensor bit for bit",
+          "[cuda][optim]") {
+  if (!gpu_available_or_skip()) return;
+  const int count = 100;
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (bool decoupled : {false, true}) {
+      INFO(dtype_name(dtype) << " decoupled " << decoupled);
+      AdamListCase listed = adam_list_case(count, dtype, gpu(), 300);
+      AdamListCase alone = adam_list_case(count, dtype, gpu(), 300);
+      AdamListCase on_cpu = adam_list_case(count, dtype, Device::cpu(0), 300);
+      gpu_kernels().adam_step_multi(adam_list(listed), 1e-3, 0.9, 0.999, 1e-8, 1e-2, decoupled,
+                                    3, nullptr, nullptr);
+      cpu_kernels().adam_step_multi(adam_list(on_cpu), 1e-3, 0.9, 0.999, 1e-8, 1e-2, decoupled,
+                                    3, nullptr, nullptr);
+      for (int k = 0; k < count; ++k) {
+        gpu_kernels().adam_step(alone.p[k], alone.g[k], alone.m[k], alone.v[k], 1e-3, 0.9,
+                                0.999, 1e-8, 1e-2, decoupled, 3);
+      }
+      check_lists_equal(listed, alone);
+      for (int k = 0; k < count; ++k) {
+        check_close(listed.p[k], on_cpu.p[k], tol(dtype, 1e-5, 1e-13), tol(dtype, 1e-6, 1e-14));
+      }
+    }
+  }
+  for (const cuda::LaunchLimits& limits : kSmallLaunchLimits) {
+    cuda::ScopedLaunchLimits scoped(limits);
+    INFO(describe(limits));
+    AdamListCase listed = adam_list_case(20, DType::kFloat32, gpu(), 400);
+    AdamListCase alone = adam_list_case(20, DType::kFloat32, gpu(), 400);
+    gpu_kernels().adam_step_multi(adam_list(listed), 1e-3, 0.9, 0.999, 1e-8, 0.0, false, 1,
+                                  nullptr, nullptr);
+    for (int k = 0; k < 20; ++k) {
+      gpu_kernels().adam_step(alone.p[k], alone.g[k], alone.m[k], alone.v[k], 1e-3, 0.9, 0.999,
+                              1e-8, 0.0, false, 1);
+    }
+    check_lists_equal(listed, alone);
+  }
+}
+
+TEST_CASE("adam_step_multi with values from memory equals adam_step; a shut gate writes nothing",
+          "[cuda][optim][graph]") {
+  if (!gpu_available_or_skip()) return;
+  const double lr = 3e-3, wd = 1e-2;
+  const int step = 4;
+  const Tensor values = adam_step_values(lr, step, wd, DType::kFloat32, gpu());
+  const Tensor open_gate = Tensor::zeros({1}, {DType::kFloat64, gpu()});
+  const Tensor shut_gate = Tensor::full({1}, std::nan(""), {DType::kFloat64, gpu()});
+  AdamListCase listed = adam_list_case(60, DType::kFloat32, gpu(), 500);
+  AdamListCase eager = adam_list_case(60, DType::kFloat32, gpu(), 500);
+  AdamListCase before = adam_list_case(60, DType::kFloat32, gpu(), 500);
+  gpu_kernels().adam_step_multi(adam_list(listed), 0.0, 0.9, 0.999, 1e-8, wd, true, 1,
+                                values.raw_data(), shut_gate.raw_data());
+  check_lists_equal(listed, before);
+  gpu_kernels().adam_step_multi(adam_list(listed), 0.0, 0.9, 0.999, 1e-8, wd, true, 1,
+                                values.raw_data(), open_gate.raw_data());
+  gpu_kernels().adam_step_multi(adam_list(eager), lr, 0.9, 0.999, 1e-8, wd, true, step, nullptr,
+                                nullptr);
+  check_lists_equal(listed, eager);
+}
+
+TEST_CASE("adam_step_multi refuses a list of two dtypes", "[cuda][optim]") {
+  if (!gpu_available_or_skip()) return;
+  AdamListCase a = adam_list_case(2, DType::kFloat32, gpu(), 600);
+  AdamListCase b = adam_list_case(2, DType::kFloat64, gpu(), 600);
+  std::vector<AdamTensors> mixed = adam_list(a);
+  mixed.push_back(adam_list(b)[1]);
+  CHECK_THROWS_WITH(gpu_kernels().adam_step_multi(mixed, 1e-3, 0.9, 0.999, 1e-8, 0.0, false, 1,
+                                                  nullptr, nullptr),
+                    Catch::Contains("one dtype and device") && Catch::Contains("float64"));
 }
 
 TEST_CASE("cuda adam_step rejects step 0", "[cuda][optim]") {

@@ -100,7 +100,9 @@ int64_t count(const std::map<std::string, int64_t>& counts, const std::string& a
   return it == counts.end() ? 0 : it->second;
 }
 
-// Measured under cudasim: 222 kernel launches (a BatchNorm training forward or backward is 3: sums,
+// Measured under cudasim: 213 kernel launches (214 on two stages: each worker steps its stage's
+// parameters, one Adam launch each, Note [Tensor lists]; 222 with one per parameter before
+// 2026-12-08; a BatchNorm training forward or backward is 3: sums,
 // finalize, elementwise pass; each BatchNorm layer adds one batch_norm_accumulate per micro-batch
 // and one batch_norm_commit per step; the largest remaining shares are elementwise ops and gradient
 // sums), 53 cuBLAS GEMMs (the bias gradients are 1ᵀ·dY: the first micro-batch's three as new
@@ -163,7 +165,7 @@ void check_no_round_trips(const std::map<std::string, int64_t>& c) {
 TEST_CASE("a warm training step on one GPU stage: one host wait, one read, no allocation",
           "[cuda][pipe][api]") {
   if (!testing::gpu_available_or_skip()) return;
-  const Expected e{.launches = 222, .gemms = 53, .event_records = 37, .stream_waits = 4};
+  const Expected e{.launches = 213, .gemms = 53, .event_records = 37, .stream_waits = 4};
   const std::vector<std::map<std::string, int64_t>> steps = count_warm_steps(1);
   const std::map<std::string, int64_t>& c = best_step(steps, e);
   check_no_round_trips(c);
@@ -173,7 +175,7 @@ TEST_CASE("a warm training step on one GPU stage: one host wait, one read, no al
 TEST_CASE("a warm training step on two GPU stages of one device: one host wait, one read, no allocation",
           "[cuda][pipe][api]") {
   if (!testing::gpu_available_or_skip()) return;
-  const Expected e{.launches = 222, .gemms = 53, .event_records = 57, .stream_waits = 16};
+  const Expected e{.launches = 214, .gemms = 53, .event_records = 57, .stream_waits = 16};
   const std::vector<std::map<std::string, int64_t>> steps = count_warm_steps(2);
   const std::map<std::string, int64_t>& c = best_step(steps, e);
   check_no_round_trips(c);
@@ -308,6 +310,51 @@ TEST_CASE("eager clipping and unscaling read the GPU once, not once per paramete
   CHECK(waits(c) == 1);
   CHECK(reads(c) == 1);
   CHECK(count(c, "kernel launch") == 23);
+}
+
+// Note [One launch per bucket] (nn/optim_adam.cc), Note [Tensor lists] (cuda_kernels/optim.cu):
+// an eager Adam step updates a device's parameters that share dtype, weight decay and step
+// count in lists of up to 48 a launch. 100 parameters in two decay groups (60 and 40), one of
+// them a step behind (no grad in the first step): 2 + 1 + 1 launches in the third step, where
+// it was 100. The parameters equal those of an AdamW stepped one parameter at a time.
+TEST_CASE("an eager Adam step is a launch per 48 parameters sharing dtype, decay and step",
+          "[cuda][api][optim]") {
+  if (!testing::gpu_available_or_skip()) return;
+  const auto make = [] {
+    std::vector<Tensor> params;
+    for (uint32_t k = 0; k < 100; ++k) {
+      Tensor p =
+          testing::random_tensor({k % 7 + 1, 30}, DType::kFloat32, 800 + k).to(testing::gpu());
+      p.set_requires_grad(true);
+      params.push_back(p);
+    }
+    return params;
+  };
+  const auto groups = [](const std::vector<Tensor>& params) {
+    return std::vector<nn::ParamGroup>{
+        {.params = {params.begin(), params.begin() + 60}, .weight_decay = 0.1},
+        {.params = {params.begin() + 60, params.end()}, .weight_decay = 0.0}};
+  };
+  std::vector<Tensor> listed = make(), alone = make();
+  nn::AdamW listed_adam(groups(listed), {.lr = 1e-2});
+  nn::AdamW alone_adam(groups(alone), {.lr = 1e-2});
+  for (int step = 0; step < 3; ++step) {
+    for (size_t k = 0; k < 100; ++k) {
+      const Tensor grad = testing::random_tensor(listed[k].shape(), DType::kFloat32,
+                                                 900 + 100 * step + static_cast<uint32_t>(k));
+      const bool skipped = step == 0 && k == 5;
+      listed[k].set_grad(skipped ? Tensor() : grad.to(testing::gpu()));
+      alone[k].set_grad(skipped ? Tensor() : grad.to(testing::gpu()));
+    }
+    cudasim::reset_api_counts();
+    listed_adam.step();
+    if (step == 2) CHECK(count(cudasim::api_counts(), "kernel launch") == 4);
+    for (size_t k = 0; k < 100; ++k) alone_adam.step({k});
+  }
+  for (size_t k = 0; k < 100; ++k) {
+    INFO("parameter " << k);
+    testing::check_bitwise_equal(listed[k], alone[k]);
+  }
 }
 
 // Note [What a deferred W keeps] (autograd/linear.cc): under a 16-bit policy a zero-bubble B

@@ -39,6 +39,26 @@ __global__ void sum_kernel(const T* x, T* out, int64_t n) {  // one block: block
   }
 }
 
+// A kernel argument that lists its pointers (cudasim/launch.h, each_pointer), as
+// cuda_kernels/optim.cu's tensor lists do: `out` written, `in` read, each n floats.
+struct CopyList {
+  const float* in;
+  float* out;
+  int64_t n;
+  template <class Sink>
+  void each_pointer(const Sink& sink) const {
+    sink(in, static_cast<size_t>(n) * sizeof(float), false);
+    sink(out, static_cast<size_t>(n) * sizeof(float), true);
+  }
+};
+
+__global__ void copy_list_kernel(CopyList list) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < list.n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    list.out[i] = list.in[i];
+  }
+}
+
 std::vector<float> to_host(const float* device, size_t n, cudaStream_t stream = nullptr) {
   std::vector<float> host(n);
   REQUIRE(cudaMemcpyAsync(host.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost,
@@ -159,6 +179,34 @@ TEST_CASE("kernels on two streams: unordered is a race, an event orders them") {
   CHECK(to_host(z.p, 256, b) == std::vector<float>(256, 6.0f));
   CHECK(cudasim::take_race_reports().empty());
   REQUIRE(cudaEventDestroy(done) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(a) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(b) == cudaSuccess);
+}
+
+// A struct argument's pointers count as reads of whole allocations unless it lists them
+// itself: then its writes race with unordered readers, and its accesses end where it says.
+TEST_CASE("a struct argument that lists its pointers: its writes race, its extents bound them") {
+  clean();
+  cudaStream_t a, b;
+  REQUIRE(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking) == cudaSuccess);
+  DeviceFloats x(256), y(256), z(256);
+  upload(x.p, std::vector<float>(256, 3.0f), a);
+  REQUIRE(cudaStreamSynchronize(a) == cudaSuccess);
+  // Writes y[0, 128) on a; a reader of y[128, 256) on b touches none of it.
+  PW_LAUNCH(copy_list_kernel, 1, 64, 0, a)(CopyList{x.p, y.p, 128});
+  PW_LAUNCH(scale_kernel, 1, 64, 0, b)(y.p + 128, z.p, int64_t{128}, 1.0f);
+  CHECK(cudaGetLastError() == cudaSuccess);
+  CHECK(cudasim::take_race_reports().empty());
+  REQUIRE(cudaStreamSynchronize(b) == cudaSuccess);
+  // A reader of y[0, 128) on b, unordered with the write: a race naming the list's kernel.
+  PW_LAUNCH(scale_kernel, 1, 64, 0, b)(y.p, z.p, int64_t{128}, 1.0f);
+  const cudaError_t e = cudaGetLastError();
+  CHECK(e == cudaErrorIllegalState);
+  CHECK(std::string(cudaGetErrorString(e)).find("copy_list_kernel") != std::string::npos);
+  CHECK(cudasim::take_race_reports().size() == 1);
+  REQUIRE(cudaStreamSynchronize(a) == cudaSuccess);
+  CHECK(to_host(y.p, 128, a) == std::vector<float>(128, 3.0f));
   REQUIRE(cudaStreamDestroy(a) == cudaSuccess);
   REQUIRE(cudaStreamDestroy(b) == cudaSuccess);
 }
