@@ -16,7 +16,7 @@
 //                     to the CPU: philox.h)
 //   index_select.cu   index_select (src of any dtype)
 //   optim.cu          sgd_step, sgd_step_indirect, adam_step, adam_step_indirect,
-//                     adam_step_multi
+//                     sgd_step_multi, adam_step_multi
 //   gemm.cc           gemm_batched (cuBLAS strided-batched)
 //   attention.cu      flash_attention, flash_attention_backward (also bfloat16 / float16
 //                     inputs, float32 results; head dim <= 256); 16-bit inputs with head

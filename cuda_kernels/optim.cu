@@ -1,6 +1,6 @@
-// Fused optimizer steps: one kernel updates a whole parameter tensor (SGD), or a list of them
-// (Adam, Note [Tensor lists]), and its state in a single pass over memory (the formulas of
-// tensor/kernels.h, torch.optim.SGD and Adam/AdamW).
+// Fused optimizer steps: one kernel updates a list of parameters and their state in a single
+// pass over memory (Note [Tensor lists]; the formulas of tensor/kernels.h, torch.optim.SGD and
+// Adam/AdamW).
 //
 // Shape legend: param, grad, momentum_buffer / exp_avg / exp_avg_sq: the same n elements,
 // contiguous. Scalar coefficients are computed on the host in double and rounded once to the
@@ -18,28 +18,93 @@
 namespace pipewright::cuda {
 namespace {
 
+// Note [Tensor lists]
+// ~~~~~~~~~~~~~~~~~~~
+// An eager optimizer step issued one launch per parameter: 10 of the main job's 222 launches a
+// step, one per tensor of a GPT (PyTorch's "foreach" and "fused" optimizers exist for the same
+// reason). adam_step_multi and sgd_step_multi hand the kernel a list of up to kListTensors
+// parameters in its own arguments, as PyTorch's multi_tensor_apply does (kernel parameters are
+// copied with the launch: no table in device memory to fill and order), with the blocks cut
+// among them: tensor t gets blocks first_block[t] .. first_block[t + 1] - 1 (grid_for of its
+// size), and each block walks its own tensor in a grid-stride loop over that tensor's blocks.
+// A list whose blocks would pass the launch cap, or a 49th tensor, starts another launch.
+// Each element's arithmetic is one function's (adam_element, sgd_element), whichever list it
+// came in, so a tensor's bits do not depend on its neighbours; adam_step and sgd_step are
+// one-tensor lists.
+// Under cudasim a struct argument's pointers would count as reads of whole allocations; the
+// list names its own (each_pointer): parameter and state written, the gradient read, each to
+// its tensor's size, so the race detector sees the update's writes.
+constexpr int kListTensors = 48;
+
+/// Up to kListTensors parameters, each with its gradient and up to two state tensors (SGD's
+/// momentum buffer; Adam's two moments), nullptr where a step has none.
+template <class T>
+struct ParamList {
+  T* param[kListTensors];
+  const T* grad[kListTensors];
+  T* state0[kListTensors];
+  T* state1[kListTensors];
+  int64_t n[kListTensors];
+  int first_block[kListTensors + 1];
+  int count;
+
+  template <class Sink>
+  void each_pointer(const Sink& sink) const {  // cudasim's accesses (launch.h); host only
+    for (int t = 0; t < count; ++t) {
+      const size_t bytes = static_cast<size_t>(n[t]) * sizeof(T);
+      sink(param[t], bytes, true);
+      sink(grad[t], bytes, false);
+      sink(state0[t], bytes, true);  // a sink skips nullptr
+      sink(state1[t], bytes, true);
+    }
+  }
+};
+
+/// This block's tensor of `list` and its loop: for (i = first; i < n; i += stride).
+struct ListSlot {
+  int tensor;
+  int64_t first, stride;
+};
+
+template <class T>
+__device__ __forceinline__ ListSlot list_slot(const ParamList<T>& list) {
+  const int block = static_cast<int>(blockIdx.x);
+  int t = 0;
+  while (block >= list.first_block[t + 1]) ++t;
+  return {t, static_cast<int64_t>(block - list.first_block[t]) * blockDim.x + threadIdx.x,
+          static_cast<int64_t>(list.first_block[t + 1] - list.first_block[t]) * blockDim.x};
+}
+
 template <class T>
 struct SgdCoefficients {
   T lr, weight_decay, momentum, keep;  // keep = 1 - dampening
   bool use_weight_decay, use_momentum, nesterov, first_step;
 };
 
+template <class T>
+__device__ __forceinline__ void sgd_element(T& p, T g, T* buf, const SgdCoefficients<T>& k) {
+  if (k.use_weight_decay) g += k.weight_decay * p;
+  if (k.use_momentum) {
+    const T b = k.first_step ? g : k.momentum * *buf + k.keep * g;
+    *buf = b;
+    g = k.nesterov ? g + k.momentum * b : b;
+  }
+  p -= k.lr * g;
+}
+
 // `lr_at` (or nullptr): lr read from device memory when the kernel runs; `gate`: nothing is
 // written unless it holds 0 (sgd_step_indirect).
 template <class T>
-__global__ void sgd_kernel(T* p, const T* grad, T* buf, int64_t n, SgdCoefficients<T> k,
-                           const T* lr_at, const double* gate) {
+__global__ void sgd_kernel(ParamList<T> list, SgdCoefficients<T> k, const T* lr_at,
+                           const double* gate) {
   if (gate != nullptr && !(*gate == 0.0)) return;
   if (lr_at != nullptr) k.lr = *lr_at;
-  PW_GRID_STRIDE_LOOP(i, n) {
-    T g = grad[i];
-    if (k.use_weight_decay) g += k.weight_decay * p[i];
-    if (k.use_momentum) {
-      const T b = k.first_step ? g : k.momentum * buf[i] + k.keep * g;
-      buf[i] = b;
-      g = k.nesterov ? g + k.momentum * b : b;
-    }
-    p[i] -= k.lr * g;
+  const ListSlot s = list_slot(list);
+  T* p = list.param[s.tensor];
+  const T* g = list.grad[s.tensor];
+  T* buf = list.state0[s.tensor];
+  for (int64_t i = s.first; i < list.n[s.tensor]; i += s.stride) {
+    sgd_element(p[i], g[i], k.use_momentum ? buf + i : nullptr, k);
   }
 }
 
@@ -49,46 +114,8 @@ struct AdamCoefficients {
   bool decoupled, use_weight_decay;
 };
 
-// Note [Tensor lists]
-// ~~~~~~~~~~~~~~~~~~~
-// An eager optimizer step issued one launch per parameter: 10 of the main job's 222 launches a
-// step, one per tensor of a GPT (PyTorch's default "foreach" and "fused" Adam exist for the
-// same reason). adam_step_multi hands the kernel a list of up to kListTensors parameters in
-// its own arguments (kernel parameters are copied with the launch: no table in device memory
-// to fill and order, as PyTorch's multi_tensor_apply does), with the blocks cut among them:
-// tensor t gets blocks first_block[t] .. first_block[t + 1] - 1 (grid_for of its size), and
-// each block walks its own tensor in a grid-stride loop over that tensor's blocks. A list
-// whose blocks would pass the launch cap, or a 49th tensor, starts another launch. Each
-// element's arithmetic is adam_element's, whichever list it came in, so a tensor's bits do
-// not depend on its neighbours; adam_step is the one-tensor list.
-// Under cudasim a struct argument's pointers would count as reads of whole allocations; the
-// list names its own (each_pointer): param and moments written, the gradient read, each to
-// its tensor's size, so the race detector sees the update's writes.
-constexpr int kListTensors = 48;
-
-template <class T>
-struct AdamList {
-  T* p[kListTensors];
-  const T* g[kListTensors];
-  T* m[kListTensors];
-  T* v[kListTensors];
-  int64_t n[kListTensors];
-  int first_block[kListTensors + 1];
-  int count;
-
-  template <class Sink>
-  void each_pointer(const Sink& sink) const {  // cudasim's accesses (launch.h); host only
-    for (int t = 0; t < count; ++t) {
-      const size_t bytes = static_cast<size_t>(n[t]) * sizeof(T);
-      sink(p[t], bytes, true);
-      sink(g[t], bytes, false);
-      sink(m[t], bytes, true);
-      sink(v[t], bytes, true);
-    }
-  }
-};
 // The parameters of a launch stay under CUDA's classic 4 KiB.
-static_assert(sizeof(AdamList<double>) + sizeof(AdamCoefficients<double>) + 16 <= 4096);
+static_assert(sizeof(ParamList<double>) + sizeof(AdamCoefficients<double>) + 16 <= 4096);
 
 template <class T>
 __device__ __forceinline__ void adam_element(T& p, T g, T& m, T& v, const AdamCoefficients<T>& k) {
@@ -108,7 +135,7 @@ __device__ __forceinline__ void adam_element(T& p, T g, T& m, T& v, const AdamCo
 // `step_values` (or nullptr): lr, bias1, bias2 and decay read from device memory when the
 // kernel runs (adam_step_indirect); the arithmetic is the same either way.
 template <class T>
-__global__ void adam_kernel(AdamList<T> list, AdamCoefficients<T> k, const T* step_values,
+__global__ void adam_kernel(ParamList<T> list, AdamCoefficients<T> k, const T* step_values,
                             const double* gate) {
   if (gate != nullptr && !(*gate == 0.0)) return;  // a failed step: no update
   if (step_values != nullptr) {
@@ -117,34 +144,83 @@ __global__ void adam_kernel(AdamList<T> list, AdamCoefficients<T> k, const T* st
     k.bias2 = step_values[2];
     k.decay = step_values[3];
   }
-  const int block = static_cast<int>(blockIdx.x);
-  int t = 0;
-  while (block >= list.first_block[t + 1]) ++t;
-  T* p = list.p[t];
-  const T* g = list.g[t];
-  T* m = list.m[t];
-  T* v = list.v[t];
-  const int64_t n = list.n[t];
-  const int64_t stride = static_cast<int64_t>(list.first_block[t + 1] - list.first_block[t]) *
-                         blockDim.x;
-  for (int64_t i = static_cast<int64_t>(block - list.first_block[t]) * blockDim.x + threadIdx.x;
-       i < n; i += stride) {
+  const ListSlot s = list_slot(list);
+  T* p = list.param[s.tensor];
+  const T* g = list.grad[s.tensor];
+  T* m = list.state0[s.tensor];
+  T* v = list.state1[s.tensor];
+  for (int64_t i = s.first; i < list.n[s.tensor]; i += s.stride) {
     adam_element(p[i], g[i], m[i], v[i], k);
   }
 }
 
-}  // namespace
+/// One parameter of a list on the host: its tensors (state undefined where a step has none).
+struct ListEntry {
+  const Tensor* param;
+  const Tensor* grad;
+  const Tensor* state0;
+  const Tensor* state1;
+};
 
-namespace {
+/// Calls `launch(list, blocks)` for each list of `entries` (one dtype T, one device; empty
+/// tensors left out): up to kListTensors tensors and launch_limits().max_grid blocks a list.
+template <class T, class Launch>
+void for_each_list(const std::vector<ListEntry>& entries, Launch&& launch) {
+  const int64_t max_blocks = launch_limits().max_grid;
+  ParamList<T> list{};
+  int64_t blocks = 0;
+  auto flush = [&] {
+    if (list.count == 0) return;
+    list.first_block[list.count] = static_cast<int>(blocks);
+    launch(list, static_cast<unsigned>(blocks));
+    list = ParamList<T>{};
+    blocks = 0;
+  };
+  auto data = [](const Tensor* t) { return t->defined() ? t->data<T>() : nullptr; };
+  for (const ListEntry& e : entries) {
+    const int64_t n = e.param->numel();
+    if (n == 0) continue;
+    const int64_t need = grid_for(n);
+    if (list.count == kListTensors || blocks + need > max_blocks) flush();
+    const int c = list.count++;
+    list.param[c] = e.param->data<T>();
+    list.grad[c] = e.grad->data<T>();
+    list.state0[c] = data(e.state0);
+    list.state1[c] = data(e.state1);
+    list.n[c] = n;
+    list.first_block[c] = static_cast<int>(blocks);
+    blocks += need;
+  }
+  flush();
+}
 
-/// One fused SGD launch; lr read from `lr_at` (device memory) when given.
-void launch_sgd(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double lr,
-                double momentum, double dampening, double weight_decay, bool nesterov,
-                bool first_step, const void* lr_at, const void* gate, const char* name) {
-  const int64_t n = param.numel();
-  if (n == 0) return;
-  LaunchContext ctx(param);
-  dispatch_floating(param.dtype(), name, [&](auto zero) {
+/// Throws std::invalid_argument naming `name` unless every parameter of `entries` has the
+/// first one's dtype and device.
+void check_one_dtype_and_device(const std::vector<ListEntry>& entries, const char* name) {
+  const Tensor& first = *entries.front().param;
+  for (const ListEntry& e : entries) {
+    const Tensor& p = *e.param;
+    if (p.dtype() != first.dtype() || p.device() != first.device()) {
+      throw std::invalid_argument(std::string(name) + ": a list of one dtype and device, got " +
+                                  dtype_name(first.dtype()) + " on " + first.device().str() +
+                                  " and " + dtype_name(p.dtype()) + " on " + p.device().str());
+    }
+  }
+}
+
+/// The SGD launches for `tensors`; lr read from `lr_at` (device memory) when given.
+void launch_sgd(const std::vector<SgdTensors>& tensors, double lr, double momentum,
+                double dampening, double weight_decay, bool nesterov, bool first_step,
+                const void* lr_at, const void* gate, const char* name) {
+  if (tensors.empty()) return;
+  const Tensor none;
+  std::vector<ListEntry> entries;
+  for (const SgdTensors& t : tensors) {
+    entries.push_back({&t.param, &t.grad, momentum != 0.0 ? &t.momentum_buffer : &none, &none});
+  }
+  check_one_dtype_and_device(entries, name);
+  LaunchContext ctx(tensors.front().param);
+  dispatch_floating(tensors.front().param.dtype(), name, [&](auto zero) {
     using T = decltype(zero);
     const SgdCoefficients<T> k{static_cast<T>(lr),
                                static_cast<T>(weight_decay),
@@ -154,51 +230,28 @@ void launch_sgd(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, doub
                                momentum != 0.0,
                                nesterov,
                                first_step};
-    PW_LAUNCH(sgd_kernel<T>, grid_for(n), kBlock, 0, ctx.stream)(
-        param.data<T>(), grad.data<T>(), momentum != 0.0 ? momentum_buffer.data<T>() : nullptr,
-        n, k, static_cast<const T*>(lr_at), static_cast<const double*>(gate));
+    for_each_list<T>(entries, [&](const ParamList<T>& list, unsigned blocks) {
+      PW_LAUNCH(sgd_kernel<T>, blocks, kBlock, 0, ctx.stream)(
+          list, k, static_cast<const T*>(lr_at), static_cast<const double*>(gate));
+      PW_CUDA_CHECK_LAUNCH("sgd_kernel");
+    });
   });
-  PW_CUDA_CHECK_LAUNCH("sgd_kernel");
 }
 
-}  // namespace
-
-void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double lr,
-              double momentum, double dampening, double weight_decay, bool nesterov,
-              bool first_step) {
-  launch_sgd(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay, nesterov,
-             first_step, nullptr, nullptr, "sgd_step");
-}
-
-void sgd_step_indirect(Tensor& param, const Tensor& grad, Tensor& momentum_buffer,
-                       const void* lr, const void* gate, double momentum, double dampening,
-                       double weight_decay, bool nesterov) {
-  launch_sgd(param, grad, momentum_buffer, 0.0, momentum, dampening, weight_decay, nesterov,
-             false, lr, gate, "sgd_step_indirect");
-}
-
-namespace {
-
-/// The Adam launches for `tensors` (one dtype and device): lists of up to kListTensors
-/// tensors and launch_limits().max_grid blocks (Note [Tensor lists]). `bias1`, `bias2`, `lr`
-/// and `decay` are the step's values, or ignored when `step_values` (device memory) holds
-/// them; `gate`: see adam_step_indirect.
+/// The Adam launches for `tensors`. `bias1`, `bias2`, `lr` and `decay` are the step's values,
+/// or ignored when `step_values` (device memory) holds them; `gate`: see adam_step_indirect.
 void launch_adam(const std::vector<AdamTensors>& tensors, double beta1, double beta2,
                  double eps, double weight_decay, bool decoupled, double bias1, double bias2,
                  double lr, double decay, const void* step_values, const void* gate,
                  const char* name) {
   if (tensors.empty()) return;
-  const Tensor& first = tensors.front().param;
+  std::vector<ListEntry> entries;
   for (const AdamTensors& t : tensors) {
-    if (t.param.dtype() != first.dtype() || t.param.device() != first.device()) {
-      throw std::invalid_argument(std::string(name) + ": a list of one dtype and device, got " +
-                                  dtype_name(first.dtype()) + " on " + first.device().str() +
-                                  " and " + dtype_name(t.param.dtype()) + " on " +
-                                  t.param.device().str());
-    }
+    entries.push_back({&t.param, &t.grad, &t.exp_avg, &t.exp_avg_sq});
   }
-  LaunchContext ctx(first);
-  dispatch_floating(first.dtype(), name, [&](auto zero) {
+  check_one_dtype_and_device(entries, name);
+  LaunchContext ctx(tensors.front().param);
+  dispatch_floating(tensors.front().param.dtype(), name, [&](auto zero) {
     using T = decltype(zero);
     const AdamCoefficients<T> k{static_cast<T>(beta1),
                                 static_cast<T>(beta2),
@@ -212,33 +265,11 @@ void launch_adam(const std::vector<AdamTensors>& tensors, double beta1, double b
                                 static_cast<T>(decay),
                                 decoupled,
                                 weight_decay != 0.0};
-    const int64_t max_blocks = launch_limits().max_grid;
-    AdamList<T> list{};
-    int64_t blocks = 0;
-    auto flush = [&] {
-      if (list.count == 0) return;
-      list.first_block[list.count] = static_cast<int>(blocks);
-      PW_LAUNCH(adam_kernel<T>, static_cast<unsigned>(blocks), kBlock, 0, ctx.stream)(
+    for_each_list<T>(entries, [&](const ParamList<T>& list, unsigned blocks) {
+      PW_LAUNCH(adam_kernel<T>, blocks, kBlock, 0, ctx.stream)(
           list, k, static_cast<const T*>(step_values), static_cast<const double*>(gate));
       PW_CUDA_CHECK_LAUNCH("adam_kernel");
-      list = AdamList<T>{};
-      blocks = 0;
-    };
-    for (const AdamTensors& t : tensors) {
-      const int64_t n = t.param.numel();
-      if (n == 0) continue;
-      const int64_t need = grid_for(n);
-      if (list.count == kListTensors || blocks + need > max_blocks) flush();
-      const int c = list.count++;
-      list.p[c] = t.param.data<T>();
-      list.g[c] = t.grad.data<T>();
-      list.m[c] = t.exp_avg.data<T>();
-      list.v[c] = t.exp_avg_sq.data<T>();
-      list.n[c] = n;
-      list.first_block[c] = static_cast<int>(blocks);
-      blocks += need;
-    }
-    flush();
+    });
   });
 }
 
@@ -251,6 +282,32 @@ void check_step(int64_t step, const char* name) {
 }
 
 }  // namespace
+
+void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, double lr,
+              double momentum, double dampening, double weight_decay, bool nesterov,
+              bool first_step) {
+  launch_sgd({{param, grad, momentum_buffer}}, lr, momentum, dampening, weight_decay, nesterov,
+             first_step, nullptr, nullptr, "sgd_step");
+}
+
+void sgd_step_indirect(Tensor& param, const Tensor& grad, Tensor& momentum_buffer,
+                       const void* lr, const void* gate, double momentum, double dampening,
+                       double weight_decay, bool nesterov) {
+  launch_sgd({{param, grad, momentum_buffer}}, 0.0, momentum, dampening, weight_decay, nesterov,
+             false, lr, gate, "sgd_step_indirect");
+}
+
+void sgd_step_multi(const std::vector<SgdTensors>& tensors, double lr, double momentum,
+                    double dampening, double weight_decay, bool nesterov, bool first_step,
+                    const void* lr_at, const void* gate) {
+  if (lr_at != nullptr) {  // lr from memory when the kernels run
+    launch_sgd(tensors, 0.0, momentum, dampening, weight_decay, nesterov, false, lr_at, gate,
+               "sgd_step_indirect");
+    return;
+  }
+  launch_sgd(tensors, lr, momentum, dampening, weight_decay, nesterov, first_step, nullptr,
+             nullptr, "sgd_step");
+}
 
 void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                double lr, double beta1, double beta2, double eps, double weight_decay,

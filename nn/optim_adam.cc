@@ -1,6 +1,5 @@
 #include "nn/optim_adam.h"
 
-#include <algorithm>
 #include <cmath>
 #include <string>
 #include <sstream>
@@ -105,23 +104,18 @@ void Adam::update(size_t i, const Tensor& grad) { update_many({i}, {grad}); }
 // parameters), a GPT's with decay groups two; a parameter that skipped steps (no grad) steps
 // in a bucket of its own. Each element's arithmetic does not depend on its bucket.
 void Adam::update_many(const std::vector<size_t>& indices, const std::vector<Tensor>& grads) {
-  struct Bucket {
-    Device device;
-    DType dtype;
-    double decay;
-    int64_t step;  // the members' step count before this update
-    std::vector<size_t> members;
-    std::vector<AdamTensors> tensors;
-  };
-  std::vector<Bucket> buckets;
+  std::vector<double> decay(indices.size());
+  std::vector<int64_t> steps(indices.size());  // before this update
   for (size_t k = 0; k < indices.size(); ++k) {
     const size_t i = indices[k];
     size_t group = 0;
     for (int64_t end = group_sizes_[0]; static_cast<int64_t>(i) >= end;) {
       end += group_sizes_[++group];
     }
-    Tensor param = params()[i];
+    decay[k] = group_decay_[group];
+    const Tensor& param = params()[i];
     State& s = state_[i];
+    steps[k] = s.step;
     if (s.step == 0) {
       const TensorOptions like{.dtype = param.dtype(), .device = param.device()};
       s.exp_avg = Tensor::zeros(param.shape(), like);
@@ -130,28 +124,31 @@ void Adam::update_many(const std::vector<size_t>& indices, const std::vector<Ten
       s.exp_avg = on_param_device(i, s.exp_avg);
       s.exp_avg_sq = on_param_device(i, s.exp_avg_sq);
     }
-    const double decay = group_decay_[group];
-    auto same = [&](const Bucket& b) {
-      return b.device == param.device() && b.dtype == param.dtype() && b.decay == decay &&
-             b.step == s.step;
-    };
-    auto it = std::find_if(buckets.begin(), buckets.end(), same);
-    if (it == buckets.end()) {
-      buckets.push_back({param.device(), param.dtype(), decay, s.step, {}, {}});
-      it = buckets.end() - 1;
-    }
-    it->members.push_back(i);
-    it->tensors.push_back({param, grads[k], s.exp_avg, s.exp_avg_sq});
   }
+  const auto same = [&](size_t a, size_t b) {
+    const Tensor &pa = params()[indices[a]], &pb = params()[indices[b]];
+    return pa.device() == pb.device() && pa.dtype() == pb.dtype() && decay[a] == decay[b] &&
+           steps[a] == steps[b];
+  };
   const AdamOptions& o = options_;
-  for (Bucket& b : buckets) {
-    if (DeviceGraph* graph = DeviceGraph::capturing_on(b.device)) {
-      update_replayed(*graph, b.members, b.tensors, b.decay);
+  for (const std::vector<size_t>& bucket : buckets(indices.size(), same)) {
+    std::vector<size_t> members;
+    std::vector<AdamTensors> tensors;
+    for (size_t k : bucket) {
+      const State& s = state_[indices[k]];
+      members.push_back(indices[k]);
+      tensors.push_back({params()[indices[k]], grads[k], s.exp_avg, s.exp_avg_sq});
+    }
+    const Device device = tensors.front().param.device();
+    const double bucket_decay = decay[bucket.front()];
+    if (DeviceGraph* graph = DeviceGraph::capturing_on(device)) {
+      update_replayed(*graph, members, tensors, bucket_decay);
       continue;
     }
-    for (size_t i : b.members) state_[i].step += 1;
-    PW_KERNEL(b.device, adam_step_multi)(b.tensors, o.lr, o.betas.first, o.betas.second, o.eps,
-                                         b.decay, o.decoupled, b.step + 1, nullptr, nullptr);
+    for (size_t i : members) state_[i].step += 1;
+    PW_KERNEL(device, adam_step_multi)(tensors, o.lr, o.betas.first, o.betas.second, o.eps,
+                                       bucket_decay, o.decoupled, steps[bucket.front()] + 1,
+                                       nullptr, nullptr);
   }
 }
 

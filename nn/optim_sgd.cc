@@ -60,43 +60,59 @@ void SGD::set_lr(double lr) {
   options_ = changed;
 }
 
-void SGD::update(size_t i, const Tensor& grad) {
+void SGD::update(size_t i, const Tensor& grad) { update_many({i}, {grad}); }
+
+// As Adam's (Note [One launch per bucket], nn/optim_adam.cc): a device's parameters that share
+// dtype and whether their momentum buffer is made now go to one sgd_step_multi call.
+void SGD::update_many(const std::vector<size_t>& indices, const std::vector<Tensor>& grads) {
   const SGDOptions& o = options_;
-  Tensor param = params()[i];
-  Tensor& buffer = momentum_buffers_[i];
-  if (DeviceGraph* graph = DeviceGraph::capturing_on(param.device())) {
-    // Note [Per-replay scalars] (tensor/graph.h): the learning rate a replay reads is the one
-    // set now, at its fill; the first step (which makes the buffer) is never captured.
-    if (o.momentum != 0 && !buffer.defined()) {
+  std::vector<bool> first(indices.size(), false);  // the buffer is made (buffer = g) now
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const size_t i = indices[k];
+    const Tensor& param = params()[i];
+    Tensor& buffer = momentum_buffers_[i];
+    if (o.momentum == 0) continue;
+    if (buffer.defined()) {
+      buffer = on_param_device(i, buffer);
+    } else if (DeviceGraph::capturing_on(param.device()) != nullptr) {
       throw std::logic_error("SGD: parameter " + std::to_string(i) +
                              " takes its first step inside a graph capture; its momentum "
                              "buffer would be made again at every replay. Run one step eagerly "
                              "before capturing");
-    }
-    void* lr = graph->scalar_slot(
-        param.device(), sizeof(double),
-        [this, dtype = param.dtype()](void* bytes) { store_scalar(bytes, 0, options_.lr, dtype); },
-        nullptr);
-    Tensor no_buffer;
-    PW_KERNEL(param.device(), sgd_step_indirect)(param, grad, o.momentum != 0 ? buffer : no_buffer,
-                                                 lr, graph->gate(param.device()), o.momentum,
-                                                 o.dampening, o.weight_decay, o.nesterov);
-    return;
-  }
-  bool first_step = false;
-  if (o.momentum != 0) {
-    if (!buffer.defined()) {
+    } else {
       // Filled by the kernel (buffer = g) on this first step.
       buffer = Tensor::empty(param.shape(), {.dtype = param.dtype(), .device = param.device()});
-      first_step = true;
-    } else {
-      buffer = on_param_device(i, buffer);
+      first[k] = true;
     }
   }
-  Tensor no_buffer;
-  PW_KERNEL(param.device(), sgd_step)(param, grad, o.momentum != 0 ? buffer : no_buffer, o.lr,
-                                      o.momentum, o.dampening, o.weight_decay, o.nesterov,
-                                      first_step);
+  const auto same = [&](size_t a, size_t b) {
+    const Tensor &pa = params()[indices[a]], &pb = params()[indices[b]];
+    return pa.device() == pb.device() && pa.dtype() == pb.dtype() && first[a] == first[b];
+  };
+  for (const std::vector<size_t>& bucket : buckets(indices.size(), same)) {
+    std::vector<SgdTensors> tensors;
+    for (size_t k : bucket) {
+      tensors.push_back({params()[indices[k]], grads[k], momentum_buffers_[indices[k]]});
+    }
+    const Tensor& param = tensors.front().param;
+    if (DeviceGraph* graph = DeviceGraph::capturing_on(param.device())) {
+      // Note [Per-replay scalars] (tensor/graph.h): the learning rate a replay reads is the
+      // one set now, at its fill; the first step (which makes the buffer) is never captured.
+      void* lr = graph->scalar_slot(
+          param.device(), sizeof(double),
+          [this, dtype = param.dtype()](void* bytes) {
+            store_scalar(bytes, 0, options_.lr, dtype);
+          },
+          nullptr);
+      PW_KERNEL(param.device(), sgd_step_multi)(tensors, 0.0, o.momentum, o.dampening,
+                                                o.weight_decay, o.nesterov, false, lr,
+                                                graph->gate(param.device()));
+      continue;
+    }
+    PW_KERNEL(param.device(), sgd_step_multi)(tensors, o.lr, o.momentum, o.dampening,
+                                              o.weight_decay, o.nesterov, first[bucket.front()],
+                                              nullptr, nullptr);
+  }
 }
 
 std::vector<std::string> SGD::state_names() const { return {"momentum_buffer"}; }

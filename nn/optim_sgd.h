@@ -11,7 +11,8 @@
 //   p ← p − γ g
 //
 // The momentum buffer b is the per-parameter state ("state.<i>.momentum_buffer"); with μ = 0
-// there is none. Computed by the fused kernel Kernels::sgd_step of the parameter's device.
+// there is none. Computed by the fused multi-tensor kernel Kernels::sgd_step_multi of the
+// parameters' device, with sgd_step's bits.
 #pragma once
 
 #include <vector>
@@ -39,6 +40,10 @@ class SGD : public Optimizer {
   /// learning rate from a slot every replay refills; throws std::logic_error there for a
   /// parameter whose momentum buffer does not exist yet.
   void update(size_t i, const Tensor& grad) override;
+  /// A device's parameters that share dtype and whether their momentum buffer is made now in
+  /// one multi-tensor kernel call (Kernels::sgd_step_multi); bitwise what update() per
+  /// parameter gives.
+  void update_many(const std::vector<size_t>& indices, const std::vector<Tensor>& grads) override;
   bool capturable() const override { return true; }
   double lr() const override { return options_.lr; }
   void set_lr(double lr) override;

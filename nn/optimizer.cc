@@ -145,6 +145,21 @@ void Optimizer::count_step_without_grad(size_t i) {
   std::cerr << msg.str() << std::flush;
 }
 
+std::vector<std::vector<size_t>> Optimizer::buckets(
+    size_t count, const std::function<bool(size_t, size_t)>& same) {
+  std::vector<std::vector<size_t>> out;
+  for (size_t k = 0; k < count; ++k) {
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const std::vector<size_t>& b) { return same(b.front(), k); });
+    if (it == out.end()) {
+      out.push_back({k});
+    } else {
+      it->push_back(k);
+    }
+  }
+  return out;
+}
+
 std::vector<Tensor> Optimizer::checked_grads() const {
   std::vector<Tensor> grads(params_.size());
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = checked_grad(i);

@@ -30,6 +30,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -174,6 +175,11 @@ class Optimizer {
   /// device (undefined for a parameter with no grad). All are checked before step() changes
   /// anything, so a mismatch throws with every parameter as it was.
   std::vector<Tensor> checked_grads() const;
+  /// Positions 0 .. count - 1 in the groups that `same` (an equivalence) makes, each group in
+  /// order and the groups in order of first appearance: the buckets of a multi-tensor update
+  /// (Note [One launch per bucket], nn/optim_adam.cc).
+  static std::vector<std::vector<size_t>> buckets(
+      size_t count, const std::function<bool(size_t, size_t)>& same);
   /// The rank-0 int64 CPU tensor holding `step` (for param_state()).
   static Tensor step_tensor(int64_t step);
   /// `t` on parameter i's device (no copy when already there): state follows a parameter that

@@ -43,6 +43,13 @@ enum class UnaryOp : uint8_t { kNeg, kExp, kLog, kSqrt, kRelu, kSquare, kAbs, kT
                                kErf };
 enum class ReduceOp : uint8_t { kSum, kMean, kMax };
 
+/// One parameter of a multi-tensor SGD step (sgd_step_multi): the parameter, its gradient and
+/// its momentum buffer (undefined without momentum), of one shape, dtype and device,
+/// contiguous (handles: the kernel writes param and momentum_buffer in place).
+struct SgdTensors {
+  Tensor param, grad, momentum_buffer;
+};
+
 /// One parameter of a multi-tensor Adam step (adam_step_multi): the parameter, its gradient and
 /// its two moments, of one shape, dtype and device, contiguous (handles: the kernel writes
 /// param, exp_avg and exp_avg_sq in place).
@@ -153,6 +160,13 @@ struct AdamTensors {
   X(sgd_step_indirect, (Tensor& param, const Tensor& grad, Tensor& momentum_buffer,                \
                         const void* lr, const void* gate, double momentum, double dampening,       \
                         double weight_decay, bool nesterov))                                       \
+  /* sgd_step over a list of parameters (PyTorch's multi-tensor SGD): each as sgd_step, or, */     \
+  /* with `lr_at` not null, as sgd_step_indirect with it and `gate` (lr and first_step */          \
+  /* unused). One dtype and device throughout; a GPU updates dozens of tensors in one */           \
+  /* launch, each element with sgd_step's bits. */                                                 \
+  X(sgd_step_multi, (const std::vector<SgdTensors>& tensors, double lr, double momentum,           \
+                     double dampening, double weight_decay, bool nesterov, bool first_step,        \
+                     const void* lr_at, const void* gate))                                         \
   /* Adam / AdamW (torch.optim): step t >= 1; decoupled = AdamW (p *= 1 - lr*wd) else */           \
   /* g += wd*p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g²; */                                      \
   /* p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps). */                                     \

@@ -15,7 +15,7 @@
 //                   batch_norm_accumulate, batch_norm_commit
 //   random.cc       philox_uniform, philox_normal, dropout, dropout_indirect
 //   optim.cc        sgd_step, sgd_step_indirect, adam_step, adam_step_indirect,
-//                   adam_step_multi
+//                   sgd_step_multi, adam_step_multi
 //   masking.cc      masked_fill, triangular, causal_softmax, causal_softmax_backward
 //   index_add.cc    index_add
 //   gelu.cc         gelu, gelu_backward (erf is a unary op of elementwise.cc)

@@ -178,6 +178,22 @@ void adam_step_indirect(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tens
   });
 }
 
+void sgd_step_multi(const std::vector<SgdTensors>& tensors, double lr, double momentum,
+                    double dampening, double weight_decay, bool nesterov, bool first_step,
+                    const void* lr_at, const void* gate) {
+  // On a CPU a call costs nothing to issue: one parameter after another, each with its own
+  // kernel's arithmetic.
+  for (SgdTensors t : tensors) {
+    if (lr_at != nullptr) {
+      sgd_step_indirect(t.param, t.grad, t.momentum_buffer, lr_at, gate, momentum, dampening,
+                        weight_decay, nesterov);
+    } else {
+      sgd_step(t.param, t.grad, t.momentum_buffer, lr, momentum, dampening, weight_decay,
+               nesterov, first_step);
+    }
+  }
+}
+
 void adam_step_multi(const std::vector<AdamTensors>& tensors, double lr, double beta1,
                      double beta2, double eps, double weight_decay, bool decoupled, int64_t step,
                      const void* coefficients, const void* gate) {

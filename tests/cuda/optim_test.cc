@@ -179,14 +179,15 @@ TEST_CASE("cuda sgd_step and adam_step match cpu past the grid (small launch cap
 }
 
 /// Parameters of many sizes (an empty one, one element, the block's size and either side of
-/// it, several blocks), `count` in all, and their gradients and moments, on `device`.
-struct AdamListCase {
+/// it, several blocks), `count` in all, and their gradients and states (Adam's moments m and
+/// v; SGD's momentum buffer m), on `device`.
+struct ListCase {
   std::vector<Tensor> p, g, m, v;
 };
 
-AdamListCase adam_list_case(int count, DType dtype, Device device, uint64_t seed) {
+ListCase list_case(int count, DType dtype, Device device, uint64_t seed) {
   const int64_t sizes[] = {0, 1, 255, 256, 257, 1000, 3001, 17};
-  AdamListCase c;
+  ListCase c;
   for (int k = 0; k < count; ++k) {
     const Shape shape{sizes[k % 8] + 3 * (k / 8)};
     c.p.push_back(random_tensor(shape, dtype, seed + 4 * k).to(device));
@@ -197,13 +198,13 @@ AdamListCase adam_list_case(int count, DType dtype, Device device, uint64_t seed
   return c;
 }
 
-std::vector<AdamTensors> adam_list(const AdamListCase& c) {
+std::vector<AdamTensors> adam_list(const ListCase& c) {
   std::vector<AdamTensors> list;
   for (size_t k = 0; k < c.p.size(); ++k) list.push_back({c.p[k], c.g[k], c.m[k], c.v[k]});
   return list;
 }
 
-void check_lists_equal(const AdamListCase& a, const AdamListCase& b) {
+void check_lists_equal(const ListCase& a, const ListCase& b) {
   for (size_t k = 0; k < a.p.size(); ++k) {
     INFO("tensor " << k << " of " << a.p.size() << ", " << a.p[k].numel() << " elements");
     check_bitwise_equal(a.p[k], b.p[k]);
@@ -223,9 +224,9 @@ TEST_CASE("adam_step_multi equals adam_step per tensor bit for bit",
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
     for (bool decoupled : {false, true}) {
       INFO(dtype_name(dtype) << " decoupled " << decoupled);
-      AdamListCase listed = adam_list_case(count, dtype, gpu(), 300);
-      AdamListCase alone = adam_list_case(count, dtype, gpu(), 300);
-      AdamListCase on_cpu = adam_list_case(count, dtype, Device::cpu(0), 300);
+      ListCase listed = list_case(count, dtype, gpu(), 300);
+      ListCase alone = list_case(count, dtype, gpu(), 300);
+      ListCase on_cpu = list_case(count, dtype, Device::cpu(0), 300);
       gpu_kernels().adam_step_multi(adam_list(listed), 1e-3, 0.9, 0.999, 1e-8, 1e-2, decoupled,
                                     3, nullptr, nullptr);
       cpu_kernels().adam_step_multi(adam_list(on_cpu), 1e-3, 0.9, 0.999, 1e-8, 1e-2, decoupled,
@@ -243,8 +244,8 @@ TEST_CASE("adam_step_multi equals adam_step per tensor bit for bit",
   for (const cuda::LaunchLimits& limits : kSmallLaunchLimits) {
     cuda::ScopedLaunchLimits scoped(limits);
     INFO(describe(limits));
-    AdamListCase listed = adam_list_case(20, DType::kFloat32, gpu(), 400);
-    AdamListCase alone = adam_list_case(20, DType::kFloat32, gpu(), 400);
+    ListCase listed = list_case(20, DType::kFloat32, gpu(), 400);
+    ListCase alone = list_case(20, DType::kFloat32, gpu(), 400);
     gpu_kernels().adam_step_multi(adam_list(listed), 1e-3, 0.9, 0.999, 1e-8, 0.0, false, 1,
                                   nullptr, nullptr);
     for (int k = 0; k < 20; ++k) {
@@ -252,6 +253,60 @@ TEST_CASE("adam_step_multi equals adam_step per tensor bit for bit",
                               1e-8, 0.0, false, 1);
     }
     check_lists_equal(listed, alone);
+  }
+}
+
+std::vector<SgdTensors> sgd_list(const ListCase& c, bool momentum) {
+  std::vector<SgdTensors> list;
+  for (size_t k = 0; k < c.p.size(); ++k) {
+    list.push_back({c.p[k], c.g[k], momentum ? c.m[k] : Tensor()});
+  }
+  return list;
+}
+
+// The same for SGD (its momentum buffer in the case's `m`): a first step (buffer = g), a later
+// one, with and without momentum, Nesterov, and lr read from memory through a gate.
+TEST_CASE("sgd_step_multi equals sgd_step per tensor bit for bit", "[cuda][optim]") {
+  if (!gpu_available_or_skip()) return;
+  const cuda::LaunchLimits defaults = cuda::launch_limits();
+  for (const cuda::LaunchLimits& limits : {defaults, kSmallLaunchLimits[1]}) {
+    cuda::ScopedLaunchLimits scoped(limits);
+    for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+      for (double momentum : {0.0, 0.9}) {
+        const bool nesterov = momentum != 0.0;
+        INFO(describe(limits) << ", " << dtype_name(dtype) << " momentum " << momentum);
+        ListCase listed = list_case(70, dtype, gpu(), 1000);
+        ListCase alone = list_case(70, dtype, gpu(), 1000);
+        ListCase on_cpu = list_case(70, dtype, Device::cpu(0), 1000);
+        const Tensor lr = Tensor::full({1}, 0.05, {dtype, gpu()});
+        const Tensor open_gate = Tensor::zeros({1}, {DType::kFloat64, gpu()});
+        for (bool first : {true, false}) {
+          gpu_kernels().sgd_step_multi(sgd_list(listed, momentum != 0.0), 0.05, momentum, 0.0,
+                                       1e-2, nesterov, first, nullptr, nullptr);
+          cpu_kernels().sgd_step_multi(sgd_list(on_cpu, momentum != 0.0), 0.05, momentum, 0.0,
+                                       1e-2, nesterov, first, nullptr, nullptr);
+          for (const SgdTensors& t : sgd_list(alone, momentum != 0.0)) {
+            SgdTensors u = t;
+            gpu_kernels().sgd_step(u.param, u.grad, u.momentum_buffer, 0.05, momentum, 0.0, 1e-2,
+                                   nesterov, first);
+          }
+        }
+        gpu_kernels().sgd_step_multi(sgd_list(listed, momentum != 0.0), 0.0, momentum, 0.0, 1e-2,
+                                     nesterov, false, lr.raw_data(), open_gate.raw_data());
+        cpu_kernels().sgd_step_multi(sgd_list(on_cpu, momentum != 0.0), 0.05, momentum, 0.0,
+                                     1e-2, nesterov, false, nullptr, nullptr);
+        for (const SgdTensors& t : sgd_list(alone, momentum != 0.0)) {
+          SgdTensors u = t;
+          gpu_kernels().sgd_step(u.param, u.grad, u.momentum_buffer, 0.05, momentum, 0.0, 1e-2,
+                                 nesterov, false);
+        }
+        check_lists_equal(listed, alone);
+        for (size_t k = 0; k < 70; ++k) {
+          check_close(listed.p[k], on_cpu.p[k], tol(dtype, 1e-5, 1e-13), tol(dtype, 1e-6, 1e-14));
+          check_close(listed.m[k], on_cpu.m[k], tol(dtype, 1e-5, 1e-13), tol(dtype, 1e-6, 1e-14));
+        }
+      }
+    }
   }
 }
 
@@ -263,9 +318,9 @@ TEST_CASE("adam_step_multi with values from memory equals adam_step; a shut gate
   const Tensor values = adam_step_values(lr, step, wd, DType::kFloat32, gpu());
   const Tensor open_gate = Tensor::zeros({1}, {DType::kFloat64, gpu()});
   const Tensor shut_gate = Tensor::full({1}, std::nan(""), {DType::kFloat64, gpu()});
-  AdamListCase listed = adam_list_case(60, DType::kFloat32, gpu(), 500);
-  AdamListCase eager = adam_list_case(60, DType::kFloat32, gpu(), 500);
-  AdamListCase before = adam_list_case(60, DType::kFloat32, gpu(), 500);
+  ListCase listed = list_case(60, DType::kFloat32, gpu(), 500);
+  ListCase eager = list_case(60, DType::kFloat32, gpu(), 500);
+  ListCase before = list_case(60, DType::kFloat32, gpu(), 500);
   gpu_kernels().adam_step_multi(adam_list(listed), 0.0, 0.9, 0.999, 1e-8, wd, true, 1,
                                 values.raw_data(), shut_gate.raw_data());
   check_lists_equal(listed, before);
@@ -278,8 +333,8 @@ TEST_CASE("adam_step_multi with values from memory equals adam_step; a shut gate
 
 TEST_CASE("adam_step_multi refuses a list of two dtypes", "[cuda][optim]") {
   if (!gpu_available_or_skip()) return;
-  AdamListCase a = adam_list_case(2, DType::kFloat32, gpu(), 600);
-  AdamListCase b = adam_list_case(2, DType::kFloat64, gpu(), 600);
+  ListCase a = list_case(2, DType::kFloat32, gpu(), 600);
+  ListCase b = list_case(2, DType::kFloat64, gpu(), 600);
   std::vector<AdamTensors> mixed = adam_list(a);
   mixed.push_back(adam_list(b)[1]);
   CHECK_THROWS_WITH(gpu_kernels().adam_step_multi(mixed, 1e-3, 0.9, 0.999, 1e-8, 0.0, false, 1,

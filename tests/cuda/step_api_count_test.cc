@@ -29,6 +29,7 @@
 #include "nn/grad_scaler.h"
 #include "nn/loss.h"
 #include "nn/optim_adam.h"
+#include "nn/optim_sgd.h"
 #include "pipeline/balance.h"
 #include "pipeline/pipe.h"
 #include "tensor/ops.h"
@@ -350,6 +351,40 @@ TEST_CASE("an eager Adam step is a launch per 48 parameters sharing dtype, decay
     listed_adam.step();
     if (step == 2) CHECK(count(cudasim::api_counts(), "kernel launch") == 4);
     for (size_t k = 0; k < 100; ++k) alone_adam.step({k});
+  }
+  for (size_t k = 0; k < 100; ++k) {
+    INFO("parameter " << k);
+    testing::check_bitwise_equal(listed[k], alone[k]);
+  }
+}
+
+// SGD with momentum likewise (nn/optim_sgd.cc): 100 parameters, one of them a step behind
+// (its buffer made in the second step, buffer = g, a launch of its own), are 3 + 1 launches in
+// the second step and 3 in the third, where each was 100.
+TEST_CASE("an eager SGD step is a launch per 48 parameters sharing dtype and first step",
+          "[cuda][api][optim]") {
+  if (!testing::gpu_available_or_skip()) return;
+  std::vector<Tensor> listed, alone;
+  for (uint32_t k = 0; k < 100; ++k) {
+    const Tensor p = testing::random_tensor({k % 7 + 1, 30}, DType::kFloat32, 1800 + k);
+    listed.push_back(p.to(testing::gpu()).set_requires_grad(true));
+    alone.push_back(p.to(testing::gpu()).set_requires_grad(true));
+  }
+  nn::SGD listed_sgd(listed, {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+  nn::SGD alone_sgd(alone, {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+  for (int step = 0; step < 3; ++step) {
+    for (size_t k = 0; k < 100; ++k) {
+      const Tensor grad = testing::random_tensor(listed[k].shape(), DType::kFloat32,
+                                                 1900 + 100 * step + static_cast<uint32_t>(k));
+      const bool skipped = step == 0 && k == 5;
+      listed[k].set_grad(skipped ? Tensor() : grad.to(testing::gpu()));
+      alone[k].set_grad(skipped ? Tensor() : grad.to(testing::gpu()));
+    }
+    cudasim::reset_api_counts();
+    listed_sgd.step();
+    if (step == 1) CHECK(count(cudasim::api_counts(), "kernel launch") == 4);
+    if (step == 2) CHECK(count(cudasim::api_counts(), "kernel launch") == 3);
+    for (size_t k = 0; k < 100; ++k) alone_sgd.step({k});
   }
   for (size_t k = 0; k < 100; ++k) {
     INFO("parameter " << k);
