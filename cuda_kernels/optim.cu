@@ -21,19 +21,21 @@ namespace {
 // Note [Tensor lists]
 // ~~~~~~~~~~~~~~~~~~~
 // An eager optimizer step issued one launch per parameter: 10 of the main job's 222 launches a
-// step, one per tensor of a GPT (PyTorch's "foreach" and "fused" optimizers exist for the same
-// reason). adam_step_multi and sgd_step_multi hand the kernel a list of up to kListTensors
-// parameters in its own arguments, as PyTorch's multi_tensor_apply does (kernel parameters are
-// copied with the launch: no table in device memory to fill and order), with the blocks cut
-// among them: tensor t gets blocks first_block[t] .. first_block[t + 1] - 1 (grid_for of its
-// size), and each block walks its own tensor in a grid-stride loop over that tensor's blocks.
-// A list whose blocks would pass the launch cap, or a 49th tensor, starts another launch.
-// Each element's arithmetic is one function's (adam_element, sgd_element), whichever list it
-// came in, so a tensor's bits do not depend on its neighbours; adam_step and sgd_step are
-// one-tensor lists.
-// Under cudasim a struct argument's pointers would count as reads of whole allocations; the
-// list names its own (each_pointer): parameter and state written, the gradient read, each to
-// its tensor's size, so the race detector sees the update's writes.
+// step, and a GPT's step one per weight, bias and norm (PyTorch's "foreach" and "fused" optimizers
+// exist for the same reason). adam_step_multi and sgd_step_multi hand the kernel a list of up to
+// kListTensors parameters in its own arguments, as PyTorch's multi_tensor_apply does (kernel
+// parameters are copied with the launch: no table in device memory to fill and order), with the
+// blocks cut among them: tensor t gets blocks first_block[t] .. first_block[t + 1] - 1 (grid_for of
+// its size), and each block walks its own tensor in a grid-stride loop over that tensor's blocks. A
+// list whose blocks would pass the launch cap, or a 49th tensor, starts another launch. Each
+// element's arithmetic is one function's (adam_element, sgd_element), whichever list it came in, so
+// a tensor's bits do not depend on its neighbours; adam_step and sgd_step are one-tensor lists.
+// adam_step_indirect's values (Note [Per-replay scalars], tensor/graph.h) are per tensor, 4 at 4 ×
+// its position in the call's list, so a replayed bucket steps each parameter with its own step
+// count.
+// Under cudasim a struct argument's pointers would count as reads of whole allocations; the list
+// names its own (each_pointer): parameter and state written, the gradient read, each to its
+// tensor's size, so the race detector sees the update's writes.
 constexpr int kListTensors = 48;
 
 /// Up to kListTensors parameters, each with its gradient and up to two state tensors (SGD's
@@ -45,6 +47,7 @@ struct ParamList {
   T* state0[kListTensors];
   T* state1[kListTensors];
   int64_t n[kListTensors];
+  int at[kListTensors];  // the tensor's position in the call's list (its per-step values)
   int first_block[kListTensors + 1];
   int count;
 
@@ -132,19 +135,21 @@ __device__ __forceinline__ void adam_element(T& p, T g, T& m, T& v, const AdamCo
   p = param - k.lr * (mi / k.bias1) / (sqrt(vi / k.bias2) + k.eps);
 }
 
-// `step_values` (or nullptr): lr, bias1, bias2 and decay read from device memory when the
-// kernel runs (adam_step_indirect); the arithmetic is the same either way.
+// `step_values` (or nullptr): each tensor's lr, bias1, bias2 and decay, 4 values at 4 × its
+// position in the call's list, read from device memory when the kernel runs
+// (adam_step_indirect); the arithmetic is the same either way.
 template <class T>
 __global__ void adam_kernel(ParamList<T> list, AdamCoefficients<T> k, const T* step_values,
                             const double* gate) {
   if (gate != nullptr && !(*gate == 0.0)) return;  // a failed step: no update
-  if (step_values != nullptr) {
-    k.lr = step_values[0];
-    k.bias1 = step_values[1];
-    k.bias2 = step_values[2];
-    k.decay = step_values[3];
-  }
   const ListSlot s = list_slot(list);
+  if (step_values != nullptr) {
+    const T* mine = step_values + 4 * static_cast<int64_t>(list.at[s.tensor]);
+    k.lr = mine[0];
+    k.bias1 = mine[1];
+    k.bias2 = mine[2];
+    k.decay = mine[3];
+  }
   T* p = list.param[s.tensor];
   const T* g = list.grad[s.tensor];
   T* m = list.state0[s.tensor];
@@ -177,7 +182,8 @@ void for_each_list(const std::vector<ListEntry>& entries, Launch&& launch) {
     blocks = 0;
   };
   auto data = [](const Tensor* t) { return t->defined() ? t->data<T>() : nullptr; };
-  for (const ListEntry& e : entries) {
+  for (size_t position = 0; position < entries.size(); ++position) {
+    const ListEntry& e = entries[position];
     const int64_t n = e.param->numel();
     if (n == 0) continue;
     const int64_t need = grid_for(n);
@@ -188,22 +194,38 @@ void for_each_list(const std::vector<ListEntry>& entries, Launch&& launch) {
     list.state0[c] = data(e.state0);
     list.state1[c] = data(e.state1);
     list.n[c] = n;
+    list.at[c] = static_cast<int>(position);
     list.first_block[c] = static_cast<int>(blocks);
     blocks += need;
   }
   flush();
 }
 
-/// Throws std::invalid_argument naming `name` unless every parameter of `entries` has the
-/// first one's dtype and device.
-void check_one_dtype_and_device(const std::vector<ListEntry>& entries, const char* name) {
+/// Throws std::invalid_argument naming `name` and the tensor's position, before anything is
+/// launched, unless every tensor of `entries` has the first parameter's dtype and device, each
+/// gradient and state its parameter's size, and the states a step needs (`states` of them)
+/// are defined.
+void check_entries(const std::vector<ListEntry>& entries, int states, const char* name) {
   const Tensor& first = *entries.front().param;
-  for (const ListEntry& e : entries) {
-    const Tensor& p = *e.param;
-    if (p.dtype() != first.dtype() || p.device() != first.device()) {
-      throw std::invalid_argument(std::string(name) + ": a list of one dtype and device, got " +
-                                  dtype_name(first.dtype()) + " on " + first.device().str() +
-                                  " and " + dtype_name(p.dtype()) + " on " + p.device().str());
+  for (size_t position = 0; position < entries.size(); ++position) {
+    const ListEntry& e = entries[position];
+    const Tensor* all[] = {e.param, e.grad, e.state0, e.state1};
+    for (int i = 0; i < 2 + states; ++i) {
+      const Tensor& t = *all[i];
+      const char* what = i == 0 ? "parameter" : i == 1 ? "gradient" : "state";
+      if (!t.defined()) {
+        throw std::invalid_argument(std::string(name) + ": tensor " + std::to_string(position) +
+                                    " has an undefined " + what);
+      }
+      if (t.dtype() != first.dtype() || t.device() != first.device() ||
+          t.numel() != e.param->numel()) {
+        throw std::invalid_argument(
+            std::string(name) + ": tensor " + std::to_string(position) + "'s " + what + " is " +
+            std::to_string(t.numel()) + " " + dtype_name(t.dtype()) + " values on " +
+            t.device().str() + " where the list is of " + dtype_name(first.dtype()) + " on " +
+            first.device().str() + " and its parameter has " +
+            std::to_string(e.param->numel()));
+      }
     }
   }
 }
@@ -218,7 +240,7 @@ void launch_sgd(const std::vector<SgdTensors>& tensors, double lr, double moment
   for (const SgdTensors& t : tensors) {
     entries.push_back({&t.param, &t.grad, momentum != 0.0 ? &t.momentum_buffer : &none, &none});
   }
-  check_one_dtype_and_device(entries, name);
+  check_entries(entries, momentum != 0.0 ? 1 : 0, name);
   LaunchContext ctx(tensors.front().param);
   dispatch_floating(tensors.front().param.dtype(), name, [&](auto zero) {
     using T = decltype(zero);
@@ -239,7 +261,8 @@ void launch_sgd(const std::vector<SgdTensors>& tensors, double lr, double moment
 }
 
 /// The Adam launches for `tensors`. `bias1`, `bias2`, `lr` and `decay` are the step's values,
-/// or ignored when `step_values` (device memory) holds them; `gate`: see adam_step_indirect.
+/// or ignored when `step_values` (device memory, 4 values per tensor) holds them; `gate`: see
+/// adam_step_indirect.
 void launch_adam(const std::vector<AdamTensors>& tensors, double beta1, double beta2,
                  double eps, double weight_decay, bool decoupled, double bias1, double bias2,
                  double lr, double decay, const void* step_values, const void* gate,
@@ -249,7 +272,7 @@ void launch_adam(const std::vector<AdamTensors>& tensors, double beta1, double b
   for (const AdamTensors& t : tensors) {
     entries.push_back({&t.param, &t.grad, &t.exp_avg, &t.exp_avg_sq});
   }
-  check_one_dtype_and_device(entries, name);
+  check_entries(entries, 2, name);
   LaunchContext ctx(tensors.front().param);
   dispatch_floating(tensors.front().param.dtype(), name, [&](auto zero) {
     using T = decltype(zero);
@@ -312,6 +335,7 @@ void sgd_step_multi(const std::vector<SgdTensors>& tensors, double lr, double mo
 void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                double lr, double beta1, double beta2, double eps, double weight_decay,
                bool decoupled, int64_t step) {
+  check_step(step, "adam_step");
   adam_step_multi({{param, grad, exp_avg, exp_avg_sq}}, lr, beta1, beta2, eps, weight_decay,
                   decoupled, step, nullptr, nullptr);
 }
@@ -328,10 +352,10 @@ void adam_step_multi(const std::vector<AdamTensors>& tensors, double lr, double 
                      const void* coefficients, const void* gate) {
   if (coefficients != nullptr) {  // the step's values from memory when the kernels run
     launch_adam(tensors, beta1, beta2, eps, weight_decay, decoupled, 1.0, 1.0, 0.0, 1.0,
-                coefficients, gate, "adam_step_indirect");
+                coefficients, gate, "adam_step_multi");
     return;
   }
-  check_step(step, "adam_step");
+  check_step(step, "adam_step_multi");
   const double t = static_cast<double>(step);
   launch_adam(tensors, beta1, beta2, eps, weight_decay, decoupled, 1.0 - std::pow(beta1, t),
               1.0 - std::pow(beta2, t), lr, 1.0 - lr * weight_decay, nullptr, nullptr,

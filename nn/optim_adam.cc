@@ -152,10 +152,11 @@ void Adam::update_many(const std::vector<size_t>& indices, const std::vector<Ten
   }
 }
 
-// Note [Per-replay scalars] (tensor/graph.h): the kernels read lr and the bias corrections of
-// step t from a slot that each replay fills for t = step + 1 and commits by advancing the
-// members' `step`, exactly as an eager update would have; the capture itself changes no state.
-// The members share their step count (Note [One launch per bucket]), so one slot serves them.
+// Note [Per-replay scalars] (tensor/graph.h): the kernels read each parameter's lr and bias
+// corrections of its step t from a slot that each replay fills for t = step + 1 (4 values per
+// member, in the bucket's order) and commits by advancing the members' `step`, exactly as
+// eager updates would have; the capture itself changes no state. The members share their step
+// count now (Note [One launch per bucket]); each reads its own, should they part later.
 void Adam::update_replayed(DeviceGraph& graph, const std::vector<size_t>& members,
                            const std::vector<AdamTensors>& tensors, double decay) {
   for (size_t i : members) {
@@ -166,13 +167,15 @@ void Adam::update_replayed(DeviceGraph& graph, const std::vector<size_t>& member
   }
   const Tensor& first = tensors.front().param;
   void* slot = graph.scalar_slot(
-      first.device(), 4 * sizeof(double),
-      [this, lead = members.front(), decay, dtype = first.dtype()](void* bytes) {
+      first.device(), 4 * members.size() * sizeof(double),
+      [this, members, decay, dtype = first.dtype()](void* bytes) {
         const AdamOptions& o = options_;
-        const double t = static_cast<double>(state_[lead].step + 1);
-        const double values[4] = {o.lr, 1.0 - std::pow(o.betas.first, t),
-                                  1.0 - std::pow(o.betas.second, t), 1.0 - o.lr * decay};
-        for (size_t k = 0; k < 4; ++k) store_scalar(bytes, k, values[k], dtype);  // as eagerly
+        for (size_t k = 0; k < members.size(); ++k) {
+          const double t = static_cast<double>(state_[members[k]].step + 1);
+          const double values[4] = {o.lr, 1.0 - std::pow(o.betas.first, t),
+                                    1.0 - std::pow(o.betas.second, t), 1.0 - o.lr * decay};
+          for (size_t v = 0; v < 4; ++v) store_scalar(bytes, 4 * k + v, values[v], dtype);
+        }
       },
       [this, members] {
         for (size_t i : members) state_[i].step += 1;

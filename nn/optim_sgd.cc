@@ -66,7 +66,9 @@ void SGD::update(size_t i, const Tensor& grad) { update_many({i}, {grad}); }
 // dtype and whether their momentum buffer is made now go to one sgd_step_multi call.
 void SGD::update_many(const std::vector<size_t>& indices, const std::vector<Tensor>& grads) {
   const SGDOptions& o = options_;
-  std::vector<bool> first(indices.size(), false);  // the buffer is made (buffer = g) now
+  // The buffers a first step makes (buffer = g) are kept here until their kernel is issued, so
+  // a throw leaves no buffer that was never filled.
+  std::vector<Tensor> made(indices.size());
   for (size_t k = 0; k < indices.size(); ++k) {
     const size_t i = indices[k];
     const Tensor& param = params()[i];
@@ -80,19 +82,20 @@ void SGD::update_many(const std::vector<size_t>& indices, const std::vector<Tens
                              "buffer would be made again at every replay. Run one step eagerly "
                              "before capturing");
     } else {
-      // Filled by the kernel (buffer = g) on this first step.
-      buffer = Tensor::empty(param.shape(), {.dtype = param.dtype(), .device = param.device()});
-      first[k] = true;
+      made[k] = Tensor::empty(param.shape(), {.dtype = param.dtype(), .device = param.device()});
     }
   }
   const auto same = [&](size_t a, size_t b) {
     const Tensor &pa = params()[indices[a]], &pb = params()[indices[b]];
-    return pa.device() == pb.device() && pa.dtype() == pb.dtype() && first[a] == first[b];
+    return pa.device() == pb.device() && pa.dtype() == pb.dtype() &&
+           made[a].defined() == made[b].defined();
   };
   for (const std::vector<size_t>& bucket : buckets(indices.size(), same)) {
     std::vector<SgdTensors> tensors;
     for (size_t k : bucket) {
-      tensors.push_back({params()[indices[k]], grads[k], momentum_buffers_[indices[k]]});
+      const size_t i = indices[k];
+      const Tensor& buffer = made[k].defined() ? made[k] : momentum_buffers_[i];
+      tensors.push_back({params()[i], grads[k], buffer});
     }
     const Tensor& param = tensors.front().param;
     if (DeviceGraph* graph = DeviceGraph::capturing_on(param.device())) {
@@ -110,8 +113,11 @@ void SGD::update_many(const std::vector<size_t>& indices, const std::vector<Tens
       continue;
     }
     PW_KERNEL(param.device(), sgd_step_multi)(tensors, o.lr, o.momentum, o.dampening,
-                                              o.weight_decay, o.nesterov, first[bucket.front()],
-                                              nullptr, nullptr);
+                                              o.weight_decay, o.nesterov,
+                                              made[bucket.front()].defined(), nullptr, nullptr);
+    for (size_t k : bucket) {
+      if (made[k].defined()) momentum_buffers_[indices[k]] = made[k];
+    }
   }
 }
 

@@ -99,11 +99,17 @@ void Optimizer::step() {
 void Optimizer::step(const std::vector<size_t>& indices) {
   std::vector<Tensor> grads;
   grads.reserve(indices.size());
+  std::vector<bool> seen(params_.size(), false);
   for (size_t i : indices) {
     if (i >= params_.size()) {
       throw std::out_of_range(std::string(name()) + ": step over parameter " + std::to_string(i) +
                               " of " + std::to_string(params_.size()));
     }
+    if (seen[i]) {  // one list would update it twice at once (Note [Tensor lists])
+      throw std::invalid_argument(std::string(name()) + ": parameter " + std::to_string(i) +
+                                  " is listed twice in one step");
+    }
+    seen[i] = true;
     grads.push_back(checked_grad(i));  // all checked before any change
   }
   std::vector<size_t> stepped;

@@ -81,7 +81,8 @@ class Optimizer {
   /// stage's part on that stage's worker). Each parameter's update reads only its own grad and
   /// state, so the parts of one step, run in any order or at once on different threads for
   /// disjoint index sets, equal step(). Throws std::out_of_range for an index past params(),
-  /// and what step() throws (checked for these parameters before any changes).
+  /// std::invalid_argument for an index listed twice, and what step() throws (checked for
+  /// these parameters before any changes).
   void step(const std::vector<size_t>& indices);
   /// Throws what step() would throw for a grad that does not match its parameter, and
   /// changes nothing: to check every grad before applying a step in parts.
@@ -147,8 +148,8 @@ class Optimizer {
   virtual void update(size_t i, const Tensor& grad) = 0;
   /// Updates the parameters at `indices` (distinct) from `grads` (as many, each defined and
   /// checked to match): what step() and step(indices) call once per call. Default: update()
-  /// for each in order; Adam updates a device's parameters in few launches (Note [Tensor
-  /// lists], cuda_kernels/optim.cu), each with the bits update() gives it.
+  /// for each in order; Adam and SGD update a device's parameters in few launches (Note
+  /// [Tensor lists], cuda_kernels/optim.cu), each with the bits update() gives it.
   virtual void update_many(const std::vector<size_t>& indices, const std::vector<Tensor>& grads);
 
   /// Names of the per-parameter state entries ("momentum_buffer"; "step", "exp_avg", ...).

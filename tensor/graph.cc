@@ -338,6 +338,20 @@ void DeviceGraph::replay(const Stream& stream, const std::vector<Tensor>& source
                                 " sources for " + std::to_string(staged_.size()) +
                                 " staged inputs");
   }
+  // Note [One host area]
+  // Each replay writes its inputs and per-replay scalars into area_host_ and copies it to
+  // the device asynchronously (copy_from_host): the host must not write it again before the
+  // copy has run. A training loop that reads its loss between replays has waited already;
+  // two replays with no host wait between them would let the second one's values into the
+  // first one's copy (its batch, its learning rate). So unless the host has waited for the
+  // last copy's stream since that copy was issued (host_waits), the next replay waits for it
+  // first: one synchronisation, and only then.
+  DeviceBackend& backend = backend_for(device().type);
+  if (copy_pending_ &&
+      backend.host_waits(device().index, copied_on_).finished <= waits_started_at_copy_) {
+    backend.synchronize_stream(device().index, copied_on_);
+  }
+  copy_pending_ = false;
   std::vector<size_t> on_device;  // sources copied by the device itself, after the area
   for (size_t i = 0; i < sources.size(); ++i) {
     const Tensor& source = sources[i];
@@ -372,10 +386,12 @@ void DeviceGraph::replay(const Stream& stream, const std::vector<Tensor>& source
   for (const Slot& slot : slots_) {
     if (slot.fill) slot.fill(static_cast<char*>(area_host_) + slot.offset);
   }
-  DeviceBackend& backend = backend_for(device().type);
   backend.copy_from_host(static_cast<char*>(area_.raw_data()) + begin,
                          static_cast<char*>(area_host_) + begin, end - begin, device().index,
                          stream.handle());
+  copied_on_ = stream.handle();
+  waits_started_at_copy_ = backend.host_waits(device().index, copied_on_).started;
+  copy_pending_ = true;
   for (size_t i : on_device) staged_[i].tensor.copy_from(sources[i]);
   // A launch is ordered after its stream's work only: the other devices' nodes wait for what
   // the caller issued on those devices too (Note [A graph over devices]).

@@ -127,8 +127,11 @@ class DeviceGraph {
   /// (Note [Per-replay scalars]) to the device with one copy on `stream` (a source already
   /// on the device: its own device copy), then launches the graph on `stream`, which should
   /// be the calling thread's current stream of the device; over devices, it first waits for
-  /// the thread's current stream of each other device. Throws std::logic_error before
-  /// end_capture(), std::invalid_argument for sources that do not match.
+  /// the thread's current stream of each other device. The last replay's copy must have run
+  /// before this one's values are written: where the host has not waited for its stream
+  /// since, replay waits for it first (Note [One host area], graph.cc). Throws
+  /// std::logic_error before end_capture(), std::invalid_argument for sources that do not
+  /// match.
   void replay(const Stream& stream, const std::vector<Tensor>& sources = {});
   /// Runs the slots' commits, in the order the slots were made. Call once per replay that
   /// succeeded; `updated` false when its gate held the updates back although the step ran
@@ -205,6 +208,11 @@ class DeviceGraph {
                                   // before the capture (Note [Per-replay scalars], [Staged
                                   // inputs], [A graph over devices])
   void* area_host_ = nullptr;     // its page-locked twin
+  // Note [One host area]: the last replay's copy from area_host_, until the host has waited
+  // for its stream.
+  void* copied_on_ = nullptr;     // the stream of the last replay's copy
+  bool copy_pending_ = false;
+  uint64_t waits_started_at_copy_ = 0;  // host_waits(copied_on_).started after the copy
   size_t area_bytes_ = 0;
   size_t slots_offset_ = 0;       // bytes: where the slots begin (device k's at + k·kSlotBytes)
   std::vector<size_t> slots_used_;  // per device, bytes

@@ -161,9 +161,11 @@ struct AdamTensors {
                         const void* lr, const void* gate, double momentum, double dampening,       \
                         double weight_decay, bool nesterov))                                       \
   /* sgd_step over a list of parameters (PyTorch's multi-tensor SGD): each as sgd_step, or, */     \
-  /* with `lr_at` not null, as sgd_step_indirect with it and `gate` (lr and first_step */          \
-  /* unused). One dtype and device throughout; a GPU updates dozens of tensors in one */           \
-  /* launch, each element with sgd_step's bits. */                                                 \
+  /* with `lr_at` not null, as sgd_step_indirect with it and `gate` (lr and first_step unused; */  \
+  /* gate only then). One dtype and device throughout; a GPU updates up to 48 tensors in one */    \
+  /* launch, each element with sgd_step's bits, and throws std::invalid_argument naming the */     \
+  /* tensor, before any launch, for another dtype or device, a size unlike its parameter's or */   \
+  /* a buffer missing where momentum != 0. */                                                      \
   X(sgd_step_multi, (const std::vector<SgdTensors>& tensors, double lr, double momentum,           \
                      double dampening, double weight_decay, bool nesterov, bool first_step,        \
                      const void* lr_at, const void* gate))                                         \
@@ -181,9 +183,11 @@ struct AdamTensors {
                          const void* coefficients, const void* gate, double beta1, double beta2,   \
                          double eps, double weight_decay, bool decoupled))                         \
   /* adam_step over a list of parameters (PyTorch's multi-tensor Adam): each as adam_step at */    \
-  /* `step`, or, with `coefficients` not null, as adam_step_indirect with it and `gate` (lr */     \
-  /* and step unused). One dtype and device throughout; a GPU updates dozens of tensors in */      \
-  /* one launch, each element with adam_step's bits. */                                            \
+  /* `step`, or, with `coefficients` not null, as adam_step_indirect with its own 4 values at */   \
+  /* coefficients + 4 × its position in the list, and `gate` (lr and step unused; gate only */     \
+  /* then). Throws std::invalid_argument for step < 1 without coefficients. One dtype and */       \
+  /* device throughout; a GPU updates up to 48 tensors in one launch, each element with */         \
+  /* adam_step's bits, and throws as sgd_step_multi does for a tensor unlike the list. */          \
   X(adam_step_multi, (const std::vector<AdamTensors>& tensors, double lr, double beta1,            \
                       double beta2, double eps, double weight_decay, bool decoupled,               \
                       int64_t step, const void* coefficients, const void* gate))                   \

@@ -81,6 +81,8 @@ void DeviceBackend::destroy_graph(int, void*, int64_t) {}
 int64_t DeviceBackend::graph_pool_bytes(int, int64_t) { return 0; }
 void* DeviceBackend::allocate_host(int, size_t) { no_graphs("allocate_host"); }
 void DeviceBackend::free_host(int, void*) {}
+DeviceBackend::HostWaits DeviceBackend::host_waits(int, void*) { return {}; }
+
 void DeviceBackend::copy_from_host(void*, const void*, size_t, int, void*) {
   no_graphs("copy_from_host");
 }

@@ -79,9 +79,19 @@ class DeviceBackend {
   virtual void free_host(int device_index, void* ptr);
   /// Copies `bytes` from `src` (memory from allocate_host) to `dst` on device `device_index`,
   /// asynchronously on `stream`: one call, no staging; the host must not rewrite `src` until
-  /// the stream has passed the copy.
+  /// the stream has passed the copy (host_waits tells when it has).
   virtual void copy_from_host(void* dst, const void* src, size_t bytes, int device_index,
                               void* stream);
+
+  /// The host's waits for all of `stream`'s work (of device `device_index`): `started` counts
+  /// those begun so far (synchronize_stream, a copy to the host on it), `finished` is the
+  /// highest count of one that has returned. So work queued on the stream before a read that
+  /// gave started = s has finished once a later read gives finished > s. Default {0, 0}: a
+  /// backend whose work is done when issued.
+  struct HostWaits {
+    uint64_t started = 0, finished = 0;
+  };
+  virtual HostWaits host_waits(int device_index, void* stream);
 };
 
 /// The backend of `type`; throws std::runtime_error "no backend for cuda: built without

@@ -197,12 +197,19 @@ void sgd_step_multi(const std::vector<SgdTensors>& tensors, double lr, double mo
 void adam_step_multi(const std::vector<AdamTensors>& tensors, double lr, double beta1,
                      double beta2, double eps, double weight_decay, bool decoupled, int64_t step,
                      const void* coefficients, const void* gate) {
+  if (coefficients == nullptr && step < 1) {
+    throw std::invalid_argument("adam_step_multi: step must be >= 1, got " +
+                                std::to_string(step));
+  }
   // On a CPU a call costs nothing to issue: one parameter after another, each with its own
-  // kernel's arithmetic.
-  for (AdamTensors t : tensors) {
+  // kernel's arithmetic and its own 4 values.
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    AdamTensors t = tensors[k];
     if (coefficients != nullptr) {
-      adam_step_indirect(t.param, t.grad, t.exp_avg, t.exp_avg_sq, coefficients, gate, beta1,
-                         beta2, eps, weight_decay, decoupled);
+      const void* mine =
+          static_cast<const char*>(coefficients) + 4 * k * element_size(t.param.dtype());
+      adam_step_indirect(t.param, t.grad, t.exp_avg, t.exp_avg_sq, mine, gate, beta1, beta2, eps,
+                         weight_decay, decoupled);
     } else {
       adam_step(t.param, t.grad, t.exp_avg, t.exp_avg_sq, lr, beta1, beta2, eps, weight_decay,
                 decoupled, step);

@@ -142,3 +142,53 @@ TEST_CASE("a training step captured once and replayed equals the eager steps bit
 
 }  // namespace
 }  // namespace pipewright::testing
+
+namespace pipewright::testing {
+namespace {
+
+// Note [One launch per bucket] (nn/optim_adam.cc): a captured Adam step updates the members
+// of a bucket in one launch, each reading its own step's values (4 per member, Note [Tensor
+// lists]). Members that part after the capture (here parameter 0 steps alone, eagerly,
+// between two replays) keep their own bias corrections: the replays equal eager steps. No host
+// wait comes between the replays, so the second replay must not write its values before the
+// first one's copy has read them (Note [One host area], tensor/graph.cc).
+TEST_CASE("a replayed Adam bucket steps each member at its own step count", "[cuda][graph]") {
+  if (!gpu_available_or_skip()) return;
+  const auto make = [] {
+    std::vector<Tensor> params;
+    for (int k = 0; k < 2; ++k) {
+      Tensor p = random_tensor({300}, DType::kFloat32, 40 + k).to(gpu());
+      p.set_requires_grad(true);
+      p.set_grad(random_tensor({300}, DType::kFloat32, 50 + k).to(gpu()));
+      params.push_back(p);
+    }
+    return params;
+  };
+  std::vector<Tensor> eager = make(), replayed = make();
+  nn::Adam eager_adam(eager, {.lr = 1e-2});
+  nn::Adam adam(replayed, {.lr = 1e-2});
+  eager_adam.step();
+  eager_adam.step();
+  eager_adam.step({0});
+  eager_adam.step();
+  Stream::current(gpu()).synchronize();  // the copies to() made on the default stream
+  const Stream stream = Stream::create(gpu());
+  StreamGuard on_stream(stream);
+  adam.step();  // eagerly: the state exists before the capture
+  DeviceGraph graph(gpu());
+  graph.begin_capture(stream);
+  adam.step();
+  graph.end_capture();
+  graph.replay(stream);
+  graph.commit();
+  adam.step({0});  // parameter 0 one step ahead of parameter 1
+  graph.replay(stream);
+  graph.commit();
+  for (size_t k = 0; k < 2; ++k) {
+    INFO("parameter " << k);
+    check_bitwise_equal(replayed[k], eager[k]);
+  }
+}
+
+}  // namespace
+}  // namespace pipewright::testing

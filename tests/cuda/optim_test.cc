@@ -310,36 +310,66 @@ TEST_CASE("sgd_step_multi equals sgd_step per tensor bit for bit", "[cuda][optim
   }
 }
 
-TEST_CASE("adam_step_multi with values from memory equals adam_step; a shut gate writes nothing",
+// adam_step_indirect's values per tensor: 4 at 4 × its position, here of different steps
+// (parameters that parted after a graph was captured), each as adam_step at its own step.
+TEST_CASE("adam_step_multi with values from memory equals adam_step per tensor at its own step; "
+          "a shut gate writes nothing",
           "[cuda][optim][graph]") {
   if (!gpu_available_or_skip()) return;
   const double lr = 3e-3, wd = 1e-2;
-  const int step = 4;
-  const Tensor values = adam_step_values(lr, step, wd, DType::kFloat32, gpu());
+  const int count = 60;
+  std::vector<double> values;
+  for (int k = 0; k < count; ++k) {
+    const double t = 1 + k % 5;
+    for (double v : {lr, 1.0 - std::pow(0.9, t), 1.0 - std::pow(0.999, t), 1.0 - lr * wd}) {
+      values.push_back(v);
+    }
+  }
+  const Tensor values_g = Tensor::from_vector(values, {static_cast<int64_t>(values.size())})
+                             .to(DType::kFloat32)
+                             .to(gpu());
   const Tensor open_gate = Tensor::zeros({1}, {DType::kFloat64, gpu()});
   const Tensor shut_gate = Tensor::full({1}, std::nan(""), {DType::kFloat64, gpu()});
-  ListCase listed = list_case(60, DType::kFloat32, gpu(), 500);
-  ListCase eager = list_case(60, DType::kFloat32, gpu(), 500);
-  ListCase before = list_case(60, DType::kFloat32, gpu(), 500);
+  ListCase listed = list_case(count, DType::kFloat32, gpu(), 500);
+  ListCase eager = list_case(count, DType::kFloat32, gpu(), 500);
+  ListCase before = list_case(count, DType::kFloat32, gpu(), 500);
   gpu_kernels().adam_step_multi(adam_list(listed), 0.0, 0.9, 0.999, 1e-8, wd, true, 1,
-                                values.raw_data(), shut_gate.raw_data());
+                                values_g.raw_data(), shut_gate.raw_data());
   check_lists_equal(listed, before);
   gpu_kernels().adam_step_multi(adam_list(listed), 0.0, 0.9, 0.999, 1e-8, wd, true, 1,
-                                values.raw_data(), open_gate.raw_data());
-  gpu_kernels().adam_step_multi(adam_list(eager), lr, 0.9, 0.999, 1e-8, wd, true, step, nullptr,
-                                nullptr);
+                                values_g.raw_data(), open_gate.raw_data());
+  for (int k = 0; k < count; ++k) {
+    gpu_kernels().adam_step(eager.p[k], eager.g[k], eager.m[k], eager.v[k], lr, 0.9, 0.999, 1e-8,
+                            wd, true, 1 + k % 5);
+  }
   check_lists_equal(listed, eager);
+  ListCase on_cpu = list_case(count, DType::kFloat32, Device::cpu(0), 500);
+  const Tensor values_cpu = values_g.to(Device::cpu(0));
+  cpu_kernels().adam_step_multi(adam_list(on_cpu), 0.0, 0.9, 0.999, 1e-8, wd, true, 1,
+                                values_cpu.raw_data(), nullptr);
+  for (int k = 0; k < count; ++k) {
+    check_close(listed.p[k], on_cpu.p[k], 1e-5, 1e-6);
+  }
 }
 
-TEST_CASE("adam_step_multi refuses a list of two dtypes", "[cuda][optim]") {
+// Checked before anything is launched: a tensor of another dtype, or a missing moment.
+TEST_CASE("adam_step_multi refuses a list of two dtypes or a missing moment, naming the tensor",
+          "[cuda][optim]") {
   if (!gpu_available_or_skip()) return;
-  ListCase a = list_case(2, DType::kFloat32, gpu(), 600);
-  ListCase b = list_case(2, DType::kFloat64, gpu(), 600);
+  ListCase a = list_case(3, DType::kFloat32, gpu(), 600);
+  const ListCase untouched = list_case(3, DType::kFloat32, gpu(), 600);
+  ListCase b = list_case(3, DType::kFloat64, gpu(), 600);
   std::vector<AdamTensors> mixed = adam_list(a);
   mixed.push_back(adam_list(b)[1]);
   CHECK_THROWS_WITH(gpu_kernels().adam_step_multi(mixed, 1e-3, 0.9, 0.999, 1e-8, 0.0, false, 1,
                                                   nullptr, nullptr),
-                    Catch::Contains("one dtype and device") && Catch::Contains("float64"));
+                    Catch::Contains("tensor 3's parameter") && Catch::Contains("float64"));
+  std::vector<AdamTensors> missing = adam_list(a);
+  missing[2].exp_avg_sq = Tensor();
+  CHECK_THROWS_WITH(gpu_kernels().adam_step_multi(missing, 1e-3, 0.9, 0.999, 1e-8, 0.0, false, 1,
+                                                  nullptr, nullptr),
+                    Catch::Contains("tensor 2 has an undefined state"));
+  check_lists_equal(a, untouched);  // nothing launched
 }
 
 TEST_CASE("cuda adam_step rejects step 0", "[cuda][optim]") {

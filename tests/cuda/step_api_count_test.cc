@@ -32,7 +32,9 @@
 #include "nn/optim_sgd.h"
 #include "pipeline/balance.h"
 #include "pipeline/pipe.h"
+#include "tensor/graph.h"
 #include "tensor/ops.h"
+#include "tensor/stream.h"
 #include "tests/cuda/gpu_test.h"
 
 namespace {
@@ -430,4 +432,44 @@ TEST_CASE("a deferred W under bf16: B rounds dY once, for itself and the queue",
   // W: the weights' gradients as the undeferred backward made them (Linear's bias too).
   testing::check_bitwise_equal(w_later.grad(), w_now.grad());
   testing::check_bitwise_equal(b_later.grad(), b_now.grad());
+}
+
+// Note [One host area] (tensor/graph.cc): a replay copies its inputs and scalars from one
+// page-locked area, so the next replay may write it only after that copy has run. After a
+// host wait for the stream (a training loop's loss read) a replay asks nothing more; right
+// after another replay it first waits for the stream once.
+TEST_CASE("a replay right after another waits for the last one's copy; after a host wait, not",
+          "[cuda][api][graph]") {
+  if (!testing::gpu_available_or_skip()) return;
+  Tensor p = testing::random_tensor({300}, DType::kFloat32, 60).to(testing::gpu());
+  p.set_requires_grad(true);
+  p.set_grad(testing::random_tensor({300}, DType::kFloat32, 61).to(testing::gpu()));
+  nn::Adam adam({p}, {.lr = 1e-2});
+  Stream::current(testing::gpu()).synchronize();
+  const Stream stream = Stream::create(testing::gpu());
+  StreamGuard on_stream(stream);
+  adam.step();
+  DeviceGraph graph(testing::gpu());
+  graph.begin_capture(stream);
+  adam.step();
+  graph.end_capture();
+  const auto waits = [](const std::map<std::string, int64_t>& c) {
+    return count(c, "cudaStreamSynchronize") + count(c, "cudaDeviceSynchronize") +
+           count(c, "cudaEventSynchronize");
+  };
+  cudasim::reset_api_counts();
+  graph.replay(stream);  // the first: nothing pending
+  graph.commit();
+  CHECK(waits(cudasim::api_counts()) == 0);
+  cudasim::reset_api_counts();
+  graph.replay(stream);  // right after the first
+  graph.commit();
+  CHECK(waits(cudasim::api_counts()) == 1);
+  stream.synchronize();
+  cudasim::reset_api_counts();
+  graph.replay(stream);  // after a host wait
+  graph.commit();
+  CHECK(waits(cudasim::api_counts()) == 0);
+  CHECK(count(cudasim::api_counts(), "cudaGraphLaunch") == 1);
+  stream.synchronize();
 }

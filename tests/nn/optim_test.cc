@@ -340,6 +340,13 @@ TEST_CASE("parameter lists and grads are validated") {
   set_grad(q, {1.0, 2.0, 3.0});
   REQUIRE_THROWS_WITH(opt.step(), Contains("parameter 1") && Contains("[3]") && Contains("[2]"));
   REQUIRE(values(p) == Vec{1.0});
+  // A step in parts names each parameter once (one multi-tensor kernel would update a listed
+  // one twice at once); past the list is out of range. Nothing changes either way.
+  set_grad(q, {1.0, 2.0});
+  REQUIRE_THROWS_WITH(opt.step({0, 1, 0}), Contains("SGD: parameter 0 is listed twice"));
+  REQUIRE_THROWS_AS(opt.step({0, 2}), std::out_of_range);
+  REQUIRE(values(p) == Vec{1.0});
+  REQUIRE(values(q) == Vec{1.0, 2.0});
 }
 
 namespace {
