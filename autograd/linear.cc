@@ -207,13 +207,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y;
   if (bias.defined() && bias.dtype() == gemm_result_dtype(x_op.dtype()) &&
       bias.device() == x_op.device()) {
-    // The bias is C's start and the GEMM adds x·Wᵀ to it (beta = 1, torch's addmm): one pass
-    // over y instead of the product's and the add's two, and no second tensor. The BLAS adds
-    // C where its K loop puts it, so a last bit may differ from a separate add's. clone, not
-    // contiguous(): with one row the expanded view is contiguous, and the GEMM would write
-    // into the bias.
-    y = ops::expand(bias, Shape{x_op.size(0), weight.size(0)}).clone();
-    ops::gemm_(y, x_op, w_op, false, true, 1.0, 1.0);
+    // The bias in the GEMM (torch's addmm): on a GPU in cuBLASLt's epilogue, y written once;
+    // on the CPU as C's start with beta = 1. No second tensor; a last bit may differ from a
+    // separate add's.
+    y = ops::matmul_bias(x_op, w_op, bias, false, true);
   } else {
     y = ops::matmul(x_op, w_op, false, true);
     if (bias.defined()) y = ops::add(y, bias);  // throws the add's message for a mismatch

@@ -24,6 +24,7 @@
 // streams per device actually paired (a few per worker); each is kBlasWorkspaceBytes.
 #include "cuda_kernels/blas.h"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
@@ -112,6 +113,17 @@ size_t blas_workspace_count() {
   std::lock_guard<std::mutex> lock(w.mutex);
   return w.by_pair.size();
 }
+
+void* blas_workspace(int device_index, cublasHandle_t h, cudaStream_t stream) {
+  return workspace(device_index, h, stream);
+}
+
+namespace {
+std::atomic<bool> g_bias_epilogue{true};
+}  // namespace
+
+void set_bias_epilogue(bool enabled) { g_bias_epilogue.store(enabled); }
+bool bias_epilogue() { return g_bias_epilogue.load(); }
 
 cublasHandle_t blas_handle(int device_index, cudaStream_t stream) {
   thread_local ThreadHandles handles;

@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <string>
 
 namespace pipewright::cuda {
 
@@ -20,6 +21,21 @@ namespace pipewright::cuda {
 /// current (DeviceGuard). Throws CudaError if cuBLAS cannot start or the workspace cannot be
 /// allocated (the message names its size and device).
 cublasHandle_t blas_handle(int device_index, cudaStream_t stream);
+
+/// The workspace of (h, stream) that blas_handle(device_index, stream) installed in h (for
+/// calls that take a workspace themselves, as cublasLtMatmul does; work on it stays on
+/// `stream`). Throws as blas_handle does.
+void* blas_workspace(int device_index, cublasHandle_t h, cudaStream_t stream);
+
+/// Whether gemm_bias adds the bias in cuBLASLt's epilogue (Note [The bias in the epilogue],
+/// gemm.cc; default true) or through a broadcast copy and a GEMM with beta 1, the path it
+/// takes anyway where cuBLASLt refuses. Process-wide; tests compare the two.
+void set_bias_epilogue(bool enabled);
+bool bias_epilogue();
+/// What cuBLASLt said the first time it refused a GEMM with a bias epilogue in this process
+/// (gemm_bias then took the broadcast path for that dtype), or "" when it never has: tests
+/// assert the epilogue ran.
+std::string bias_epilogue_refusal();
 
 /// Bytes of each (handle, stream) workspace: 32 MiB, what the cuBLAS documentation
 /// (cublasSetWorkspace) recommends for Hopper, the architecture this build targets.

@@ -1,5 +1,6 @@
 // GEMM through cuBLAS: c = alpha * op(a) * op(b) + beta * c, row-major, no transposed copies;
-// and its strided-batched form (gemm_batched: c [B, M, N], a and b stacks of B or 1 matrices).
+// its strided-batched form (gemm_batched: c [B, M, N], a and b stacks of B or 1 matrices); and
+// c = op(a) * op(b) + bias through cuBLASLt (gemm_bias, Note [The bias in the epilogue]).
 //
 // Shape legend: op(a) [M, K], op(b) [K, N], c [M, N]; a is stored [M, K] (or [K, M] when
 // trans_a), b [K, N] (or [N, K] when trans_b); all row-major and contiguous.
@@ -21,8 +22,13 @@
 // as cuBLAS computes PyTorch's 16-bit matmuls, with the float32 result kept rather than
 // rounded to 16 bits. Any other mix of dtypes throws std::invalid_argument naming them.
 // beta == 0 never reads c (cuBLAS's contract), so NaN in c is ignored.
+#include <cublasLt.h>
+
 #include <algorithm>
+#include <atomic>
 #include <climits>
+#include <iostream>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -31,6 +37,7 @@
 #include "cuda_kernels/device_guard.h"
 #include "cuda_kernels/kernel_table.h"
 #include "tensor/dtype.h"
+#include "tensor/views.h"
 
 namespace pipewright::cuda {
 namespace {
@@ -99,6 +106,132 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
       return;
     }
   }
+}
+
+// Note [The bias in the epilogue]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A Linear with a bias made y by copying the bias into every row of y (a broadcast kernel)
+// and then a GEMM with beta = 1 that read y back and wrote it again: three passes over y, one
+// launch beside the GEMM. cuBLASLt adds a bias vector in the GEMM's epilogue
+// (CUBLASLT_EPILOGUE_BIAS: the vector, as long as D's column-major rows, added to every
+// column before D is stored), so y is written once; PyTorch's addmm takes the same path
+// (gemm_and_bias). In the row-major trick above D is yᵀ, whose rows are y's columns: the bias
+// [N] is exactly that vector. The call names its stream and workspace (blas_workspace: the
+// one of this thread's handle on that stream, so work on it stays on one stream) and takes
+// the handle cast to a cublasLtHandle_t, which cuBLAS documents as valid. alpha = 1, beta =
+// 0, C = D; no algo (cuBLASLt's heuristic picks one). Where cuBLASLt refuses (a status other
+// than success: a type or shape it lacks), gemm_bias says so once on stderr and takes the
+// broadcast path for that dtype from then on; K = 0 takes it too (y = the bias).
+// Under cudasim the epilogue adds the bias after alpha·AB, as beta·C did, so both paths give
+// the same bits (tests/cuda:gemm_test); on a card the epilogue's rounding may differ in the
+// last bit.
+namespace {
+
+std::mutex& refusal_mutex() {
+  static std::mutex* m = new std::mutex();
+  return *m;
+}
+std::string& first_refusal() {  // guarded by refusal_mutex()
+  static std::string* s = new std::string();
+  return *s;
+}
+
+/// The cuBLASLt call of gemm_bias; false where cuBLASLt refused (then c is unchanged).
+bool bias_in_epilogue(GemmTypes mode, cublasHandle_t h, cudaStream_t stream, int device,
+                      cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+                      const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& c) {
+  static std::atomic<bool> refused[3] = {false, false, false};
+  std::atomic<bool>& gave_up = refused[static_cast<int>(mode)];
+  if (gave_up.load()) return false;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  cudaDataType_t scale = CUDA_R_32F, in = CUDA_R_32F, out = CUDA_R_32F;
+  if (mode == GemmTypes::kFloat32 && allow_tf32()) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  if (mode == GemmTypes::kFloat64) {
+    compute = CUBLAS_COMPUTE_64F;
+    scale = in = out = CUDA_R_64F;
+  }
+  if (mode == GemmTypes::kMixed) in = half_type(a.dtype());
+  const double one = 1.0, zero = 0.0;
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const void* alpha = mode == GemmTypes::kFloat64 ? static_cast<const void*>(&one) : &one_f;
+  const void* beta = mode == GemmTypes::kFloat64 ? static_cast<const void*>(&zero) : &zero_f;
+  // Column-major: Lt's A is b ([N, K] as op(b)ᵀ), its B is a, D is cᵀ [N, M] (the Note).
+  const int ld_a = std::max(op_a == CUBLAS_OP_T ? m : k, 1);
+  const int ld_b = std::max(op_b == CUBLAS_OP_T ? k : n, 1);
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t lt_a = nullptr, lt_b = nullptr, lt_d = nullptr;
+  cublasStatus_t status = cublasLtMatmulDescCreate(&desc, compute, scale);
+  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  const void* bias_data = bias.raw_data();
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* value, size_t bytes) {
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = cublasLtMatmulDescSetAttribute(desc, attr, value, bytes);
+    }
+  };
+  set(CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b);
+  set(CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a);
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
+  set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_data, sizeof bias_data);
+  auto layout = [&](cublasLtMatrixLayout_t* l, cudaDataType_t type, int rows, int cols, int ld) {
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = cublasLtMatrixLayoutCreate(l, type, static_cast<uint64_t>(rows),
+                                          static_cast<uint64_t>(cols), ld);
+    }
+  };
+  layout(&lt_a, in, op_b == CUBLAS_OP_T ? k : n, op_b == CUBLAS_OP_T ? n : k, ld_b);
+  layout(&lt_b, in, op_a == CUBLAS_OP_T ? m : k, op_a == CUBLAS_OP_T ? k : m, ld_a);
+  layout(&lt_d, out, n, m, n);
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    status = cublasLtMatmul(reinterpret_cast<cublasLtHandle_t>(h), desc, alpha, b.raw_data(), lt_a,
+                            a.raw_data(), lt_b, beta, c.raw_data(), lt_d, c.raw_data(), lt_d,
+                            nullptr, blas_workspace(device, h, stream), kBlasWorkspaceBytes,
+                            stream);
+  }
+  for (cublasLtMatrixLayout_t l : {lt_a, lt_b, lt_d}) {
+    if (l != nullptr) (void)cublasLtMatrixLayoutDestroy(l);
+  }
+  if (desc != nullptr) (void)cublasLtMatmulDescDestroy(desc);
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    PW_CUDA_CHECK_LAUNCH("cublasLtMatmul");  // Note [Synchronous launches]
+    return true;
+  }
+  if (!gave_up.exchange(true)) {
+    const std::string why = std::string("cuBLASLt refused a GEMM with a bias epilogue (") +
+                            dtype_name(a.dtype()) + " operands, " + dtype_name(c.dtype()) +
+                            " result: " + cublasGetStatusName(status) + ", " +
+                            cublasGetStatusString(status) + ")";
+    std::cerr << "pipewright: " << why
+              << "; such GEMMs add their bias through a broadcast copy from now on\n";
+    std::lock_guard<std::mutex> lock(refusal_mutex());
+    if (first_refusal().empty()) first_refusal() = why;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string bias_epilogue_refusal() {
+  std::lock_guard<std::mutex> lock(refusal_mutex());
+  return first_refusal();
+}
+
+void gemm_bias(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, const Tensor& bias,
+               Tensor& c) {
+  const GemmTypes mode = gemm_types("cuda gemm_bias", a, b, c);
+  const int m = checked_int(c.size(0), "M"), n = checked_int(c.size(1), "N");
+  const int k = checked_int(trans_a ? a.size(0) : a.size(1), "K");
+  if (m == 0 || n == 0) return;
+  DeviceGuard guard(c.device());
+  const cudaStream_t stream = current_stream(c.device());
+  if (k > 0 && bias_epilogue()) {
+    cublasHandle_t h = blas_handle(c.device().index, stream);
+    if (bias_in_epilogue(mode, h, stream, c.device().index, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                         trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, a, b, bias, c)) {
+      return;
+    }
+  }
+  copy_strided(ops::expand(bias, Shape{m, n}), c);  // the broadcast, then C += A·B
+  gemm(trans_a, trans_b, 1.0, a, b, 1.0, c);
 }
 
 // A stack of products, one cuBLAS call: the row-major trick above per product, each operand

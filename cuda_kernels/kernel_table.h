@@ -7,7 +7,7 @@
 //   elementwise.cu    fill (also int64), binary, binary_scalar, unary, relu_backward, axpy
 //   copy.cu           copy_strided, cast (any dtype: copies move bytes; cast converts)
 //   reduce.cu         reduce, norm_share_add, argmax
-//   gemm.cc           gemm (cuBLAS)
+//   gemm.cc           gemm (cuBLAS), gemm_bias (cuBLASLt)
 //   softmax.cu        softmax, softmax_backward
 //   cross_entropy.cu  cross_entropy, cross_entropy_backward
 //   batch_norm.cu     batch_norm_train, batch_norm_eval, batch_norm_backward

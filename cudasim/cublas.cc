@@ -18,6 +18,16 @@
 // accepted), CUBLAS_GEMM_DEFAULT. A and B are widened exactly to float and multiplied in
 // float. Any other combination returns CUBLAS_STATUS_NOT_SUPPORTED (cuBLAS's status for a
 // combination it lacks) with the types in the detail text.
+//
+// cuBLASLt, the part pipewright calls: cublasLtMatmul with a descriptor (compute and scale
+// type, TRANSA / TRANSB, CUBLASLT_EPILOGUE_BIAS with its bias pointer) and four matrix layouts,
+// on the stream and workspace the call names, as one GEMM above plus the bias added to every
+// column of D. The handle is a cublasHandle_t (cuBLAS documents that any cublasHandle_t may be
+// cast to a cublasLtHandle_t; cublasLtCreate makes one). What cudasim runs: the types of the
+// GEMMs above (float32 with COMPUTE_32F or COMPUTE_32F_FAST_TF32, float64 with COMPUTE_64F,
+// 16-bit A and B with float32 C), host pointer mode, no algo (cuBLASLt's own heuristic), C
+// and D the same matrix; anything else is CUBLAS_STATUS_NOT_SUPPORTED naming it.
+#include <cublasLt.h>
 #include <cublas_api.h>
 
 #include <Eigen/Core>
@@ -27,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include "cudasim/context.h"
@@ -143,9 +154,9 @@ struct Float16Bits {
 };
 
 template <typename In, typename T>
-void compute(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, T alpha,
-             const typename In::Storage* A, int lda, const typename In::Storage* B, int ldb,
-             T beta, T* C, int ldc, bool tf32) {
+void compute_product(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, T alpha,
+                     const typename In::Storage* A, int lda, const typename In::Storage* B,
+                     int ldb, T beta, T* C, int ldc, bool tf32) {
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
   using Stored =
       Eigen::Matrix<typename In::Storage, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
@@ -173,9 +184,41 @@ void compute(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, T 
   else c = alpha * product + beta * c;
 }
 
+// compute_product, then `bias` (cuBLASLt's CUBLASLT_EPILOGUE_BIAS, or nullptr): m values added
+// to every column of the result after alpha·AB + beta·C.
+template <typename In, typename T>
+void compute(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, T alpha,
+             const typename In::Storage* A, int lda, const typename In::Storage* B, int ldb,
+             T beta, T* C, int ldc, bool tf32, const T* bias) {
+  compute_product<In, T>(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, tf32);
+  if (bias == nullptr) return;
+  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+  using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+  Eigen::Map<Mat, 0, Eigen::OuterStride<>> c(C, m, n, Eigen::OuterStride<>(ldc));
+  c.colwise() += Eigen::Map<const Vec>(bias, m);
+}
+
 // One GEMM, or a strided batch of `batch` of them (cublas?gemmStridedBatched: product i reads
 // A + i·stride_a and B + i·stride_b and writes C + i·stride_c; a stride of 0 shares one
 // operand between every product). A and B hold In::Storage elements, C and the scalars T.
+// Where a GEMM runs and with what: a cuBLAS handle's device, stream, math mode and workspace,
+// or the ones a cublasLtMatmul call names, and its bias (cuBLASLt's epilogue) if any.
+struct Target {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  bool tf32 = false;  // float32 operands rounded to TF32 first
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  const void* bias = nullptr;  // m values of C's type added to every column
+};
+
+template <typename In, typename T>
+cublasStatus_t run_gemm(const char* api, const Target& where, cublasOperation_t ta,
+                        cublasOperation_t tb, int m, int n, int k, const T* alpha,
+                        const typename In::Storage* A, int lda, const typename In::Storage* B,
+                        int ldb, const T* beta, T* C, int ldc, long long stride_a = 0,
+                        long long stride_b = 0, long long stride_c = 0, int batch = 1);
+
 template <typename In, typename T>
 cublasStatus_t gemm(const char* api, cublasHandle_t handle, cublasOperation_t ta,
                     cublasOperation_t tb, int m, int n, int k, const T* alpha,
@@ -183,12 +226,28 @@ cublasStatus_t gemm(const char* api, cublasHandle_t handle, cublasOperation_t ta
                     int ldb, const T* beta, T* C, int ldc,
                     long long stride_a = 0, long long stride_b = 0, long long stride_c = 0,
                     int batch = 1) {
+  Handle h;
+  if (cublasStatus_t s = find(handle, &h); s != CUBLAS_STATUS_SUCCESS) return s;
+  Target where;
+  where.device = h.device;
+  where.stream = h.stream;
+  where.tf32 = std::is_same_v<In, Plain<float>> && (h.math & 0xF) == CUBLAS_TF32_TENSOR_OP_MATH;
+  where.workspace = h.workspace;
+  where.workspace_bytes = h.workspace_bytes;
+  return run_gemm<In, T>(api, where, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc,
+                         stride_a, stride_b, stride_c, batch);
+}
+
+template <typename In, typename T>
+cublasStatus_t run_gemm(const char* api, const Target& where, cublasOperation_t ta,
+                        cublasOperation_t tb, int m, int n, int k, const T* alpha,
+                        const typename In::Storage* A, int lda, const typename In::Storage* B,
+                        int ldb, const T* beta, T* C, int ldc, long long stride_a,
+                        long long stride_b, long long stride_c, int batch) {
   if (in_host_callback()) {
     return set_blas_detail(CUBLAS_STATUS_EXECUTION_FAILED,
                            std::string(api) + " called from a cudaLaunchHostFunc callback");
   }
-  Handle h;
-  if (cublasStatus_t s = find(handle, &h); s != CUBLAS_STATUS_SUCCESS) return s;
   auto valid_op = [](cublasOperation_t op) {
     return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C;
   };
@@ -215,11 +274,10 @@ cublasStatus_t gemm(const char* api, cublasHandle_t handle, cublasOperation_t ta
     return invalid(what.str() + ": stride_c smaller than one C (the products would overlap)");
   }
   const T a_scale = *alpha, b_scale = *beta;  // host pointer mode: read at the call
-  const bool tf32 =
-      std::is_same_v<In, Plain<float>> && (h.math & 0xF) == CUBLAS_TF32_TENSOR_OP_MATH;
-
+  const bool tf32 = where.tf32;
+  const T* bias = static_cast<const T*>(where.bias);
   Request req;
-  req.stream = h.stream;
+  req.stream = where.stream;
   req.site.what = what.str();
   req.rules = PointerRules::kKernel;
   // Each operand's extent over the whole batch: the last product's end.
@@ -234,19 +292,22 @@ cublasStatus_t gemm(const char* api, cublasHandle_t handle, cublasOperation_t ta
   if (b_bytes > 0) req.accesses.push_back({B, b_bytes, false, 1});
   // C: read (beta != 0) and written; the write alone already conflicts with any access.
   req.accesses.push_back({C, batch_extent(c_bytes, stride_c, sizeof(T)), true, 2});
-  if (h.workspace != nullptr && h.workspace_bytes > 0) {
-    req.accesses.push_back({h.workspace, h.workspace_bytes, true, 3});
+  if (where.workspace != nullptr && where.workspace_bytes > 0) {
+    req.accesses.push_back({where.workspace, where.workspace_bytes, true, 3});
+  }
+  if (bias != nullptr) {
+    req.accesses.push_back({bias, static_cast<size_t>(m) * sizeof(T), false, 4});
   }
   req.work = [=] {
     for (int i = 0; i < batch; ++i) {
       compute<In, T>(ta, tb, m, n, k, a_scale, A + i * stride_a, lda, B + i * stride_b, ldb,
-                     b_scale, C + i * stride_c, ldc, tf32);
+                     b_scale, C + i * stride_c, ldc, tf32, bias);
     }
   };
-  if (h.stream == nullptr || h.stream == cudaStreamLegacy) {
-    // The legacy stream of the handle's device, whatever the caller's current device is.
+  if (where.stream == nullptr || where.stream == cudaStreamLegacy) {
+    // The legacy stream of the device, whatever the caller's current device is.
     const int saved = current_device();
-    current_device() = h.device;
+    current_device() = where.device;
     const Enqueued done = enqueue(std::move(req));
     current_device() = saved;
     if (done.status == cudaSuccess) return CUBLAS_STATUS_SUCCESS;
@@ -468,3 +529,236 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
 
 const char* cublasGetStatusString(cublasStatus_t status) { return blas_status_string(status); }
 const char* cublasGetStatusName(cublasStatus_t status) { return blas_status_name(status); }
+
+// ---- cuBLASLt ----
+
+namespace {
+
+struct LtDesc {
+  cublasComputeType_t compute;
+  cudaDataType_t scale;
+  int32_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
+  uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  int32_t bias_type = -1;  // -1: D's type
+  int32_t pointer_mode = CUBLASLT_POINTER_MODE_HOST;
+};
+static_assert(sizeof(LtDesc) <= sizeof(cublasLtMatmulDescOpaque_t));
+
+struct LtLayout {
+  cudaDataType type;
+  uint64_t rows, cols;
+  int64_t ld;
+};
+static_assert(sizeof(LtLayout) <= sizeof(cublasLtMatrixLayoutOpaque_t));
+
+// The live descriptors and layouts: a destroyed or foreign one is refused, not read.
+struct LtObjects {
+  std::mutex mu;
+  std::set<const void*> live;
+};
+
+LtObjects& lt_objects() {
+  static LtObjects* o = new LtObjects();  // leaked like the runtime
+  return *o;
+}
+
+template <typename Opaque, typename Value>
+cublasStatus_t lt_create(Opaque** out, const Value& value, const char* api) {
+  if (out == nullptr) return invalid(std::string(api) + ": the output pointer is null");
+  auto* made = new Opaque();
+  std::memcpy(made->data, &value, sizeof value);
+  LtObjects& o = lt_objects();
+  std::lock_guard<std::mutex> lock(o.mu);
+  o.live.insert(made);
+  *out = made;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+template <typename Opaque>
+cublasStatus_t lt_destroy(Opaque* object) {
+  if (object == nullptr) return CUBLAS_STATUS_SUCCESS;
+  LtObjects& o = lt_objects();
+  std::lock_guard<std::mutex> lock(o.mu);
+  if (o.live.erase(object) == 0) return invalid("not a live cuBLASLt descriptor or layout");
+  delete object;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// Reads a live object's value; false for a destroyed or foreign one.
+template <typename Value, typename Opaque>
+bool lt_read(const Opaque* object, Value* out) {
+  LtObjects& o = lt_objects();
+  std::lock_guard<std::mutex> lock(o.mu);
+  if (o.live.count(object) == 0) return false;
+  std::memcpy(out, object->data, sizeof *out);
+  return true;
+}
+
+}  // namespace
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
+  if (handle == nullptr) return invalid("cublasLtCreate: handle is null");
+  cublasHandle_t h = nullptr;
+  const cublasStatus_t s = cublasCreate_v2(&h);
+  if (s == CUBLAS_STATUS_SUCCESS) *handle = reinterpret_cast<cublasLtHandle_t>(h);
+  return s;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+  return cublasDestroy_v2(reinterpret_cast<cublasHandle_t>(handle));
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute,
+                                        cudaDataType_t scale) {
+  LtDesc d;
+  d.compute = compute;
+  d.scale = scale;
+  return lt_create(desc, d, "cublasLtMatmulDescCreate");
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) { return lt_destroy(desc); }
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
+                                              cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t size) {
+  LtDesc d;
+  if (!lt_read(desc, &d)) return invalid("cublasLtMatmulDescSetAttribute: not a live descriptor");
+  if (buf == nullptr) return invalid("cublasLtMatmulDescSetAttribute: buf is null");
+  auto take = [&](auto& field) {
+    if (size != sizeof field) {
+      return invalid("cublasLtMatmulDescSetAttribute: attribute " +
+                     std::to_string(static_cast<int>(attr)) + " takes " +
+                     std::to_string(sizeof field) + " bytes, got " + std::to_string(size));
+    }
+    std::memcpy(&field, buf, size);
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  cublasStatus_t s;
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: s = take(d.trans_a); break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: s = take(d.trans_b); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: s = take(d.epilogue); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: s = take(d.bias); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: s = take(d.bias_type); break;
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: s = take(d.pointer_mode); break;
+    default:
+      return set_blas_detail(CUBLAS_STATUS_NOT_SUPPORTED,
+                             "cublasLtMatmulDescSetAttribute: cudasim does not keep attribute " +
+                                 std::to_string(static_cast<int>(attr)));
+  }
+  if (s != CUBLAS_STATUS_SUCCESS) return s;
+  LtObjects& o = lt_objects();
+  std::lock_guard<std::mutex> lock(o.mu);
+  if (o.live.count(desc) == 0) return invalid("cublasLtMatmulDescSetAttribute: destroyed");
+  std::memcpy(desc->data, &d, sizeof d);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld) {
+  return lt_create(layout, LtLayout{type, rows, cols, ld}, "cublasLtMatrixLayoutCreate");
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+  return lt_destroy(layout);
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t light, cublasLtMatmulDesc_t desc,
+                              const void* alpha, const void* A, cublasLtMatrixLayout_t a_layout,
+                              const void* B, cublasLtMatrixLayout_t b_layout, const void* beta,
+                              const void* C, cublasLtMatrixLayout_t c_layout, void* D,
+                              cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t* algo,
+                              void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  cudasim::detail::count_api("cublasLtMatmul");
+  const char* api = "cublasLtMatmul";
+  Handle h;
+  if (cublasStatus_t s = find(reinterpret_cast<cublasHandle_t>(light), &h);
+      s != CUBLAS_STATUS_SUCCESS) {
+    return s;
+  }
+  LtDesc d;
+  LtLayout a, b, c, o;
+  if (!lt_read(desc, &d)) return invalid("cublasLtMatmul: not a live descriptor");
+  if (!lt_read(a_layout, &a) || !lt_read(b_layout, &b) || !lt_read(c_layout, &c) ||
+      !lt_read(d_layout, &o)) {
+    return invalid("cublasLtMatmul: a matrix layout is not live");
+  }
+  const std::string what = std::string(api) + " A " + type_name(a.type) + " B " +
+                           type_name(b.type) + " C " + type_name(c.type) + " D " +
+                           type_name(o.type) + ": ";
+  auto refuse = [&](const std::string& why) {
+    return set_blas_detail(CUBLAS_STATUS_NOT_SUPPORTED, what + why);
+  };
+  if (algo != nullptr) return refuse("cudasim runs cuBLASLt's heuristic choice only (algo null)");
+  if (d.pointer_mode != CUBLASLT_POINTER_MODE_HOST) return refuse("host pointer mode only");
+  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.epilogue != CUBLASLT_EPILOGUE_BIAS) {
+    return refuse("epilogue " + std::to_string(d.epilogue) + " (DEFAULT and BIAS only)");
+  }
+  if (C != D || c.type != o.type || c.rows != o.rows || c.cols != o.cols || c.ld != o.ld) {
+    return refuse("cudasim runs C and D as one matrix (the same pointer and layout)");
+  }
+  if (d.epilogue == CUBLASLT_EPILOGUE_BIAS) {
+    if (d.bias == nullptr) return invalid(what + "CUBLASLT_EPILOGUE_BIAS without a bias pointer");
+    if (d.bias_type != -1 && d.bias_type != static_cast<int32_t>(o.type)) {
+      return refuse("a bias of another type than D's");
+    }
+  }
+  const auto ta = static_cast<cublasOperation_t>(d.trans_a);
+  const auto tb = static_cast<cublasOperation_t>(d.trans_b);
+  const bool na = ta == CUBLAS_OP_N, nb = tb == CUBLAS_OP_N;
+  const uint64_t m = na ? a.rows : a.cols, k = na ? a.cols : a.rows;
+  const uint64_t kb = nb ? b.rows : b.cols, n = nb ? b.cols : b.rows;
+  if (k != kb || o.rows != m || o.cols != n) {
+    return invalid(what + "op(A) " + std::to_string(m) + "x" + std::to_string(k) + ", op(B) " +
+                   std::to_string(kb) + "x" + std::to_string(n) + ", D " +
+                   std::to_string(o.rows) + "x" + std::to_string(o.cols) + " do not match");
+  }
+  constexpr uint64_t kMax = 0x7fffffff;
+  if (m > kMax || n > kMax || k > kMax || a.ld > static_cast<int64_t>(kMax) ||
+      b.ld > static_cast<int64_t>(kMax) || o.ld > static_cast<int64_t>(kMax)) {
+    return refuse("a size past 2^31 - 1");
+  }
+  Target where;
+  where.device = h.device;
+  where.stream = stream;
+  where.workspace = workspace;
+  where.workspace_bytes = workspace_bytes;
+  where.bias = d.epilogue == CUBLASLT_EPILOGUE_BIAS ? d.bias : nullptr;
+  const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
+  const int lda = static_cast<int>(a.ld), ldb = static_cast<int>(b.ld);
+  const int ldd = static_cast<int>(o.ld);
+  if (a.type == CUDA_R_32F && b.type == CUDA_R_32F && o.type == CUDA_R_32F &&
+      d.scale == CUDA_R_32F &&
+      (d.compute == CUBLAS_COMPUTE_32F || d.compute == CUBLAS_COMPUTE_32F_FAST_TF32)) {
+    where.tf32 = d.compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+    return run_gemm<Plain<float>, float>(
+        api, where, ta, tb, mi, ni, ki, static_cast<const float*>(alpha),
+        static_cast<const float*>(A), lda, static_cast<const float*>(B), ldb,
+        static_cast<const float*>(beta), static_cast<float*>(D), ldd);
+  }
+  if (a.type == CUDA_R_64F && b.type == CUDA_R_64F && o.type == CUDA_R_64F &&
+      d.scale == CUDA_R_64F && d.compute == CUBLAS_COMPUTE_64F) {
+    return run_gemm<Plain<double>, double>(
+        api, where, ta, tb, mi, ni, ki, static_cast<const double*>(alpha),
+        static_cast<const double*>(A), lda, static_cast<const double*>(B), ldb,
+        static_cast<const double*>(beta), static_cast<double*>(D), ldd);
+  }
+  if (d.scale != CUDA_R_32F) return refuse("scale type " + type_name(d.scale));
+  if (cublasStatus_t s = check_ex_types(api, {a.type, b.type, o.type, d.compute,
+                                               CUBLAS_GEMM_DEFAULT});
+      s != CUBLAS_STATUS_SUCCESS) {
+    return s;
+  }
+  const auto* a16 = static_cast<const uint16_t*>(A);
+  const auto* b16 = static_cast<const uint16_t*>(B);
+  const auto* alpha_f = static_cast<const float*>(alpha);
+  const auto* beta_f = static_cast<const float*>(beta);
+  auto* out = static_cast<float*>(D);
+  if (a.type == CUDA_R_16BF) {
+    return run_gemm<BFloat16Bits, float>(api, where, ta, tb, mi, ni, ki, alpha_f, a16, lda, b16,
+                                         ldb, beta_f, out, ldd);
+  }
+  return run_gemm<Float16Bits, float>(api, where, ta, tb, mi, ni, ki, alpha_f, a16, lda, b16, ldb,
+                                      beta_f, out, ldd);
+}

@@ -88,6 +88,12 @@ struct AdamTensors {
   /* float16 with c float32 (mixed precision: products and sums in float32). */                    \
   X(gemm, (bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,             \
            double beta, Tensor& c))                                                                \
+  /* c [M, N] = op(a)·op(b) + bias, the bias [N] (c's dtype) added to every row: a Linear's */     \
+  /* forward, torch.addmm(bias, a, b). Dtypes as gemm's. A GPU adds the bias in the GEMM's */      \
+  /* epilogue (cuBLASLt; Note [The bias in the epilogue], cuda_kernels/gemm.cc), the CPU */        \
+  /* copies it into c and runs the GEMM with beta 1. */                                            \
+  X(gemm_bias, (bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, const Tensor& bias,  \
+                Tensor& c))                                                                        \
   /* Row-wise over the last dim of a 2-D [rows, cols] x: softmax, or log-softmax when log. */      \
   /* Numerically stable (subtracts the row max). */                                                \
   X(softmax, (const Tensor& x, bool log, Tensor& out))                                             \

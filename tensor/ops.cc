@@ -275,6 +275,23 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   return c;
 }
 
+Tensor matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a,
+                   bool trans_b) {
+  const Shape shape = matmul_shape("matmul_bias", a, b, trans_a, trans_b);
+  const DType dtype = gemm_result_dtype(a.dtype());
+  check_defined("matmul_bias", bias);
+  if (bias.dim() != 1 || bias.size(0) != shape.dims()[1] || bias.dtype() != dtype ||
+      bias.device() != a.device()) {
+    throw std::invalid_argument("matmul_bias: bias is " + describe(bias) + "; expected [" +
+                                std::to_string(shape.dims()[1]) + "] " + dtype_name(dtype) +
+                                " on " + a.device().str());
+  }
+  Tensor c = Tensor::empty(shape, {dtype, a.device()});
+  PW_KERNEL(a.device(), gemm_bias)(trans_a, trans_b, a.contiguous(), b.contiguous(),
+                                   bias.contiguous(), c);
+  return c;
+}
+
 void gemm_(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
            double alpha, double beta) {
   const Shape expected = matmul_shape("gemm_", a, b, trans_a, trans_b);

@@ -86,6 +86,13 @@ void add_norm_share_(Tensor& total, const Tensor& x, double p);
 /// products and sums in float32 (mixed precision: cuBLAS's GemmEx with CUBLAS_COMPUTE_32F; the
 /// CPU widens them exactly and runs the float32 GEMM).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
+/// op(a)·op(b) + bias, the bias [N] added to every row of the [M, N] product (torch.addmm(bias,
+/// a, b); a Linear's forward). Shapes and dtypes as matmul's; bias of the result's dtype and
+/// a's device. On a GPU the bias is added in the GEMM's epilogue (one pass over the result;
+/// Note [The bias in the epilogue], cuda_kernels/gemm.cc). Throws std::invalid_argument as
+/// matmul does, and naming the bias for another shape, dtype or device.
+Tensor matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a = false,
+                   bool trans_b = false);
 /// c = alpha * op(a)·op(b) + beta * c, in place (c contiguous [M, N]; float32 for 16-bit a, b,
 /// else their dtype).
 void gemm_(Tensor& c, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,

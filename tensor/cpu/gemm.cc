@@ -46,6 +46,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
@@ -428,6 +429,18 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
     using T = decltype(zero);
     gemm_typed<T>(trans_a, trans_b, static_cast<T>(alpha), a, b, static_cast<T>(beta), c);
   });
+}
+
+// The bias copied into every row of c, then c += op(a)·op(b) (beta = 1): the BLAS adds C where
+// its K loop puts it, one pass over c fewer than a product and an add.
+void gemm_bias(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, const Tensor& bias,
+               Tensor& c) {
+  const int64_t rows = c.size(0);
+  const size_t row_bytes = static_cast<size_t>(c.size(1)) * element_size(c.dtype());
+  const auto* from = static_cast<const char*>(bias.raw_data());
+  auto* to = static_cast<char*>(c.raw_data());
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(to + r * row_bytes, from, row_bytes);
+  gemm(trans_a, trans_b, 1.0, a, b, 1.0, c);
 }
 
 }  // namespace pipewright::cpu

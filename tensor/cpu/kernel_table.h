@@ -8,7 +8,7 @@
 //   elementwise.cc  fill, copy_strided, cast, binary, binary_scalar, unary, relu_backward, axpy,
 //                   index_select
 //   reduce.cc       reduce, norm_share_add, argmax
-//   gemm.cc         gemm, gemm_batched
+//   gemm.cc         gemm, gemm_batched, gemm_bias
 //   softmax.cc      softmax, softmax_backward
 //   loss.cc         cross_entropy, cross_entropy_backward
 //   batch_norm.cc   batch_norm_train, batch_norm_eval, batch_norm_backward,

@@ -135,3 +135,80 @@ TEST_CASE("cuda gemm TF32 opt-in stays within TF32 accuracy and is off by defaul
 
 }  // namespace
 }  // namespace pipewright::testing
+
+namespace pipewright::testing {
+namespace {
+
+/// gemm_bias's result for (a, b, bias) on `device`'s kernels.
+Tensor bias_product(bool ta, bool tb, const Tensor& a, const Tensor& b, const Tensor& bias,
+                    const Shape& shape, Device device) {
+  Tensor c = Tensor::empty(shape, {bias.dtype(), device});
+  const Kernels& k = device.is_cpu() ? cpu_kernels() : gpu_kernels();
+  k.gemm_bias(ta, tb, a.to(device), b.to(device), bias.to(device), c);
+  return c;
+}
+
+/// cuda::set_bias_epilogue for a scope.
+struct BiasEpilogue {
+  explicit BiasEpilogue(bool enabled) { cuda::set_bias_epilogue(enabled); }
+  ~BiasEpilogue() { cuda::set_bias_epilogue(true); }
+};
+
+// Note [The bias in the epilogue] (cuda_kernels/gemm.cc): the GPU adds the bias in cuBLASLt's
+// epilogue, the CPU copies it into c and runs the GEMM with beta 1. Every dtype (16-bit
+// operands with a float32 result and bias), every transpose case, K = 0 (c is the bias):
+// against the CPU, and against the GPU's broadcast path (set_bias_epilogue(false)), which
+// adds the same bias to the same product. TF32 as its own case: both paths round the inputs.
+TEST_CASE("cuda gemm_bias matches the cpu and the broadcast path, every dtype and transpose",
+          "[cuda][gemm]") {
+  if (!gpu_available_or_skip()) return;
+  std::vector<Dims> dims(std::begin(kDims), std::end(kDims));
+  dims.push_back({4, 0, 3});
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16}) {
+    const DType out = dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+    for (const Dims& d : dims) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          INFO(dtype_name(dtype) << " M " << d.m << " K " << d.k << " N " << d.n << " ta " << ta
+                                 << " tb " << tb);
+          const Tensor a = random_tensor(a_shape(d, ta), out, 41).to(dtype);
+          const Tensor b = random_tensor(b_shape(d, tb), out, 42).to(dtype);
+          const Tensor bias = random_tensor({d.n}, out, 43, -4.0, 4.0);
+          const Shape shape{d.m, d.n};
+          const Tensor expected = bias_product(ta, tb, a, b, bias, shape, Device::cpu(0));
+          const Tensor fused = bias_product(ta, tb, a, b, bias, shape, gpu());
+          Tensor broadcast;
+          {
+            BiasEpilogue off(false);
+            broadcast = bias_product(ta, tb, a, b, bias, shape, gpu());
+          }
+          const double k = std::max<double>(static_cast<double>(d.k), 1.0);
+          check_close(fused, expected, tol(out, 1e-5, 1e-13), tol(out, 1e-6, 1e-15) * k);
+          check_close(fused, broadcast, tol(out, 1e-6, 1e-15), tol(out, 1e-6, 1e-15));
+        }
+      }
+    }
+  }
+  CHECK(cuda::bias_epilogue_refusal() == "");  // the epilogue ran, in every dtype
+  SECTION("TF32") {
+    const Dims d{64, 256, 96};
+    const Tensor a = random_tensor({d.m, d.k}, DType::kFloat32, 44);
+    const Tensor b = random_tensor({d.n, d.k}, DType::kFloat32, 45);
+    const Tensor bias = random_tensor({d.n}, DType::kFloat32, 46);
+    const Tensor expected = bias_product(false, true, a, b, bias, {d.m, d.n}, Device::cpu(0));
+    cuda::set_allow_tf32(true);
+    const Tensor fused = bias_product(false, true, a, b, bias, {d.m, d.n}, gpu());
+    Tensor broadcast;
+    {
+      BiasEpilogue off(false);
+      broadcast = bias_product(false, true, a, b, bias, {d.m, d.n}, gpu());
+    }
+    cuda::set_allow_tf32(false);
+    // Inputs rounded to 10 mantissa bits: each product within 2^-10 relative, K of them.
+    check_close(fused, expected, 0.0, static_cast<double>(d.k) * std::ldexp(1.0, -10));
+    check_close(fused, broadcast, 0.0, static_cast<double>(d.k) * std::ldexp(1.0, -11));
+  }
+}
+
+}  // namespace
+}  // namespace pipewright::testing

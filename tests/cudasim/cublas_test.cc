@@ -1,9 +1,11 @@
 // The cuBLAS subset: GEMM and strided-batched GEMM against a naive double reference, argument
 // checks, beta == 0, TF32 rounding, and the race on a handle's workspace shared by two streams;
 // the mixed-precision GemmEx / GemmStridedBatchedEx (bfloat16 or float16 A and B, float C)
-// exactly, the type combinations they refuse, and the element sizes they record.
+// exactly, the type combinations they refuse, and the element sizes they record; cuBLASLt's
+// matmul with a bias epilogue.
 #include <catch2/catch.hpp>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -500,4 +502,63 @@ TEST_CASE("gemm ex: A and B are recorded as 2-byte elements, C as 4-byte ones") 
     REQUIRE_CUDA(cudaFree(p));
   }
   REQUIRE(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+}
+
+// cuBLASLt's matmul as pipewright calls it (cuda_kernels/gemm.cc): D = op(A) op(B) + bias,
+// the bias (D's rows) added to every column, on the stream and workspace the call names;
+// what cudasim does not run is refused, naming it; a destroyed layout is refused.
+TEST_CASE("lt matmul: the bias epilogue, its refusals, a destroyed layout") {
+  clean();
+  cublasLtHandle_t lt = nullptr;
+  REQUIRE(cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS);
+  const int m = 5, n = 4, k = 3;
+  const auto A = random_matrix<float>(m * k, 70), B = random_matrix<float>(k * n, 71);
+  const auto bias = random_matrix<float>(m, 72);
+  float *a = to_device(A), *b = to_device(B), *bias_d = to_device(bias);
+  float* d = to_device(std::vector<float>(m * n, 0.0f));
+  cublasLtMatmulDesc_t desc = nullptr;
+  REQUIRE(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) ==
+          CUBLAS_STATUS_SUCCESS);
+  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  const void* bias_pointer = bias_d;
+  REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                         sizeof epilogue) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_pointer,
+                                         sizeof bias_pointer) == CUBLAS_STATUS_SUCCESS);
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  REQUIRE(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, m, k, m) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, k, n, k) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, m) == CUBLAS_STATUS_SUCCESS);
+  const float one = 1.0f, zero = 0.0f;
+  REQUIRE(cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, nullptr, nullptr, 0,
+                         nullptr) == CUBLAS_STATUS_SUCCESS);
+  const auto got = to_host(d, m * n);
+  const auto product = reference(false, false, m, n, k, 1.0, A, m, B, k, 0.0,
+                                 std::vector<float>(m * n, 0.0f), m);
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {
+      CHECK(std::abs(got[i + j * m] - (product[i + j * m] + bias[i])) < 1e-6);
+    }
+  }
+  // C and D apart: cudasim runs them as one matrix only.
+  float* other = to_device(std::vector<float>(m * n, 0.0f));
+  CHECK(cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, other, ld, d, ld, nullptr, nullptr,
+                       0, nullptr) == CUBLAS_STATUS_NOT_SUPPORTED);
+  CHECK(std::string(cublasGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED)).find("C and D") !=
+        std::string::npos);
+  // Shapes that do not chain: op(A) 5x3 with op(B) 4x3.
+  const cublasOperation_t t = CUBLAS_OP_T;
+  REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &t, sizeof t) ==
+          CUBLAS_STATUS_SUCCESS);
+  CHECK(cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, nullptr, nullptr, 0,
+                       nullptr) == CUBLAS_STATUS_INVALID_VALUE);
+  REQUIRE(cublasLtMatrixLayoutDestroy(lb) == CUBLAS_STATUS_SUCCESS);
+  CHECK(cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, nullptr, nullptr, 0,
+                       nullptr) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(cublasLtMatrixLayoutDestroy(lb) == CUBLAS_STATUS_INVALID_VALUE);  // twice
+  REQUIRE(cublasLtMatrixLayoutDestroy(la) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasLtMatrixLayoutDestroy(ld) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasLtMatmulDescDestroy(desc) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasLtDestroy(lt) == CUBLAS_STATUS_SUCCESS);
+  for (float* p : {a, b, bias_d, d, other}) (void)cudaFree(p);
 }

@@ -19,7 +19,8 @@
 //                     seen: libcublas carries its own static cudart.
 //   "cublasSgemm"     one per cublasSgemm_v2 call (cublas_v2.h's cublasSgemm); likewise, each
 //                     under its own name, Dgemm, the strided-batched S/D GEMMs and the
-//                     mixed-precision cublasGemmEx and cublasGemmStridedBatchedEx;
+//                     mixed-precision cublasGemmEx and cublasGemmStridedBatchedEx, and
+//                     cuBLASLt's cublasLtMatmul (a Linear's GEMM with its bias);
 //   "cudaMemcpyAsync HostToDevice" and the other kinds, named by the kind argument as cudasim
 //                     names them;
 //   syncs, event records and waits, allocations, event and stream creation; and a few calls
@@ -35,6 +36,7 @@
 //                                not found (its calls then fail with cudaErrorSymbolNotFound)
 // A process that ends without exit() (abort, _exit, a crash) writes nothing, and one that
 // made no call leaves an existing file alone.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -67,6 +69,7 @@ enum Counter : int {
   kDgemmStridedBatched,
   kGemmEx,
   kGemmStridedBatchedEx,
+  kLtMatmul,
   kBlasSetStream,
   kBlasSetWorkspace,
   kBlasSetMathMode,
@@ -112,6 +115,7 @@ std::string counter_name(int c) {
       "cublasDgemmStridedBatched",
       "cublasGemmEx",
       "cublasGemmStridedBatchedEx",
+      "cublasLtMatmul",
       "cublasSetStream",
       "cublasSetWorkspace",
       "cublasSetMathMode",
@@ -285,6 +289,18 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
   REAL_AS(cublasGemmEx, GemmEx, BLAS_FAIL);
   return real(h, ta, tb, m, n, k, alpha, a, a_type, lda, b, b_type, ldb, beta, c, c_type, ldc,
               compute, algo);
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void* alpha,
+                              const void* a, cublasLtMatrixLayout_t a_layout, const void* b,
+                              cublasLtMatrixLayout_t b_layout, const void* beta, const void* c,
+                              cublasLtMatrixLayout_t c_layout, void* d,
+                              cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t* algo,
+                              void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  count(kLtMatmul);
+  REAL(cublasLtMatmul, BLAS_FAIL);
+  return real(h, desc, alpha, a, a_layout, b, b_layout, beta, c, c_layout, d, d_layout, algo,
+              workspace, workspace_bytes, stream);
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta,
