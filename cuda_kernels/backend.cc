@@ -87,12 +87,12 @@ class CudaBackend final : public DeviceBackend {
 
   void synchronize_stream(int device_index, void* stream) override {
     DeviceGuard guard(device_index);
-    wait_for(as_stream(stream));
+    wait_for(device_index, as_stream(stream));
   }
 
-  HostWaits host_waits(int, void* stream) override {
+  HostWaits host_waits(int device_index, void* stream) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = waits_.find(as_stream(stream));
+    const auto it = waits_.find({device_index, as_stream(stream)});
     return it == waits_.end() ? HostWaits{} : it->second;
   }
 
@@ -184,7 +184,7 @@ class CudaBackend final : public DeviceBackend {
       pinned_staging().copy_to_device(dst, src, bytes, dst_device.index, s);
     } else {
       PW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
-      wait_for(s);  // the host may read dst on return
+      wait_for(stream_device_index, s);  // the host may read dst on return
     }
   }
 
@@ -324,22 +324,23 @@ class CudaBackend final : public DeviceBackend {
     return both;
   }
 
-  /// cudaStreamSynchronize(s), counted in host_waits: the wait's ticket is taken before it
-  /// begins, so a finished ticket covers all work queued before that.
-  void wait_for(cudaStream_t s) {
+  /// cudaStreamSynchronize(s) (a stream of device `device`), counted in host_waits: the
+  /// wait's ticket is taken before it begins, so a finished ticket covers all work queued
+  /// before that. Keyed by device too: every device's default stream is the null handle.
+  void wait_for(int device, cudaStream_t s) {
     uint64_t ticket;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      ticket = ++waits_[s].started;
+      ticket = ++waits_[{device, s}].started;
     }
     PW_CUDA_CHECK(cudaStreamSynchronize(s));
     std::lock_guard<std::mutex> lock(mutex_);
-    HostWaits& w = waits_[s];
+    HostWaits& w = waits_[{device, s}];
     if (ticket > w.finished) w.finished = ticket;
   }
 
   std::mutex mutex_;
-  std::map<cudaStream_t, HostWaits> waits_;               // host_waits, per stream
+  std::map<std::pair<int, cudaStream_t>, HostWaits> waits_;  // host_waits
   std::map<int, std::vector<cudaStream_t>> idle_streams_;  // Note [Pooled streams]
   std::map<int, std::vector<cudaEvent_t>> idle_events_;    // Note [Pooled events]
   std::unordered_set<cudaEvent_t> timing_events_;          // made with timing: not pooled

@@ -32,9 +32,9 @@ void* blas_workspace(int device_index, cublasHandle_t h, cudaStream_t stream);
 /// takes anyway where cuBLASLt refuses. Process-wide; tests compare the two.
 void set_bias_epilogue(bool enabled);
 bool bias_epilogue();
-/// What cuBLASLt said the first time it refused a GEMM with a bias epilogue in this process
-/// (gemm_bias then took the broadcast path for that dtype), or "" when it never has: tests
-/// assert the epilogue ran.
+/// What cuBLASLt said the first time it declined a GEMM with a bias epilogue in this process
+/// (gemm_bias then took the broadcast path for that call, as it does for each one declined),
+/// or "" when it never has: tests assert the epilogue ran.
 std::string bias_epilogue_refusal();
 
 /// Bytes of each (handle, stream) workspace: 32 MiB, what the cuBLAS documentation

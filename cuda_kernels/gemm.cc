@@ -25,8 +25,8 @@
 #include <cublasLt.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
+#include <cstdint>
 #include <iostream>
 #include <mutex>
 #include <stdexcept>
@@ -119,9 +119,12 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
 // [N] is exactly that vector. The call names its stream and workspace (blas_workspace: the
 // one of this thread's handle on that stream, so work on it stays on one stream) and takes
 // the handle cast to a cublasLtHandle_t, which cuBLAS documents as valid. alpha = 1, beta =
-// 0, C = D; no algo (cuBLASLt's heuristic picks one). Where cuBLASLt refuses (a status other
-// than success: a type or shape it lacks), gemm_bias says so once on stderr and takes the
-// broadcast path for that dtype from then on; K = 0 takes it too (y = the bias).
+// 0, C = D. The algorithm is cuBLASLt's heuristic's first choice for the call as it is: the
+// workspace it may use and each matrix's real alignment (a micro-batch's rows need not start
+// 256 bytes apart, which the heuristic assumes by default), as PyTorch asks. Where cuBLASLt
+// declines the call (NOT_SUPPORTED, ARCH_MISMATCH, or no algorithm found), that call takes
+// the broadcast path, said once on stderr (bias_epilogue_refusal()); any other status
+// throws. A bias not 16-byte aligned and K = 0 (y = the bias) take the broadcast path too.
 // Under cudasim the epilogue adds the bias after alpha·AB, as beta·C did, so both paths give
 // the same bits (tests/cuda:gemm_test); on a card the epilogue's rounding may differ in the
 // last bit.
@@ -136,13 +139,29 @@ std::string& first_refusal() {  // guarded by refusal_mutex()
   return *s;
 }
 
-/// The cuBLASLt call of gemm_bias; false where cuBLASLt refused (then c is unchanged).
+/// The largest power of two up to 256 that divides p's address: the alignment cuBLASLt's
+/// heuristic is told a matrix has (its default assumes 256, which a row slice of a
+/// micro-batch need not have: PyTorch found the same, pytorch#97205).
+uint32_t alignment(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
+}
+
+/// Whether `status` is cuBLASLt declining a call it cannot run (then the broadcast path
+/// runs), not an error of the call.
+bool refused(cublasStatus_t status) {
+  return status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_ARCH_MISMATCH;
+}
+
+/// The cuBLASLt call of gemm_bias; false where cuBLASLt declined it (then c is unchanged).
+/// Throws CudaError for any other failure.
 bool bias_in_epilogue(GemmTypes mode, cublasHandle_t h, cudaStream_t stream, int device,
                       cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
                       const Tensor& a, const Tensor& b, const Tensor& bias, Tensor& c) {
-  static std::atomic<bool> refused[3] = {false, false, false};
-  std::atomic<bool>& gave_up = refused[static_cast<int>(mode)];
-  if (gave_up.load()) return false;
+  const void* bias_data = bias.raw_data();
+  if (alignment(bias_data) < 16) return false;  // an epilogue reads the bias in 16 bytes
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   cudaDataType_t scale = CUDA_R_32F, in = CUDA_R_32F, out = CUDA_R_32F;
   if (mode == GemmTypes::kFloat32 && allow_tf32()) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
@@ -155,14 +174,15 @@ bool bias_in_epilogue(GemmTypes mode, cublasHandle_t h, cudaStream_t stream, int
   const float one_f = 1.0f, zero_f = 0.0f;
   const void* alpha = mode == GemmTypes::kFloat64 ? static_cast<const void*>(&one) : &one_f;
   const void* beta = mode == GemmTypes::kFloat64 ? static_cast<const void*>(&zero) : &zero_f;
+  void* workspace = blas_workspace(device, h, stream);
   // Column-major: Lt's A is b ([N, K] as op(b)ᵀ), its B is a, D is cᵀ [N, M] (the Note).
   const int ld_a = std::max(op_a == CUBLAS_OP_T ? m : k, 1);
   const int ld_b = std::max(op_b == CUBLAS_OP_T ? k : n, 1);
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t lt_a = nullptr, lt_b = nullptr, lt_d = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
   cublasStatus_t status = cublasLtMatmulDescCreate(&desc, compute, scale);
   const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-  const void* bias_data = bias.raw_data();
   auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* value, size_t bytes) {
     if (status == CUBLAS_STATUS_SUCCESS) {
       status = cublasLtMatmulDescSetAttribute(desc, attr, value, bytes);
@@ -181,12 +201,37 @@ bool bias_in_epilogue(GemmTypes mode, cublasHandle_t h, cudaStream_t stream, int
   layout(&lt_a, in, op_b == CUBLAS_OP_T ? k : n, op_b == CUBLAS_OP_T ? n : k, ld_b);
   layout(&lt_b, in, op_a == CUBLAS_OP_T ? m : k, op_a == CUBLAS_OP_T ? k : m, ld_a);
   layout(&lt_d, out, n, m, n);
+  // The heuristic told what the call has: the workspace, and each matrix's real alignment.
+  if (status == CUBLAS_STATUS_SUCCESS) status = cublasLtMatmulPreferenceCreate(&preference);
+  const uint64_t workspace_bytes = kBlasWorkspaceBytes;
+  const uint32_t aligned[4] = {alignment(b.raw_data()), alignment(a.raw_data()),
+                               alignment(c.raw_data()), alignment(c.raw_data())};
+  const cublasLtMatmulPreferenceAttributes_t alignment_of[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
   if (status == CUBLAS_STATUS_SUCCESS) {
-    status = cublasLtMatmul(reinterpret_cast<cublasLtHandle_t>(h), desc, alpha, b.raw_data(), lt_a,
-                            a.raw_data(), lt_b, beta, c.raw_data(), lt_d, c.raw_data(), lt_d,
-                            nullptr, blas_workspace(device, h, stream), kBlasWorkspaceBytes,
-                            stream);
+    status = cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+        sizeof workspace_bytes);
   }
+  for (int i = 0; i < 4 && status == CUBLAS_STATUS_SUCCESS; ++i) {
+    status = cublasLtMatmulPreferenceSetAttribute(preference, alignment_of[i], &aligned[i],
+                                                  sizeof aligned[i]);
+  }
+  const auto lt = reinterpret_cast<cublasLtHandle_t>(h);
+  cublasLtMatmulHeuristicResult_t choice{};
+  int found = 0;
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    status = cublasLtMatmulAlgoGetHeuristic(lt, desc, lt_a, lt_b, lt_d, lt_d, preference, 1,
+                                            &choice, &found);
+    if (status == CUBLAS_STATUS_SUCCESS && found == 0) status = CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    status = cublasLtMatmul(lt, desc, alpha, b.raw_data(), lt_a, a.raw_data(), lt_b, beta,
+                            c.raw_data(), lt_d, c.raw_data(), lt_d, &choice.algo, workspace,
+                            kBlasWorkspaceBytes, stream);
+  }
+  if (preference != nullptr) (void)cublasLtMatmulPreferenceDestroy(preference);
   for (cublasLtMatrixLayout_t l : {lt_a, lt_b, lt_d}) {
     if (l != nullptr) (void)cublasLtMatrixLayoutDestroy(l);
   }
@@ -195,15 +240,17 @@ bool bias_in_epilogue(GemmTypes mode, cublasHandle_t h, cudaStream_t stream, int
     PW_CUDA_CHECK_LAUNCH("cublasLtMatmul");  // Note [Synchronous launches]
     return true;
   }
-  if (!gave_up.exchange(true)) {
-    const std::string why = std::string("cuBLASLt refused a GEMM with a bias epilogue (") +
-                            dtype_name(a.dtype()) + " operands, " + dtype_name(c.dtype()) +
-                            " result: " + cublasGetStatusName(status) + ", " +
-                            cublasGetStatusString(status) + ")";
+  if (!refused(status)) PW_CUDA_CHECK(status);  // throws: an error, not a refusal
+  const std::string why = std::string("cuBLASLt declined a GEMM with a bias epilogue (") +
+                          dtype_name(a.dtype()) + " operands, " + dtype_name(c.dtype()) +
+                          " result, M " + std::to_string(m) + " N " + std::to_string(n) + " K " +
+                          std::to_string(k) + ": " + cublasGetStatusName(status) + ", " +
+                          cublasGetStatusString(status) + ")";
+  std::lock_guard<std::mutex> lock(refusal_mutex());
+  if (first_refusal().empty()) {
+    first_refusal() = why;
     std::cerr << "pipewright: " << why
-              << "; such GEMMs add their bias through a broadcast copy from now on\n";
-    std::lock_guard<std::mutex> lock(refusal_mutex());
-    if (first_refusal().empty()) first_refusal() = why;
+              << "; such calls add their bias through a broadcast copy (said once)\n";
   }
   return false;
 }

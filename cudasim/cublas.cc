@@ -25,8 +25,12 @@
 // column of D. The handle is a cublasHandle_t (cuBLAS documents that any cublasHandle_t may be
 // cast to a cublasLtHandle_t; cublasLtCreate makes one). What cudasim runs: the types of the
 // GEMMs above (float32 with COMPUTE_32F or COMPUTE_32F_FAST_TF32, float64 with COMPUTE_64F,
-// 16-bit A and B with float32 C), host pointer mode, no algo (cuBLASLt's own heuristic), C
-// and D the same matrix; anything else is CUBLAS_STATUS_NOT_SUPPORTED naming it.
+// 16-bit A and B with float32 C), host pointer mode, C and D the same matrix; anything else
+// is CUBLAS_STATUS_NOT_SUPPORTED naming it. cublasLtMatmulAlgoGetHeuristic returns one
+// algorithm that remembers the preference's alignments (default 256 bytes, as cuBLASLt's);
+// cublasLtMatmul with it, or with no algo (the default preference), declines
+// (NOT_SUPPORTED) a matrix less aligned than that, as cuBLASLt's kernels do, and refuses an
+// algo it did not make.
 #include <cublasLt.h>
 #include <cublas_api.h>
 
@@ -552,6 +556,17 @@ struct LtLayout {
 };
 static_assert(sizeof(LtLayout) <= sizeof(cublasLtMatrixLayoutOpaque_t));
 
+// A preference: the workspace the algorithm may use and the alignment of A, B, C, D.
+struct LtPreference {
+  uint64_t max_workspace = 0;
+  uint32_t alignment[4] = {256, 256, 256, 256};
+};
+static_assert(sizeof(LtPreference) <= sizeof(cublasLtMatmulPreferenceOpaque_t));
+
+// What cudasim's heuristic returns in cublasLtMatmulAlgo_t::data: a mark, then the
+// alignments the preference promised.
+constexpr uint64_t kCudasimAlgo = 0x63756461'73696d41;  // "cudasimA"
+
 // The live descriptors and layouts: a destroyed or foreign one is refused, not read.
 struct LtObjects {
   std::mutex mu;
@@ -664,6 +679,86 @@ cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
   return lt_destroy(layout);
 }
 
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* preference) {
+  return lt_create(preference, LtPreference{}, "cublasLtMatmulPreferenceCreate");
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t preference) {
+  return lt_destroy(preference);
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t preference,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void* buf, size_t size) {
+  LtPreference p;
+  if (!lt_read(preference, &p)) {
+    return invalid("cublasLtMatmulPreferenceSetAttribute: not a live preference");
+  }
+  if (buf == nullptr) return invalid("cublasLtMatmulPreferenceSetAttribute: buf is null");
+  const auto take = [&](auto& field) {
+    if (size != sizeof field) {
+      return invalid("cublasLtMatmulPreferenceSetAttribute: attribute " +
+                     std::to_string(static_cast<int>(attr)) + " takes " +
+                     std::to_string(sizeof field) + " bytes, got " + std::to_string(size));
+    }
+    std::memcpy(&field, buf, size);
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  cublasStatus_t s;
+  switch (attr) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: s = take(p.max_workspace); break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: s = take(p.alignment[0]); break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: s = take(p.alignment[1]); break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: s = take(p.alignment[2]); break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: s = take(p.alignment[3]); break;
+    default:
+      return set_blas_detail(CUBLAS_STATUS_NOT_SUPPORTED,
+                             "cublasLtMatmulPreferenceSetAttribute: cudasim does not keep "
+                             "attribute " + std::to_string(static_cast<int>(attr)));
+  }
+  if (s != CUBLAS_STATUS_SUCCESS) return s;
+  LtObjects& o = lt_objects();
+  std::lock_guard<std::mutex> lock(o.mu);
+  if (o.live.count(preference) == 0) {
+    return invalid("cublasLtMatmulPreferenceSetAttribute: destroyed");
+  }
+  std::memcpy(preference->data, &p, sizeof p);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
+    cublasLtHandle_t light, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a_layout,
+    cublasLtMatrixLayout_t b_layout, cublasLtMatrixLayout_t c_layout,
+    cublasLtMatrixLayout_t d_layout, cublasLtMatmulPreference_t preference, int requested,
+    cublasLtMatmulHeuristicResult_t results[], int* returned) {
+  Handle h;
+  if (cublasStatus_t s = find(reinterpret_cast<cublasHandle_t>(light), &h);
+      s != CUBLAS_STATUS_SUCCESS) {
+    return s;
+  }
+  LtDesc d;
+  LtLayout l;
+  LtPreference p;
+  if (!lt_read(desc, &d) || !lt_read(a_layout, &l) || !lt_read(b_layout, &l) ||
+      !lt_read(c_layout, &l) || !lt_read(d_layout, &l) || !lt_read(preference, &p)) {
+    return invalid("cublasLtMatmulAlgoGetHeuristic: a descriptor, layout or preference is "
+                   "not live");
+  }
+  if (requested <= 0 || results == nullptr || returned == nullptr) {
+    return invalid("cublasLtMatmulAlgoGetHeuristic: requestedAlgoCount must be >= 1 with "
+                   "results and returnAlgoCount given");
+  }
+  cublasLtMatmulHeuristicResult_t r{};
+  r.algo.data[0] = kCudasimAlgo;
+  for (int i = 0; i < 4; ++i) r.algo.data[1 + i] = p.alignment[i];
+  r.workspaceSize = 0;
+  r.state = CUBLAS_STATUS_SUCCESS;
+  r.wavesCount = 1.0f;
+  results[0] = r;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t light, cublasLtMatmulDesc_t desc,
                               const void* alpha, const void* A, cublasLtMatrixLayout_t a_layout,
                               const void* B, cublasLtMatrixLayout_t b_layout, const void* beta,
@@ -690,7 +785,20 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t light, cublasLtMatmulDesc_t desc,
   auto refuse = [&](const std::string& why) {
     return set_blas_detail(CUBLAS_STATUS_NOT_SUPPORTED, what + why);
   };
-  if (algo != nullptr) return refuse("cudasim runs cuBLASLt's heuristic choice only (algo null)");
+  uint64_t promised[4] = {256, 256, 256, 256};  // no algo: the default preference's
+  if (algo != nullptr) {
+    if (algo->data[0] != kCudasimAlgo) {
+      return invalid(what + "an algo that cublasLtMatmulAlgoGetHeuristic did not return");
+    }
+    for (int i = 0; i < 4; ++i) promised[i] = algo->data[1 + i];
+  }
+  const void* matrices[4] = {A, B, C, D};
+  for (int i = 0; i < 4; ++i) {
+    if (promised[i] != 0 && reinterpret_cast<uintptr_t>(matrices[i]) % promised[i] != 0) {
+      return refuse(std::string("matrix ") + "ABCD"[i] + " is less aligned than the " +
+                    std::to_string(promised[i]) + " bytes its algorithm was chosen for");
+    }
+  }
   if (d.pointer_mode != CUBLASLT_POINTER_MODE_HOST) return refuse("host pointer mode only");
   if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.epilogue != CUBLASLT_EPILOGUE_BIAS) {
     return refuse("epilogue " + std::to_string(d.epilogue) + " (DEFAULT and BIAS only)");

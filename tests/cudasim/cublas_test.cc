@@ -540,6 +540,34 @@ TEST_CASE("lt matmul: the bias epilogue, its refusals, a destroyed layout") {
       CHECK(std::abs(got[i + j * m] - (product[i + j * m] + bias[i])) < 1e-6);
     }
   }
+  // A matrix 4 bytes past a boundary: declined for the default preference's 256 bytes; run
+  // with an algorithm the heuristic chose for 4-byte alignment.
+  std::vector<float> shifted(m * k + 1, 0.0f);
+  std::copy(A.begin(), A.end(), shifted.begin() + 1);
+  float* a_shifted = to_device(shifted);
+  CHECK(cublasLtMatmul(lt, desc, &one, a_shifted + 1, la, b, lb, &zero, d, ld, d, ld, nullptr,
+                       nullptr, 0, nullptr) == CUBLAS_STATUS_NOT_SUPPORTED);
+  CHECK(std::string(cublasGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED)).find("less aligned") !=
+        std::string::npos);
+  cublasLtMatmulPreference_t preference = nullptr;
+  REQUIRE(cublasLtMatmulPreferenceCreate(&preference) == CUBLAS_STATUS_SUCCESS);
+  const uint32_t four = 4;
+  REQUIRE(cublasLtMatmulPreferenceSetAttribute(preference,
+                                               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &four,
+                                               sizeof four) == CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulHeuristicResult_t choice{};
+  int found = 0;
+  REQUIRE(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, preference, 1, &choice,
+                                         &found) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(found == 1);
+  CHECK(cublasLtMatmul(lt, desc, &one, a_shifted + 1, la, b, lb, &zero, d, ld, d, ld,
+                       &choice.algo, nullptr, 0, nullptr) == CUBLAS_STATUS_SUCCESS);
+  CHECK(to_host(d, m * n) == got);  // the same product and bias
+  cublasLtMatmulAlgo_t foreign{};
+  CHECK(cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, &foreign, nullptr, 0,
+                       nullptr) == CUBLAS_STATUS_INVALID_VALUE);
+  REQUIRE(cublasLtMatmulPreferenceDestroy(preference) == CUBLAS_STATUS_SUCCESS);
+  (void)cudaFree(a_shifted);
   // C and D apart: cudasim runs them as one matrix only.
   float* other = to_device(std::vector<float>(m * n, 0.0f));
   CHECK(cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, other, ld, d, ld, nullptr, nullptr,
