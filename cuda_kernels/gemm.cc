@@ -126,8 +126,8 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
 // the broadcast path, said once on stderr (bias_epilogue_refusal()); any other status
 // throws. A bias not 16-byte aligned and K = 0 (y = the bias) take the broadcast path too.
 // Under cudasim the epilogue adds the bias after alpha·AB, as beta·C did, so both paths give
-// the same bits (tests/cuda:gemm_test); on a card the epilogue's rounding may differ in the
-// last bit.
+// the same bits; on a card they may run kernels that sum K in other orders (tests/cuda:
+// gemm_test compares them within the GEMM's tolerance).
 namespace {
 
 std::mutex& refusal_mutex() {

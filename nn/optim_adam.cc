@@ -145,10 +145,10 @@ void Adam::update_many(const std::vector<size_t>& indices, const std::vector<Ten
       update_replayed(*graph, members, tensors, bucket_decay);
       continue;
     }
-    for (size_t i : members) state_[i].step += 1;
     PW_KERNEL(device, adam_step_multi)(tensors, o.lr, o.betas.first, o.betas.second, o.eps,
                                        bucket_decay, o.decoupled, steps[bucket.front()] + 1,
                                        nullptr, nullptr);
+    for (size_t i : members) state_[i].step += 1;  // once issued: a throw leaves the count
   }
 }
 
