@@ -159,7 +159,7 @@ struct BiasEpilogue {
 // epilogue, the CPU copies it into c and runs the GEMM with beta 1. Every dtype (16-bit
 // operands with a float32 result and bias), every transpose case, K = 0 (c is the bias):
 // against the CPU, and against the GPU's broadcast path (set_bias_epilogue(false)), which
-// adds the same bias to the same product. TF32 as its own case: both paths round the inputs.
+// adds the same bias to the same product.
 TEST_CASE("cuda gemm_bias matches the cpu and the broadcast path, every dtype and transpose",
           "[cuda][gemm]") {
   if (!gpu_available_or_skip()) return;
@@ -210,24 +210,28 @@ TEST_CASE("cuda gemm_bias matches the cpu and the broadcast path, every dtype an
                                long_bias.slice(1, 6), false, true),
               1e-5, 1e-6 * 33);
   CHECK(cuda::bias_epilogue_refusal() == "");  // the epilogue ran wherever it was asked
-  SECTION("TF32") {
-    const Dims d{64, 256, 96};
-    const Tensor a = random_tensor({d.m, d.k}, DType::kFloat32, 44);
-    const Tensor b = random_tensor({d.n, d.k}, DType::kFloat32, 45);
-    const Tensor bias = random_tensor({d.n}, DType::kFloat32, 46);
-    const Tensor expected = bias_product(false, true, a, b, bias, {d.m, d.n}, Device::cpu(0));
-    cuda::set_allow_tf32(true);
-    const Tensor fused = bias_product(false, true, a, b, bias, {d.m, d.n}, gpu());
-    Tensor broadcast;
-    {
-      BiasEpilogue off(false);
-      broadcast = bias_product(false, true, a, b, bias, {d.m, d.n}, gpu());
-    }
-    cuda::set_allow_tf32(false);
-    // Inputs rounded to 10 mantissa bits: each product within 2^-10 relative, K of them.
-    check_close(fused, expected, 0.0, static_cast<double>(d.k) * std::ldexp(1.0, -10));
-    check_close(fused, broadcast, 0.0, static_cast<double>(d.k) * std::ldexp(1.0, -11));
+}
+
+// TF32 with the bias in the epilogue: both paths round the inputs to 10 mantissa bits.
+TEST_CASE("cuda gemm_bias under TF32 stays within TF32 accuracy on both paths", "[cuda][gemm]") {
+  if (!gpu_available_or_skip()) return;
+  const Dims d{64, 256, 96};
+  const Tensor a = random_tensor({d.m, d.k}, DType::kFloat32, 44);
+  const Tensor b = random_tensor({d.n, d.k}, DType::kFloat32, 45);
+  const Tensor bias = random_tensor({d.n}, DType::kFloat32, 46);
+  const Tensor expected = bias_product(false, true, a, b, bias, {d.m, d.n}, Device::cpu(0));
+  cuda::set_allow_tf32(true);
+  const Tensor fused = bias_product(false, true, a, b, bias, {d.m, d.n}, gpu());
+  Tensor broadcast;
+  {
+    BiasEpilogue off(false);
+    broadcast = bias_product(false, true, a, b, bias, {d.m, d.n}, gpu());
   }
+  cuda::set_allow_tf32(false);
+  // Inputs rounded to 10 mantissa bits: each product within 2^-10 relative, K of them.
+  check_close(fused, expected, 0.0, static_cast<double>(d.k) * std::ldexp(1.0, -10));
+  check_close(fused, broadcast, 0.0, static_cast<double>(d.k) * std::ldexp(1.0, -11));
+  CHECK(cuda::bias_epilogue_refusal() == "");
 }
 
 }  // namespace
