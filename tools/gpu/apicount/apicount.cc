@@ -20,7 +20,8 @@
 //   "cublasSgemm"     one per cublasSgemm_v2 call (cublas_v2.h's cublasSgemm); likewise, each
 //                     under its own name, Dgemm, the strided-batched S/D GEMMs and the
 //                     mixed-precision cublasGemmEx and cublasGemmStridedBatchedEx, and
-//                     cuBLASLt's cublasLtMatmul (a Linear's GEMM with its bias);
+//                     cuBLASLt's cublasLtMatmul (a Linear's GEMM with its bias; calls made
+//                     from inside libcublas itself are not the program's and not counted);
 //   "cudaMemcpyAsync HostToDevice" and the other kinds, named by the kind argument as cudasim
 //                     names them;
 //   syncs, event records and waits, allocations, event and stream creation; and a few calls
@@ -297,7 +298,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
                               cublasLtMatrixLayout_t c_layout, void* d,
                               cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t* algo,
                               void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  count(kLtMatmul);
+  // libcublas imports cublasLtMatmul too: a call from inside it is cuBLAS's own work, not
+  // one of the program's calls, and is left out.
+  Dl_info caller{};
+  if (dladdr(__builtin_return_address(0), &caller) == 0 || caller.dli_fname == nullptr ||
+      std::strstr(caller.dli_fname, "libcublas") == nullptr) {
+    count(kLtMatmul);
+  }
   REAL(cublasLtMatmul, BLAS_FAIL);
   return real(h, desc, alpha, a, a_layout, b, b_layout, beta, c, c_layout, d, d_layout, algo,
               workspace, workspace_bytes, stream);
