@@ -43,6 +43,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "cudasim/context.h"
 #include "cudasim/errors.h"
@@ -610,6 +611,38 @@ bool lt_read(const Opaque* object, Value* out) {
   return true;
 }
 
+// The body of the SetAttribute calls: `field_of(value)` names the field of the live object's
+// value that `attr` sets ({nullptr, 0}: one cudasim does not keep); buf must be its size.
+template <typename Value, typename Opaque, typename FieldOf>
+cublasStatus_t lt_set(const char* api, Opaque* object, int attr, const void* buf, size_t size,
+                      FieldOf field_of) {
+  Value value;
+  if (!lt_read(object, &value)) return invalid(std::string(api) + ": not a live object");
+  if (buf == nullptr) return invalid(std::string(api) + ": buf is null");
+  const std::pair<void*, size_t> field = field_of(value);
+  if (field.first == nullptr) {
+    return set_blas_detail(CUBLAS_STATUS_NOT_SUPPORTED, std::string(api) +
+                                                            ": cudasim does not keep attribute " +
+                                                            std::to_string(attr));
+  }
+  if (size != field.second) {
+    return invalid(std::string(api) + ": attribute " + std::to_string(attr) + " takes " +
+                   std::to_string(field.second) + " bytes, got " + std::to_string(size));
+  }
+  std::memcpy(field.first, buf, size);
+  LtObjects& o = lt_objects();
+  std::lock_guard<std::mutex> lock(o.mu);
+  if (o.live.count(object) == 0) return invalid(std::string(api) + ": destroyed");
+  std::memcpy(object->data, &value, sizeof value);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// {&field, sizeof field}, for lt_set.
+template <typename T>
+std::pair<void*, size_t> field(T& f) {
+  return {&f, sizeof f};
+}
+
 }  // namespace
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
@@ -637,37 +670,18 @@ cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) { return lt_
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
                                               cublasLtMatmulDescAttributes_t attr,
                                               const void* buf, size_t size) {
-  LtDesc d;
-  if (!lt_read(desc, &d)) return invalid("cublasLtMatmulDescSetAttribute: not a live descriptor");
-  if (buf == nullptr) return invalid("cublasLtMatmulDescSetAttribute: buf is null");
-  auto take = [&](auto& field) {
-    if (size != sizeof field) {
-      return invalid("cublasLtMatmulDescSetAttribute: attribute " +
-                     std::to_string(static_cast<int>(attr)) + " takes " +
-                     std::to_string(sizeof field) + " bytes, got " + std::to_string(size));
-    }
-    std::memcpy(&field, buf, size);
-    return CUBLAS_STATUS_SUCCESS;
-  };
-  cublasStatus_t s;
-  switch (attr) {
-    case CUBLASLT_MATMUL_DESC_TRANSA: s = take(d.trans_a); break;
-    case CUBLASLT_MATMUL_DESC_TRANSB: s = take(d.trans_b); break;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE: s = take(d.epilogue); break;
-    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: s = take(d.bias); break;
-    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: s = take(d.bias_type); break;
-    case CUBLASLT_MATMUL_DESC_POINTER_MODE: s = take(d.pointer_mode); break;
-    default:
-      return set_blas_detail(CUBLAS_STATUS_NOT_SUPPORTED,
-                             "cublasLtMatmulDescSetAttribute: cudasim does not keep attribute " +
-                                 std::to_string(static_cast<int>(attr)));
-  }
-  if (s != CUBLAS_STATUS_SUCCESS) return s;
-  LtObjects& o = lt_objects();
-  std::lock_guard<std::mutex> lock(o.mu);
-  if (o.live.count(desc) == 0) return invalid("cublasLtMatmulDescSetAttribute: destroyed");
-  std::memcpy(desc->data, &d, sizeof d);
-  return CUBLAS_STATUS_SUCCESS;
+  return lt_set<LtDesc>("cublasLtMatmulDescSetAttribute", desc, attr, buf, size,
+                        [attr](LtDesc& d) -> std::pair<void*, size_t> {
+                          switch (attr) {
+                            case CUBLASLT_MATMUL_DESC_TRANSA: return field(d.trans_a);
+                            case CUBLASLT_MATMUL_DESC_TRANSB: return field(d.trans_b);
+                            case CUBLASLT_MATMUL_DESC_EPILOGUE: return field(d.epilogue);
+                            case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return field(d.bias);
+                            case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return field(d.bias_type);
+                            case CUBLASLT_MATMUL_DESC_POINTER_MODE: return field(d.pointer_mode);
+                            default: return {nullptr, 0};
+                          }
+                        });
 }
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type,
@@ -690,40 +704,18 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t prefer
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t preference,
                                                     cublasLtMatmulPreferenceAttributes_t attr,
                                                     const void* buf, size_t size) {
-  LtPreference p;
-  if (!lt_read(preference, &p)) {
-    return invalid("cublasLtMatmulPreferenceSetAttribute: not a live preference");
-  }
-  if (buf == nullptr) return invalid("cublasLtMatmulPreferenceSetAttribute: buf is null");
-  const auto take = [&](auto& field) {
-    if (size != sizeof field) {
-      return invalid("cublasLtMatmulPreferenceSetAttribute: attribute " +
-                     std::to_string(static_cast<int>(attr)) + " takes " +
-                     std::to_string(sizeof field) + " bytes, got " + std::to_string(size));
-    }
-    std::memcpy(&field, buf, size);
-    return CUBLAS_STATUS_SUCCESS;
-  };
-  cublasStatus_t s;
-  switch (attr) {
-    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: s = take(p.max_workspace); break;
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: s = take(p.alignment[0]); break;
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: s = take(p.alignment[1]); break;
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: s = take(p.alignment[2]); break;
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: s = take(p.alignment[3]); break;
-    default:
-      return set_blas_detail(CUBLAS_STATUS_NOT_SUPPORTED,
-                             "cublasLtMatmulPreferenceSetAttribute: cudasim does not keep "
-                             "attribute " + std::to_string(static_cast<int>(attr)));
-  }
-  if (s != CUBLAS_STATUS_SUCCESS) return s;
-  LtObjects& o = lt_objects();
-  std::lock_guard<std::mutex> lock(o.mu);
-  if (o.live.count(preference) == 0) {
-    return invalid("cublasLtMatmulPreferenceSetAttribute: destroyed");
-  }
-  std::memcpy(preference->data, &p, sizeof p);
-  return CUBLAS_STATUS_SUCCESS;
+  return lt_set<LtPreference>(
+      "cublasLtMatmulPreferenceSetAttribute", preference, attr, buf, size,
+      [attr](LtPreference& p) -> std::pair<void*, size_t> {
+        switch (attr) {
+          case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: return field(p.max_workspace);
+          case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: return field(p.alignment[0]);
+          case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: return field(p.alignment[1]);
+          case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: return field(p.alignment[2]);
+          case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: return field(p.alignment[3]);
+          default: return {nullptr, 0};
+        }
+      });
 }
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(

@@ -280,26 +280,24 @@ TEST_CASE("sgd_step_multi equals sgd_step per tensor bit for bit", "[cuda][optim
         ListCase on_cpu = list_case(70, dtype, Device::cpu(0), 1000);
         const Tensor lr = Tensor::full({1}, 0.05, {dtype, gpu()});
         const Tensor open_gate = Tensor::zeros({1}, {DType::kFloat64, gpu()});
-        for (bool first : {true, false}) {
-          gpu_kernels().sgd_step_multi(sgd_list(listed, momentum != 0.0), 0.05, momentum, 0.0,
-                                       1e-2, nesterov, first, nullptr, nullptr);
-          cpu_kernels().sgd_step_multi(sgd_list(on_cpu, momentum != 0.0), 0.05, momentum, 0.0,
-                                       1e-2, nesterov, first, nullptr, nullptr);
-          for (const SgdTensors& t : sgd_list(alone, momentum != 0.0)) {
-            SgdTensors u = t;
-            gpu_kernels().sgd_step(u.param, u.grad, u.momentum_buffer, 0.05, momentum, 0.0, 1e-2,
+        const bool buffered = momentum != 0.0;
+        // One eager step at lr 0.05 of the cpu's list and of each tensor alone on the gpu.
+        auto step_references = [&](bool first) {
+          cpu_kernels().sgd_step_multi(sgd_list(on_cpu, buffered), 0.05, momentum, 0.0, 1e-2,
+                                       nesterov, first, nullptr, nullptr);
+          for (SgdTensors t : sgd_list(alone, buffered)) {
+            gpu_kernels().sgd_step(t.param, t.grad, t.momentum_buffer, 0.05, momentum, 0.0, 1e-2,
                                    nesterov, first);
           }
+        };
+        for (bool first : {true, false}) {
+          gpu_kernels().sgd_step_multi(sgd_list(listed, buffered), 0.05, momentum, 0.0, 1e-2,
+                                       nesterov, first, nullptr, nullptr);
+          step_references(first);
         }
-        gpu_kernels().sgd_step_multi(sgd_list(listed, momentum != 0.0), 0.0, momentum, 0.0, 1e-2,
+        gpu_kernels().sgd_step_multi(sgd_list(listed, buffered), 0.0, momentum, 0.0, 1e-2,
                                      nesterov, false, lr.raw_data(), open_gate.raw_data());
-        cpu_kernels().sgd_step_multi(sgd_list(on_cpu, momentum != 0.0), 0.05, momentum, 0.0,
-                                     1e-2, nesterov, false, nullptr, nullptr);
-        for (const SgdTensors& t : sgd_list(alone, momentum != 0.0)) {
-          SgdTensors u = t;
-          gpu_kernels().sgd_step(u.param, u.grad, u.momentum_buffer, 0.05, momentum, 0.0, 1e-2,
-                                 nesterov, false);
-        }
+        step_references(false);
         check_lists_equal(listed, alone);
         for (size_t k = 0; k < 70; ++k) {
           check_close(listed.p[k], on_cpu.p[k], tol(dtype, 1e-5, 1e-13), tol(dtype, 1e-6, 1e-14));
